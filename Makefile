@@ -1,0 +1,58 @@
+# yolo-train: `make run` trains the embedded demo under the supervisor, `make test` runs every test.
+# Both do all set-up themselves on a fresh machine.
+#
+# The torch build is yours to choose:
+#   make install TORCH_REQ='torch torchvision --index-url https://download.pytorch.org/whl/rocm6.4'
+#   make install SYSTEM_TORCH=1     # reuse the torch already installed in the system Python
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_REQ   ?= torch==2.14.1 torchvision==0.29.1
+SYSTEM_TORCH ?=
+# systemd-python compiles against libsystemd; promtool and prometheus serve the metrics tests.
+DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev prometheus systemd
+FAULT       ?=
+PYTEST_ARGS ?=
+
+BIN = $(VENV)/bin
+STAMP = $(VENV)/.installed
+
+.PHONY: install deb run test unit bench install-service clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@$(MAKE) --no-print-directory deb
+	$(PYTHON) -m venv $(if $(SYSTEM_TORCH),--system-site-packages) $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(if $(SYSTEM_TORCH),,$(BIN)/pip install -q $(TORCH_REQ))
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# Debian packages: installed when root, otherwise the exact command is printed.
+deb:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else \
+		echo "missing Debian packages; run: sudo apt-get install -y $$missing"; exit 1; \
+	fi
+
+run: install
+	$(BIN)/yolo-train run $(if $(FAULT),--fault $(FAULT))
+
+test: install
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc = 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+unit: install
+	$(BIN)/python -m pytest -q -m 'not e2e' $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/heartbeat.py
+	$(BIN)/python bench/footprint.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
