@@ -1,0 +1,67 @@
+"""``yolo-train``: run the supervisor, show its status, check the machine, install the service."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from supervisor.config import ConfigError, load
+from supervisor.exit_codes import EXIT_CONFIG
+from worker.faults import Fault, FaultError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="yolo-train", description="Supervised Ultralytics training that "
+                                     "recovers from hangs by itself.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="train under the supervisor, in the foreground")
+    run.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
+    run.add_argument("--state-dir", type=Path, help="override the config's state_dir")
+    run.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                     help="inject a fault, e.g. dataloader_hang,at_batch=6,attempt=1 (repeatable)")
+    status = commands.add_parser("status", help="the live state of the supervisor for a config")
+    status.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
+    status.add_argument("--state-dir", type=Path, help="override the config's state_dir")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    check = commands.add_parser("check-config", help="validate a config and print the ladder")
+    check.add_argument("--config", type=Path)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="yolo-train: %(message)s", stream=sys.stderr)
+    try:
+        config = load(args.config, getattr(args, "state_dir", None))
+        if args.command == "run":
+            from dataclasses import replace
+
+            from supervisor.agent import run
+
+            try:
+                extra = tuple(Fault.parse(spec) for spec in args.fault)
+            except FaultError as e:
+                raise ConfigError(f"--fault: {e}") from None
+            return run(replace(config, faults=config.faults + extra))
+        if args.command == "status":
+            from supervisor.status import status_main
+
+            return status_main(config, as_json=args.json)
+        if args.command == "check-config":
+            from supervisor.ladder import build_ladder
+
+            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)))
+            print(f"{config.source}: ok; state_dir {config.state_dir}")
+            for i in range(len(ladder)):
+                print(f"  rung {i}: {ladder.label(i)}")
+            return 0
+    except ConfigError as e:
+        print(f"yolo-train: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

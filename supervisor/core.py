@@ -1,0 +1,446 @@
+"""The decision core: what the supervisor does next, as a function of its state, an event and the time.
+
+No I/O happens here. The agent (``agent.py``) turns the world into events (a heartbeat, the worker's exit,
+the tree killed, a tick of the clock, a stop request) and executes the actions returned (spawn a worker,
+kill its tree, log, exit). ``decide`` updates the state it is given in place and returns it with the
+actions: a reducer, cheap enough to run for every heartbeat.
+
+Life cycle (``State``)::
+
+    STARTING --first training batch--> HEALTHY
+    STARTING | HEALTHY --stall timeout, worker exit, stop request--> STOPPING (the tree is killed)
+    STOPPING --tree gone--> STARTING (a hang restarts at once, one rung safer)
+                          | BACKOFF  (a crash waits, then restarts at the same rung)
+                          | SUCCEEDED (training finished) | FAILED (budget spent, reboot needed)
+                          | STOPPED (asked to stop; the next run resumes)
+    BACKOFF --delay over--> STARTING
+
+A crash climbs the ladder only when the same failure repeats; a hang always climbs. Every restart
+counts against the restart budget; a worker that survives SIGKILL ends the supervisor with "reboot needed".
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from supervisor import restart_budget, watchdog
+from supervisor.config import Config
+from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.ladder import Ladder
+
+INCIDENTS_KEPT = 20
+THROUGHPUT_WINDOW = 20  # training beats behind it/s
+
+
+class State(str, Enum):
+    STARTING = "starting"
+    HEALTHY = "healthy"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Now:
+    mono: float  # for timeouts: never jumps
+    wall: float  # for records that outlive the process: the restart budget, incident times
+
+
+# Events ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Boot:
+    """The supervisor started (state possibly restored from its state file)."""
+
+
+@dataclass(frozen=True)
+class Spawned:
+    pid: int
+    resumed_from: str | None  # the checkpoint the worker resumes from, None when training from scratch
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    returncode: int  # negative: killed by that signal
+
+
+@dataclass(frozen=True)
+class TreeKilled:
+    killed: int
+    survivors: tuple[str, ...] = ()  # "pid 123 (python, disk-sleep)" for each process SIGKILL did not end
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    signal: str = "SIGTERM"
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed; deadlines are checked."""
+
+
+# Actions --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spawn:
+    attempt: int
+    rung: int
+    settings: dict[str, Any]  # the rung's overrides
+
+
+@dataclass(frozen=True)
+class KillTree:
+    incident: dict[str, Any] | None  # None: cleaning up after a normal exit
+
+
+@dataclass(frozen=True)
+class Log:
+    level: str  # "info" | "warning" | "error"
+    text: str
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: int
+    text: str
+
+
+# State ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Progress:
+    """What the last heartbeats said, for status and metrics."""
+    phase: str = "setup"
+    epoch: int = 0
+    epochs: int = 0
+    batch: int = 0
+    batches: int = 0
+    losses: dict[str, float] = field(default_factory=dict)
+    lr: float | None = None
+
+
+@dataclass
+class Supervision:
+    config: Config
+    ladder: Ladder
+    state: State = State.STARTING
+    rung: int = 0
+    attempt: int = 0
+    worker_pid: int | None = None
+    spawned_at: float | None = None  # monotonic
+    spawned_wall: float | None = None
+    resumed_from: str | None = None
+    progress_counter: int = -1
+    last_progress_at: float | None = None  # monotonic
+    progress: Progress = field(default_factory=Progress)
+    settings: dict[str, Any] = field(default_factory=dict)  # what the worker reports really in force
+    intervals: dict[str, deque] = field(default_factory=dict)
+    throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (mono, samples)
+    last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
+    pending: dict[str, Any] | None = None  # why the tree is being killed and what to do after
+    backoff_until: float | None = None
+    consecutive_crashes: int = 0
+    last_failure: str | None = None
+    restart_times: list[float] = field(default_factory=list)  # wall clock, for the budget
+    restarts_by_reason: dict[str, int] = field(default_factory=dict)
+    hangs_by_phase: dict[str, int] = field(default_factory=dict)
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    messages_ignored: int = 0  # from pids other than the worker's main process
+    exit: Exit | None = None
+
+    # -- derived values, for the agent, status and metrics --
+    def deadline(self) -> tuple[float | None, str]:
+        """When the watchdog fires next (monotonic), and which timeout that is."""
+        if self.state == State.BACKOFF:
+            return self.backoff_until, "backoff"
+        if self.state == State.STARTING and self.spawned_at is not None:
+            t = self.config.watchdog.startup_timeout
+            return (None if t is None else self.spawned_at + t), "startup_timeout"
+        if self.state == State.HEALTHY and self.last_progress_at is not None:
+            t, how = watchdog.phase_timeout(self.config.watchdog, self.progress.phase, self.intervals)
+            return (None if t is None else self.last_progress_at + t), how
+        return None, ""
+
+    def batches_per_second(self) -> float | None:
+        if len(self.throughput) < 2:
+            return None
+        span = self.throughput[-1][0] - self.throughput[0][0]
+        return (len(self.throughput) - 1) / span if span > 0 else None
+
+    def samples_per_second(self) -> float | None:
+        if len(self.throughput) < 2:
+            return None
+        span = self.throughput[-1][0] - self.throughput[0][0]
+        return sum(s for _, s in list(self.throughput)[1:]) / span if span > 0 else None
+
+    def budget_left(self, wall: float) -> int:
+        return restart_budget.budget_left(self.restart_times, wall, self.config.restart)
+
+    # -- persistence: what a restarted supervisor needs to continue where it was --
+    def persistent(self) -> dict[str, Any]:
+        return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
+                "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
+                "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value}
+
+    def restore(self, record: dict[str, Any]) -> None:
+        self.rung = min(int(record.get("rung", 0)), len(self.ladder) - 1)
+        self.attempt = int(record.get("attempt", 0))
+        self.restart_times = [float(t) for t in record.get("restart_times", [])]
+        self.restarts_by_reason = dict(record.get("restarts_by_reason", {}))
+        self.hangs_by_phase = dict(record.get("hangs_by_phase", {}))
+        self.last_failure = record.get("last_failure")
+        self.incidents = list(record.get("incidents", []))[-INCIDENTS_KEPT:]
+        if record.get("state") == State.SUCCEEDED.value:
+            self.state = State.SUCCEEDED
+
+
+# The decision ---------------------------------------------------------------------------------------------
+
+def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]]:
+    if isinstance(event, Boot):
+        return s, _boot(s)
+    if isinstance(event, Spawned):
+        return s, _spawned(s, event, now)
+    if isinstance(event, Heartbeat):
+        return s, _heartbeat(s, event.message, now)
+    if isinstance(event, WorkerExited):
+        return s, _exited(s, event.returncode, now)
+    if isinstance(event, TreeKilled):
+        return s, _tree_killed(s, event, now)
+    if isinstance(event, StopRequested):
+        return s, _stop(s, event, now)
+    if isinstance(event, Tick):
+        return s, _tick(s, now)
+    raise TypeError(f"unknown event {event!r}")
+
+
+def _boot(s: Supervision) -> list[Any]:
+    if s.state == State.SUCCEEDED:
+        return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, "training already finished; nothing to do "
+                                                         "(remove the state directory to train again)"))
+    s.state = State.STARTING
+    note = [Log("info", f"continuing at rung {s.rung} ({s.ladder.label(s.rung)}) after {s.attempt} attempts")] \
+        if s.attempt else []
+    return note + [_spawn(s)]
+
+
+def _spawn(s: Supervision) -> Spawn:
+    s.attempt += 1
+    s.state = State.STARTING
+    s.pending = None
+    return Spawn(attempt=s.attempt, rung=s.rung, settings=s.ladder.settings(s.rung))
+
+
+def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
+    s.worker_pid, s.spawned_at, s.spawned_wall = event.pid, now.mono, now.wall
+    s.resumed_from = event.resumed_from
+    s.progress_counter, s.last_progress_at = -1, None
+    s.progress = Progress()
+    s.intervals, s.settings, s.last_error = {}, {}, None
+    s.throughput.clear()
+    origin = f"resuming from {event.resumed_from}" if event.resumed_from else "from scratch"
+    return [Log("info", f"attempt {s.attempt}: worker pid {event.pid} at rung {s.rung} "
+                        f"({s.ladder.label(s.rung)}), {origin}")]
+
+
+def _heartbeat(s: Supervision, m: dict[str, Any], now: Now) -> list[Any]:
+    if s.state not in (State.STARTING, State.HEALTHY):
+        return []
+    if m.get("pid") != s.worker_pid:
+        s.messages_ignored += 1  # a DataLoader worker or a stray writer: never counts as progress
+        return []
+    kind = m["kind"]
+    if kind == "error":
+        s.last_error = str(m.get("error", ""))[:500]
+        return []
+    if kind == "settings":
+        s.settings = dict(m.get("settings") or {})
+        return []
+    p = s.progress
+    for key in ("epoch", "epochs", "batch", "batches"):
+        if isinstance(m.get(key), int):
+            setattr(p, key, m[key])
+    if isinstance(m.get("losses"), dict):
+        p.losses = {str(k): float(v) for k, v in m["losses"].items() if isinstance(v, (int, float))}
+    if isinstance(m.get("lr"), (int, float)):
+        p.lr = float(m["lr"])
+    if m["progress"] <= s.progress_counter:
+        return []  # a beat without progress is not progress
+    phase = m["phase"]
+    if kind == "beat" and s.last_progress_at is not None:
+        window = s.intervals.setdefault(phase, deque(maxlen=s.config.watchdog.auto_window))
+        window.append(now.mono - s.last_progress_at)
+    s.progress_counter, s.last_progress_at, p.phase = m["progress"], now.mono, phase
+    actions: list[Any] = []
+    if kind == "beat" and phase == "train":
+        samples = m.get("samples")
+        s.throughput.append((now.mono, samples if isinstance(samples, int) else 0))
+        if s.state == State.STARTING:
+            s.state = State.HEALTHY
+            s.consecutive_crashes = 0
+            actions.append(Log("info", f"attempt {s.attempt}: first training batch "
+                                       f"{now.mono - (s.spawned_at or now.mono):.1f} s after spawn"))
+    return actions
+
+
+def _tick(s: Supervision, now: Now) -> list[Any]:
+    at, how = s.deadline()
+    if at is None or now.mono < at:
+        return []
+    if s.state == State.BACKOFF:
+        return [_spawn(s)]
+    if s.state == State.STARTING:
+        phase, since = "startup", s.spawned_at
+    else:
+        phase, since = s.progress.phase, s.last_progress_at
+    quiet = now.mono - (since or now.mono)
+    detail = f"no progress for {quiet:.1f} s in {phase} ({how} {at - (since or at):.1f} s)"
+    return _begin_stop(s, now, reason="hang", phase=phase, detail=detail, climb=True, failure=f"hang:{phase}")
+
+
+def _exited(s: Supervision, code: int, now: Now) -> list[Any]:
+    if s.state not in (State.STARTING, State.HEALTHY):
+        return []  # an exit we caused while stopping
+    if code == 0 and s.progress.phase == "done":
+        s.pending = {"then": "succeed"}
+        s.state = State.STOPPING
+        return [KillTree(None)]
+    how = describe_exit(code)
+    failure = f"crash:{s.last_error.split(':')[0]}" if s.last_error else f"crash:{how}"
+    detail = how + (f": {s.last_error}" if s.last_error else "")
+    if code == 0:
+        detail = "exited with status 0 before training finished"
+    repeat = failure == s.last_failure
+    return _begin_stop(s, now, reason="crash", phase=s.progress.phase, detail=detail, climb=repeat, failure=failure)
+
+
+def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
+    if s.state in (State.STARTING, State.HEALTHY):
+        return _begin_stop(s, now, reason="stop", phase=s.progress.phase, detail=f"{event.signal} received",
+                           climb=False, failure=None)
+    if s.state == State.STOPPING and s.pending is not None:
+        s.pending["then"] = "stop"
+        return []
+    if s.state == State.BACKOFF:
+        return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
+    return []
+
+
+def _begin_stop(s: Supervision, now: Now, *, reason: str, phase: str, detail: str, climb: bool,
+                failure: str | None) -> list[Any]:
+    incident = {
+        "id": f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}",
+        "time": now.wall,
+        "reason": reason,
+        "phase": phase,
+        "detail": detail,
+        "attempt": s.attempt,
+        "rung": s.rung,
+        "rung_label": s.ladder.label(s.rung),
+        "worker_pid": s.worker_pid,
+        "epoch": s.progress.epoch,
+        "batch": s.progress.batch,
+        "seconds_since_progress": None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
+    }
+    s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
+    s.state = State.STOPPING
+    s.pending = {"then": "stop" if reason == "stop" else "restart", "reason": reason, "climb": climb,
+                 "failure": failure}
+    if reason == "hang":
+        s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+    level = "info" if reason == "stop" else "error"
+    return [Log(level, f"{reason} in {phase}: {detail}; killing the worker tree"), KillTree(incident)]
+
+
+def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
+    if s.state != State.STOPPING or s.pending is None:
+        return []
+    s.worker_pid = None
+    if event.survivors:
+        return _finish(s, State.FAILED, Exit(
+            EXIT_REBOOT_NEEDED,
+            f"{len(event.survivors)} worker process(es) survived SIGKILL ({'; '.join(event.survivors)}): stuck in the "
+            f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
+    then = s.pending["then"]
+    if then == "succeed":
+        return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
+    if then == "stop":
+        return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped at rung {s.rung}; run again to resume"))
+
+    reason, failure = s.pending["reason"], s.pending["failure"]
+    s.restart_times.append(now.wall)
+    s.restarts_by_reason[reason] = s.restarts_by_reason.get(reason, 0) + 1
+    s.last_failure = failure
+    cfg = s.config.restart
+    used = restart_budget.restarts_in_window(s.restart_times, now.wall, cfg)
+    if used > cfg.max_restarts:
+        return _finish(s, State.FAILED, Exit(
+            EXIT_FAILED,
+            f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s (restart.max_restarts = "
+            f"{cfg.max_restarts}); last failure: {s.incidents[-1]['detail'] if s.incidents else failure}; "
+            f"fix the cause, then run again to resume at rung {s.rung}"))
+    actions: list[Any] = []
+    if s.pending["climb"]:
+        if s.ladder.exhausted(s.rung):
+            actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
+        else:
+            s.rung = s.ladder.next(s.rung)
+            actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})"))
+    if reason == "crash":
+        s.consecutive_crashes += 1
+        delay = restart_budget.backoff_delay(s.consecutive_crashes, cfg)
+        s.state, s.backoff_until, s.pending = State.BACKOFF, now.mono + delay, None
+        return actions + [Log("info", f"restarting in {delay:.1f} s (crash {s.consecutive_crashes} in a row)")]
+    return actions + [_spawn(s)]
+
+
+def _finish(s: Supervision, state: State, exit: Exit) -> list[Any]:
+    s.state, s.exit, s.pending = state, exit, None
+    return [exit]
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
+    """The live view written for ``yolo-train status`` and read by the metrics collector."""
+    p = s.progress
+    at, how = s.deadline()
+    done_batches = max(0, p.epoch - 1) * p.batches + p.batch if p.batches else 0
+    total_batches = p.epochs * p.batches
+    it_s = s.batches_per_second()
+    eta = (total_batches - done_batches) / it_s if it_s and total_batches else None
+    return {
+        "state": s.state.value, "phase": p.phase, "epoch": p.epoch, "epochs": p.epochs, "batch": p.batch,
+        "batches": p.batches, "losses": p.losses, "lr": p.lr,
+        "it_s": it_s, "samples_s": s.samples_per_second(), "eta_seconds": eta,
+        "progress": (done_batches / total_batches) if total_batches else None,
+        "rung": s.rung, "rungs": len(s.ladder), "rung_label": s.ladder.label(s.rung), "attempt": s.attempt,
+        "restarts": sum(s.restarts_by_reason.values()), "restarts_by_reason": s.restarts_by_reason,
+        "hangs_by_phase": s.hangs_by_phase, "budget_left": s.budget_left(now.wall),
+        "worker_pid": s.worker_pid, "resumed_from": s.resumed_from, "settings": s.settings,
+        "seconds_since_progress": None if s.last_progress_at is None else now.mono - s.last_progress_at,
+        "worker_uptime": None if s.spawned_at is None or s.worker_pid is None else now.mono - s.spawned_at,
+        "watchdog": {"timeout": how, "fires_in": None if at is None else at - now.mono},
+        "last_restart": s.restart_times[-1] if s.restart_times else None,
+        "last_incident": s.incidents[-1] if s.incidents else None,
+        "exit": asdict(s.exit) if s.exit else None,
+    }

@@ -1,0 +1,137 @@
+"""The worker's process tree: who is in it, what each process is doing, and killing all of it.
+
+The supervisor makes itself a child subreaper (PR_SET_CHILD_SUBREAPER), so a DataLoader worker or any
+grandchild orphaned by the death of the training process is re-parented to the supervisor instead of init:
+"every process the worker started" is then simply every descendant of the supervisor, found again after
+each signal round, including processes forked while we were killing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except OSError:
+        return False
+
+
+def tree(root_pid: int | None = None) -> list[psutil.Process]:
+    """Every live descendant of the supervisor (or of ``root_pid``), zombies excluded."""
+    try:
+        root = psutil.Process(root_pid or os.getpid())
+        members = root.children(recursive=True)
+        if root_pid:
+            members.insert(0, root)
+    except psutil.Error:
+        return []
+    return [p for p in members if _alive(p)]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def snapshot(processes: list[psutil.Process], sample_seconds: float = 0.2) -> list[dict]:
+    """pid, parent, name, state and CPU% (over ``sample_seconds``) of each process, for the incident record."""
+    before = {}
+    for p in processes:
+        try:
+            before[p.pid] = sum(p.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    time.sleep(sample_seconds)
+    rows = []
+    for p in processes:
+        try:
+            with p.oneshot():
+                cpu = (sum(p.cpu_times()[:2]) - before.get(p.pid, 0.0)) / sample_seconds * 100
+                rows.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(), "state": p.status(),
+                             "cpu_percent": round(cpu, 1), "rss_bytes": p.memory_info().rss,
+                             "cmdline": " ".join(p.cmdline())[:200]})
+        except psutil.Error:
+            continue
+    return rows
+
+
+@dataclass
+class KillReport:
+    killed: list[int] = field(default_factory=list)
+    survivors: list[str] = field(default_factory=list)  # "pid 123 (python, disk-sleep)"
+    seconds: float = 0.0
+
+
+def _signal(processes: list[psutil.Process], sig: int) -> None:
+    for p in processes:
+        try:
+            p.send_signal(sig)
+            if sig == signal.SIGTERM:
+                p.send_signal(signal.SIGCONT)  # a stopped process only acts on SIGTERM once continued
+        except psutil.Error:
+            pass
+
+
+def reap() -> None:
+    """Collect exit statuses of children re-parented to us, so they do not linger as zombies."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans: bool = False) -> KillReport:
+    """SIGTERM every process of the tree, SIGKILL what is left after ``grace``, and confirm none remain.
+
+    ``root_pid`` None means every descendant of the supervisor; ``adopt_orphans`` adds them to the tree of
+    ``root_pid`` (right when the supervisor is a subreaper and has no other children). Processes still there ``timeout`` seconds
+    after SIGKILL (uninterruptible sleep in a driver) are reported as survivors.
+    """
+    start = time.monotonic()
+    report = KillReport()
+    seen: set[int] = set()
+
+    def members() -> list[psutil.Process]:
+        found = tree(root_pid) + (tree() if root_pid and adopt_orphans else [])
+        unique = {p.pid: p for p in found}
+        seen.update(unique)
+        return list(unique.values())
+
+    processes = members()
+    _signal(processes, signal.SIGTERM)
+    psutil.wait_procs(processes, timeout=grace)
+    reap()
+    deadline = time.monotonic() + timeout
+    while True:
+        processes = members()  # again: orphans re-parented to us and processes forked meanwhile
+        if not processes:
+            break
+        _signal(processes, signal.SIGKILL)
+        psutil.wait_procs(processes, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+        reap()
+        if time.monotonic() >= deadline:
+            for p in members():
+                try:
+                    report.survivors.append(f"pid {p.pid} ({p.name()}, {p.status()})")
+                except psutil.Error:
+                    continue
+            break
+    report.killed = sorted(seen)
+    report.seconds = time.monotonic() - start
+    return report

@@ -1,0 +1,78 @@
+"""``yolo-train status``: the supervisor's live state at a glance, from its state file plus a look at /proc."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import psutil
+
+from supervisor import process_tree, state_file
+from supervisor.config import Config
+
+FINAL_STATES = {"succeeded", "failed", "stopped"}
+
+
+def gather(config: Config) -> dict[str, Any]:
+    record = state_file.read(config.state_dir)
+    if record is None:
+        return {"state": "not started", "state_dir": str(config.state_dir), "pids": [], "supervisor_running": False}
+    status = dict(record.get("status") or {})
+    supervisor_pid = status.get("supervisor_pid")
+    running = bool(supervisor_pid) and psutil.pid_exists(supervisor_pid) and status.get("state") not in FINAL_STATES
+    worker_pid = status.get("worker_pid")
+    pids = [p.pid for p in process_tree.tree(worker_pid)] if running and worker_pid else []
+    status.update(supervisor_running=running, pids=pids)
+    if not running and status.get("state") not in FINAL_STATES:
+        status["state"] = "not running"  # the supervisor died without saying how it ended
+    return status
+
+
+def bar(fraction: float | None, width: int = 24) -> str:
+    if fraction is None:
+        return "[" + " " * width + "]"
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def render(status: dict[str, Any], now: float | None = None) -> str:
+    now = now or time.time()
+    if status["state"] == "not started":
+        return f"not started (no state in {status['state_dir']})"
+    epoch, epochs = status.get("epoch", 0), status.get("epochs", 0)
+    batch, batches = status.get("batch", 0), status.get("batches", 0)
+    it_s = status.get("it_s")
+    lines = [
+        f"{status['state']:<10} phase {status.get('phase', '?')}, worker pid {status.get('worker_pid') or '-'}"
+        f" ({len(status.get('pids', []))} processes)",
+        f"epoch {epoch}/{epochs} {bar(batch / batches if batches else None)} batch {batch}/{batches}",
+        f"run       {bar(status.get('progress'))} {100 * (status.get('progress') or 0):.0f}%  "
+        f"{f'{it_s:.2f} it/s' if it_s else '- it/s'}  ETA {duration(status.get('eta_seconds'))}",
+        f"rung {status.get('rung', 0)}/{max(0, status.get('rungs', 1) - 1)} ({status.get('rung_label', '')}), "
+        f"restarts {status.get('restarts', 0)}"
+        + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(status.get("restarts_by_reason", {}).items())) + ")"
+           if status.get("restarts") else "") + f", budget {status.get('budget_left', '?')} left",
+    ]
+    incident = status.get("last_incident")
+    if incident:
+        lines.append(f"last incident {duration(now - incident['time'])} ago: {incident['reason']} in "
+                     f"{incident['phase']}: {incident['detail']}")
+    if status.get("exit"):
+        lines.append(f"exit {status['exit']['code']}: {status['exit']['text']}")
+    return "\n".join(lines)
+
+
+def status_main(config: Config, as_json: bool) -> int:
+    status = gather(config)
+    print(json.dumps(status, indent=1, default=str) if as_json else render(status))
+    return 0

@@ -1,0 +1,142 @@
+"""Built-in fault injection: real hangs and crashes, off unless asked for.
+
+A fault is asked for in the config (``[[faults]]``) or in the environment
+(``YOLO_TRAIN_FAULT="dataloader_hang,at_batch=6,attempt=1"``; several separated by ``;``).
+
+kinds:
+- ``dataloader_hang``: every DataLoader worker process sleeps forever from the moment the training loop
+  finishes batch ``at_batch``; the loop then drains the prefetched batches and waits on them forever,
+  the deadlock the seeds saw with ``workers>0``. Cannot fire with ``workers=0``, which is why that rung helps.
+- ``main_hang``: the training loop sleeps forever after batch ``at_batch``.
+- ``spin``: the training loop busy-spins at 100% CPU after batch ``at_batch``.
+- ``before_first_batch``: the loop hangs after setup, before its first batch (the seeds' post-resume hang).
+- ``val_hang``: validation sleeps forever after its first batch.
+- ``exception``, ``segfault``, ``sigkill``: the loop raises RuntimeError, dies of SIGSEGV, or SIGKILLs itself
+  after batch ``at_batch``.
+
+``at_batch`` counts training batches of the current worker process (1-based), so a fault that fires on every
+attempt recurs after each resume. ``attempt = N`` fires only on attempt N (1 is the first); 0, the default,
+fires on every attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "before_first_batch", "val_hang", "exception", "segfault",
+               "sigkill")
+ENV_FAULT = "YOLO_TRAIN_FAULT"
+
+
+class FaultError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    at_batch: int = 1
+    attempt: int = 0
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> "Fault":
+        if not isinstance(raw, dict):
+            raise FaultError(f'expected a table like {{ kind = "dataloader_hang", at_batch = 6 }}, got {raw!r}')
+        unknown = set(raw) - {"kind", "at_batch", "attempt"}
+        if unknown:
+            raise FaultError(f"unknown key {sorted(unknown)[0]!r}; expected kind, at_batch, attempt")
+        kind = raw.get("kind")
+        if kind not in FAULT_KINDS:
+            raise FaultError(f"kind: expected one of {', '.join(FAULT_KINDS)}, got {kind!r}")
+        for key in ("at_batch", "attempt"):
+            value = raw.get(key, 1 if key == "at_batch" else 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "at_batch" else 0):
+                raise FaultError(f"{key}: expected a whole number >= {1 if key == 'at_batch' else 0}, got {value!r}")
+        return cls(kind=kind, at_batch=raw.get("at_batch", 1), attempt=raw.get("attempt", 0))
+
+    @classmethod
+    def parse(cls, spec: str) -> "Fault":
+        """``kind[,at_batch=N][,attempt=N]`` as used by ``--fault`` and YOLO_TRAIN_FAULT."""
+        kind, *options = [part.strip() for part in spec.split(",")]
+        raw: dict[str, Any] = {"kind": kind}
+        for option in options:
+            key, sep, value = option.partition("=")
+            if not sep or not value.strip().isdigit():
+                raise FaultError(f"{option!r} in {spec!r}: expected key=number, e.g. at_batch=6")
+            raw[key.strip()] = int(value)
+        return cls.from_dict(raw)
+
+    def applies_to(self, attempt: int) -> bool:
+        return self.attempt in (0, attempt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def faults_from_env(environ=os.environ) -> list[Fault]:
+    value = environ.get(ENV_FAULT, "").strip()
+    return [Fault.parse(spec) for spec in value.split(";") if spec.strip()] if value else []
+
+
+def hang_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def spin_forever() -> None:
+    x = 0
+    while True:
+        x += 1
+
+
+class FaultInjector:
+    """Fires the faults that apply to this attempt at the points the worker calls it from."""
+
+    def __init__(self, faults: list[Fault], attempt: int, flag_path: str):
+        self.faults = [f for f in faults if f.applies_to(attempt)]
+        self.flag_path = flag_path  # created when DataLoader workers must hang; they check for it per sample
+        self.train_batches = 0
+        self.val_batches = 0
+
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.faults}
+
+    def before_first_batch(self) -> None:
+        if "before_first_batch" in self.kinds():
+            print(f"yolo-train fault injection: hanging before the first batch (pid {os.getpid()})", flush=True)
+            hang_forever()
+
+    def after_train_batch(self) -> None:
+        self.train_batches += 1
+        for fault in self.faults:
+            if fault.at_batch != self.train_batches:
+                continue
+            print(f"yolo-train fault injection: {fault.kind} after batch {self.train_batches}", flush=True)
+            if fault.kind == "dataloader_hang":
+                with open(self.flag_path, "w") as f:
+                    f.write(str(os.getpid()))
+            elif fault.kind == "main_hang":
+                hang_forever()
+            elif fault.kind == "spin":
+                spin_forever()
+            elif fault.kind == "exception":
+                raise RuntimeError(f"injected fault after batch {self.train_batches}")
+            elif fault.kind == "segfault":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            elif fault.kind == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def after_val_batch(self) -> None:
+        self.val_batches += 1
+        if "val_hang" in self.kinds() and self.val_batches == 1:
+            print("yolo-train fault injection: val_hang", flush=True)
+            hang_forever()
+
+    def in_dataloader_worker(self) -> None:
+        """Called for every sample a DataLoader worker process loads."""
+        if os.path.exists(self.flag_path):
+            hang_forever()

@@ -1,0 +1,185 @@
+"""The heartbeat protocol and its client: how a training loop tells the supervisor it is alive.
+
+Protocol, version 1
+-------------------
+The supervisor creates a pipe and passes the write end to the worker as the file descriptor named in
+the environment variable ``YOLO_TRAIN_HEARTBEAT_FD``. Each message is one line of compact JSON,
+terminated by ``\\n``, at most ``MAX_MESSAGE_BYTES`` (= PIPE_BUF, 4096 on Linux) long, so the kernel
+writes it atomically: concurrent writers (a training loop and its DataLoader workers) cannot interleave.
+
+Every message has:
+
+- ``v``: protocol version (1); a reader skips messages of another version.
+- ``pid``: the sender's pid.
+- ``kind``: ``"beat"`` (a training or validation step, or a liveness ping), ``"phase"`` (the loop entered
+  a new phase), ``"settings"`` (the settings really in force), ``"error"`` (the loop is dying of an
+  exception; sent just before exit so the supervisor can name the failure).
+- ``progress``: a counter of completed work that never decreases within one process. The supervisor
+  counts a message as progress only if this counter grew: a beat without progress is not progress,
+  so a keep-alive thread cannot mask a hung loop.
+- ``phase``: one of ``setup``, ``train``, ``val``, ``save``, ``done``.
+
+Optional fields: ``epoch``, ``epochs`` (1-based epoch and total), ``batch``, ``batches`` (1-based batch in
+the epoch and batches per epoch), ``samples`` (images in the batch), ``losses`` (name -> float), ``lr``,
+``settings`` (dict), ``error`` (str), ``dropped`` (messages this sender dropped so far because the pipe
+was full), ``t`` (sender's wall clock, seconds since the epoch).
+
+Writes are non-blocking: when the pipe is full (the supervisor is not reading) the message is
+dropped and counted, never waited for. The supervisor must never be able to stall training.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = 1
+ENV_FD = "YOLO_TRAIN_HEARTBEAT_FD"
+MAX_MESSAGE_BYTES = select.PIPE_BUF
+PHASES = ("setup", "train", "val", "save", "done")
+KINDS = ("beat", "phase", "settings", "error")
+
+
+class Heartbeat:
+    """Sends heartbeats to the supervisor. Any PyTorch loop can use it::
+
+        hb = Heartbeat.from_env()          # a no-op when not supervised
+        hb.phase("train")
+        for i, batch in enumerate(loader):
+            ...
+            hb.beat(epoch=epoch, epochs=epochs, batch=i + 1, batches=len(loader), losses={"loss": loss.item()})
+
+    ``beat()`` and ``phase()`` count as progress; ``ping()`` does not.
+    """
+
+    def __init__(self, fd: int | None):
+        self.fd = fd
+        self.progress = 0
+        self.sent = 0
+        self.dropped = 0
+        self.current_phase = "setup"
+        if fd is not None:
+            os.set_blocking(fd, False)
+
+    @classmethod
+    def from_env(cls) -> "Heartbeat":
+        value = os.environ.get(ENV_FD)
+        return cls(int(value) if value else None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.fd is not None
+
+    def beat(self, **fields: Any) -> bool:
+        """One unit of work done (a training or validation batch)."""
+        self.progress += 1
+        return self._send("beat", fields)
+
+    def phase(self, name: str, **fields: Any) -> bool:
+        """The loop entered phase ``name``; entering a phase is progress too."""
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}: expected one of {', '.join(PHASES)}")
+        self.current_phase = name
+        self.progress += 1
+        return self._send("phase", fields)
+
+    def ping(self, **fields: Any) -> bool:
+        """Liveness without progress (the supervisor does not reset its stall timer for it)."""
+        return self._send("beat", fields)
+
+    def settings(self, settings: dict[str, Any]) -> bool:
+        return self._send("settings", {"settings": settings})
+
+    def error(self, message: str) -> bool:
+        return self._send("error", {"error": message[:1000]})
+
+    def _send(self, kind: str, fields: dict[str, Any]) -> bool:
+        if self.fd is None:
+            return False
+        message = {"v": PROTOCOL_VERSION, "pid": os.getpid(), "kind": kind, "phase": self.current_phase,
+                   "progress": self.progress, "dropped": self.dropped, "t": round(time.time(), 3), **fields}
+        data = encode(message)
+        try:
+            os.write(self.fd, data)
+        except BlockingIOError:
+            self.dropped += 1  # pipe full: the supervisor is behind; never wait for it
+            return False
+        except OSError as e:
+            if e.errno in (errno.EPIPE, errno.EBADF):
+                self.fd = None  # supervisor gone: keep training, stop sending
+                return False
+            raise
+        self.sent += 1
+        return True
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as a line; fields that would overflow PIPE_BUF are shed (losses first) so it stays atomic."""
+    data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
+    for optional in ("settings", "losses", "error"):
+        if len(data) <= MAX_MESSAGE_BYTES:
+            break
+        message = {k: v for k, v in message.items() if k != optional}
+        data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"heartbeat message of {len(data)} bytes exceeds PIPE_BUF ({MAX_MESSAGE_BYTES})")
+    return data
+
+
+@dataclass
+class Decoder:
+    """Splits a byte stream into messages; garbage and oversized lines are counted and skipped, never fatal."""
+
+    buffer: bytearray = field(default_factory=bytearray)
+    malformed: int = 0
+    oversized: int = 0
+    skipping: bool = False  # inside the tail of an oversized line
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self.buffer += data
+        messages = []
+        while True:
+            end = self.buffer.find(b"\n")
+            if end < 0:
+                if len(self.buffer) > MAX_MESSAGE_BYTES:  # a line that can never be valid: drop what we have
+                    self.oversized += 1
+                    self.buffer.clear()
+                    self.skipping = True
+                break
+            line = bytes(self.buffer[:end])
+            del self.buffer[:end + 1]
+            if self.skipping:
+                self.skipping = False
+                continue
+            if len(line) + 1 > MAX_MESSAGE_BYTES:
+                self.oversized += 1
+                continue
+            message = parse(line)
+            if message is None:
+                self.malformed += 1
+            else:
+                messages.append(message)
+        return messages
+
+
+def parse(line: bytes) -> dict[str, Any] | None:
+    """A valid version-1 message, or None."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(message, dict) or message.get("v") != PROTOCOL_VERSION:
+        return None
+    if message.get("kind") not in KINDS or message.get("phase") not in PHASES:
+        return None
+    progress = message.get("progress")
+    if not isinstance(progress, int) or isinstance(progress, bool) or progress < 0:
+        return None
+    if not isinstance(message.get("pid"), int):
+        return None
+    return message
