@@ -227,6 +227,7 @@ class Agent:
             if worker:
                 incident["output_tail"] = worker.tail_lines()
             incident["last_error"] = self.s.last_error
+            incident["settings"] = self.s.settings  # what the worker reported in force: the rung's proof
         w = self.config.watchdog
         report = process_tree.kill_tree(root, w.kill_grace, w.kill_timeout, adopt_orphans=True)
         if worker:

@@ -99,19 +99,20 @@ def reap() -> None:
 def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans: bool = False) -> KillReport:
     """SIGTERM every process of the tree, SIGKILL what is left after ``grace``, and confirm none remain.
 
-    ``root_pid`` None means every descendant of the supervisor; ``adopt_orphans`` adds them to the tree of
-    ``root_pid`` (right when the supervisor is a subreaper and has no other children). Processes still there ``timeout`` seconds
-    after SIGKILL (uninterruptible sleep in a driver) are reported as survivors.
+    ``root_pid`` None means every descendant of the supervisor; ``adopt_orphans`` adds those to the tree of
+    ``root_pid`` (right when the supervisor is a subreaper with no other children). Processes still there
+    ``timeout`` seconds after SIGKILL (uninterruptible sleep in a driver) are reported as survivors.
     """
     start = time.monotonic()
     report = KillReport()
-    seen: set[int] = set()
+    seen: dict[int, psutil.Process] = {}
 
     def members() -> list[psutil.Process]:
-        found = tree(root_pid) + (tree() if root_pid and adopt_orphans else [])
-        unique = {p.pid: p for p in found}
-        seen.update(unique)
-        return list(unique.values())
+        # Everything seen so far that still lives (psutil notices pid reuse), plus a fresh scan: once the
+        # root is dead its children can no longer be found through it.
+        for p in tree(root_pid) + (tree() if root_pid is None or adopt_orphans else []):
+            seen.setdefault(p.pid, p)
+        return [p for p in seen.values() if _alive(p)]
 
     processes = members()
     _signal(processes, signal.SIGTERM)

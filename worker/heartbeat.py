@@ -147,7 +147,7 @@ class Decoder:
             end = self.buffer.find(b"\n")
             if end < 0:
                 if len(self.buffer) > MAX_MESSAGE_BYTES:  # a line that can never be valid: drop what we have
-                    self.oversized += 1
+                    self.oversized += 0 if self.skipping else 1
                     self.buffer.clear()
                     self.skipping = True
                 break

@@ -201,6 +201,7 @@ class SupervisedTrainerMixin:
             "device": str(self.device),
             "resumed": bool(self.resume),
             "start_epoch": self.start_epoch + 1,
+            "forced": {k: getattr(self.args, k, None) for k in self.supervision.forced},
             "versions": {"ultralytics": ultralytics.__version__, "torch": torch.__version__,
                          "python": sys.version.split()[0]},
         }

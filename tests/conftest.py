@@ -1,0 +1,34 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def yolo_train(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    def write(body: str, name: str = "config.toml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(body))
+        return path
+    return write
+
+
+def read_state(state_dir: Path) -> dict:
+    return json.loads((state_dir / "supervisor.json").read_text())
+
+
+def read_incidents(state_dir: Path) -> list[dict]:
+    path = state_dir / "incidents.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

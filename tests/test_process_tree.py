@@ -1,0 +1,63 @@
+"""Killing a real process tree: sleepers, stopped processes, SIGTERM-ignorers, runaway grandchildren."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+
+from supervisor import process_tree
+
+TREE = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    # a child that ignores SIGTERM, a stopped child, and a grandchild in its own session
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    os.kill(stopped.pid, signal.SIGSTOP)
+    subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys, time; os.setsid(); "
+                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"])
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def wait_for_tree(root: int, count: int) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pids = [p.pid for p in process_tree.tree(root)]
+        if len(pids) >= count:
+            return pids
+        time.sleep(0.1)
+    raise AssertionError(f"tree of {root} never reached {count} processes")
+
+
+def test_the_whole_tree_dies_including_stopped_and_sigterm_ignoring_processes():
+    root = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, start_new_session=True)
+    assert root.stdout.readline() == b"ready\n"
+    pids = wait_for_tree(root.pid, 5)
+    rows = process_tree.snapshot([psutil.Process(p) for p in pids], sample_seconds=0.05)
+    assert {r["state"] for r in rows} >= {"sleeping", "stopped"}
+    report = process_tree.kill_tree(root.pid, grace=0.5, timeout=5)
+    assert sorted(report.killed) == sorted(pids) and report.survivors == []
+    root.wait(timeout=5)
+    assert [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"] == []
+
+
+def test_orphans_are_found_through_the_subreaper():
+    script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+              "print('ready', flush=True)")
+    code = textwrap.dedent(f"""
+        import subprocess, sys, time
+        from supervisor import process_tree
+        assert process_tree.become_subreaper()
+        parent = subprocess.Popen([sys.executable, "-c", {script!r}], stdout=subprocess.PIPE)
+        parent.stdout.readline(); parent.wait()  # the parent is gone: its child is now ours
+        orphans = process_tree.tree()
+        report = process_tree.kill_tree(parent.pid, grace=0.5, timeout=5, adopt_orphans=True)
+        print(len(orphans), len(report.killed), len(process_tree.tree()))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["1", "1", "0"], result.stderr
