@@ -1,0 +1,381 @@
+"""The catalogue of kernel messages the watchdog acts on, and the event each one becomes.
+
+A kernel log line (from ``/dev/kmsg`` or the journal) or a GPU uevent becomes a ``KernelEvent`` of one
+of four kinds:
+
+- ``stall``: the kernel saw a CPU or a task make no progress (the amdgpu/amdkfd workqueue hogging a
+  CPU, a task blocked in D state, a soft or hard lockup, an RCU stall). The worker comes under
+  suspicion; only a worker that then makes no progress is killed.
+- ``gpu_fault``: the GPU driver reported a fault it may recover from (ring/job timeout, VM page fault,
+  MES not answering, a GPU reset beginning or succeeding, an NVIDIA Xid that a restarted
+  application survives). Handled like a stall.
+- ``gpu_lost``: the GPU is gone until a reboot or an out-of-band reset (reset failed, device fell off
+  the bus, an Xid whose documented remedy is a GPU reset or a reboot). No new worker on that GPU.
+- ``oom``: the OOM killer killed a process (the pid says which).
+
+A catalogue entry may also have the kind ``ignore``: a line it matches becomes no event, which lets a
+user silence a harmless line that a built-in pattern would catch (user entries are tried first).
+
+Patterns are searched (``re.search``) in the message text, so a line with a dmesg ``[  12.3]`` or a
+journalctl ``host kernel:`` prefix classifies the same as the bare message. A pattern's named group
+``pid`` (if any) gives the pid the message names: the blocked task, the OOM victim, the process whose
+GPU job faulted. The first matching entry wins.
+
+Where each format comes from is cited per entry; the formats were read in the Linux sources
+(drivers/gpu/drm/amd/amdgpu, drivers/gpu/drm/drm_drv.c, kernel/workqueue.c, kernel/hung_task.c,
+kernel/watchdog.c, mm/oom_kill.c) and NVIDIA's Xid catalogue
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+KINDS = ("stall", "gpu_fault", "gpu_lost", "oom")
+IGNORE = "ignore"
+ENTRY_KINDS = KINDS + (IGNORE,)
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """One classified kernel message or GPU device event, as the decision core sees it."""
+
+    kind: str  # "stall" | "gpu_fault" | "gpu_lost" | "oom"
+    message: str  # the log line, or a one-line rendering of a uevent
+    source: str  # "kmsg" | "journal" | "udev"
+    seq: int | None  # kmsg sequence number / journal sequence number (cursor "i="), None for udev
+    pid: int | None  # a pid named in the message (blocked task, OOM victim, faulting process)
+    pattern: str  # name of the catalogue entry that matched
+    monotonic_us: int | None  # kernel timestamp (usec since boot) when known
+
+
+class Classification(NamedTuple):
+    kind: str
+    pattern: str
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class Pattern:
+    name: str
+    regex: re.Pattern[str]
+    kind: str
+    origin: str  # where the message format comes from (documentation, and the README table)
+
+
+class CatalogueError(ValueError):
+    """A user pattern the catalogue refuses; the message is one line: where, which entry, the fix."""
+
+
+# Xid codes whose immediate action in NVIDIA's Xid catalogue is RESTART_BM (79: reboot the machine) or
+# RESET_GPU (46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158), plus 48 (double-bit ECC
+# error, WORKFLOW_XID_48: the GPU must be reset before its memory is trusted again). The supervisor can
+# reset neither, so for it these GPUs are lost. 74 (NVLink) is a workflow where only fatal link errors
+# need a reset, so it stays a fault.
+XID_GPU_LOST = (79, 48, 46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158)
+# Xids the catalogue marks informational, with no effect on running work (63: row remapping recorded,
+# 92: high single-bit ECC rate, 93: InfoROM wear, 106/107: SMBPBI test messages, 162-165: power
+# smoothing circuitry state).
+XID_INFORMATIONAL = (63, 92, 93, 106, 107, 162, 163, 164, 165)
+
+_XID = r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): "
+_XID_PID = r"(?:, pid=(?P<pid>\d+))?"
+
+
+def _codes(codes: Iterable[int]) -> str:
+    return "(?:" + "|".join(str(c) for c in codes) + r")\b"
+
+
+# Kernel functions and modules whose workqueue items hogging a CPU point at the GPU driver; the same
+# line about a network or storage driver says nothing about training.
+_GPU_WORK = r"(?:\S*(?:amdgpu|amdkfd|kfd_|drm_|ttm_|drm_sched)\S*|\S+ \[(?:amdgpu|amdxcp|drm\w*|ttm|gpu_sched)\])"
+
+BUILTIN: tuple[tuple[str, str, str, str], ...] = (
+    # --- stall ---------------------------------------------------------------------------------------
+    (
+        "workqueue_gpu_hog",
+        r"workqueue: " + _GPU_WORK + r" hogged CPU for >\d+us",
+        "stall",
+        "kernel/workqueue.c wq_cpu_intensive_report(): "
+        '"workqueue: %ps hogged CPU for >%luus %llu times, consider switching to WQ_UNBOUND"',
+    ),
+    (
+        "hung_task",
+        r"INFO: task (?P<comm>.+):(?P<pid>\d+) blocked for more than \d+ seconds",
+        "stall",
+        'kernel/hung_task.c check_hung_task(): "INFO: task %s:%d blocked for more than %ld seconds."',
+    ),
+    (
+        "soft_lockup",
+        r"BUG: soft lockup - CPU#\d+ stuck for \d+s! \[(?P<comm>.+):(?P<pid>\d+)\]",
+        "stall",
+        'kernel/watchdog.c watchdog_timer_fn(): "BUG: soft lockup - CPU#%d stuck for %us! [%s:%d]"',
+    ),
+    (
+        "hard_lockup",
+        r"Watchdog detected hard LOCKUP on cpu \d+",
+        "stall",
+        'kernel/watchdog.c watchdog_hardlockup_check(): "Watchdog detected hard LOCKUP on cpu %d"',
+    ),
+    (
+        "rcu_stall",
+        r"rcu: INFO: \w+ (?:self-)?detected stalls? on CPU",
+        "stall",
+        'kernel/rcu/tree_stall.h: "INFO: %s detected stalls on CPUs/tasks:", "%s self-detected stall on CPU"',
+    ),
+    # --- gpu_lost (before the faults: "GPU reset(1) failed" must not read as a reset) ---------------
+    (
+        "amdgpu_reset_failed",
+        r"GPU reset\(\d+\) failed|GPU reset end with ret = -?\d+",
+        "gpu_lost",
+        'amdgpu_device.c amdgpu_device_gpu_recover()/sched_resume(): "GPU reset(%d) failed", '
+        '"GPU reset(%d) failed with error %d", "GPU reset end with ret = %d" (printed only when r != 0)',
+    ),
+    (
+        "amdgpu_recovery_failed",
+        r"GPU Recovery Failed",
+        "gpu_lost",
+        'amdgpu_job.c amdgpu_job_timedout(): "GPU Recovery Failed: %d"',
+    ),
+    (
+        "amdgpu_lost_from_bus",
+        r"amdgpu.*device lost from bus",
+        "gpu_lost",
+        'amdgpu_device.c amdgpu_device_health_check(): "device lost from bus!"',
+    ),
+    (
+        "drm_wedged_needs_recovery",
+        r"\[drm\] device wedged, needs recovery",
+        "gpu_lost",
+        'drm_drv.c drm_dev_wedged_event(): "device wedged, %s" with "needs recovery" (method != none)',
+    ),
+    (
+        "nvidia_xid_gpu_lost",
+        _XID + _codes(XID_GPU_LOST) + r".*?" + _XID_PID,
+        "gpu_lost",
+        "NVIDIA Xid catalogue: immediate action RESTART_BM (79) or RESET_GPU; "
+        'driver format "NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%d, name=%s, ..."',
+    ),
+    (
+        "nvidia_recovery_action_reset",
+        _XID + r"154, GPU recovery action changed from .*? to 0x[12467]\b",
+        "gpu_lost",
+        "NVIDIA Xid 154: recovery action changed to GPU reset (1), node reboot (2), drain and reset (4), "
+        "bus reset (6) or system reboot (7)",
+    ),
+    (
+        "nvidia_fallen_off_bus",
+        r"NVRM: GPU (?:at PCI:)?[0-9A-Fa-f:.]+: GPU has fallen off the bus",
+        "gpu_lost",
+        'NVIDIA driver: "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus." (accompanies Xid 79)',
+    ),
+    (
+        "pci_device_inaccessible",
+        r"(?:amdgpu|nvidia) [0-9a-f:.]+: Unable to change power state from \w+ to D0, device inaccessible",
+        "gpu_lost",
+        'drivers/pci/pci.c pci_power_up(): "Unable to change power state from %s to D0, device inaccessible"',
+    ),
+    # --- ignored (before the generic Xid fault) -------------------------------------------------------
+    (
+        "nvidia_xid_informational",
+        _XID + r"(?:" + _codes(XID_INFORMATIONAL) + r"|154, GPU recovery action changed from .*? to 0x0\b)",
+        IGNORE,
+        "NVIDIA Xid catalogue: immediate action IGNORE, informational",
+    ),
+    # --- gpu_fault ------------------------------------------------------------------------------------
+    (
+        "amdgpu_ring_timeout",
+        r"ring \S+ timeout(?:, signaled seq=\d+, emitted seq=\d+|, but soft recovered)",
+        "gpu_fault",
+        'amdgpu_job.c amdgpu_job_timedout(): "ring %s timeout, signaled seq=%u, emitted seq=%u" '
+        '(DRM_ERROR "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ..." in older kernels, dev_err later), '
+        '"ring %s timeout, but soft recovered"',
+    ),
+    (
+        "amdgpu_ring_reset",
+        r"Ring \S+ reset fail(?:ed|ure)|Starting \S+ ring reset",
+        "gpu_fault",
+        'amdgpu_job.c amdgpu_job_timedout(): "Starting %s ring reset", "Ring %s reset failed"; '
+        "a failed ring reset escalates to a full GPU reset",
+    ),
+    (
+        "amdgpu_page_fault",
+        r"\[(?:gfxhub|mmhub)\w*\] (?:(?:no-)?retry )?page fault \(src_id:\d+ ring:\d+ vmid:\d+ pasid:\d+"
+        r"(?:, for process .+? pid (?P<pid>\d+))?",
+        "gpu_fault",
+        'gmc_v9_0.c/gmc_v10_0.c/gmc_v11_0.c process_interrupt(): "[%s] %s page fault (src_id:%u ring:%u '
+        'vmid:%u pasid:%u[, for process %s pid %d thread %s pid %d])"',
+    ),
+    (
+        "amdgpu_fault_process",
+        r"amdgpu.*(?:Process information: process| [Ii]n process| Process) (?P<comm>.+?) pid (?P<pid>\d+)\b",
+        "gpu_fault",
+        'amdgpu_job.c "Process information: process %s pid %d thread %s pid %d"; amdgpu_vm.c '
+        'amdgpu_vm_print_task_info(): " Process %s pid %d thread %s pid %d" (after a timeout or page fault)',
+    ),
+    (
+        "amdgpu_vm_fault_legacy",
+        r"amdgpu.*GPU fault detected: \d+ 0x[0-9a-fA-F]+",
+        "gpu_fault",
+        'gmc_v7_0.c/gmc_v8_0.c gmc_v8_0_process_interrupt(): "GPU fault detected: %d 0x%08x" (GCN 2-4 cards)',
+    ),
+    (
+        "amdgpu_mes_no_response",
+        r"MES(?:\(\d+\))? failed to respond to msg=",
+        "gpu_fault",
+        'amdgpu_mes.c/mes_v11_0.c mes_submit_pkt_and_poll_completion(): "MES failed to respond to msg=%s", '
+        '"MES(%d) failed to respond to msg=%s (%s)"',
+    ),
+    (
+        "amdgpu_reset_begin",
+        r"GPU reset begin!",
+        "gpu_fault",
+        'amdgpu_device.c amdgpu_device_gpu_recover(): "GPU reset begin!" (". Source: %d" in newer kernels)',
+    ),
+    (
+        "amdgpu_reset_succeeded",
+        r"GPU reset\(\d+\) succeeded!|GPU reset succeeded, trying to resume",
+        "gpu_fault",
+        'amdgpu_device.c: "GPU reset(%d) succeeded!", "GPU reset succeeded, trying to resume"; the '
+        "worker's GPU context did not survive it",
+    ),
+    (
+        "amdgpu_vram_lost",
+        r"VRAM is lost due to GPU reset",
+        "gpu_fault",
+        'amdgpu_device.c amdgpu_device_reinit_after_reset(): "VRAM is lost due to GPU reset!"',
+    ),
+    (
+        "drm_wedged_recovered",
+        r"\[drm\] device wedged, but recovered through reset",
+        "gpu_fault",
+        'drm_drv.c drm_dev_wedged_event(): "device wedged, but recovered through reset" (method none)',
+    ),
+    (
+        "amdkfd_preemption_failed",
+        r"qcm fence wait loop timeout expired|The cp might be in an unrecoverable state due to an "
+        r"unsuccessful queues preemption|Failed to evict process queues",
+        "gpu_fault",
+        "amdkfd kfd_device_queue_manager.c: queue preemption timed out, the CP may be hung",
+    ),
+    (
+        "nvidia_xid",
+        _XID + r"(?P<code>\d+)" + _XID_PID,
+        "gpu_fault",
+        "NVIDIA Xid catalogue: immediate action RESTART_APP and the rest; "
+        'driver format "NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%d, name=%s, ..."',
+    ),
+    # --- oom ------------------------------------------------------------------------------------------
+    (
+        "oom_killed_process",
+        r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+) \(",
+        "oom",
+        'mm/oom_kill.c __oom_kill_process(): "%s: Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, ..."',
+    ),
+    (
+        "oom_kill_summary",
+        r"oom-kill:constraint=\w+,.*?,task=(?P<comm>.*?),pid=\s*(?P<pid>\d+),",
+        "oom",
+        'mm/oom_kill.c dump_oom_victim(): "oom-kill:constraint=%s,nodemask=%*pbl,...,task=%s,pid=%d,uid=%d"',
+    ),
+)
+
+
+def _compile(name: str, regex: str, kind: str, where: str) -> re.Pattern[str]:
+    if not isinstance(name, str) or not name.strip():
+        raise CatalogueError(f"{where}: a pattern needs a non-empty name; give it one")
+    if not isinstance(regex, str) or not regex:
+        raise CatalogueError(f"{where} ({name!r}): the regex must be a non-empty string")
+    if kind not in ENTRY_KINDS:
+        raise CatalogueError(
+            f"{where} ({name!r}): kind {kind!r} is not one of {', '.join(ENTRY_KINDS)}; use one of those"
+        )
+    try:
+        compiled = re.compile(regex)
+    except re.error as exc:
+        raise CatalogueError(f"{where} ({name!r}): bad regular expression: {exc}; fix the regex") from None
+    return compiled
+
+
+def validate_patterns(entries: object, where: str = "[kernel_log] patterns") -> tuple[Pattern, ...]:
+    """User patterns from the configuration, checked; raises CatalogueError with a one-line message.
+
+    ``entries`` is a list whose items are either ``[name, regex, kind]`` or a table
+    ``{name = ..., regex = ..., kind = ...}``. ``where`` names the place in the configuration for errors
+    (for example ``"/etc/yolo-train.toml: [kernel_log] patterns"``).
+    """
+    if entries is None:
+        return ()
+    if not isinstance(entries, (list, tuple)):
+        raise CatalogueError(f"{where}: expected a list of [name, regex, kind] entries, got {type(entries).__name__}")
+    patterns: list[Pattern] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        at = f"{where}[{i}]"
+        if isinstance(entry, Mapping):
+            unknown = set(entry) - {"name", "regex", "kind"}
+            if unknown:
+                raise CatalogueError(f"{at}: unknown key(s) {', '.join(sorted(unknown))}; use name, regex, kind")
+            name, regex, kind = entry.get("name"), entry.get("regex"), entry.get("kind")
+        elif isinstance(entry, (list, tuple)) and len(entry) == 3:
+            name, regex, kind = entry
+        else:
+            raise CatalogueError(f"{at}: expected [name, regex, kind], got {entry!r}")
+        compiled = _compile(name, regex, kind, at)
+        if name in seen:
+            raise CatalogueError(f"{at} ({name!r}): the name is used twice; give each pattern its own name")
+        seen.add(name)
+        patterns.append(Pattern(name, compiled, kind, f"user pattern ({where})"))
+    return tuple(patterns)
+
+
+BUILTIN_PATTERNS: tuple[Pattern, ...] = tuple(
+    Pattern(name, re.compile(regex), kind, origin) for name, regex, kind, origin in BUILTIN
+)
+
+
+class Catalogue:
+    """The patterns in force: the user's (tried first, so they can override or ignore) then the built-ins."""
+
+    def __init__(self, extra: object = None, where: str = "[kernel_log] patterns"):
+        self.extra = validate_patterns(extra, where)
+        self.patterns: tuple[Pattern, ...] = self.extra + BUILTIN_PATTERNS
+
+    def classify(self, line: str) -> Classification | None:
+        for pattern in self.patterns:
+            match = pattern.regex.search(line)
+            if match is None:
+                continue
+            if pattern.kind == IGNORE:
+                return None
+            pid = match.groupdict().get("pid")
+            return Classification(pattern.kind, pattern.name, int(pid) if pid else None)
+        return None
+
+    def event(
+        self, line: str, source: str, seq: int | None = None, monotonic_us: int | None = None
+    ) -> KernelEvent | None:
+        """The event a log line becomes, or None for a line the catalogue does not act on."""
+        found = self.classify(line)
+        if found is None:
+            return None
+        return KernelEvent(found.kind, line, source, seq, found.pid, found.pattern, monotonic_us)
+
+
+DEFAULT = Catalogue()
+
+
+def classify(line: str) -> Classification | None:
+    """(kind, pattern name, pid or None) for a kernel log line under the built-in catalogue, or None."""
+    return DEFAULT.classify(line)
+
+
+def markdown_table(patterns: Iterable[Pattern] = BUILTIN_PATTERNS) -> str:
+    """The catalogue as a Markdown table (name, kind, where the format comes from), for the README."""
+    rows = ["| pattern | kind | message format (source) |", "| --- | --- | --- |"]
+    for p in patterns:
+        rows.append(f"| `{p.name}` | {p.kind} | {p.origin.replace('|', '/')} |")
+    return "\n".join(rows)
