@@ -123,12 +123,11 @@ class KmsgReader:
     with a larger sequence number, so a restarted supervisor neither re-reads what it handled nor misses
     what came while it was down. Either way it first reads the ring buffer from its first record
     (SEEK_SET) to learn the newest sequence number; not from SEEK_DATA, which skips everything before
-    the last ``dmesg --clear`` and would lose unhandled records.
-    A sequence number from another boot is ignored (start at the end): ``boot_id`` (the one persisted
+    the last ``dmesg --clear`` and would lose unhandled records. A sequence number from another boot is ignored (start at the end): ``boot_id`` (the one persisted
     with it) when given, and in any case an ``after_seq`` beyond the newest record.
 
-    ``last_seq`` is the sequence number of the last record read (None until one is read); persist it
-    with ``boot_id``. ``missed`` counts records overwritten before they could be read; ``overruns`` the
+    ``last_seq`` is the sequence number of the newest record read, known from the open on (None only
+    for an empty buffer); persist it with ``boot_id``. ``missed`` counts records overwritten before they could be read; ``overruns`` the
     times the kernel reported that (EPIPE).
     """
 
