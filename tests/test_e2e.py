@@ -1,0 +1,256 @@
+"""The whole path with real processes and real Ultralytics training on the CPU.
+
+Each test runs ``yolo-train run`` as a user would, on the embedded demo dataset (8 batches per epoch),
+injects a real fault, and checks what a user would check: the hang or crash was detected, the whole
+process tree is gone, training resumed from last.pt at the right rung and finished with best.pt.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, read_incidents, read_state, yolo_train
+
+pytestmark = pytest.mark.e2e
+
+CONFIG = """
+name = "e2e"
+[train]
+data = "demo"
+model = "yolov8n.yaml"
+epochs = 3
+imgsz = 64
+batch = 4
+workers = 2
+device = "cpu"
+plots = false
+[metrics]
+listen = "off"
+[watchdog]
+startup_timeout = {startup}
+[restart]
+{restart}
+"""
+
+
+@pytest.fixture
+def demo_config(write_config):
+    def make(extra: str = "", startup: int = 90, restart: str = "backoff_initial = 0.5") -> object:
+        return write_config(CONFIG.format(startup=startup, restart=restart) + textwrap.dedent(extra))
+    return make
+
+
+def assert_gone(pids):
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"processes of a killed tree still alive: {alive}"
+
+
+def assert_finished(state_dir, result):
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded"
+    assert (status["epoch"], status["epochs"]) == (3, 3)
+    assert (state_dir / "train" / "weights" / "best.pt").exists()
+    return status
+
+
+# kind -> (reason, phase, rung after the incident, resumed from last.pt?)
+FAULTS = {
+    "dataloader_hang": ("hang", "train", 1, True),
+    "main_hang": ("hang", "train", 1, True),
+    "spin": ("hang", "train", 1, True),
+    "val_hang": ("hang", "val", 1, False),  # in the first validation, before any last.pt exists: from scratch
+    "exception": ("crash", "train", 0, True),
+    "segfault": ("crash", "train", 0, True),
+    "sigkill": ("crash", "train", 0, True),
+}
+
+
+@pytest.mark.parametrize("kind", FAULTS)
+def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishes(kind, demo_config, tmp_path):
+    reason, phase, rung, resumed = FAULTS[kind]
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(demo_config()), "--state-dir", str(state_dir),
+                        "--fault", f"{kind},at_batch=10,attempt=1")
+    status = assert_finished(state_dir, result)
+    incidents = read_incidents(state_dir)
+    assert len(incidents) == 1, [i["detail"] for i in incidents]
+    incident = incidents[0]
+    assert (incident["reason"], incident["phase"], incident["rung"]) == (reason, phase, 0)
+    assert incident["kill"]["survivors"] == [] and incident["kill"]["processes"] >= 1
+    assert incident["settings"]["workers"] == 2  # rung 0 on the CPU: Ultralytics' forced workers=0 undone
+    assert_gone([p["pid"] for p in incident["processes"]])
+    assert status["rung"] == rung and status["attempt"] == 2
+    expected_workers = {0: 2, 1: 1}[rung]
+    assert status["settings"]["workers"] == expected_workers
+    # training goes on with the epoch it was in: nothing before that epoch is lost
+    assert status["settings"]["start_epoch"] == incident["epoch"]
+    if resumed:
+        assert status["resumed_from"].endswith("weights/last.pt") and status["settings"]["resumed"]
+    else:
+        assert status["resumed_from"] is None and incident["epoch"] == 1
+    if kind == "dataloader_hang":  # the main process and both DataLoader workers were killed
+        assert incident["kill"]["processes"] == 3
+    if kind == "spin":  # 100% CPU is no progress either: the process was busy, not asleep
+        main = [p for p in incident["processes"] if p["pid"] == incident["worker_pid"]][0]
+        assert main["state"] == "running" and main["cpu_percent"] > 30
+    if kind == "exception":
+        assert "RuntimeError: injected fault after batch 10" in incident["detail"]
+    if kind == "segfault":
+        assert incident["detail"] == "killed by SIGSEGV"
+
+
+def test_hang_before_the_first_batch_after_a_resume_climbs_again(demo_config, tmp_path):
+    """The seeds' MIOpen case: the resumed worker never runs its first batch."""
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(demo_config(startup=25)), "--state-dir", str(state_dir),
+                        "--fault", "main_hang,at_batch=10,attempt=1", "--fault", "before_first_batch,attempt=2")
+    status = assert_finished(state_dir, result)
+    assert [(i["reason"], i["phase"], i["rung"]) for i in read_incidents(state_dir)] == [
+        ("hang", "train", 0), ("hang", "startup", 1)]
+    assert status["rung"] == 2 and status["settings"]["persistent_workers"] is False
+
+
+def test_each_rung_is_really_in_force_after_a_resume(demo_config, tmp_path):
+    """Ultralytics' resume restores the checkpoint's arguments; lr0 and amp are ones it will not let change."""
+    config = demo_config("""
+        [ladder]
+        rungs = [{ workers = 1, lr0 = 0.002 }, { persistent_workers = false }, { workers = 0, val = false, amp = false }]
+    """)
+    state_dir = tmp_path / "state"
+    # attempt 1 hangs in epoch 2 (after last.pt of epoch 1); attempts 2 and 3 hang in epoch 2 again
+    faults = ["--fault=main_hang,at_batch=9,attempt=1"] + [f"--fault=main_hang,at_batch=5,attempt={n}" for n in (2, 3)]
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), *faults)
+    status = assert_finished(state_dir, result)
+    seen = [i["settings"] for i in read_incidents(state_dir)] + [status["settings"]]
+    assert [(s["workers"], s["persistent_workers"], s["val"]) for s in seen] == [
+        (2, True, True), (1, True, True), (1, False, True), (0, False, False)]
+    assert seen[1]["forced"]["lr0"] == 0.002
+    assert seen[3]["forced"] == {"workers": 0, "val": False, "amp": False, "lr0": 0.002}
+    assert all(s["resumed"] for s in seen[1:])
+
+
+def test_a_crash_loop_ends_with_a_clear_error(demo_config, tmp_path):
+    config = demo_config(restart="max_restarts = 2\nbackoff_initial = 0.1")
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), "--fault", "exception,at_batch=2")
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("yolo-train: restart budget spent: 3 restarts in the last 3600 s")
+    assert "RuntimeError: injected fault after batch 2" in last_line
+    assert read_state(state_dir)["status"]["state"] == "failed"
+    assert_gone([p["pid"] for i in read_incidents(state_dir) for p in i["processes"]])
+
+
+def wait_for(predicate, timeout=180, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status_of(state_dir):
+    try:
+        return read_state(state_dir)["status"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def start_supervisor(config, state_dir, *extra):
+    return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                             str(state_dir), *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_a_supervisor_killed_with_sigkill_leaves_no_orphans_and_its_successor_keeps_the_rung(demo_config, tmp_path):
+    config, state_dir = demo_config(), tmp_path / "state"
+    first = start_supervisor(config, state_dir, "--fault", "main_hang,at_batch=10,attempt=1")
+    status = wait_for(lambda: (s := status_of(state_dir)) and s["attempt"] == 2 and s["state"] == "healthy" and s,
+                      what="attempt 2 training")
+    pids = [p.pid for p in psutil.Process(status["worker_pid"]).children(recursive=True)] + [status["worker_pid"]]
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    wait_for(lambda: not [p for p in pids if psutil.pid_exists(p)], timeout=30, what="the orphaned worker tree to die")
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir))
+    status = assert_finished(state_dir, result)
+    assert "continuing at rung 1 (workers=1) after 2 attempts" in result.stderr
+    assert status["rung"] == 1 and status["attempt"] == 3 and status["settings"]["workers"] == 1
+    assert status["resumed_from"].endswith("last.pt")
+
+
+def test_stop_then_corrupt_last_pt_resumes_from_the_verified_copy(demo_config, tmp_path):
+    config, state_dir = demo_config(), tmp_path / "state"
+    weights = state_dir / "train" / "weights"
+    for run in (1, 2):
+        proc = start_supervisor(config, state_dir)
+        # run 1 stops after its first checkpoint; run 2 right after resuming (it verified and copied last.pt)
+        wait_for(lambda: (s := status_of(state_dir)) and s["attempt"] == run and s["state"] == "healthy"
+                 and (weights / "last.pt").exists() and (run == 2 or s["epoch"] >= 2), what=f"run {run} training")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr[-2000:]
+        assert read_state(state_dir)["status"]["state"] == "stopped"
+    assert (weights / "last.good.pt").exists()
+    data = (weights / "last.pt").read_bytes()
+    (weights / "last.pt").write_bytes(data[: len(data) // 3])  # as a kill in the middle of a save leaves it
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir))
+    status = assert_finished(state_dir, result)
+    notes = [line for line in result.stderr.splitlines() if "corrupt checkpoint" in line]
+    assert len(notes) == 1 and "resuming from last.good.pt" in notes[0] and str(weights / "last.pt") in notes[0]
+    assert status["resumed_from"].endswith("last.good.pt")
+    assert len(list(weights.glob("last.pt.corrupt-*"))) == 1
+
+
+GARBAGE_LOOP = """
+import os, sys, time
+import torch
+from worker.heartbeat import ENV_FD, Heartbeat
+
+fd = int(os.environ[ENV_FD])
+os.write(fd, b"\\x00\\xffnot json\\n" + b"{" * 9000 + b"\\n" + b'{"v": 99}\\n')  # garbage, oversized, unknown version
+hb = Heartbeat(fd)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(64, 4), torch.randn(64, 1)
+hb.phase("train", epoch=1, epochs=1, batch=0, batches=40)
+for i in range(40):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    hb.beat(epoch=1, epochs=1, batch=i + 1, batches=40, samples=64, losses={"mse": loss.item()})
+    if i == 20:
+        os.write(fd, b"garbage in the middle\\n")
+    time.sleep(0.02)
+hb.phase("done")
+"""
+
+
+def test_a_plain_pytorch_loop_with_garbage_on_the_heartbeat_pipe(write_config, tmp_path):
+    loop = tmp_path / "loop.py"
+    loop.write_text(GARBAGE_LOOP)
+    launcher = tmp_path / "launcher"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {loop}\n")  # stands in for "python -m worker ..."
+    launcher.chmod(0o755)
+    config = write_config(f"""
+        [train]
+        epochs = 1
+        [worker]
+        python = "{launcher}"
+        [metrics]
+        listen = "off"
+    """)
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
+                        env={"PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded" and status["batch"] == 40 and status["restarts"] == 0
+    assert status["heartbeats"]["malformed"] == 3 and status["heartbeats"]["oversized"] == 1
