@@ -62,6 +62,7 @@ class Agent:
         self._write_failed = False
         self._lock_fd: int | None = None
         self.observers: list[Any] = []  # called with (agent, event) after each decision: metrics, systemd
+        self.kernel_sources: list[Any] = []  # the kernel log and the GPU event monitor, each with fileno()/read()
 
     # -- the loop --
     def run(self) -> int:
@@ -77,6 +78,7 @@ class Agent:
         record = state_file.read(self.config.state_dir)
         if record:
             self.s.restore(record)
+        self._open_kernel_sources(record or {})
         self.handle(core.Boot())
         while self.s.exit is None:
             at, _ = self.s.deadline()
@@ -85,12 +87,17 @@ class Agent:
                 key.data(key.fileobj)
                 if self.s.exit is not None:
                     break
+            for source in self.kernel_sources:
+                if getattr(source, "needs_polling", False):  # a journal on a network file system
+                    self._on_kernel(source)
             if self.s.exit is None:
                 self.handle(core.Tick())
             self._write_state(force=False)
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
             self._kill(None)
         self._write_state(force=True)
+        for source in self.kernel_sources:
+            source.close()
         level = logging.INFO if self.s.exit.code == 0 else logging.ERROR
         log.log(level, self.s.exit.text)
         return self.s.exit.code
@@ -206,10 +213,48 @@ class Agent:
     def _on_exit(self, _fd: int) -> None:
         worker = self.worker
         returncode = worker.popen.wait()
-        self._on_heartbeat(worker.heartbeat_fd)  # its last words arrive before its death is judged
+        self._on_heartbeat(worker.heartbeat_fd)  # its last words arrive before its death is judged,
         self._on_output(worker.output_fd)
+        for source in self.kernel_sources:  # and so does the OOM killer's note on why it died
+            self._on_kernel(source)
         self._forget(worker.pidfd)
         self.handle(core.WorkerExited(returncode))
+
+    # -- the kernel --
+    def _open_kernel_sources(self, record: dict[str, Any]) -> None:
+        from supervisor.gpu_events import open_gpu_events
+        from supervisor.kernel_log import open_kernel_log
+        from supervisor.kernel_messages import Catalogue
+
+        cfg = self.config.kernel_log
+        position = record.get("kernel_log_position") or {}
+        kernel_log, report = open_kernel_log(cfg.source, after_seq=position.get("seq"),
+                                             catalogue=Catalogue(cfg.patterns), boot_id=position.get("boot_id"),
+                                             after_cursor=position.get("cursor"))
+        log.log(logging.WARNING if kernel_log is None and cfg.source != "off" else logging.INFO, report)
+        gpu_events, report = open_gpu_events(cfg.gpu_events)
+        log.info(report)
+        for source in (kernel_log, gpu_events):
+            if source is not None:
+                self.kernel_sources.append(source)
+                self.selector.register(source.fileno(), selectors.EVENT_READ,
+                                       lambda _fd, source=source: self._on_kernel(source))
+
+    def _on_kernel(self, source: Any) -> None:
+        for event in source.read():
+            in_tree = None
+            if event.pid is not None:
+                in_tree = event.pid in {p.pid for p in process_tree.tree()}  # we are the tree's subreaper
+            self.handle(core.KernelMessage(kind=event.kind, message=event.message, source=event.source,
+                                           pattern=event.pattern, pid=event.pid, in_worker_tree=in_tree))
+
+    def kernel_log_position(self) -> dict[str, Any]:
+        for source in self.kernel_sources:
+            if getattr(source, "name", "") == "kmsg":
+                return {"seq": source.last_seq, "boot_id": source.boot_id}
+            if getattr(source, "name", "") == "journal":
+                return {"cursor": source.last_cursor}
+        return {}
 
     def _on_signal(self, fd: int) -> None:
         for signum in _read_available(fd) or b"":
@@ -259,7 +304,8 @@ class Agent:
             return
         self._status_written = time.monotonic()
         try:
-            state_file.write(self.config.state_dir, {**self.s.persistent(), "status": self.status()})
+            state_file.write(self.config.state_dir, {**self.s.persistent(), "status": self.status(),
+                                                     "kernel_log_position": self.kernel_log_position()})
             self._write_failed = False
         except OSError as e:
             if not self._write_failed:  # say it once, keep supervising: the previous file stays intact

@@ -75,6 +75,24 @@ class RestartConfig:
 
 
 @dataclass(frozen=True)
+class KernelLogConfig:
+    """What the supervisor reads besides heartbeats, and how far it trusts it.
+
+    source: "auto" (/dev/kmsg if readable, else the systemd journal), "kmsg", "journal" or "off".
+    gpu_events: "auto" (udev's netlink monitor on the drm subsystem) or "off".
+    confirm_window: seconds a worker under suspicion (a stall or GPU-fault line) has to show progress
+        before it is killed as hung.
+    patterns: extra catalogue entries, tried before the built-in ones: [{ name, regex, kind }], kind one of
+        stall, gpu_fault, gpu_lost, oom, ignore.
+    """
+
+    source: str = "auto"
+    gpu_events: str = "auto"
+    confirm_window: float = 10.0
+    patterns: tuple = ()
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     name: str
@@ -86,8 +104,9 @@ class Config:
     faults: tuple[Fault, ...] = ()
     worker_python: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
-    metrics_listen: str | None = "127.0.0.1:9840"
+    metrics_listen: str | None = "127.0.0.1:10133"
     deadline: str | None = None
+    kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
 
     @property
     def source(self) -> str:
@@ -112,7 +131,7 @@ def load(path: Path | None, state_dir: Path | None = None) -> Config:
 def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: Path | None = None) -> Config:
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
-                         "metrics", "deadline"})
+                         "metrics", "deadline", "kernel_log"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -126,7 +145,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
         check.fail("worker.env", "a table of strings, e.g. env = { OMP_NUM_THREADS = \"4\" }", env)
     metrics = raw.get("metrics", {})
     check.keys("metrics", metrics, {"listen"})
-    listen = metrics.get("listen", "127.0.0.1:9840")
+    listen = metrics.get("listen", "127.0.0.1:10133")
     if listen in ("off", ""):
         listen = None
     elif not isinstance(listen, str) or ":" not in listen or not listen.rsplit(":", 1)[1].isdigit():
@@ -135,11 +154,12 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     if deadline is not None and not isinstance(deadline, str):
         deadline = deadline.isoformat() if hasattr(deadline, "isoformat") else check.fail(
             "deadline", 'an RFC 3339 time, e.g. deadline = "2025-11-30T00:00:00Z"', deadline)
+    kernel_log = check.kernel_log(raw.get("kernel_log", {}))
     chosen_dir = state_dir or raw.get("state_dir") or default_state_dir(name)
     return Config(path=path, name=name, state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute(),
                   train=train, watchdog=watchdog, restart=restart, ladder=ladder, faults=faults,
                   worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
-                  metrics_listen=listen, deadline=deadline)
+                  metrics_listen=listen, deadline=deadline, kernel_log=kernel_log)
 
 
 def default_state_dir(name: str) -> Path:
@@ -238,6 +258,26 @@ class _Checker:
                     raise ConfigError(f"{self.label}: ladder.rungs[{i}]: unknown setting {key!r}; expected an "
                                       f"Ultralytics train argument or one of {', '.join(WORKER_SETTINGS)}")
         return tuple(dict(r) for r in rungs)
+
+    def kernel_log(self, table: Any) -> KernelLogConfig:
+        from supervisor.kernel_messages import CatalogueError, validate_patterns
+
+        self.keys("kernel_log", table, {f.name for f in fields(KernelLogConfig)})
+        source = table.get("source", "auto")
+        if source not in ("auto", "kmsg", "journal", "off"):
+            self.fail("kernel_log.source", '"auto", "kmsg", "journal" or "off"', source)
+        gpu_events = table.get("gpu_events", "auto")
+        if gpu_events not in ("auto", "off"):
+            self.fail("kernel_log.gpu_events", '"auto" or "off"', gpu_events)
+        confirm = table.get("confirm_window", 10.0)
+        if isinstance(confirm, bool) or not isinstance(confirm, (int, float)) or not 0 < confirm < math.inf:
+            self.fail("kernel_log.confirm_window", "seconds (a positive number)", confirm)
+        try:
+            validate_patterns(table.get("patterns", []), where=f"{self.label}: [kernel_log] patterns")
+        except CatalogueError as e:
+            raise ConfigError(str(e)) from None
+        return KernelLogConfig(source=source, gpu_events=gpu_events, confirm_window=float(confirm),
+                               patterns=tuple(table.get("patterns", [])))
 
     def faults(self, value: Any) -> tuple[Fault, ...]:
         if isinstance(value, dict):

@@ -17,6 +17,12 @@ Life cycle (``State``)::
 
 A crash climbs the ladder only when the same failure repeats; a hang always climbs. Every restart
 counts against the restart budget; a worker that survives SIGKILL ends the supervisor with "reboot needed".
+
+Kernel messages: a stall or GPU-fault line puts the worker under suspicion; if it makes no progress
+within the confirm window it is killed as hung at once (long before the stall timeout), if it does,
+the line is counted and nothing is killed. A line naming a pid outside the worker's tree only counts.
+A lost GPU ends the supervisor with "reboot needed"; the OOM killer taking a worker process makes the
+ensuing crash an ``oom`` one.
 """
 
 from __future__ import annotations
@@ -79,6 +85,17 @@ class WorkerExited:
 class TreeKilled:
     killed: int
     survivors: tuple[str, ...] = ()  # "pid 123 (python, disk-sleep)" for each process SIGKILL did not end
+
+
+@dataclass(frozen=True)
+class KernelMessage:
+    """A classified kernel log line or GPU device event (see kernel_messages.KernelEvent)."""
+    kind: str  # stall | gpu_fault | gpu_lost | oom
+    message: str
+    source: str
+    pattern: str
+    pid: int | None = None
+    in_worker_tree: bool | None = None  # None when the message names no pid
 
 
 @dataclass(frozen=True)
@@ -158,6 +175,10 @@ class Supervision:
     hangs_by_phase: dict[str, int] = field(default_factory=dict)
     incidents: list[dict[str, Any]] = field(default_factory=list)
     messages_ignored: int = 0  # from pids other than the worker's main process
+    kernel_events: dict[str, int] = field(default_factory=dict)  # by kind, every classified message
+    suspicion: dict[str, Any] | None = None  # a kernel line awaiting confirmation: {"event", "since", "progress"}
+    oom: dict[str, Any] | None = None  # the OOM kill of a worker process, to name the crash that follows
+    reboot_needed: bool = False
     exit: Exit | None = None
 
     # -- derived values, for the agent, status and metrics --
@@ -168,10 +189,15 @@ class Supervision:
         if self.state == State.STARTING and self.spawned_at is not None:
             t = self.config.watchdog.startup_timeout
             return (None if t is None else self.spawned_at + t), "startup_timeout"
+        at, how = None, ""
         if self.state == State.HEALTHY and self.last_progress_at is not None:
             t, how = watchdog.phase_timeout(self.config.watchdog, self.progress.phase, self.intervals)
-            return (None if t is None else self.last_progress_at + t), how
-        return None, ""
+            at = None if t is None else self.last_progress_at + t
+        if self.suspicion is not None and self.state in (State.STARTING, State.HEALTHY):
+            confirm = self.suspicion["since"] + self.config.kernel_log.confirm_window
+            if at is None or confirm < at:
+                return confirm, "kernel confirm window"
+        return at, how
 
     def batches_per_second(self) -> float | None:
         if len(self.throughput) < 2:
@@ -192,7 +218,8 @@ class Supervision:
     def persistent(self) -> dict[str, Any]:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
-                "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value}
+                "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value,
+                "kernel_events": self.kernel_events}
 
     def restore(self, record: dict[str, Any]) -> None:
         self.rung = min(int(record.get("rung", 0)), len(self.ladder) - 1)
@@ -202,6 +229,7 @@ class Supervision:
         self.hangs_by_phase = dict(record.get("hangs_by_phase", {}))
         self.last_failure = record.get("last_failure")
         self.incidents = list(record.get("incidents", []))[-INCIDENTS_KEPT:]
+        self.kernel_events = dict(record.get("kernel_events", {}))
         if record.get("state") == State.SUCCEEDED.value:
             self.state = State.SUCCEEDED
 
@@ -221,6 +249,8 @@ def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]
         return s, _tree_killed(s, event, now)
     if isinstance(event, StopRequested):
         return s, _stop(s, event, now)
+    if isinstance(event, KernelMessage):
+        return s, _kernel(s, event, now)
     if isinstance(event, Tick):
         return s, _tick(s, now)
     raise TypeError(f"unknown event {event!r}")
@@ -249,6 +279,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.progress_counter, s.last_progress_at = -1, None
     s.progress = Progress()
     s.intervals, s.settings, s.last_error = {}, {}, None
+    s.suspicion = s.oom = None
     s.throughput.clear()
     origin = f"resuming from {event.resumed_from}" if event.resumed_from else "from scratch"
     return [Log("info", f"attempt {s.attempt}: worker pid {event.pid} at rung {s.rung} "
@@ -284,6 +315,11 @@ def _heartbeat(s: Supervision, m: dict[str, Any], now: Now) -> list[Any]:
         window.append(now.mono - s.last_progress_at)
     s.progress_counter, s.last_progress_at, p.phase = m["progress"], now.mono, phase
     actions: list[Any] = []
+    if s.suspicion is not None:
+        event = s.suspicion["event"]
+        s.suspicion = None
+        actions.append(Log("info", f"kernel {event.kind} line while training progresses: counted, nothing killed "
+                                   f"({event.message[:160]})"))
     if kind == "beat" and phase == "train":
         samples = m.get("samples")
         s.throughput.append((now.mono, samples if isinstance(samples, int) else 0))
@@ -301,6 +337,15 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return []
     if s.state == State.BACKOFF:
         return [_spawn(s)]
+    if how == "kernel confirm window":
+        event = s.suspicion["event"]
+        phase = "startup" if s.state == State.STARTING else s.progress.phase
+        detail = (f"kernel {event.kind} ({event.pattern}) and no progress within "
+                  f"{s.config.kernel_log.confirm_window:.0f} s: {event.message[:300]}")
+        actions = _begin_stop(s, now, reason="kernel", phase=phase, detail=detail, climb=True,
+                              failure=f"kernel:{event.kind}")
+        s.incidents[-1]["kernel_events"] = [asdict(event)]
+        return actions
     if s.state == State.STARTING:
         phase, since = "startup", s.spawned_at
     else:
@@ -322,8 +367,16 @@ def _exited(s: Supervision, code: int, now: Now) -> list[Any]:
     detail = how + (f": {s.last_error}" if s.last_error else "")
     if code == 0:
         detail = "exited with status 0 before training finished"
+    reason = "crash"
+    if s.oom is not None:
+        reason, failure = "oom", "oom"
+        detail = f"{how} after the OOM killer took pid {s.oom['event'].pid}: {s.oom['event'].message[:200]}"
     repeat = failure == s.last_failure
-    return _begin_stop(s, now, reason="crash", phase=s.progress.phase, detail=detail, climb=repeat, failure=failure)
+    actions = _begin_stop(s, now, reason=reason, phase=s.progress.phase, detail=detail, climb=repeat,
+                          failure=failure)
+    if s.oom is not None:
+        s.incidents[-1]["kernel_events"] = [asdict(s.oom["event"])]
+    return actions
 
 
 def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
@@ -335,6 +388,36 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         return []
     if s.state == State.BACKOFF:
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
+    return []
+
+
+def _kernel(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
+    s.kernel_events[event.kind] = s.kernel_events.get(event.kind, 0) + 1
+    running = s.state in (State.STARTING, State.HEALTHY)
+    if event.kind == "gpu_lost":
+        s.reboot_needed = True
+        text = f"GPU lost ({event.pattern}): {event.message[:300]}"
+        if running:
+            actions = _begin_stop(s, now, reason="kernel", phase=s.progress.phase, detail=text, climb=False,
+                                  failure="kernel:gpu_lost")
+            s.incidents[-1]["kernel_events"] = [asdict(event)]
+            s.pending["then"] = "reboot"
+            return actions
+        return [Log("error", text)]
+    if not running:
+        return []
+    if event.in_worker_tree is False:
+        return [Log("info", f"kernel {event.kind} line about pid {event.pid}, not the worker's: counted "
+                            f"({event.message[:160]})")]
+    if event.kind == "oom":
+        if event.in_worker_tree:
+            s.oom = {"event": event, "at": now.mono}
+            return [Log("error", f"the OOM killer took worker process {event.pid}")]
+        return []
+    if s.suspicion is None:
+        s.suspicion = {"event": event, "since": now.mono, "progress": s.progress_counter}
+        return [Log("warning", f"kernel {event.kind} line ({event.pattern}); the worker must show progress "
+                               f"within {s.config.kernel_log.confirm_window:.0f} s: {event.message[:160]}")]
     return []
 
 
@@ -369,11 +452,16 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
         return []
     s.worker_pid = None
     if event.survivors:
+        s.reboot_needed = True
         return _finish(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED,
             f"{len(event.survivors)} worker process(es) survived SIGKILL ({'; '.join(event.survivors)}): stuck in the "
             f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
     then = s.pending["then"]
+    if then == "reboot":
+        return _finish(s, State.FAILED, Exit(
+            EXIT_REBOOT_NEEDED, f"the GPU is lost ({s.incidents[-1]['detail'] if s.incidents else 'gpu_lost'}); no "
+                                f"new worker is started on it; reboot the machine, then run again to resume"))
     if then == "succeed":
         return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if then == "stop":
@@ -436,6 +524,8 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "rung": s.rung, "rungs": len(s.ladder), "rung_label": s.ladder.label(s.rung), "attempt": s.attempt,
         "restarts": sum(s.restarts_by_reason.values()), "restarts_by_reason": s.restarts_by_reason,
         "hangs_by_phase": s.hangs_by_phase, "budget_left": s.budget_left(now.wall),
+        "kernel_events": s.kernel_events, "reboot_needed": s.reboot_needed,
+        "suspicion": None if s.suspicion is None else s.suspicion["event"].message[:200],
         "worker_pid": s.worker_pid, "resumed_from": s.resumed_from, "settings": s.settings,
         "seconds_since_progress": None if s.last_progress_at is None else now.mono - s.last_progress_at,
         "worker_uptime": None if s.spawned_at is None or s.worker_pid is None else now.mono - s.spawned_at,

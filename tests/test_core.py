@@ -297,3 +297,68 @@ def test_snapshot_reports_rates_progress_and_eta():
     assert snap["it_s"] == pytest.approx(2.0) and snap["samples_s"] == pytest.approx(8.0)
     assert snap["progress"] == pytest.approx(15 / 30)
     assert snap["eta_seconds"] == pytest.approx(15 / 2.0)
+
+
+# Kernel messages ---------------------------------------------------------------------------------------------
+
+SEEDS_LINE = ("workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged CPU for >10000us 4 times, "
+              "consider switching to WQ_UNBOUND")
+
+
+def kernel(kind="stall", pid=None, in_tree=None, message=SEEDS_LINE):
+    return core.KernelMessage(kind=kind, message=message, source="kmsg", pattern="workqueue_gpu_hog", pid=pid,
+                              in_worker_tree=in_tree)
+
+
+def healthy(**sections) -> Driver:
+    d = Driver(make(**sections))
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.train_until(1010, 0.5)
+    return d
+
+
+def test_a_stall_line_without_progress_kills_within_the_confirm_window():
+    d = healthy(watchdog={"stall_timeout": 600}, kernel_log={"confirm_window": 10})
+    t0 = d.t
+    assert kinds(d(kernel())) == ["Log"]
+    assert d.at(t0 + 9.9)(core.Tick()) == []
+    actions = d.at(t0 + 10.0)(core.Tick())
+    incident = actions[-1].incident
+    assert incident["reason"] == "kernel" and incident["kernel_events"][0]["message"] == SEEDS_LINE
+    d(core.TreeKilled(killed=3))
+    assert d.s.rung == 1 and d.s.kernel_events == {"stall": 1}
+
+
+def test_a_stall_line_while_training_progresses_kills_nothing():
+    d = healthy(watchdog={"stall_timeout": 600})
+    d(kernel())
+    d.at(d.t + 0.5).beat()
+    assert d.s.suspicion is None
+    assert d.at(d.t + 30)(core.Tick()) == []  # only the stall timeout (600 s) is left
+    assert d.s.kernel_events == {"stall": 1} and d.s.incidents == []
+
+
+def test_a_line_about_another_process_only_counts():
+    d = healthy(watchdog={"stall_timeout": 600})
+    d(kernel(pid=999, in_tree=False, message="INFO: task kworker:999 blocked for more than 122 seconds."))
+    assert d.s.suspicion is None and d.s.kernel_events == {"stall": 1}
+
+
+def test_gpu_lost_kills_and_ends_with_reboot_needed():
+    d = healthy()
+    actions = d(kernel("gpu_lost", message="amdgpu 0000:03:00.0: amdgpu: GPU reset(2) failed"))
+    assert kinds(actions) == ["Log", "KillTree"]
+    actions = d(core.TreeKilled(killed=3))
+    assert kinds(actions) == ["Exit"] and actions[0].code == EXIT_REBOOT_NEEDED
+    assert "GPU is lost" in actions[0].text and d.s.reboot_needed
+
+
+def test_oom_kill_of_a_worker_process_names_the_crash():
+    d = healthy()
+    d(kernel("oom", pid=4300, in_tree=True, message="Out of memory: Killed process 4300 (python)"))
+    d(core.WorkerExited(-9))
+    incident = d.s.incidents[-1]
+    assert incident["reason"] == "oom" and "OOM killer took pid 4300" in incident["detail"]
+    d(core.TreeKilled(killed=1))
+    assert d.s.restarts_by_reason == {"oom": 1} and d.s.rung == 0

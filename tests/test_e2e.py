@@ -32,6 +32,9 @@ device = "cpu"
 plots = false
 [metrics]
 listen = "off"
+[kernel_log]
+source = "{kernel_log}"
+gpu_events = "off"
 [watchdog]
 startup_timeout = {startup}
 [restart]
@@ -41,8 +44,9 @@ startup_timeout = {startup}
 
 @pytest.fixture
 def demo_config(write_config):
-    def make(extra: str = "", startup: int = 90, restart: str = "backoff_initial = 0.5") -> object:
-        return write_config(CONFIG.format(startup=startup, restart=restart) + textwrap.dedent(extra))
+    def make(extra: str = "", startup: int = 90, restart: str = "backoff_initial = 0.5", kernel_log: str = "off"):
+        return write_config(CONFIG.format(startup=startup, restart=restart, kernel_log=kernel_log)
+                            + textwrap.dedent(extra))
     return make
 
 
@@ -83,7 +87,9 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
     assert len(incidents) == 1, [i["detail"] for i in incidents]
     incident = incidents[0]
     assert (incident["reason"], incident["phase"], incident["rung"]) == (reason, phase, 0)
-    assert incident["kill"]["survivors"] == [] and incident["kill"]["processes"] >= 1
+    assert incident["kill"]["survivors"] == []
+    # a hung tree is killed; a crashed worker's DataLoader workers die with it (parent-death signal)
+    assert incident["kill"]["processes"] >= (1 if reason == "hang" else 0)
     assert incident["settings"]["workers"] == 2  # rung 0 on the CPU: Ultralytics' forced workers=0 undone
     assert_gone([p["pid"] for p in incident["processes"]])
     assert status["rung"] == rung and status["attempt"] == 2
