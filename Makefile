@@ -55,5 +55,10 @@ bench: install
 	$(BIN)/python bench/heartbeat.py
 	$(BIN)/python bench/footprint.py
 
+# Installs the unit, /etc/yolo-train/config.toml (never overwritten), the yolo-train user; then:
+#   systemctl enable --now yolo-train
+install-service: install
+	$(BIN)/yolo-train install-service
+
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor import checkpoints, core, process_tree, state_file
+from supervisor.systemd_notify import Notifier, worker_environ
 from supervisor.config import Config, ConfigError
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.ladder import build_ladder
@@ -63,10 +64,20 @@ class Agent:
         self._lock_fd: int | None = None
         self.observers: list[Any] = []  # called with (agent, event) after each decision: metrics, systemd
         self.kernel_sources: list[Any] = []  # the kernel log and the GPU event monitor, each with fileno()/read()
+        self.exporter = None
+        self.systemd = Notifier()
+        self._watchdog_interval = self.systemd.watchdog_interval()
+        self._watchdog_pinged = 0.0
+        self._ready_sent = False
 
     # -- the loop --
     def run(self) -> int:
         self._lock_state_dir()
+        if self.config.metrics_listen:
+            from supervisor.metrics import start_exporter
+
+            self.exporter = start_exporter(self.config)  # serves between restarts too: it lives with us
+            log.info(f"metrics: http://{self.config.metrics_listen}/metrics")
         process_tree.become_subreaper()
         signal_r, signal_w = os.pipe()
         os.set_blocking(signal_w, False)
@@ -93,11 +104,15 @@ class Agent:
             if self.s.exit is None:
                 self.handle(core.Tick())
             self._write_state(force=False)
+            self._ping_systemd()
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
             self._kill(None)
         self._write_state(force=True)
         for source in self.kernel_sources:
             source.close()
+        self.systemd.stopping(self.s.exit.text)
+        if self.exporter is not None:
+            self.exporter.close()
         level = logging.INFO if self.s.exit.code == 0 else logging.ERROR
         log.log(level, self.s.exit.text)
         return self.s.exit.code
@@ -116,12 +131,21 @@ class Agent:
 
     def _execute(self, action: Any) -> None:
         if isinstance(action, core.Log):
-            log.log(logging.getLevelName(action.level.upper()), action.text,
-                    extra={"RUNG": self.s.rung, "ATTEMPT": self.s.attempt})
+            fields = {"RUNG": self.s.rung, "ATTEMPT": self.s.attempt, "EPOCH": self.s.progress.epoch,
+                      "BATCH": self.s.progress.batch}
+            if self.s.incidents and self.s.state == core.State.STOPPING:
+                fields["INCIDENT_ID"] = self.s.incidents[-1]["id"]  # journalctl INCIDENT_ID=... finds the story
+            log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
         elif isinstance(action, core.Spawn):
             self._spawn(action)
         elif isinstance(action, core.KillTree):
             self._kill(action.incident)
+        elif isinstance(action, core.RequestCheckpoint):
+            if self.worker is not None:
+                try:
+                    os.kill(self.worker.popen.pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass  # already gone: its exit is on its way through the pidfd
         elif isinstance(action, core.Exit):
             pass  # the loop ends on s.exit
         else:
@@ -147,7 +171,7 @@ class Agent:
         settings_path.write_text(json.dumps(settings, indent=1))
         heartbeat_r, heartbeat_w = os.pipe()
         output_r, output_w = os.pipe()
-        env = {**os.environ, **self.config.worker_env, ENV_FD: str(heartbeat_w), "PYTHONUNBUFFERED": "1",
+        env = {**worker_environ(os.environ), **self.config.worker_env, ENV_FD: str(heartbeat_w), "PYTHONUNBUFFERED": "1",
                "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
         python = self.config.worker_python or sys.executable
         try:
@@ -167,6 +191,8 @@ class Agent:
         self.selector.register(output_r, selectors.EVENT_READ, self._on_output)
         self.selector.register(self.worker.pidfd, selectors.EVENT_READ, self._on_exit)
         self.handle(core.Spawned(popen.pid, str(resume) if resume else None))
+        if not self._ready_sent:
+            self._ready_sent = self.systemd.ready(f"worker pid {popen.pid} started, rung {action.rung}")
 
     # -- reading the worker --
     def _on_heartbeat(self, fd: int) -> None:
@@ -259,7 +285,20 @@ class Agent:
     def _on_signal(self, fd: int) -> None:
         for signum in _read_available(fd) or b"":
             if signum in (signal.SIGTERM, signal.SIGINT):
+                self.systemd.stopping(f"stopping on {signal.Signals(signum).name}")
                 self.handle(core.StopRequested(signal.Signals(signum).name))
+
+    # -- systemd --
+    def status_line(self, status: dict[str, Any]) -> str:
+        it_s = status.get("it_s")
+        return (f"{status['state']}, epoch {status['epoch']}/{status['epochs']} batch {status['batch']}/"
+                f"{status['batches']}, {f'{it_s:.2f}' if it_s else '-'} it/s, rung {status['rung']} "
+                f"({status['rung_label']}), restarts {status['restarts']}")
+
+    def _ping_systemd(self) -> None:
+        if self._watchdog_interval and time.monotonic() - self._watchdog_pinged >= self._watchdog_interval:
+            self._watchdog_pinged = time.monotonic()  # from the loop itself: a hung loop stops the pings
+            self.systemd.watchdog()
 
     # -- killing --
     def _kill(self, incident: dict[str, Any] | None) -> None:
@@ -288,7 +327,8 @@ class Agent:
             incident["kill"] = {"processes": len(report.killed), "seconds": round(report.seconds, 3),
                                 "survivors": report.survivors}
             log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
-                     extra={"INCIDENT_ID": incident["id"]})
+                     extra={"INCIDENT_ID": incident["id"], "RUNG": incident["rung"], "EPOCH": incident["epoch"],
+                            "BATCH": incident["batch"]})
             self._append_incident(incident)
         self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors)))
 
@@ -303,8 +343,12 @@ class Agent:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
             return
         self._status_written = time.monotonic()
+        status = self.status()
+        if self.exporter is not None:
+            self.exporter.publish(status)
+        self.systemd.status(self.status_line(status))
         try:
-            state_file.write(self.config.state_dir, {**self.s.persistent(), "status": self.status(),
+            state_file.write(self.config.state_dir, {**self.s.persistent(), "status": status,
                                                      "kernel_log_position": self.kernel_log_position()})
             self._write_failed = False
         except OSError as e:

@@ -27,12 +27,34 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     check = commands.add_parser("check-config", help="validate a config and print the ladder")
     check.add_argument("--config", type=Path)
+    commands.add_parser("doctor", help="check torch, ROCm, GPU access, kernel log and disk", add_help=False)
+    commands.add_parser("install-service", help="install the systemd unit, config, user and directories",
+                        add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["doctor"]:  # these two own their options
+        from supervisor.doctor import doctor_main
+
+        return doctor_main(argv[1:])
+    if argv[:1] == ["install-service"]:
+        from supervisor.service import install_service_main
+
+        return install_service_main(argv[1:])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="yolo-train: %(message)s", stream=sys.stderr)
+    logger = logging.getLogger("yolo-train")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    from supervisor.systemd_notify import journal_logging, under_journal
+
+    if under_journal():
+        journal_logging(logger)  # structured fields (RUNG=, ATTEMPT=, INCIDENT_ID=) in the journal
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("yolo-train: %(message)s"))
+        logger.addHandler(handler)
     try:
         config = load(args.config, getattr(args, "state_dir", None))
         if args.command == "run":

@@ -118,6 +118,11 @@ class Spawn:
 
 
 @dataclass(frozen=True)
+class RequestCheckpoint:
+    """Ask the worker to save a checkpoint at its next batch boundary and exit (SIGUSR1)."""
+
+
+@dataclass(frozen=True)
 class KillTree:
     incident: dict[str, Any] | None  # None: cleaning up after a normal exit
 
@@ -186,6 +191,8 @@ class Supervision:
         """When the watchdog fires next (monotonic), and which timeout that is."""
         if self.state == State.BACKOFF:
             return self.backoff_until, "backoff"
+        if self.state == State.STOPPING and self.pending and self.pending.get("save_until") is not None:
+            return self.pending["save_until"], "stop save_timeout"
         if self.state == State.STARTING and self.spawned_at is not None:
             t = self.config.watchdog.startup_timeout
             return (None if t is None else self.spawned_at + t), "startup_timeout"
@@ -337,6 +344,9 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return []
     if s.state == State.BACKOFF:
         return [_spawn(s)]
+    if how == "stop save_timeout":
+        s.pending["save_until"] = None
+        return [Log("error", "the worker did not save and exit in time; killing it"), KillTree(s.incidents[-1])]
     if how == "kernel confirm window":
         event = s.suspicion["event"]
         phase = "startup" if s.state == State.STARTING else s.progress.phase
@@ -356,6 +366,10 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
 
 
 def _exited(s: Supervision, code: int, now: Now) -> list[Any]:
+    if s.state == State.STOPPING and s.pending and s.pending.get("save_until") is not None:
+        s.pending["save_until"] = None  # saved and gone, as asked: clean up what is left of the tree
+        s.pending["saved"] = code == 0
+        return [KillTree(None)]
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping
     if code == 0 and s.progress.phase == "done":
@@ -380,11 +394,23 @@ def _exited(s: Supervision, code: int, now: Now) -> list[Any]:
 
 
 def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
-    if s.state in (State.STARTING, State.HEALTHY):
-        return _begin_stop(s, now, reason="stop", phase=s.progress.phase, detail=f"{event.signal} received",
-                           climb=False, failure=None)
+    """A first stop request lets the worker save a checkpoint (within save_timeout); a second one kills."""
+    if s.state == State.STARTING:  # no batch since the checkpoint it resumed from: nothing new to save
+        actions = _begin_stop(s, now, reason="stop", phase="startup", detail=f"{event.signal} received",
+                              climb=False, failure=None)
+        return actions + [KillTree(s.incidents[-1])]
+    if s.state == State.HEALTHY:
+        actions = _begin_stop(s, now, reason="stop", phase=s.progress.phase, detail=f"{event.signal} received",
+                              climb=False, failure=None)
+        t = s.config.watchdog.save_timeout
+        s.pending["save_until"] = now.mono + (t if t is not None else 3600.0)
+        return [actions[0], Log("info", "asking the worker to save a checkpoint and exit"), RequestCheckpoint()]
     if s.state == State.STOPPING and s.pending is not None:
         s.pending["then"] = "stop"
+        if s.pending.get("save_until") is not None:
+            s.pending["save_until"] = None
+            return [Log("warning", f"{event.signal} again: killing the worker without waiting for its checkpoint"),
+                    KillTree(s.incidents[-1])]
         return []
     if s.state == State.BACKOFF:
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
@@ -443,8 +469,9 @@ def _begin_stop(s: Supervision, now: Now, *, reason: str, phase: str, detail: st
                  "failure": failure}
     if reason == "hang":
         s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
-    level = "info" if reason == "stop" else "error"
-    return [Log(level, f"{reason} in {phase}: {detail}; killing the worker tree"), KillTree(incident)]
+    if reason == "stop":
+        return [Log("info", f"stop requested ({detail})")]
+    return [Log("error", f"{reason} in {phase}: {detail}; killing the worker tree"), KillTree(incident)]
 
 
 def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
@@ -465,7 +492,8 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
     if then == "succeed":
         return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if then == "stop":
-        return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped at rung {s.rung}; run again to resume"))
+        saved = "after saving a checkpoint" if s.pending.get("saved") else "without a new checkpoint"
+        return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped at rung {s.rung} {saved}; run again to resume"))
 
     reason, failure = s.pending["reason"], s.pending["failure"]
     s.restart_times.append(now.wall)

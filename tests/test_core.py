@@ -54,6 +54,14 @@ def kinds(actions):
     return [type(a).__name__ for a in actions]
 
 
+def healthy(**sections) -> Driver:
+    d = Driver(make(**sections))
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.train_until(1010, 0.5)
+    return d
+
+
 def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     d = Driver(make())
     assert d.boot_and_spawn().rung == 0
@@ -220,14 +228,32 @@ def test_exit_zero_before_done_is_a_crash():
     assert d.s.incidents[-1]["reason"] == "crash"
 
 
-def test_stop_request_kills_and_exits_zero_without_restart():
-    d = Driver(make())
-    d.boot_and_spawn()
+def test_stop_asks_for_a_checkpoint_then_exits_zero_without_restart():
+    d = healthy()
     actions = d(core.StopRequested("SIGTERM"))
-    assert kinds(actions) == ["Log", "KillTree"]
-    actions = d(core.TreeKilled(killed=3))
-    assert kinds(actions) == ["Exit"] and actions[0].code == EXIT_OK
+    assert kinds(actions) == ["Log", "Log", "RequestCheckpoint"]
+    assert d(core.WorkerExited(0)) == [core.KillTree(None)]  # saved and gone: clean up the rest
+    actions = d(core.TreeKilled(killed=0))
+    assert kinds(actions) == ["Exit"] and actions[0].code == EXIT_OK and "after saving a checkpoint" in actions[0].text
     assert d.s.state == core.State.STOPPED and d.s.restart_times == []
+
+
+def test_a_second_stop_or_the_save_timeout_kills_without_waiting():
+    d = healthy(watchdog={"save_timeout": 60})
+    d(core.StopRequested("SIGINT"))
+    assert kinds(d(core.StopRequested("SIGINT"))) == ["Log", "KillTree"]
+    d2 = healthy(watchdog={"save_timeout": 60})
+    d2(core.StopRequested("SIGTERM"))
+    assert d2.at(d2.t + 59)(core.Tick()) == []
+    assert kinds(d2.at(d2.t + 1.1)(core.Tick())) == ["Log", "KillTree"]
+    assert "without a new checkpoint" in d2(core.TreeKilled(killed=3))[0].text
+
+
+def test_stop_before_the_first_batch_kills_at_once():
+    d = Driver(make())
+    d.boot_and_spawn()  # still starting: its checkpoint is the one it resumed from
+    assert kinds(d(core.StopRequested("SIGTERM"))) == ["Log", "KillTree"]
+    assert d(core.TreeKilled(killed=2))[0].code == EXIT_OK and d.s.state == core.State.STOPPED
 
 
 def test_a_restored_supervisor_continues_at_its_rung():
@@ -308,14 +334,6 @@ SEEDS_LINE = ("workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged C
 def kernel(kind="stall", pid=None, in_tree=None, message=SEEDS_LINE):
     return core.KernelMessage(kind=kind, message=message, source="kmsg", pattern="workqueue_gpu_hog", pid=pid,
                               in_worker_tree=in_tree)
-
-
-def healthy(**sections) -> Driver:
-    d = Driver(make(**sections))
-    d.boot_and_spawn()
-    d.beat("train", kind="phase")
-    d.train_until(1010, 0.5)
-    return d
 
 
 def test_a_stall_line_without_progress_kills_within_the_confirm_window():

@@ -296,11 +296,11 @@ workers = 2
 device = "cpu"
 plots = false
 [metrics]
-listen = "127.0.0.1:9840"
+listen = "127.0.0.1:10133"
 [[faults]]
 kind = "dataloader_hang"
-at_batch = 6
-attempt = 0
+at_batch = 10
+attempt = 1
 """
 
 
@@ -331,11 +331,16 @@ def run_daemon_scenario(sd: BootedSystemd) -> None:
         status = sd.systemctl("status", "yolo-train").stdout
         assert "active (running)" in status and "Status:" in status, status
         sd.wait_for([str(PYTHON), "-c", "import urllib.request; print(urllib.request.urlopen("
-                     "'http://127.0.0.1:9840/metrics', timeout=10).read().decode())"], lambda out: "yolo_train" in out,
+                     "'http://127.0.0.1:10133/metrics', timeout=10).read().decode())"], lambda out: "yolo_train" in out,
                     what="the metrics endpoint answering with yolo_train metrics")
-        sd.wait_for(journal_cmd(sd, "json"), lambda out: '"INCIDENT_ID"' in out,
-                    timeout=300, what="the injected hang recorded in the journal with its INCIDENT_ID")
-        sd.wait_for(f"test -e {last_pt} && echo yes", lambda out: "yes" in out, timeout=300, what="a last.pt")
+        sd.wait_for(journal_cmd(sd, "json"), lambda out: any(
+            (r := json.loads(line)).get("INCIDENT_ID") and "hang in train" in str(r.get("MESSAGE"))
+            for line in out.splitlines() if line.startswith("{")),
+            timeout=300, what="the injected hang recorded in the journal with its INCIDENT_ID")
+        sd.wait_for(journal_cmd(sd, "cat"), lambda out: "one rung safer: rung 1" in out and "attempt 2" in out,
+                    timeout=120, what="the hang recovered: attempt 2 one rung safer")
+        sd.wait_for(f"cat {STATE}/supervisor.json", lambda out: (s := json.loads(out or "{}").get("status", {})).get(
+            "attempt") == 2 and s.get("state") == "healthy", timeout=120, what="attempt 2 training")
         before_stop = time.time()
         sd.systemctl("stop", "yolo-train", check=True)
         assert show(sd, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}

@@ -15,12 +15,21 @@ import torch
 from ultralytics.data.build import InfiniteDataLoader
 
 PR_SET_PDEATHSIG = 1
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 
 def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this process when its parent dies, so no orphan outlives a killed tree."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def drop_ambient_capabilities() -> None:
+    """The service grants the supervisor CAP_SYSLOG for /dev/kmsg; training has no use for it."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     except OSError:
         pass
 

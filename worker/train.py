@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from worker.faults import Fault, FaultInjector, faults_from_env
 from worker.heartbeat import Heartbeat
 
+STOP_REQUESTED: list[bool] = []  # appended to by the SIGUSR1 handler
 # Our per-rung settings that Ultralytics has no argument for.
 WORKER_SETTINGS = ("persistent_workers",)
 
@@ -24,12 +26,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m worker SETTINGS.json", file=sys.stderr)
         return 2
+    # First thing: SIGUSR1 (the supervisor's "save and exit") must never meet its default action, death.
+    signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.append(True))
     settings = json.loads(Path(argv[0]).read_text())
     os.environ.setdefault("YOLO_OFFLINE", "1")  # no download attempt may stall a run: fonts, AMP check weights
     os.environ.setdefault("MPLBACKEND", "Agg")
-    from worker.loaders import die_with_parent
+    from worker.loaders import die_with_parent, drop_ambient_capabilities
 
     die_with_parent()
+    drop_ambient_capabilities()
     if settings.get("supervisor_pid") and os.getppid() != settings["supervisor_pid"]:
         return 1  # the supervisor died before we armed the parent-death signal
     hb = Heartbeat.from_env()
@@ -64,8 +69,12 @@ def train(settings: dict[str, Any], hb: Heartbeat) -> int:
         args["resume"] = resume
         args["model"] = resume
     trainer_cls = supervised_trainer(args.get("task") or task_of(args.get("model", "yolov8n.yaml")))
-    trainer = trainer_cls(overrides=args, supervision=Supervision(hb, injector, persistent, overrides))
-    trainer.train()
+    supervision = Supervision(hb, injector, persistent, overrides)
+    trainer = trainer_cls(overrides=args, supervision=supervision)
+    try:
+        trainer.train()
+    except StopForSupervisor:
+        return 0
     hb.phase("done")
     return 0
 
@@ -84,6 +93,10 @@ def task_of(model: str) -> str:
     return guess_model_task(model)
 
 
+class StopForSupervisor(Exception):
+    """Raised at a batch boundary after the checkpoint the supervisor asked for is written."""
+
+
 class Supervision:
     """What the supervised trainer needs from its supervisor: heartbeats, faults and the rung's settings."""
 
@@ -94,6 +107,10 @@ class Supervision:
         self.forced = forced  # the rung's Ultralytics arguments: they win over a checkpoint's on resume
         self.batch = 0
         self.started = False
+
+    @property
+    def stop_requested(self) -> bool:
+        return bool(STOP_REQUESTED)
 
 
 def supervised_trainer(task: str) -> type:
@@ -160,6 +177,8 @@ class SupervisedTrainerMixin:
             losses = {str(k): round(float(v), 5) for k, v in tloss.items()} if isinstance(tloss, dict) else {}
             hb.beat(**position(), samples=self.batch_size, losses=losses,
                     lr=self.optimizer.param_groups[0]["lr"])
+            if sup.stop_requested:
+                self.save_for_stop()
             sup.faults.after_train_batch()
 
         def on_train_epoch_end(trainer) -> None:
@@ -183,6 +202,24 @@ class SupervisedTrainerMixin:
                                 ("on_val_start", on_val_start), ("on_val_batch_end", on_val_batch_end),
                                 ("on_val_end", on_val_end), ("on_model_save", on_model_save)):
             self.add_callback(event, callback)
+
+    def save_for_stop(self) -> None:
+        """Write last.pt now, mid-epoch, and stop. Ultralytics resumes at the epoch after the checkpoint's, so the
+        checkpoint is labelled as the previous epoch's: the resumed run repeats this epoch's batches with these
+        weights instead of losing them. In the first epoch there is nothing to resume from, so nothing is saved."""
+        if self.epoch > 0:
+            hb = self.supervision.hb
+            hb.phase("save", epoch=self.epoch + 1, epochs=self.epochs, batch=self.supervision.batch)
+            epoch, best = self.epoch, self.best
+            self.epoch, self.best = epoch - 1, Path(os.devnull)  # best.pt stays what validation chose
+            try:
+                self.save_model()
+            finally:
+                self.epoch, self.best = epoch, best
+            hb.beat(epoch=self.epoch + 1, epochs=self.epochs, batch=self.supervision.batch)
+            print(f"yolo-train worker: saved {self.last} at epoch {self.epoch + 1} batch {self.supervision.batch} "
+                  f"on the supervisor's request", flush=True)
+        raise StopForSupervisor()
 
     def settings_in_force(self) -> dict[str, Any]:
         import torch
