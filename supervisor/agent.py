@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor import checkpoints, core, process_tree, state_file
+from supervisor import checkpoints, core, process_tree, signatures, state_file
 from supervisor.systemd_notify import Notifier, worker_environ
 from supervisor.config import Config, ConfigError
 from supervisor.exit_codes import EXIT_FAILED
@@ -161,7 +161,8 @@ class Agent:
             "attempt": action.attempt,
             "rung": action.rung,
             "train": {**self.config.train, "project": str(state_dir), "name": self.run_dir.name, "exist_ok": True},
-            "overrides": action.settings,
+            "overrides": {k: v for k, v in action.settings.items() if k != "env"},  # env goes to the environment
+            "patches": {"conv_fallback": self.config.conv_fallback, "amp_check": self.config.amp_check},
             "resume": str(resume) if resume else None,
             "faults": [f.to_dict() for f in self.config.faults],
             "fault_flag": str(state_dir / f"attempt-{action.attempt}.fault"),
@@ -171,7 +172,8 @@ class Agent:
         settings_path.write_text(json.dumps(settings, indent=1))
         heartbeat_r, heartbeat_w = os.pipe()
         output_r, output_w = os.pipe()
-        env = {**worker_environ(os.environ), **self.config.worker_env, ENV_FD: str(heartbeat_w), "PYTHONUNBUFFERED": "1",
+        env = {**worker_environ(os.environ), **self.config.worker_env, **action.settings.get("env", {}),
+               ENV_FD: str(heartbeat_w), "PYTHONUNBUFFERED": "1",
                "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
         python = self.config.worker_python or sys.executable
         try:
@@ -225,7 +227,12 @@ class Agent:
         worker.output_tail.extend(data)
         worker.partial_line += data
         *lines, worker.partial_line = worker.partial_line.split(b"\n")
-        shown = b"".join(line.rsplit(b"\r", 1)[-1] + b"\n" for line in lines if line.rsplit(b"\r", 1)[-1].strip())
+        shown = [line.rsplit(b"\r", 1)[-1] for line in lines]
+        for line in shown:
+            found = signatures.scan(line.decode(errors="replace"))
+            if found is not None:
+                self.handle(core.SignatureSeen(found.name, found.remedy, found.advice, line.decode(errors="replace")))
+        shown = b"".join(line + b"\n" for line in shown if line.strip())
         try:
             sys.stderr.buffer.write(shown)
             sys.stderr.buffer.flush()

@@ -23,7 +23,7 @@ AUTO = "auto"
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 
 # Our own per-rung settings that are not Ultralytics train() arguments.
-WORKER_SETTINGS = {"persistent_workers": bool}
+WORKER_SETTINGS = {"persistent_workers": bool, "conv_fallback": str, "env": dict}
 
 
 class ConfigError(ValueError):
@@ -107,6 +107,8 @@ class Config:
     metrics_listen: str | None = "127.0.0.1:10133"
     deadline: str | None = None
     kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
+    conv_fallback: str = "auto"  # [patches]: the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
+    amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
 
     @property
     def source(self) -> str:
@@ -131,7 +133,7 @@ def load(path: Path | None, state_dir: Path | None = None) -> Config:
 def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: Path | None = None) -> Config:
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
-                         "metrics", "deadline", "kernel_log"})
+                         "metrics", "deadline", "kernel_log", "patches"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -155,11 +157,18 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
         deadline = deadline.isoformat() if hasattr(deadline, "isoformat") else check.fail(
             "deadline", 'an RFC 3339 time, e.g. deadline = "2025-11-30T00:00:00Z"', deadline)
     kernel_log = check.kernel_log(raw.get("kernel_log", {}))
+    patches = raw.get("patches", {})
+    check.keys("patches", patches, {"conv_fallback", "amp_check"})
+    if patches.get("conv_fallback", "auto") not in ("auto", "on", "off"):
+        check.fail("patches.conv_fallback", '"auto", "on" or "off"', patches["conv_fallback"])
+    if patches.get("amp_check", "local") not in ("local", "off", "ultralytics"):
+        check.fail("patches.amp_check", '"local", "off" or "ultralytics"', patches["amp_check"])
     chosen_dir = state_dir or raw.get("state_dir") or default_state_dir(name)
     return Config(path=path, name=name, state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute(),
                   train=train, watchdog=watchdog, restart=restart, ladder=ladder, faults=faults,
                   worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
-                  metrics_listen=listen, deadline=deadline, kernel_log=kernel_log)
+                  metrics_listen=listen, deadline=deadline, kernel_log=kernel_log,
+                  conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"))
 
 
 def default_state_dir(name: str) -> Path:
@@ -254,6 +263,11 @@ class _Checker:
                 if key in WORKER_SETTINGS:
                     if not isinstance(value, WORKER_SETTINGS[key]):
                         self.fail(f"ladder.rungs[{i}].{key}", WORKER_SETTINGS[key].__name__, value)
+                    if key == "conv_fallback" and value not in ("auto", "on", "off"):
+                        self.fail(f"ladder.rungs[{i}].conv_fallback", '"auto", "on" or "off"', value)
+                    if key == "env" and not all(isinstance(v, str) for v in value.values()):
+                        self.fail(f"ladder.rungs[{i}].env", 'a table of strings, e.g. { MIOPEN_FIND_MODE = "FAST" }',
+                                  value)
                 elif known and key not in known:
                     raise ConfigError(f"{self.label}: ladder.rungs[{i}]: unknown setting {key!r}; expected an "
                                       f"Ultralytics train argument or one of {', '.join(WORKER_SETTINGS)}")

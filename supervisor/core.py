@@ -27,6 +27,7 @@ ensuing crash an ``oom`` one.
 
 from __future__ import annotations
 
+import math
 import signal
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -35,10 +36,12 @@ from typing import Any
 
 from supervisor import restart_budget, watchdog
 from supervisor.config import Config
-from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.ladder import Ladder
 
 INCIDENTS_KEPT = 20
+MIN_BATCH = 1  # halving the batch after GPU OOM stops here
+NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
 THROUGHPUT_WINDOW = 20  # training beats behind it/s
 
 
@@ -96,6 +99,15 @@ class KernelMessage:
     pattern: str
     pid: int | None = None
     in_worker_tree: bool | None = None  # None when the message names no pid
+
+
+@dataclass(frozen=True)
+class SignatureSeen:
+    """A line of the worker's output matched a failure signature (see signatures.py)."""
+    name: str
+    remedy: str
+    advice: str
+    line: str
 
 
 @dataclass(frozen=True)
@@ -184,6 +196,9 @@ class Supervision:
     suspicion: dict[str, Any] | None = None  # a kernel line awaiting confirmation: {"event", "since", "progress"}
     oom: dict[str, Any] | None = None  # the OOM kill of a worker process, to name the crash that follows
     reboot_needed: bool = False
+    signatures: dict[str, SignatureSeen] = field(default_factory=dict)  # seen in this attempt's output
+    nan_beats: int = 0  # consecutive training beats with a NaN or inf loss
+    remedies: dict[str, Any] = field(default_factory=dict)  # settings signatures added on top of the rung
     exit: Exit | None = None
 
     # -- derived values, for the agent, status and metrics --
@@ -226,7 +241,7 @@ class Supervision:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
                 "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value,
-                "kernel_events": self.kernel_events}
+                "kernel_events": self.kernel_events, "remedies": self.remedies}
 
     def restore(self, record: dict[str, Any]) -> None:
         self.rung = min(int(record.get("rung", 0)), len(self.ladder) - 1)
@@ -237,6 +252,7 @@ class Supervision:
         self.last_failure = record.get("last_failure")
         self.incidents = list(record.get("incidents", []))[-INCIDENTS_KEPT:]
         self.kernel_events = dict(record.get("kernel_events", {}))
+        self.remedies = dict(record.get("remedies", {}))
         if record.get("state") == State.SUCCEEDED.value:
             self.state = State.SUCCEEDED
 
@@ -258,6 +274,8 @@ def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]
         return s, _stop(s, event, now)
     if isinstance(event, KernelMessage):
         return s, _kernel(s, event, now)
+    if isinstance(event, SignatureSeen):
+        return s, _signature(s, event)
     if isinstance(event, Tick):
         return s, _tick(s, now)
     raise TypeError(f"unknown event {event!r}")
@@ -277,7 +295,7 @@ def _spawn(s: Supervision) -> Spawn:
     s.attempt += 1
     s.state = State.STARTING
     s.pending = None
-    return Spawn(attempt=s.attempt, rung=s.rung, settings=s.ladder.settings(s.rung))
+    return Spawn(attempt=s.attempt, rung=s.rung, settings={**s.ladder.settings(s.rung), **s.remedies})
 
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
@@ -287,6 +305,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.progress = Progress()
     s.intervals, s.settings, s.last_error = {}, {}, None
     s.suspicion = s.oom = None
+    s.signatures, s.nan_beats = {}, 0
     s.throughput.clear()
     origin = f"resuming from {event.resumed_from}" if event.resumed_from else "from scratch"
     return [Log("info", f"attempt {s.attempt}: worker pid {event.pid} at rung {s.rung} "
@@ -327,6 +346,13 @@ def _heartbeat(s: Supervision, m: dict[str, Any], now: Now) -> list[Any]:
         s.suspicion = None
         actions.append(Log("info", f"kernel {event.kind} line while training progresses: counted, nothing killed "
                                    f"({event.message[:160]})"))
+    if kind == "beat" and phase == "train" and p.losses:
+        s.nan_beats = s.nan_beats + 1 if not all(math.isfinite(v) for v in p.losses.values()) else 0
+        if s.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and s.settings.get("amp", True) is not False:
+            actions += _begin_stop(s, now, reason="nan", phase="train", climb=False, failure="nan",
+                                   detail=f"non-finite losses in {s.nan_beats} batches in a row ({p.losses})")
+            s.pending["remedy"] = {"amp": False}
+            return actions
     if kind == "beat" and phase == "train":
         samples = m.get("samples")
         s.throughput.append((now.mono, samples if isinstance(samples, int) else 0))
@@ -362,6 +388,12 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         phase, since = s.progress.phase, s.last_progress_at
     quiet = now.mono - (since or now.mono)
     detail = f"no progress for {quiet:.1f} s in {phase} ({how} {at - (since or at):.1f} s)"
+    miopen = s.signatures.get("miopen_kdb_missing")
+    if phase == "startup" and miopen and s.remedies.get("conv_fallback") != "on":
+        actions = _begin_stop(s, now, reason="hang", phase=phase, climb=False, failure=f"hang:{phase}",
+                              detail=f"{detail} after MIOpen's missing kernel database warning")
+        s.pending["remedy"] = {"conv_fallback": "on"}
+        return actions
     return _begin_stop(s, now, reason="hang", phase=phase, detail=detail, climb=True, failure=f"hang:{phase}")
 
 
@@ -381,13 +413,26 @@ def _exited(s: Supervision, code: int, now: Now) -> list[Any]:
     detail = how + (f": {s.last_error}" if s.last_error else "")
     if code == 0:
         detail = "exited with status 0 before training finished"
-    reason = "crash"
+    reason, remedy = "crash", None
+    for seen in s.signatures.values():
+        if seen.remedy == "config_error":
+            actions = _begin_stop(s, now, reason="crash", phase=s.progress.phase, climb=False, failure=seen.name,
+                                  detail=f"{how}: {seen.line.strip()[:200]}")
+            s.pending.update(then="config_error", advice=seen.advice)
+            return actions
+        if seen.remedy == "halve_batch":
+            batch = s.settings.get("batch") or s.config.train.get("batch", 16)
+            smaller = max(MIN_BATCH, int(batch) // 2) if isinstance(batch, (int, float)) and batch >= 1 else None
+            reason, failure, detail = "oom", "gpu_oom", f"{how}: out of GPU memory ({seen.line.strip()[:160]})"
+            if smaller is not None and smaller < batch:
+                remedy = {"batch": smaller}
     if s.oom is not None:
         reason, failure = "oom", "oom"
         detail = f"{how} after the OOM killer took pid {s.oom['event'].pid}: {s.oom['event'].message[:200]}"
     repeat = failure == s.last_failure
-    actions = _begin_stop(s, now, reason=reason, phase=s.progress.phase, detail=detail, climb=repeat,
-                          failure=failure)
+    actions = _begin_stop(s, now, reason=reason, phase=s.progress.phase, detail=detail,
+                          climb=repeat and remedy is None, failure=failure)
+    s.pending["remedy"] = remedy
     if s.oom is not None:
         s.incidents[-1]["kernel_events"] = [asdict(s.oom["event"])]
     return actions
@@ -414,6 +459,14 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         return []
     if s.state == State.BACKOFF:
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
+    return []
+
+
+def _signature(s: Supervision, event: SignatureSeen) -> list[Any]:
+    """Remembered for this attempt; acted on when the worker crashes or hangs (see signatures.py)."""
+    if s.state in (State.STARTING, State.HEALTHY) and event.name not in s.signatures:
+        s.signatures[event.name] = event
+        return [Log("warning", f"worker output shows {event.name}: {event.line[:200]}")]
     return []
 
 
@@ -489,6 +542,9 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
         return _finish(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED, f"the GPU is lost ({s.incidents[-1]['detail'] if s.incidents else 'gpu_lost'}); no "
                                 f"new worker is started on it; reboot the machine, then run again to resume"))
+    if then == "config_error":
+        return _finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{s.incidents[-1]['detail']}: {s.pending['advice']}; "
+                                                          f"not restarting"))
     if then == "succeed":
         return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if then == "stop":
@@ -508,13 +564,16 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
             f"{cfg.max_restarts}); last failure: {s.incidents[-1]['detail'] if s.incidents else failure}; "
             f"fix the cause, then run again to resume at rung {s.rung}"))
     actions: list[Any] = []
+    if s.pending.get("remedy"):
+        s.remedies.update(s.pending["remedy"])
+        actions.append(Log("warning", "from now on: " + ", ".join(f"{k}={v}" for k, v in s.pending["remedy"].items())))
     if s.pending["climb"]:
         if s.ladder.exhausted(s.rung):
             actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
         else:
             s.rung = s.ladder.next(s.rung)
             actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})"))
-    if reason == "crash":
+    if reason in ("crash", "oom"):
         s.consecutive_crashes += 1
         delay = restart_budget.backoff_delay(s.consecutive_crashes, cfg)
         s.state, s.backoff_until, s.pending = State.BACKOFF, now.mono + delay, None
@@ -550,6 +609,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "it_s": it_s, "samples_s": s.samples_per_second(), "eta_seconds": eta,
         "progress": (done_batches / total_batches) if total_batches else None,
         "rung": s.rung, "rungs": len(s.ladder), "rung_label": s.ladder.label(s.rung), "attempt": s.attempt,
+        "remedies": s.remedies,
         "restarts": sum(s.restarts_by_reason.values()), "restarts_by_reason": s.restarts_by_reason,
         "hangs_by_phase": s.hangs_by_phase, "budget_left": s.budget_left(now.wall),
         "kernel_events": s.kernel_events, "reboot_needed": s.reboot_needed,

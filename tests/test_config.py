@@ -1,5 +1,7 @@
 """Bad configuration: one line naming file, key and expected form, and exit status 78."""
 
+import re
+
 import pytest
 
 from supervisor.config import AUTO, ConfigError, load
@@ -51,3 +53,16 @@ def test_check_config_prints_the_ladder(write_config):
     assert result.returncode == 0
     assert "rung 3: workers=1, persistent_workers=false" in result.stdout
     assert "rung 5: workers=0, persistent_workers=false, val=false" in result.stdout
+
+
+def test_patches_and_rung_environments_are_validated(write_config):
+    from supervisor.config import load
+
+    config = load(write_config('[patches]\nconv_fallback = "on"\n[ladder]\nrungs = [{ env = { MIOPEN_FIND_MODE = "FAST" } },'
+                               ' { conv_fallback = "on" }]\n'))
+    assert config.conv_fallback == "on" and config.ladder[0]["env"] == {"MIOPEN_FIND_MODE": "FAST"}
+    for body, message in [('[patches]\nconv_fallback = "yes"\n', 'patches.conv_fallback: expected "auto", "on"'),
+                          ('[ladder]\nrungs = [{ env = { A = 1 } }]\n', "ladder.rungs[0].env: expected a table"),
+                          ('[kernel_log]\npatterns = [["x", "(", "stall"]]\n', "[kernel_log] patterns[0]")]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load(write_config(body))

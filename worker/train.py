@@ -54,6 +54,9 @@ def train(settings: dict[str, Any], hb: Heartbeat) -> int:
     args = dict(settings["train"])
     overrides = dict(settings.get("overrides", {}))
     persistent = bool(overrides.pop("persistent_workers", True))
+    patches = settings.get("patches", {})
+    apply_patches(overrides.pop("conv_fallback", patches.get("conv_fallback", "auto")),
+                  patches.get("amp_check", "local"))
     args.update(overrides)
     if args.get("data") == "demo":
         from worker.demo_data import ensure_demo_dataset
@@ -77,6 +80,18 @@ def train(settings: dict[str, Any], hb: Heartbeat) -> int:
         return 0
     hb.phase("done")
     return 0
+
+
+def apply_patches(conv_fallback: str, amp_check: str) -> None:
+    """Before any model is built, so the model Ultralytics' AMP check builds gets the same Conv2d path."""
+    from worker.patches import amp_check as amp
+    from worker.patches import conv2d
+
+    enable, why = conv2d.should_enable(conv_fallback, os.environ)
+    if enable:
+        conv2d.enable()
+    print(f"yolo-train worker: conv fallback {'on' if enable else 'off'} ({why})", flush=True)
+    amp.install(amp_check)
 
 
 def checkpoint_finished(path: str) -> bool:
@@ -226,6 +241,7 @@ class SupervisedTrainerMixin:
         import ultralytics
 
         from worker.loaders import EpochWorkersDataLoader
+        from worker.patches import conv2d
 
         loader = self.train_loader
         return {
@@ -239,7 +255,8 @@ class SupervisedTrainerMixin:
             "resumed": bool(self.resume),
             "start_epoch": self.start_epoch + 1,
             "forced": {k: getattr(self.args, k, None) for k in self.supervision.forced},
+            "conv_fallback": conv2d.is_enabled(),
             "versions": {"ultralytics": ultralytics.__version__, "torch": torch.__version__,
-                         "python": sys.version.split()[0]},
+                         "hip": torch.version.hip, "cuda": torch.version.cuda, "python": sys.version.split()[0]},
         }
 

@@ -1,0 +1,65 @@
+"""Failure signatures: lines in the worker's output that say what went wrong, and what helps.
+
+The seeds lost days to failures that are recognisable from one line. Each signature names its remedy:
+
+- ``rocm_mismatch``: the torch build does not fit the ROCm runtime or the GPU (HIPBLAS_STATUS_ALLOC_FAILED,
+  no code object for the GPU). Restarting cannot help: the supervisor exits with the configuration-error
+  status and says what fits.
+- ``gpu_oom``: out of GPU memory. Restart from last.pt with half the batch size, down to a floor.
+- ``miopen_kdb_missing``: MIOpen has no kernel database for the GPU; a worker that then hangs before its
+  first batch is searching kernels forever. The next attempt turns the Conv2d fallback on.
+- NaN or inf losses come through the heartbeat, not the output: restart from last.pt with AMP off.
+
+Patterns are the real messages of PyTorch, HIP and MIOpen (cited per entry); they are searched per line,
+only in lines the worker prints, so the cost is one regex scan per output line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    regex: re.Pattern[str]
+    remedy: str  # "config_error" | "halve_batch" | "conv_fallback"
+    advice: str
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    # hipBLAS's status text as torch raises it: "RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling
+    # `hipblasCreate(handle)`": a torch wheel built for another ROCm than the one installed (gfx1100 + torch
+    # 2.5.1 on ROCm < 6.3 in the seeds' case).
+    Signature("rocm_mismatch", re.compile(r"HIPBLAS_STATUS_ALLOC_FAILED|HIPBLAS_STATUS_NOT_INITIALIZED"),
+              "config_error",
+              "this torch build does not fit the installed ROCm: install the torch wheel built for your ROCm "
+              "version (on gfx1100, torch 2.5.1 needs ROCm >= 6.3); `yolo-train doctor` shows the versions here"),
+    # HIP runtime: "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!", and torch's
+    # "HIP error: invalid device function": the wheel has no kernels for this GPU architecture.
+    Signature("rocm_mismatch", re.compile(r"hipErrorNoBinaryForGpu|HIP error: invalid device function|"
+                                          r"no kernel image is available for execution on the device"),
+              "config_error",
+              "this torch build has no kernels for this GPU: set [worker] env HSA_OVERRIDE_GFX_VERSION to a "
+              "supported architecture (e.g. \"10.3.0\" for gfx1010/gfx1030) or install a matching torch; "
+              "`yolo-train doctor` checks it"),
+    # torch.OutOfMemoryError: "HIP out of memory. Tried to allocate ..." / "CUDA out of memory. ..."
+    Signature("gpu_oom", re.compile(r"(?:HIP|CUDA) out of memory|OutOfMemoryError|HIP_ERROR_OUT_OF_MEMORY|"
+                                    r"hipErrorOutOfMemory"),
+              "halve_batch", "out of GPU memory: restarting with half the batch size"),
+    # MIOpen: "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may
+    # degrade. Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package"
+    Signature("miopen_kdb_missing", re.compile(r"MIOpen\(HIP\): Warning \[SQLiteBase\] Missing system database file"),
+              "conv_fallback", "MIOpen has no kernel database for this GPU: turning the Conv2d fallback on"),
+)
+
+
+ANY_SIGNATURE = re.compile("|".join(f"(?:{signature.regex.pattern})" for signature in SIGNATURES))
+
+
+def scan(line: str) -> Signature | None:
+    """The first signature a line of worker output shows, if any."""
+    if ANY_SIGNATURE.search(line) is None:
+        return None  # the common case: one regex scan
+    return next(signature for signature in SIGNATURES if signature.regex.search(line))
