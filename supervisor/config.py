@@ -13,6 +13,7 @@ import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     if deadline is not None and not isinstance(deadline, str):
         deadline = deadline.isoformat() if hasattr(deadline, "isoformat") else check.fail(
             "deadline", 'an RFC 3339 time, e.g. deadline = "2025-11-30T00:00:00Z"', deadline)
+    parse_deadline(deadline, label)
     kernel_log = check.kernel_log(raw.get("kernel_log", {}))
     patches = raw.get("patches", {})
     check.keys("patches", patches, {"conv_fallback", "amp_check"})
@@ -169,6 +171,18 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                   worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
                   metrics_listen=listen, deadline=deadline, kernel_log=kernel_log,
                   conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"))
+
+
+def parse_deadline(text: str | None, source: str = "<config>") -> float | None:
+    """The deadline as a Unix timestamp; a time without an offset is local time. ConfigError if unreadable."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(f"{source}: deadline: expected an RFC 3339 time, e.g. deadline = "
+                          f"\"2025-11-30T00:00:00Z\", got {text!r}") from None
+    return moment.timestamp() if moment.tzinfo else moment.astimezone().timestamp()
 
 
 def default_state_dir(name: str) -> Path:

@@ -9,9 +9,16 @@ from typing import Any
 import psutil
 
 from supervisor import process_tree, state_file
-from supervisor.config import Config
+from supervisor.config import Config, parse_deadline
 
 FINAL_STATES = {"succeeded", "failed", "stopped"}
+
+
+def deadline_slack(config: Config, status: dict[str, Any], now: float) -> float | None:
+    """Seconds between the projected end (now + ETA) and the configured deadline; negative: late."""
+    deadline = parse_deadline(config.deadline, config.source)
+    eta = status.get("eta_seconds")
+    return None if deadline is None or eta is None else deadline - (now + eta)
 
 
 def gather(config: Config) -> dict[str, Any]:
@@ -23,7 +30,8 @@ def gather(config: Config) -> dict[str, Any]:
     running = bool(supervisor_pid) and psutil.pid_exists(supervisor_pid) and status.get("state") not in FINAL_STATES
     worker_pid = status.get("worker_pid")
     pids = [p.pid for p in process_tree.tree(worker_pid)] if running and worker_pid else []
-    status.update(supervisor_running=running, pids=pids)
+    status.update(supervisor_running=running, pids=pids, deadline=config.deadline,
+                  deadline_slack_seconds=deadline_slack(config, status, time.time()) if running else None)
     if not running and status.get("state") not in FINAL_STATES:
         status["state"] = "not running"  # the supervisor died without saying how it ended
     return status
@@ -45,6 +53,12 @@ def duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+def slack_text(slack: float | None) -> str:
+    if slack is None:
+        return ""
+    return f"  {duration(slack)} before the deadline" if slack >= 0 else f"  {duration(-slack)} PAST the deadline"
+
+
 def render(status: dict[str, Any], now: float | None = None) -> str:
     now = now or time.time()
     if status["state"] == "not started":
@@ -57,7 +71,8 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         f" ({len(status.get('pids', []))} processes)",
         f"epoch {epoch}/{epochs} {bar(batch / batches if batches else None)} batch {batch}/{batches}",
         f"run       {bar(status.get('progress'))} {100 * (status.get('progress') or 0):.0f}%  "
-        f"{f'{it_s:.2f} it/s' if it_s else '- it/s'}  ETA {duration(status.get('eta_seconds'))}",
+        f"{f'{it_s:.2f} it/s' if it_s else '- it/s'}  ETA {duration(status.get('eta_seconds'))}"
+        + slack_text(status.get("deadline_slack_seconds")),
         f"rung {status.get('rung', 0)}/{max(0, status.get('rungs', 1) - 1)} ({status.get('rung_label', '')}), "
         f"restarts {status.get('restarts', 0)}"
         + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(status.get("restarts_by_reason", {}).items())) + ")"

@@ -66,3 +66,11 @@ def test_patches_and_rung_environments_are_validated(write_config):
                           ('[kernel_log]\npatterns = [["x", "(", "stall"]]\n', "[kernel_log] patterns[0]")]:
         with pytest.raises(ConfigError, match=re.escape(message)):
             load(write_config(body))
+
+
+def test_a_bad_deadline_is_rejected_at_load(write_config):
+    from supervisor.config import load
+
+    with pytest.raises(ConfigError, match="deadline: expected an RFC 3339 time"):
+        load(write_config('deadline = "next friday"\n'))
+    assert load(write_config('deadline = "2025-11-30T00:00:00Z"\n')).deadline == "2025-11-30T00:00:00Z"

@@ -5,6 +5,7 @@ injects a real fault, and checks what a user would check: the hang or crash was 
 process tree is gone, training resumed from last.pt at the right rung and finished with best.pt.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -183,8 +184,16 @@ def test_a_supervisor_killed_with_sigkill_leaves_no_orphans_and_its_successor_ke
     status = wait_for(lambda: (s := status_of(state_dir)) and s["attempt"] == 2 and s["state"] == "healthy" and s,
                       what="attempt 2 training")
     pids = [p.pid for p in psutil.Process(status["worker_pid"]).children(recursive=True)] + [status["worker_pid"]]
+    live = json.loads(yolo_train("status", "--json", "--config", str(config), "--state-dir", str(state_dir)).stdout)
+    assert live["state"] == "healthy" and live["supervisor_running"] and live["rung"] == 1
+    assert set(live["pids"]) == set(pids) and len(pids) == 2  # the worker and its one DataLoader worker
+    assert live["last_incident"]["reason"] == "hang"
+    human = yolo_train("status", "--config", str(config), "--state-dir", str(state_dir)).stdout
+    assert "rung 1/" in human and "(workers=1)" in human and "last incident" in human and "it/s" in human
     first.send_signal(signal.SIGKILL)
     first.communicate()
+    after = json.loads(yolo_train("status", "--json", "--config", str(config), "--state-dir", str(state_dir)).stdout)
+    assert after["state"] == "not running" and after["pids"] == []
     wait_for(lambda: not [p for p in pids if psutil.pid_exists(p)], timeout=30, what="the orphaned worker tree to die")
     result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir))
     status = assert_finished(state_dir, result)
