@@ -171,7 +171,8 @@ class _Families:
         self.families.append(family)
         return family
 
-    def counter(self, name: str, documentation: str, value: Any = None, labels: Iterable[str] = ()) -> CounterMetricFamily:
+    def counter(self, name: str, documentation: str, value: Any = None,
+                labels: Iterable[str] = ()) -> CounterMetricFamily:
         family = CounterMetricFamily(name, documentation, labels=list(labels) or None)
         if not labels and _number(value) is not None:
             family.add_metric([], _number(value))
@@ -264,8 +265,9 @@ def render_status(status: dict[str, Any], *, now: float, deadline: float | None,
     heartbeats = _table(status.get("heartbeats"))
     m.counter("yolo_train_heartbeats_dropped", "Heartbeats the worker dropped because the pipe was full.",
               _number(heartbeats.get("dropped")) or 0.0)
+    unreadable = (_number(heartbeats.get("malformed")) or 0.0) + (_number(heartbeats.get("oversized")) or 0.0)
     m.counter("yolo_train_heartbeats_malformed", "Heartbeat lines the supervisor could not read (malformed or "
-              "oversized).", (_number(heartbeats.get("malformed")) or 0.0) + (_number(heartbeats.get("oversized")) or 0.0))
+              "oversized).", unreadable)
 
     # Worker processes
     m.counter("yolo_train_worker_cpu_seconds", "CPU seconds (user + system) of the worker process trees, over "
