@@ -26,7 +26,7 @@ from supervisor.systemd_notify import Notifier, worker_environ
 from supervisor.config import Config, ConfigError
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.ladder import build_ladder
-from worker.heartbeat import ENV_FD, Decoder
+from worker.heartbeat import ENV_FD, Decoder, read_available
 
 log = logging.getLogger("yolo-train")
 
@@ -201,7 +201,7 @@ class Agent:
         worker = self.worker
         if worker is None:
             return
-        data = _read_available(fd)
+        data = read_available(fd)
         messages = worker.decoder.feed(data) if data else []
         self.heartbeats["malformed"] += worker.decoder.malformed
         self.heartbeats["oversized"] += worker.decoder.oversized
@@ -218,7 +218,7 @@ class Agent:
     def _on_output(self, fd: int) -> None:
         """Forward the worker's output line by line, each line as a terminal would end up showing it
         (the text after its last carriage return), so progress bars do not swallow our own log lines."""
-        data = _read_available(fd)
+        data = read_available(fd)
         worker = self.worker
         if data == b"":
             self._forget(fd)
@@ -290,7 +290,7 @@ class Agent:
         return {}
 
     def _on_signal(self, fd: int) -> None:
-        for signum in _read_available(fd) or b"":
+        for signum in read_available(fd) or b"":
             if signum in (signal.SIGTERM, signal.SIGINT):
                 self.systemd.stopping(f"stopping on {signal.Signals(signum).name}")
                 self.handle(core.StopRequested(signal.Signals(signum).name))
@@ -390,20 +390,6 @@ class Agent:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
-
-
-def _read_available(fd: int) -> bytes | None:
-    """All bytes readable now; b"" at EOF; None when nothing was there."""
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            return b"".join(chunks) if chunks else b""
-        chunks.append(chunk)
-    return b"".join(chunks) if chunks else None
 
 
 def run(config: Config) -> int:

@@ -22,7 +22,6 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -31,7 +30,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from supervisor.config import Config, ConfigError
+from supervisor.config import Config, ConfigError, parse_deadline
 from supervisor.core import State
 from supervisor.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, sample_all
 
@@ -51,18 +50,6 @@ def yolo_train_version() -> str:
         return importlib.metadata.version("yolo-train")
     except importlib.metadata.PackageNotFoundError:
         return UNKNOWN
-
-
-def parse_deadline(text: str | None, source: str = "<config>") -> float | None:
-    """The deadline as a Unix timestamp; a time without an offset is local time. ConfigError if unreadable."""
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ConfigError(f"{source}: deadline: expected an RFC 3339 time, e.g. deadline = "
-                          f"\"2025-11-30T00:00:00Z\", got {text!r}") from None
-    return moment.timestamp() if moment.tzinfo else moment.astimezone().timestamp()
 
 
 @dataclass(frozen=True)

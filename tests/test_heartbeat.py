@@ -6,21 +6,12 @@ import time
 
 import pytest
 
-from worker.heartbeat import MAX_MESSAGE_BYTES, Decoder, Heartbeat, encode, parse
+from worker.heartbeat import MAX_MESSAGE_BYTES, Decoder, Heartbeat, encode, parse, read_available
 
 
 def drain(fd: int) -> bytes:
     os.set_blocking(fd, False)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return read_available(fd) or b""
 
 
 def test_beats_and_phases_carry_a_growing_progress_counter():

@@ -167,6 +167,20 @@ class Decoder:
         return messages
 
 
+def read_available(fd: int) -> bytes | None:
+    """All bytes a non-blocking pipe holds now; b"" at end of file; None when nothing was there."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            return b"".join(chunks) if chunks else b""
+        chunks.append(chunk)
+    return b"".join(chunks) if chunks else None
+
+
 def parse(line: bytes) -> dict[str, Any] | None:
     """A valid version-1 message, or None."""
     try:
