@@ -62,7 +62,6 @@ class Agent:
         self._status_written = 0.0
         self._write_failed = False
         self._lock_fd: int | None = None
-        self.observers: list[Any] = []  # called with (agent, event) after each decision: metrics, systemd
         self.kernel_sources: list[Any] = []  # the kernel log and the GPU event monitor, each with fileno()/read()
         self.exporter = None
         self.systemd = Notifier()
@@ -83,8 +82,10 @@ class Agent:
         os.set_blocking(signal_w, False)
         os.set_blocking(signal_r, False)
         signal.set_wakeup_fd(signal_w)
+        # The wake-up fd carries the signal number into the loop. SIGHUP is caught and ignored: a closed
+        # terminal must not end a night of training.
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: None)  # the wake-up fd carries the signal number into the loop
+            signal.signal(sig, lambda *_: None)
         self.selector.register(signal_r, selectors.EVENT_READ, self._on_signal)
         record = state_file.read(self.config.state_dir)
         if record:
@@ -122,8 +123,6 @@ class Agent:
 
     def handle(self, event: Any) -> None:
         _, actions = core.decide(self.s, event, self.now())
-        for observer in self.observers:
-            observer(self, event)
         for action in actions:
             self._execute(action)
         if not isinstance(event, (core.Heartbeat, core.Tick)) or actions:
