@@ -13,7 +13,10 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-from systemd import daemon, journal
+try:
+    from systemd import daemon, journal
+except ImportError:  # systemd-python is a dependency, but a supervisor without it still supervises
+    daemon = journal = None
 
 SYSLOG_IDENTIFIER = "yolo-train"
 
@@ -59,7 +62,7 @@ class Notifier:
         return int(usec) / 2 / 1_000_000
 
     def _send(self, state: str | None, status: str | None) -> bool:
-        if not self.enabled:
+        if not self.enabled or daemon is None:
             return False
         lines = [state] if state else []
         if status is not None:
@@ -98,7 +101,7 @@ def journal_logging(logger: logging.Logger, environ: Mapping[str, str] = os.envi
     (letters, digits, underscore); journald drops the others.
     """
     handler: logging.Handler
-    if under_journal(environ, stream):
+    if under_journal(environ, stream) and journal is not None:
         handler = journal.JournalHandler(SYSLOG_IDENTIFIER=SYSLOG_IDENTIFIER)
         handler.setFormatter(logging.Formatter("%(message)s"))  # the journal stamps time and priority itself
     else:
