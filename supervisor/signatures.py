@@ -4,7 +4,7 @@ The seeds lost days to failures that are recognisable from one line. Each signat
 
 - ``rocm_mismatch``: the torch build does not fit the ROCm runtime or the GPU (HIPBLAS_STATUS_ALLOC_FAILED,
   no code object for the GPU). Restarting cannot help: the supervisor exits with the configuration-error
-  status and says what fits.
+  status and says what fits. ``missing_module`` (a ModuleNotFoundError) likewise.
 - ``gpu_oom``: out of GPU memory. Restart from last.pt with half the batch size, down to a floor.
 - ``miopen_kdb_missing``: MIOpen has no kernel database for the GPU; a worker that then hangs before its
   first batch is searching kernels forever. The next attempt turns the Conv2d fallback on.
@@ -44,6 +44,11 @@ SIGNATURES: tuple[Signature, ...] = (
               "this torch build has no kernels for this GPU: set [worker] env HSA_OVERRIDE_GFX_VERSION to a "
               "supported architecture (e.g. \"10.3.0\" for gfx1010/gfx1030) or install a matching torch; "
               "`yolo-train doctor` checks it"),
+    # Python's own: a module the worker imports is missing from its environment (seen on a GPU machine whose
+    # image lacked polars, which Ultralytics needs to write results.csv): every restart would fail the same way.
+    Signature("missing_module", re.compile(r"ModuleNotFoundError: No module named '[^']+'"), "config_error",
+              "a module the worker imports is missing from its Python environment: install it into the "
+              "environment of [worker] python (pip install ...), then run again"),
     # torch.OutOfMemoryError: "HIP out of memory. Tried to allocate ..." / "CUDA out of memory. ..."
     Signature("gpu_oom", re.compile(r"(?:HIP|CUDA) out of memory|OutOfMemoryError|HIP_ERROR_OUT_OF_MEMORY|"
                                     r"hipErrorOutOfMemory"),

@@ -117,6 +117,7 @@ def test_a_hang_before_the_first_batch_after_the_miopen_warning_turns_the_conv_f
     ("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1010_18.kdb Performance may degrade.",
      "miopen_kdb_missing"),
     ("      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size", None),
+    ("ModuleNotFoundError: No module named 'polars'", "missing_module"),
     ("Memory usage is fine", None),
 ])
 def test_scan_recognises_each_signature_and_nothing_else(line, name):
