@@ -58,7 +58,7 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.worker: WorkerHandle | None = None
         self.run_dir = config.state_dir / "train"  # Ultralytics' save_dir: weights/last.pt lives here
-        self.heartbeats = {"malformed": 0, "oversized": 0, "dropped": 0}
+        self.heartbeats = {"received": 0, "malformed": 0, "oversized": 0, "dropped": 0}
         self._status_written = 0.0
         self._write_failed = False
         self._lock_fd: int | None = None
@@ -102,8 +102,9 @@ class Agent:
             for source in self.kernel_sources:
                 if getattr(source, "needs_polling", False):  # a journal on a network file system
                     self._on_kernel(source)
-            if self.s.exit is None:
-                self.handle(core.Tick())
+            at, _ = self.s.deadline()
+            if self.s.exit is None and at is not None and time.monotonic() >= at:
+                self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
             self._ping_systemd()
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
@@ -205,6 +206,7 @@ class Agent:
         self.heartbeats["malformed"] += worker.decoder.malformed
         self.heartbeats["oversized"] += worker.decoder.oversized
         worker.decoder.malformed = worker.decoder.oversized = 0
+        self.heartbeats["received"] += len(messages)
         for message in messages:
             if isinstance(message.get("dropped"), int) and message.get("pid") == worker.popen.pid:
                 self.heartbeats["dropped"] = max(self.heartbeats["dropped"], message["dropped"])
@@ -331,7 +333,7 @@ class Agent:
                 os.close(fd)
         if incident is not None:
             incident["kill"] = {"processes": len(report.killed), "seconds": round(report.seconds, 3),
-                                "survivors": report.survivors}
+                                "survivors": report.survivors, "confirmed_wall": time.time()}
             log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
                      extra={"INCIDENT_ID": incident["id"], "RUNG": incident["rung"], "EPOCH": incident["epoch"],
                             "BATCH": incident["batch"]})

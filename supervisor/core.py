@@ -175,6 +175,7 @@ class Supervision:
     worker_pid: int | None = None
     spawned_at: float | None = None  # monotonic
     spawned_wall: float | None = None
+    startup_seconds: float | None = None  # spawn to the first training batch of this attempt
     resumed_from: str | None = None
     progress_counter: int = -1
     last_progress_at: float | None = None  # monotonic
@@ -299,7 +300,7 @@ def _spawn(s: Supervision) -> Spawn:
 
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
-    s.worker_pid, s.spawned_at, s.spawned_wall = event.pid, now.mono, now.wall
+    s.worker_pid, s.spawned_at, s.spawned_wall, s.startup_seconds = event.pid, now.mono, now.wall, None
     s.resumed_from = event.resumed_from
     s.progress_counter, s.last_progress_at = -1, None
     s.progress = Progress()
@@ -359,8 +360,9 @@ def _heartbeat(s: Supervision, m: dict[str, Any], now: Now) -> list[Any]:
         if s.state == State.STARTING:
             s.state = State.HEALTHY
             s.consecutive_crashes = 0
-            actions.append(Log("info", f"attempt {s.attempt}: first training batch "
-                                       f"{now.mono - (s.spawned_at or now.mono):.1f} s after spawn"))
+            s.startup_seconds = now.mono - (s.spawned_at or now.mono)
+            actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
+                                       f"after spawn"))
     return actions
 
 
@@ -515,6 +517,7 @@ def _begin_stop(s: Supervision, now: Now, *, reason: str, phase: str, detail: st
         "epoch": s.progress.epoch,
         "batch": s.progress.batch,
         "seconds_since_progress": None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
+        "last_progress_wall": None if s.last_progress_at is None else now.wall - (now.mono - s.last_progress_at),
     }
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
@@ -617,6 +620,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "worker_pid": s.worker_pid, "resumed_from": s.resumed_from, "settings": s.settings,
         "seconds_since_progress": None if s.last_progress_at is None else now.mono - s.last_progress_at,
         "worker_uptime": None if s.spawned_at is None or s.worker_pid is None else now.mono - s.spawned_at,
+        "worker_spawned": s.spawned_wall, "startup_seconds": s.startup_seconds,
         "watchdog": {"timeout": how, "fires_in": None if at is None else at - now.mono},
         "last_restart": s.restart_times[-1] if s.restart_times else None,
         "last_incident": s.incidents[-1] if s.incidents else None,

@@ -42,7 +42,14 @@ PROTOCOL_VERSION = 1
 ENV_FD = "YOLO_TRAIN_HEARTBEAT_FD"
 MAX_MESSAGE_BYTES = select.PIPE_BUF
 PHASES = ("setup", "train", "val", "save", "done")
+# Built once: json.dumps() with non-default arguments builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 KINDS = ("beat", "phase", "settings", "error")
+
+
+# The sender's pid, kept current across fork() (a DataLoader worker that beats must say it is not the loop).
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 class Heartbeat:
@@ -101,7 +108,7 @@ class Heartbeat:
     def _send(self, kind: str, fields: dict[str, Any]) -> bool:
         if self.fd is None:
             return False
-        message = {"v": PROTOCOL_VERSION, "pid": os.getpid(), "kind": kind, "phase": self.current_phase,
+        message = {"v": PROTOCOL_VERSION, "pid": _PID[0], "kind": kind, "phase": self.current_phase,
                    "progress": self.progress, "dropped": self.dropped, "t": round(time.time(), 3), **fields}
         data = encode(message)
         try:
@@ -120,12 +127,12 @@ class Heartbeat:
 
 def encode(message: dict[str, Any]) -> bytes:
     """One message as a line; fields that would overflow PIPE_BUF are shed (losses first) so it stays atomic."""
-    data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
+    data = (_ENCODER.encode(message) + "\n").encode()
     for optional in ("settings", "losses", "error"):
         if len(data) <= MAX_MESSAGE_BYTES:
             break
         message = {k: v for k, v in message.items() if k != optional}
-        data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
+        data = (_ENCODER.encode(message) + "\n").encode()
     if len(data) > MAX_MESSAGE_BYTES:
         raise ValueError(f"heartbeat message of {len(data)} bytes exceeds PIPE_BUF ({MAX_MESSAGE_BYTES})")
     return data
