@@ -208,7 +208,13 @@ class Supervision:
         if self.state == State.BACKOFF:
             return self.backoff_until, "backoff"
         if self.state == State.STOPPING and self.pending and self.pending.get("save_until") is not None:
-            return self.pending["save_until"], "stop save_timeout"
+            # Waiting for the checkpoint asked for; a worker that stalls meanwhile is hung and cannot save.
+            at, how = self.pending["save_until"], "stop save_timeout"
+            if self.last_progress_at is not None:
+                t, _ = watchdog.phase_timeout(self.config.watchdog, self.progress.phase, self.intervals)
+                if t is not None and self.last_progress_at + t < at:
+                    at, how = self.last_progress_at + t, "stop stalled"
+            return at, how
         if self.state == State.STARTING and self.spawned_at is not None:
             t = self.config.watchdog.startup_timeout
             return (None if t is None else self.spawned_at + t), "startup_timeout"
@@ -314,7 +320,8 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 
 
 def _heartbeat(s: Supervision, m: dict[str, Any], now: Now) -> list[Any]:
-    if s.state not in (State.STARTING, State.HEALTHY):
+    saving = s.state == State.STOPPING and s.pending is not None and s.pending.get("save_until") is not None
+    if s.state not in (State.STARTING, State.HEALTHY) and not saving:
         return []
     if m.get("pid") != s.worker_pid:
         s.messages_ignored += 1  # a DataLoader worker or a stray writer: never counts as progress
@@ -372,9 +379,10 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return []
     if s.state == State.BACKOFF:
         return [_spawn(s)]
-    if how == "stop save_timeout":
+    if how in ("stop save_timeout", "stop stalled"):
         s.pending["save_until"] = None
-        return [Log("error", "the worker did not save and exit in time; killing it"), KillTree(s.incidents[-1])]
+        why = "did not save and exit in time" if how == "stop save_timeout" else "makes no progress: it is hung"
+        return [Log("error", f"the worker {why}; killing it without a new checkpoint"), KillTree(s.incidents[-1])]
     if how == "kernel confirm window":
         event = s.suspicion["event"]
         phase = "startup" if s.state == State.STARTING else s.progress.phase

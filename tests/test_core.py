@@ -244,9 +244,20 @@ def test_a_second_stop_or_the_save_timeout_kills_without_waiting():
     assert kinds(d(core.StopRequested("SIGINT"))) == ["Log", "KillTree"]
     d2 = healthy(watchdog={"save_timeout": 60})
     d2(core.StopRequested("SIGTERM"))
-    assert d2.at(d2.t + 59)(core.Tick()) == []
-    assert kinds(d2.at(d2.t + 1.1)(core.Tick())) == ["Log", "KillTree"]
+    asked = d2.t
+    d2.train_until(asked + 59, 0.5)  # it trains on but never saves
+    assert d2(core.Tick()) == []
+    assert kinds(d2.at(asked + 60.1)(core.Tick())) == ["Log", "KillTree"]
     assert "without a new checkpoint" in d2(core.TreeKilled(killed=3))[0].text
+
+
+def test_a_hung_worker_asked_to_save_is_killed_at_its_stall_timeout_not_the_save_timeout():
+    d = healthy(watchdog={"save_timeout": 300})  # 0.5 s batches: the auto stall timeout is 10 s
+    last = d.t
+    d.at(last + 1)(core.StopRequested("SIGTERM"))
+    assert d.at(last + 9.9)(core.Tick()) == []
+    actions = d.at(last + 10.01)(core.Tick())
+    assert kinds(actions) == ["Log", "KillTree"] and "it is hung" in actions[0].text
 
 
 def test_stop_before_the_first_batch_kills_at_once():
