@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from worker import heartbeat
+
 ROOT = Path(__file__).resolve().parent.parent
 HANG_AFTER_BATCH = 10  # the demo has 8 batches per epoch: epoch 1's last.pt exists when the hang starts
 GOAL_SECONDS = 20.0  # issue 2: a DataLoader-worker hang resumed within 20 s
@@ -287,7 +289,7 @@ def run_plain(script: Path, flag: Path, run: int, stop_after_first_batch: bool =
         for now, line in timestamped_lines(proc.stdout, Deadline(time.monotonic() + RUN_LIMIT), (pidfd,)):
             if not line and proc.poll() is not None:
                 exited = now
-                for rest in read_available(proc.stdout.fileno()).decode(errors="replace").splitlines():
+                for rest in (heartbeat.read_available(proc.stdout.fileno()) or b"").decode(errors="replace").splitlines():
                     note(rest)  # its last words, already in the pipe when it died
                 break
             note(line)
@@ -304,19 +306,6 @@ def run_plain(script: Path, flag: Path, run: int, stop_after_first_batch: bool =
     if not stop_after_first_batch and (seen["error"] is None or exited is None):
         raise BenchError(f"plain loop run {run}: ended without the DataLoader timeout error")
     return seen, exited or time.monotonic()
-
-
-def read_available(fd: int) -> bytes:
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def kill_tree(pid: int) -> None:
@@ -374,7 +363,7 @@ class TorchrunHang:
             self.close()
             return self.note
         waited = time.monotonic() - self.last_batch
-        restarted = [m[2] for m in PLAIN_BATCH.finditer(read_available(self.proc.stdout.fileno()).decode(
+        restarted = [m[2] for m in PLAIN_BATCH.finditer((heartbeat.read_available(self.proc.stdout.fileno()) or b"").decode(
             errors="replace")) if m[2] != "1"]
         alive = self.proc.poll() is None
         states = []
