@@ -18,8 +18,6 @@ from worker.faults import Fault, FaultInjector, faults_from_env
 from worker.heartbeat import Heartbeat
 
 STOP_REQUESTED: list[bool] = []  # appended to by the SIGUSR1 handler
-# Our per-rung settings that Ultralytics has no argument for.
-WORKER_SETTINGS = ("persistent_workers",)
 
 
 def main(argv: list[str]) -> int:
@@ -103,9 +101,10 @@ def checkpoint_finished(path: str) -> bool:
 
 
 def task_of(model: str) -> str:
-    from ultralytics.nn.tasks import guess_model_task
+    from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-    return guess_model_task(model)
+    # A model YAML is guessed from its contents; given as a path, Ultralytics only warns and assumes detect.
+    return guess_model_task(yaml_model_load(model) if str(model).endswith((".yaml", ".yml")) else model)
 
 
 class StopForSupervisor(Exception):
