@@ -269,3 +269,47 @@ def test_a_plain_pytorch_loop_with_garbage_on_the_heartbeat_pipe(write_config, t
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded" and status["batch"] == 40 and status["restarts"] == 0
     assert status["heartbeats"]["malformed"] == 3 and status["heartbeats"]["oversized"] == 1
+
+
+def test_training_makes_no_download_attempt(write_config, tmp_path):
+    """Offline is the normal case here: every HTTP(S) request is routed to a local proxy that only counts
+    connections. With plots on and an empty Ultralytics config directory (no cached font), none may come."""
+    import socket
+    import threading
+
+    proxy = socket.create_server(("127.0.0.1", 0))
+    proxy.settimeout(0.2)
+    connections, done = [], threading.Event()
+
+    def count():
+        while not done.is_set():
+            try:
+                connections.append(proxy.accept()[0])
+            except TimeoutError:
+                continue
+
+    threading.Thread(target=count, daemon=True).start()
+    url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+    config = write_config("""
+        [train]
+        data = "demo"
+        model = "yolov8n.yaml"
+        epochs = 2
+        imgsz = 64
+        batch = 4
+        workers = 2
+        device = "cpu"
+        plots = true
+        [metrics]
+        listen = "off"
+    """)
+    state_dir = tmp_path / "state"
+    env = {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "",
+           "YOLO_CONFIG_DIR": str(tmp_path / "ultralytics-config")}
+    try:
+        result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), env=env)
+    finally:
+        done.set()
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (state_dir / "train" / "results.png").exists()  # the plots were drawn, with a local font
+    assert connections == [], "a download was attempted"

@@ -83,13 +83,14 @@ def train(settings: dict[str, Any], hb: Heartbeat) -> int:
 def apply_patches(conv_fallback: str, amp_check: str) -> None:
     """Before any model is built, so the model Ultralytics' AMP check builds gets the same Conv2d path."""
     from worker.patches import amp_check as amp
-    from worker.patches import conv2d
+    from worker.patches import conv2d, offline
 
     enable, why = conv2d.should_enable(conv_fallback, os.environ)
     if enable:
         conv2d.enable()
     print(f"yolo-train worker: conv fallback {'on' if enable else 'off'} ({why})", flush=True)
     amp.install(amp_check)
+    offline.install()
 
 
 def checkpoint_finished(path: str) -> bool:
