@@ -26,6 +26,8 @@ SYSUSERS = Path("etc/sysusers.d/yolo-train.conf")
 HOME_DROPIN = UNIT_DIR / f"{UNIT_NAME}.d" / "home.conf"
 # What ProtectHome=yes hides from the service.
 HOME_DIRS = (Path("/home"), Path("/root"), Path("/run/user"))
+# What PrivateTmp=yes replaces with the service's own empty directories.
+TMP_DIRS = (Path("/tmp"), Path("/var/tmp"))
 
 
 class InstallError(RuntimeError):
@@ -113,8 +115,9 @@ def default_binary() -> Path:
 
 
 def hidden_by_protect_home(paths: list[Path]) -> list[Path]:
-    """The smallest set of directories among `paths` (resolved) that lie in a home directory."""
-    inside = sorted({p for p in (Path(os.path.realpath(p)) for p in paths) if _in_home(p)},
+    """The smallest set of directories among `paths` (resolved) that lie in a home directory or in a temporary
+    directory (PrivateTmp= gives the service its own)."""
+    inside = sorted({p for p in (Path(os.path.realpath(p)) for p in paths) if _in_home(p) or _in_tmp(p)},
                     key=lambda p: len(p.parts))
     kept: list[Path] = []
     for p in inside:
@@ -124,6 +127,10 @@ def hidden_by_protect_home(paths: list[Path]) -> list[Path]:
 
 
 def home_dropin(paths: list[Path]) -> str:
+    if not any(_in_home(p) for p in paths):  # only temporary directories: PrivateTmp= stays, these show through
+        return ("# Written by yolo-train install-service: the Python that runs yolo-train lives in a temporary\n"
+                "# directory, which PrivateTmp=yes replaces; these paths are shown read-only in the private one.\n"
+                "[Service]\n" + "".join(f"BindReadOnlyPaths={_quote(p)}\n" for p in paths))
     return ("# Written by yolo-train install-service: the Python that runs yolo-train lives in a home directory,\n"
             "# which ProtectHome=yes hides. Home directories become an empty tmpfs with only these paths in it.\n"
             "[Service]\nProtectHome=tmpfs\n"
@@ -155,6 +162,10 @@ def _unreadable_for_service(paths: list[Path], shown: list[Path]) -> list[Path]:
                 blocked.add(p)
                 break
     return sorted(blocked)
+
+
+def _in_tmp(path: Path) -> bool:
+    return any(path.is_relative_to(tmp) for tmp in TMP_DIRS)
 
 
 def _in_home(path: Path) -> bool:

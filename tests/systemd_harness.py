@@ -175,6 +175,10 @@ def systemd_booted(tmp_path_factory) -> Iterator[BootedSystemd]:
 
 
 def _boot_script(base: Path, share: Path, hierarchies: list[CgroupHierarchy]) -> str:
+    # A checkout under /tmp or /run (a CI clone, say) would vanish under the fresh tmpfs: show it through.
+    here = Path(__file__).resolve().parents[1]
+    checkout = (f'mkdir -p "$R"{shlex.quote(str(here))}; mount --bind {shlex.quote(str(here))} "$R"{shlex.quote(str(here))}\n'
+                if any(here.is_relative_to(p) for p in (Path("/tmp"), Path("/run"))) else "")
     join = "".join(f'echo $$ > "{h.ours}/cgroup.procs"\n' for h in hierarchies)
     cgroup_root = ("" if any(not h.controllers and h.mountpoint == Path("/sys/fs/cgroup") for h in hierarchies)
                    else 'mount -t tmpfs -o mode=755 cgroup "$R/sys/fs/cgroup"\n')
@@ -190,7 +194,7 @@ mount --rbind /sys "$R/sys"; mount -o remount,bind,ro "$R/sys"
 mount --rbind /dev "$R/dev"
 mount -t tmpfs -o mode=755 tmpfs "$R/run"
 mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"
-mount --bind {shlex.quote(str(share))} "$R"{shlex.quote(str(share))}
+{checkout}mount --bind {shlex.quote(str(share))} "$R"{shlex.quote(str(share))}
 exec chroot "$R" /usr/bin/env -i container=other {SYSTEMD} --system --unit={BOOT_TARGET}
 """
     # Joining our own cgroups before unshare --cgroup makes them the root of the inner system's cgroup tree.

@@ -55,3 +55,10 @@ def test_home_directories_are_shown_read_only_and_minimally():
              Path("/home/ada/yolo"), Path("/home/ada/yolo/.venv/bin"), Path("/opt/yolo-train/venv")]
     assert sorted(hidden_by_protect_home(paths)) == [Path("/home/ada/yolo"), Path("/root/.pyenv/versions/3.11.7")]
     assert "ProtectHome=tmpfs\nBindReadOnlyPaths=/home/ada/yolo\n" in home_dropin([Path("/home/ada/yolo")])
+
+
+def test_a_checkout_in_a_temporary_directory_shows_through_private_tmp():
+    paths = [Path("/tmp/ci/.venv/bin"), Path("/tmp/ci"), Path("/usr/lib/python3.11")]
+    assert hidden_by_protect_home(paths) == [Path("/tmp/ci")]
+    dropin = home_dropin([Path("/tmp/ci")])
+    assert "BindReadOnlyPaths=/tmp/ci\n" in dropin and "ProtectHome" not in dropin
