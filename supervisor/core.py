@@ -411,6 +411,8 @@ def _exited(s: Supervision, code: int, now: Now) -> list[Any]:
     if s.state == State.STOPPING and s.pending and s.pending.get("save_until") is not None:
         s.pending["save_until"] = None  # saved and gone, as asked: clean up what is left of the tree
         s.pending["saved"] = code == 0
+        if code == 0 and s.progress.phase == "done":
+            s.pending["then"] = "succeed"  # it finished training before it got to our request
         return [KillTree(None)]
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping

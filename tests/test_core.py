@@ -238,6 +238,14 @@ def test_stop_asks_for_a_checkpoint_then_exits_zero_without_restart():
     assert d.s.state == core.State.STOPPED and d.s.restart_times == []
 
 
+def test_a_worker_that_finishes_while_asked_to_save_has_succeeded():
+    d = healthy()
+    d(core.StopRequested("SIGTERM"))
+    d.beat("done", kind="phase")
+    d(core.WorkerExited(0))
+    assert d(core.TreeKilled(killed=0))[0].code == EXIT_OK and d.s.state == core.State.SUCCEEDED
+
+
 def test_a_second_stop_or_the_save_timeout_kills_without_waiting():
     d = healthy(watchdog={"save_timeout": 60})
     d(core.StopRequested("SIGINT"))

@@ -108,3 +108,29 @@ def test_a_lost_gpu_ends_with_reboot_needed_and_no_new_worker(demo_config, tmp_p
     assert stderr.strip().splitlines()[-1].startswith("yolo-train: the GPU is lost")
     final = read_state(state_dir)["status"]
     assert final["attempt"] == 1 and final["reboot_needed"] and not psutil.pid_exists(status["worker_pid"])
+
+
+def test_a_restarted_supervisor_does_not_read_the_same_kernel_lines_again(demo_config, tmp_path):
+    config, state_dir = demo_config(kernel_log="kmsg"), tmp_path / "state"
+    config.write_text(config.read_text().replace("epochs = 3", "epochs = 8"))  # the stop must not meet the end
+    first = start_supervisor(config, state_dir)
+    try:
+        healthy_attempt(state_dir, epoch=2)
+        write_kmsg(SEEDS_LINE)
+        wait_for(lambda: (status_of(state_dir) or {}).get("kernel_events", {}).get("stall") == 1, timeout=30,
+                 what="the line counted")
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    finally:
+        first.kill()
+    second = start_supervisor(config, state_dir)
+    try:
+        healthy_attempt(state_dir, attempt=2, epoch=2)
+        time.sleep(1.0)  # a replay of the ring buffer would have been read by now
+        status = status_of(state_dir)
+        second.send_signal(signal.SIGTERM)
+        _, stderr = second.communicate(timeout=60)
+    finally:
+        second.kill()
+    assert status["kernel_events"] == {"stall": 1}  # restored, not read twice
+    assert "kernel log: reading /dev/kmsg, resuming after record" in stderr
