@@ -63,6 +63,9 @@ class Agent:
         self._write_failed = False
         self._lock_fd: int | None = None
         self.kernel_sources: list[Any] = []  # the kernel log and the GPU event monitor, each with fileno()/read()
+        # Pids of the worker's tree as last seen (refreshed with the state file): the kernel names an OOM victim
+        # once it is dead, so "is this pid ours" must also look a little into the past.
+        self.tree_pids: set[int] = set()
         self.exporter = None
         self.systemd = Notifier()
         self._watchdog_interval = self.systemd.watchdog_interval()
@@ -277,8 +280,8 @@ class Agent:
     def _on_kernel(self, source: Any) -> None:
         for event in source.read():
             in_tree = None
-            if event.pid is not None:
-                in_tree = event.pid in {p.pid for p in process_tree.tree()}  # we are the tree's subreaper
+            if event.pid is not None:  # we are the tree's subreaper: every descendant is ours
+                in_tree = event.pid in self.tree_pids or event.pid in {p.pid for p in process_tree.tree()}
             self.handle(core.KernelMessage(kind=event.kind, message=event.message, source=event.source,
                                            pattern=event.pattern, pid=event.pid, in_worker_tree=in_tree))
 
@@ -351,6 +354,7 @@ class Agent:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
             return
         self._status_written = time.monotonic()
+        self.tree_pids = {p.pid for p in process_tree.tree()} if self.worker is not None else set()
         status = self.status()
         if self.exporter is not None:
             self.exporter.publish(status)
