@@ -2,7 +2,7 @@
 
 1. The worker is frozen (SIGSTOP) and the seeds' amdgpu line is written to /dev/kmsg: time from the write to
    the incident (the kill), against the goal of the confirm window + 1 s. The stall timeout is set to 300 s,
-   so only the kernel line can explain a kill within the window.
+   and so is the validation one, so only the kernel line can explain a kill within the window.
 2. Soak: while training progresses, the same line every --soak-interval seconds for --soak seconds: kills
    must stay at zero.
 
@@ -43,6 +43,7 @@ gpu_events = "off"
 confirm_window = {confirm}
 [watchdog]
 stall_timeout = 300
+val_timeout = 300
 """
 
 

@@ -33,9 +33,10 @@ def healthy_attempt(state_dir, attempt=1, epoch=2):
 
 
 def config_with_long_stall(demo_config, write_config):
-    """A stall timeout far above the confirm window: a kill within the window can only be the kernel line's."""
+    """Stall timeouts (training and validation) far above the confirm window: a kill within the window can
+    only be the kernel line's."""
     path = demo_config(kernel_log="kmsg")
-    path.write_text(path.read_text().replace("[watchdog]\n", "[watchdog]\nstall_timeout = 300\n"))
+    path.write_text(path.read_text().replace("[watchdog]\n", "[watchdog]\nstall_timeout = 300\nval_timeout = 300\n"))
     return path
 
 
