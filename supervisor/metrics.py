@@ -37,7 +37,7 @@ from supervisor.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, s
 DEFAULT_SAMPLE_INTERVAL = 5.0  # seconds between two GPU samples, however often Prometheus scrapes
 
 # Label values exported at 0 before they first happen (core.py's reasons, phases and kernel_messages' kinds).
-RESTART_REASONS = ("hang", "crash", "oom", "kernel", "stop")
+RESTART_REASONS = ("hang", "crash", "oom", "kernel", "nan", "stop")
 HANG_PHASES = ("startup", "train", "val", "save")
 KERNEL_EVENT_KINDS = ("stall", "gpu_fault", "gpu_lost", "oom")
 STATES = tuple(state.value for state in State)
