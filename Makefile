@@ -40,8 +40,11 @@ deb:
 		echo "missing Debian packages; run: sudo apt-get install -y $$missing"; exit 1; \
 	fi
 
+# Each demo run gets a state directory of its own under runs/, so a second `make run` trains again.
+DEMO_STATE ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
+
 run: install
-	$(BIN)/yolo-train run $(if $(FAULT),--fault $(FAULT))
+	$(BIN)/yolo-train run --state-dir $(DEMO_STATE) $(if $(FAULT),--fault $(FAULT))
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
