@@ -10,6 +10,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def demo_train(epochs: int = 3, plots: bool = False) -> str:
+    """The [train] table the end-to-end tests train: the embedded demo (8 batches an epoch) at 64 px on the CPU."""
+    return (f'[train]\ndata = "demo"\nmodel = "yolov8n.yaml"\nepochs = {epochs}\nimgsz = 64\nbatch = 4\n'
+            f'workers = 2\ndevice = "cpu"\nplots = {str(plots).lower()}\n')
+
+
 def yolo_train(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True, text=True,

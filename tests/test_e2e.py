@@ -16,22 +16,13 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import ROOT, read_incidents, read_state, yolo_train
+from tests.conftest import ROOT, demo_train, read_incidents, read_state, yolo_train
 
 pytestmark = pytest.mark.e2e
 
 CONFIG = """
 name = "e2e"
-[train]
-data = "demo"
-model = "yolov8n.yaml"
-epochs = 3
-imgsz = 64
-batch = 4
-workers = 2
-device = "cpu"
-plots = false
-[metrics]
+{train}[metrics]
 listen = "off"
 [kernel_log]
 source = "{kernel_log}"
@@ -46,8 +37,8 @@ startup_timeout = {startup}
 @pytest.fixture
 def demo_config(write_config):
     def make(extra: str = "", startup: int = 90, restart: str = "backoff_initial = 0.5", kernel_log: str = "off"):
-        return write_config(CONFIG.format(startup=startup, restart=restart, kernel_log=kernel_log)
-                            + textwrap.dedent(extra))
+        return write_config(CONFIG.format(train=demo_train(), startup=startup, restart=restart,
+                                          kernel_log=kernel_log) + textwrap.dedent(extra))
     return make
 
 
@@ -290,19 +281,7 @@ def test_training_makes_no_download_attempt(write_config, tmp_path):
 
     threading.Thread(target=count, daemon=True).start()
     url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
-    config = write_config("""
-        [train]
-        data = "demo"
-        model = "yolov8n.yaml"
-        epochs = 2
-        imgsz = 64
-        batch = 4
-        workers = 2
-        device = "cpu"
-        plots = true
-        [metrics]
-        listen = "off"
-    """)
+    config = write_config(demo_train(epochs=2, plots=True) + '[metrics]\nlisten = "off"\n')
     state_dir = tmp_path / "state"
     env = {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "",
            "YOLO_CONFIG_DIR": str(tmp_path / "ultralytics-config")}

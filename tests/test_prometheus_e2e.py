@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.parse
 import urllib.request
@@ -23,7 +22,7 @@ import pytest
 
 from dashboards.queries import GPU_METRIC_NAMES, alert_expressions, dashboard_queries, metric_names
 from supervisor.gpu_metrics import discover_gpu_readers, sample_all
-from tests.conftest import ROOT, read_incidents, read_state
+from tests.conftest import ROOT, demo_train, read_incidents, read_state
 
 pytestmark = pytest.mark.e2e
 
@@ -34,16 +33,7 @@ ALERTS = ROOT / "dashboards" / "alerts.yml"
 RUN_CONFIG = """
 name = "prometheus-e2e"
 deadline = "{deadline}"
-[train]
-data = "demo"
-model = "yolov8n.yaml"
-epochs = 2
-imgsz = 64
-batch = 4
-workers = 2
-device = "cpu"
-plots = false
-[metrics]
+{train}[metrics]
 listen = "127.0.0.1:{port}"
 """
 
@@ -124,7 +114,7 @@ def test_dashboard_and_alerts_read_live_series_through_a_hang_and_recovery(prome
     base, exporter_port = prometheus
     deadline = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     run_config = tmp_path / "run.toml"
-    run_config.write_text(textwrap.dedent(RUN_CONFIG.format(deadline=deadline, port=exporter_port)))
+    run_config.write_text(RUN_CONFIG.format(deadline=deadline, port=exporter_port, train=demo_train(epochs=2)))
     state_dir = tmp_path / "state"
     started = time.time()
     run = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(run_config),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import demo_train
 from tests.systemd_harness import BootedSystemd, systemd_booted  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.root
@@ -284,18 +285,8 @@ def test_memory_deny_write_execute_would_break_pytorch(systemd_booted):
 
 
 REAL_DAEMON = ROOT / ".venv" / "bin" / "yolo-train"
-DAEMON_CONFIG = """
-name = "systemd-demo"
-[train]
-data = "demo"
-model = "yolov8n.yaml"
-epochs = 300                # far more than the test waits for: it stops the service itself
-imgsz = 64
-batch = 4
-workers = 2
-device = "cpu"
-plots = false
-[metrics]
+# far more epochs than the test waits for: it stops the service itself
+DAEMON_CONFIG = 'name = "systemd-demo"\n' + demo_train(epochs=300) + """[metrics]
 listen = "127.0.0.1:10133"
 [[faults]]
 kind = "dataloader_hang"
