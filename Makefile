@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(if $(SYSTEM_TORCH),--system-site-packages) $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(if $(SYSTEM_TORCH),,$(BIN)/pip install -q $(TORCH_REQ))
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,dashboards]'
 	touch $@
 
 # Debian packages: installed when root, otherwise the exact command is printed.

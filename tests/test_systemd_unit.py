@@ -296,11 +296,7 @@ attempt = 1
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not (REAL_DAEMON.exists() and (ROOT / "supervisor" / "agent.py").exists()),
-                    reason="the daemon is not installed yet (.venv/bin/yolo-train, supervisor/agent.py)")
-@pytest.mark.skipif("systemd_notify" not in (ROOT / "supervisor" / "agent.py").read_text(errors="replace")
-                    if (ROOT / "supervisor" / "agent.py").exists() else True,
-                    reason="the agent does not send READY=1 yet (supervisor.systemd_notify is not wired in)")
+@pytest.mark.skipif(not REAL_DAEMON.exists(), reason="no .venv/bin/yolo-train: run `make install` first")
 def test_daemon_under_systemd(installed):
     """The issue's scenario: start on the demo, status line, metrics, an injected hang recovered and visible
     in the journal, a stop that leaves a fresh checkpoint, SIGKILL to the whole unit then a restart resumes."""
