@@ -31,7 +31,7 @@ from worker.heartbeat import ENV_FD, Decoder, read_available
 log = logging.getLogger("yolo-train")
 
 STATUS_INTERVAL = 1.0  # seconds between state-file writes while only heartbeats change
-OUTPUT_TAIL_BYTES = 16384
+OUTPUT_TAIL_LINES = 20  # of the worker's output, kept for the incident record
 
 
 @dataclass
@@ -42,12 +42,8 @@ class WorkerHandle:
     heartbeat_fd: int
     output_fd: int
     decoder: Decoder = field(default_factory=Decoder)
-    output_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OUTPUT_TAIL_BYTES))
+    output_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OUTPUT_TAIL_LINES))
     partial_line: bytes = b""
-
-    def tail_lines(self, n: int = 20) -> list[str]:
-        text = bytes(self.output_tail).decode(errors="replace").replace("\r", "\n")
-        return [line for line in text.splitlines() if line.strip()][-n:]
 
 
 class Agent:
@@ -228,17 +224,18 @@ class Agent:
             self._forget(fd)
         if not data or worker is None:
             return
-        worker.output_tail.extend(data)
         worker.partial_line += data
         *lines, worker.partial_line = worker.partial_line.split(b"\n")
         shown = [line.rsplit(b"\r", 1)[-1] for line in lines]
+        shown = [line for line in shown if line.strip()]
         for line in shown:
-            found = signatures.scan(line.decode(errors="replace"))
+            text = line.decode(errors="replace")
+            worker.output_tail.append(text)
+            found = signatures.scan(text)
             if found is not None:
-                self.handle(core.SignatureSeen(found.name, found.remedy, found.advice, line.decode(errors="replace")))
-        shown = b"".join(line + b"\n" for line in shown if line.strip())
+                self.handle(core.SignatureSeen(found.name, found.remedy, found.advice, text))
         try:
-            sys.stderr.buffer.write(shown)
+            sys.stderr.buffer.write(b"".join(line + b"\n" for line in shown))
             sys.stderr.buffer.flush()
         except (OSError, ValueError):
             pass  # our own stderr gone: the worker must not notice
@@ -320,7 +317,7 @@ class Agent:
             incident["time_iso"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(incident["time"]))
             incident["processes"] = process_tree.snapshot(list({p.pid: p for p in members}.values()))
             if worker:
-                incident["output_tail"] = worker.tail_lines()
+                incident["output_tail"] = list(worker.output_tail)
             incident["last_error"] = self.s.last_error
             incident["settings"] = self.s.settings  # what the worker reported in force: the rung's proof
         w = self.config.watchdog
