@@ -16,6 +16,17 @@ def demo_train(epochs: int = 3, plots: bool = False) -> str:
             f'workers = 2\ndevice = "cpu"\nplots = {str(plots).lower()}\n')
 
 
+def worker_launcher(tmp_path: Path, script: str) -> Path:
+    """An executable that runs `script` (Python source) with the arguments the supervisor gives
+    `[worker] python`: a stand-in for the Ultralytics worker."""
+    source = tmp_path / "stand_in_worker.py"
+    source.write_text(script)
+    launcher = tmp_path / "launcher"
+    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} {source} "$@"\n')
+    launcher.chmod(0o755)
+    return launcher
+
+
 def yolo_train(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True, text=True,

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import ROOT, demo_train, read_incidents, read_state, yolo_train
+from tests.conftest import ROOT, demo_train, read_incidents, read_state, worker_launcher, yolo_train
 
 pytestmark = pytest.mark.e2e
 
@@ -240,11 +240,7 @@ hb.phase("done")
 
 
 def test_a_plain_pytorch_loop_with_garbage_on_the_heartbeat_pipe(write_config, tmp_path):
-    loop = tmp_path / "loop.py"
-    loop.write_text(GARBAGE_LOOP)
-    launcher = tmp_path / "launcher"
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {loop}\n")  # stands in for "python -m worker ..."
-    launcher.chmod(0o755)
+    launcher = worker_launcher(tmp_path, GARBAGE_LOOP)  # stands in for "python -m worker ..."
     config = write_config(f"""
         [train]
         epochs = 1

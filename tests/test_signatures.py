@@ -6,12 +6,11 @@ real heartbeat protocol.
 """
 
 import json
-import sys
 
 import pytest
 
 from supervisor.signatures import scan
-from tests.conftest import ROOT, read_incidents, read_state, yolo_train
+from tests.conftest import ROOT, read_incidents, read_state, worker_launcher, yolo_train
 
 FAKE_WORKER = r'''
 import json, math, os, sys, time
@@ -49,10 +48,7 @@ hb.phase("done")
 @pytest.fixture
 def run_fake(write_config, tmp_path):
     def run(mode: str, extra: str = ""):
-        (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
-        launcher = tmp_path / "launcher"
-        launcher.write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'fake_worker.py'} \"$@\"\n")
-        launcher.chmod(0o755)
+        launcher = worker_launcher(tmp_path, FAKE_WORKER)
         config = write_config(f"""
             [train]
             batch = 16
