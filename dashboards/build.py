@@ -10,6 +10,7 @@ Import the JSON in Grafana (Dashboards > New > Import): it asks for the Promethe
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import common as cb
@@ -19,15 +20,21 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from the checkout
+from supervisor.decision.vocabulary import PHASE_LABELS, State  # noqa: E402
+
 OUTPUT = Path(__file__).with_name("yolo-train.json")
 UID = "yolo-train"
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${DS_PROMETHEUS}")
 I = 'instance=~"$instance"'  # the filter every selector carries
 
-STATES = ("starting", "healthy", "stopping", "backoff", "succeeded", "failed")
-STATE_COLORS = ("blue", "green", "yellow", "orange", "purple", "red")
-PHASES = ("setup", "train", "val", "save", "done", "none")
-PHASE_COLORS = ("blue", "green", "purple", "yellow", "text", "transparent")
+# The vocabulary's own values, so a new state or phase reaches the panels (a test checks every one has a colour).
+STATES = tuple(state.value for state in State)
+STATE_COLORS = {"starting": "blue", "healthy": "green", "stopping": "yellow", "backoff": "orange",
+                "succeeded": "purple", "failed": "red", "stopped": "text"}
+PHASES = PHASE_LABELS
+PHASE_COLORS = {"setup": "blue", "train": "green", "val": "purple", "save": "yellow", "done": "text",
+                "none": "transparent"}
 
 
 def query(expr: str, legend: str = "{{instance}}") -> prometheus.Dataquery:
@@ -66,10 +73,10 @@ def single(title: str, unit: str, *targets: prometheus.Dataquery, text_mode=comm
     return panel
 
 
-def value_names(names: tuple[str, ...], colors: tuple[str, ...], first: int = 1) -> dm.ValueMap:
+def value_names(names: tuple[str, ...], colors: dict[str, str], first: int = 1) -> dm.ValueMap:
     return dm.ValueMap(options={
-        str(first + i): dm.ValueMappingResult(text=name, color=color, index=i)
-        for i, (name, color) in enumerate(zip(names, colors))})
+        str(first + i): dm.ValueMappingResult(text=name, color=colors[name], index=i)
+        for i, name in enumerate(names)})
 
 
 def one_of(metric: str, label: str, names: tuple[str, ...]) -> str:
@@ -93,7 +100,9 @@ def build() -> db.Dashboard:
                 .query("label_values(yolo_train_info, instance)").refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
                 .multi(True).include_all(True).sort(dm.VariableSort.ALPHABETICAL_ASC))
     restarts = (db.AnnotationQuery().name("Restarts").datasource(DATASOURCE).enable(True).icon_color("red")
-                .expr(f"sum by (instance, reason) (changes(yolo_train_restarts_total{{{I}}}[1m])) > 0"))
+                .expr(f"(sum by (instance, reason) (changes(yolo_train_restarts_total{{{I}}}[1m])) > 0) "
+                      f"* on (instance) group_left (summary) max by (instance, summary) "
+                      f"(yolo_train_last_incident_info{{{I}}})"))
 
     return (
         db.Dashboard("yolo-train").uid(UID).tags(["yolo-train", "training"]).refresh("30s")
@@ -136,6 +145,10 @@ def build() -> db.Dashboard:
                            text_mode=common.BigValueTextMode.NAME, span=6))
         .with_panel(single("Rungs left", "none",
                            query(f"yolo_train_rungs{{{I}}} - 1 - yolo_train_rung{{{I}}}"), span=6))
+        .with_panel(series("Speed by rung", "none", query(
+            f"yolo_train_rung_batches_per_second{{{I}}}", "{{instance}} rung {{rung}}"),
+            description="Median it/s measured at each rung: what a safer rung costs, and what probing gives back.")
+                    .span(24))
         .with_panel(series("Restarts by reason", "short", query(
             f"sum by (instance, reason) (increase(yolo_train_restarts_total{{{I}}}[$__rate_interval]))",
             "{{instance}} {{reason}}"), bars=True))
@@ -161,12 +174,27 @@ def build() -> db.Dashboard:
         .with_panel(threshold_line(series(
             "Time since progress and worker uptime", "s",
             query(f"yolo_train_seconds_since_progress{{{I}}}", "{{instance}} since progress"),
-            query(f"yolo_train_worker_uptime_seconds{{{I}}}", "{{instance}} worker uptime")), 900).span(12))
+            query(f"yolo_train_worker_uptime_seconds{{{I}}}", "{{instance}} worker uptime"),
+            query(f"yolo_train_rank_seconds_since_progress{{{I}}}", "{{instance}} rank {{rank}} ({{device}})")),
+            900).span(12))
         .with_panel(series(
             "Heartbeats dropped and malformed", "short",
             query(f"increase(yolo_train_heartbeats_dropped_total{{{I}}}[$__rate_interval])", "{{instance}} dropped"),
             query(f"increase(yolo_train_heartbeats_malformed_total{{{I}}}[$__rate_interval])", "{{instance}} malformed"),
             bars=True).span(12))
+
+        .with_row(db.Row("Goodput"))
+        .with_panel(series("Goodput", "percentunit", query(f"yolo_train_goodput_ratio{{{I}}}"),
+                           description="Training time kept (not thrown away by a restart) over wall time since the "
+                                       "run began.").min(0).max(1))
+        .with_panel(series("Lost training time", "s", query(
+            f"increase(yolo_train_lost_seconds_total{{{I}}}[$__rate_interval])", "{{instance}} lost"), bars=True,
+            description="Training after the checkpoint a restarted worker resumed from: what a hang cost."))
+        .with_panel(series(
+            "Checkpoint age and save time", "s",
+            query(f"yolo_train_checkpoint_age_seconds{{{I}}}", "{{instance}} age"),
+            query(f"yolo_train_checkpoint_interval_seconds{{{I}}}", "{{instance}} interval"),
+            query(f"yolo_train_checkpoint_duration_seconds{{{I}}}", "{{instance}} save")))
 
         .with_row(db.Row("Worker processes"))
         .with_panel(series("Worker CPU", "short", query(
@@ -216,7 +244,7 @@ def importable(model: dict) -> dict:
             target["refId"] = letter
     for annotation in model["annotations"]["list"]:
         if annotation.get("name") == "Restarts":
-            annotation.update(titleFormat="Restart: {{reason}}", textFormat="{{instance}}: worker restarted ({{reason}})",
+            annotation.update(titleFormat="Restart: {{reason}}", textFormat="{{instance}}: {{summary}}",
                               tagKeys="reason,instance", step="1m", useValueForTime=False)
     model["annotations"]["list"].insert(0, {
         "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,

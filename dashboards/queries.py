@@ -27,12 +27,18 @@ METRIC_NAMES = frozenset({
     "yolo_train_seconds_since_progress", "yolo_train_worker_uptime_seconds",
     "yolo_train_last_restart_timestamp_seconds", "yolo_train_restart_budget_remaining", "yolo_train_reboot_needed",
     "yolo_train_heartbeats_dropped_total", "yolo_train_heartbeats_malformed_total",
+    "yolo_train_lost_seconds_total", "yolo_train_goodput_ratio", "yolo_train_checkpoint_age_seconds",
+    "yolo_train_checkpoint_duration_seconds", "yolo_train_checkpoint_interval_seconds",
+    "yolo_train_last_incident_info", "yolo_train_rung_batches_per_second",
+    "yolo_train_rank_seconds_since_progress",
     "yolo_train_worker_cpu_seconds_total", "yolo_train_worker_resident_memory_bytes", "yolo_train_worker_threads",
     "yolo_train_worker_processes", "yolo_train_worker_dataloader_processes",
     "yolo_train_gpu_utilization_ratio", "yolo_train_gpu_memory_used_bytes", "yolo_train_gpu_memory_total_bytes",
     "yolo_train_gpu_temperature_celsius", "yolo_train_gpu_power_watts", "yolo_train_gpu_clock_hertz",
 })
 
+# Only present while a distributed (multi-rank) worker trains.
+RANK_METRIC_NAMES = frozenset({"yolo_train_rank_seconds_since_progress"})
 # Only present on a machine with a GPU: panels on these stay empty on a CPU-only box.
 GPU_METRIC_NAMES = frozenset(name for name in METRIC_NAMES if name.startswith("yolo_train_gpu_"))
 # Only present when a deadline is configured.

@@ -1,109 +1,114 @@
 """The supervisor's shell: one event loop that turns the world into events and carries out the core's actions.
 
-It waits on file descriptors (the heartbeat pipe, the worker's output, a pidfd for its exit, the signal
-wake-up pipe) and on the watchdog's next deadline; it never polls with sleeps and runs no thread of its
-own. Everything it decides, it asks ``core.decide``.
+It waits on file descriptors (the worker's heartbeat pipe, output and pidfd, the kernel sources, the signal
+wake-up pipe) and on the watchdog's next deadline; it never polls with sleeps and runs no thread of its own.
+Everything it decides, it asks ``core.decide``; the worker process, the state directory and the kernel sources
+are modules of their own, and the agent only wires them to the core.
 """
 
 from __future__ import annotations
 
-import collections
-import fcntl
-import json
 import logging
+import math
 import os
 import selectors
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from supervisor import checkpoints, core, process_tree, signatures, state_file
-from supervisor.systemd_notify import Notifier, worker_environ
 from supervisor.config import Config, ConfigError
+from supervisor.decision import core
+from supervisor.decision.ladder import build_ladder
+from supervisor.decision.signatures import scan
+from supervisor.decision.vocabulary import KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.ladder import build_ladder
-from worker.heartbeat import ENV_FD, Decoder, read_available
+from supervisor.outputs import checkpoints, state_file
+from supervisor.outputs.incidents import one_line, stacks_path
+from supervisor.outputs.state_dir import StateDir
+from supervisor.outputs.systemd_notify import Notifier, worker_environ
+from supervisor.sources import process_tree, stacks
+from supervisor.sources.gpu_metrics import sample_all
+from supervisor.sources.kernel_log import KernelLogSource
+from supervisor.sources.worker_command import OutputProgress, command_argv, newest_checkpoint
+from supervisor.sources.worker_process import HeartbeatCounts, SpawnError, WorkerProcess, forward, now_iso
+from worker.contract import LaunchRecord, Patches, RungSplit, split_rung
+from worker.heartbeat import read_available
 
 log = logging.getLogger("yolo-train")
 
 STATUS_INTERVAL = 1.0  # seconds between state-file writes while only heartbeats change
-OUTPUT_TAIL_LINES = 20  # of the worker's output, kept for the incident record
-
-
-@dataclass
-class WorkerHandle:
-    """One running worker process and the descriptors the loop reads it through."""
-    popen: subprocess.Popen
-    pidfd: int
-    heartbeat_fd: int
-    output_fd: int
-    decoder: Decoder = field(default_factory=Decoder)
-    output_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OUTPUT_TAIL_LINES))
-    partial_line: bytes = b""
+# Fault drills and tests write GPU-lost lines to /dev/kmsg from user space; only with this set to 1 may such a
+# line end a run, even one on the CPU (documented in the README). The kernel's own records need no switch.
+KERNEL_DRILL = "YOLO_TRAIN_KERNEL_DRILL"
+STALE_MARGIN = 5.0  # seconds: the kernel's printk clock and CLOCK_MONOTONIC drift apart a little
+METRICS_RETRY = 30.0  # seconds between tries to listen on a busy metrics port
+READ_INTERVAL = 0.2  # seconds a worker pipe rests after a read: far below any timeout, 5 wake-ups a second at most
+PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor counts itself as having been paused
 
 
 class Agent:
     def __init__(self, config: Config):
         self.config = config
-        self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)))
+        self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None)
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
-        self.worker: WorkerHandle | None = None
-        self.run_dir = config.state_dir / "train"  # Ultralytics' save_dir: weights/last.pt lives here
-        self.heartbeats = {"received": 0, "malformed": 0, "oversized": 0, "dropped": 0}
-        self._status_written = 0.0
-        self._write_failed = False
-        self._lock_fd: int | None = None
-        self.kernel_sources: list[Any] = []  # the kernel log and the GPU event monitor, each with fileno()/read()
+        self.state_dir = StateDir(config.state_dir, config.source)
+        self.worker: WorkerProcess | None = None
+        self.heartbeats = HeartbeatCounts()
+        self.kernel_sources: list[KernelLogSource] = []
         # Pids of the worker's tree as last seen (refreshed with the state file): the kernel names an OOM victim
         # once it is dead, so "is this pid ours" must also look a little into the past.
         self.tree_pids: set[int] = set()
         self.exporter = None
+        self.metrics_bind_failures = 0
+        self._resting: dict[int, tuple[float, Any]] = {}  # worker pipes read a moment ago: fd -> (when again, callback)
+        self._metrics_retry_at: float | None = None
         self.systemd = Notifier()
         self._watchdog_interval = self.systemd.watchdog_interval()
         self._watchdog_pinged = 0.0
         self._ready_sent = False
+        self._status_written = 0.0
+        self._started_mono = time.monotonic()  # kernel lines older than this are from before this supervisor
 
     # -- the loop --
     def run(self) -> int:
-        self._lock_state_dir()
-        if self.config.metrics_listen:
-            from supervisor.metrics import start_exporter
-
-            self.exporter = start_exporter(self.config)  # serves between restarts too: it lives with us
-            log.info(f"metrics: http://{self.config.metrics_listen}/metrics")
+        self.state_dir.lock()
+        self._start_exporter()
         process_tree.become_subreaper()
-        signal_r, signal_w = os.pipe()
-        os.set_blocking(signal_w, False)
-        os.set_blocking(signal_r, False)
-        signal.set_wakeup_fd(signal_w)
-        # The wake-up fd carries the signal number into the loop. SIGHUP is caught and ignored: a closed
-        # terminal must not end a night of training.
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: None)
-        self.selector.register(signal_r, selectors.EVENT_READ, self._on_signal)
-        record = state_file.read(self.config.state_dir)
+        self._catch_signals()
+        record = self.state_dir.read_state()
         if record:
             self.s.restore(record)
         self._open_kernel_sources(record or {})
         self.handle(core.Boot())
         while self.s.exit is None:
-            at, _ = self.s.deadline()
-            timeout = STATUS_INTERVAL if at is None else max(0.0, min(STATUS_INTERVAL, at - time.monotonic()))
-            for key, _ in self.selector.select(timeout):
+            due = self.s.deadline()
+            wake = min([due.at or math.inf, *(at for at, _ in self._resting.values())])
+            timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
+            if self._metrics_retry_at is not None and time.monotonic() >= self._metrics_retry_at:
+                self._start_exporter()
+            before = time.monotonic()
+            ready = self.selector.select(timeout)
+            late = time.monotonic() - before - timeout
+            if late > PAUSE_GAP:  # we were stopped or frozen ourselves: read what is queued before judging anyone
+                self.handle(core.SupervisorPaused(late))
+            for key, _ in ready:
                 key.data(key.fileobj)
                 if self.s.exit is not None:
                     break
+            self._wake_rested()
             for source in self.kernel_sources:
-                if getattr(source, "needs_polling", False):  # a journal on a network file system
+                if source.needs_polling:  # a journal on a network file system
                     self._on_kernel(source)
-            at, _ = self.s.deadline()
-            if self.s.exit is None and at is not None and time.monotonic() >= at:
-                self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
+            due = self.s.deadline()
+            if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
+                self._drain_worker()  # what is queued is read before anyone is judged
+                due = self.s.deadline()
+                if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
+                    self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
             self._ping_systemd()
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
@@ -114,9 +119,26 @@ class Agent:
         self.systemd.stopping(self.s.exit.text)
         if self.exporter is not None:
             self.exporter.close()
-        level = logging.INFO if self.s.exit.code == 0 else logging.ERROR
-        log.log(level, self.s.exit.text)
+        log.log(logging.INFO if self.s.exit.code == 0 else logging.ERROR, self.s.exit.text)
         return self.s.exit.code
+
+    def _start_exporter(self) -> None:
+        """Metrics are optional: a busy port is said once, retried every METRICS_RETRY seconds, and counted."""
+        if not self.config.metrics_listen:
+            return
+        from supervisor.outputs.metrics import start_exporter
+
+        try:
+            self.exporter = start_exporter(self.config)  # serves between restarts too: it lives with us
+        except ConfigError as e:
+            if self.metrics_bind_failures == 0:
+                log.warning(f"{e}; training goes on without metrics, retrying every {METRICS_RETRY:.0f} s")
+            self.metrics_bind_failures += 1
+            self._metrics_retry_at = time.monotonic() + METRICS_RETRY
+            return
+        self._metrics_retry_at = None
+        log.info(f"metrics: http://{self.config.metrics_listen}/metrics"
+                 + (f" (after {self.metrics_bind_failures} failed tries)" if self.metrics_bind_failures else ""))
 
     def now(self) -> core.Now:
         return core.Now(mono=time.monotonic(), wall=time.time())
@@ -125,15 +147,15 @@ class Agent:
         _, actions = core.decide(self.s, event, self.now())
         for action in actions:
             self._execute(action)
-        if not isinstance(event, (core.Heartbeat, core.Tick)) or actions:
+        if not isinstance(event, (core.HeartbeatReceived, core.Tick)) or actions:
             self._write_state(force=True)
 
     def _execute(self, action: Any) -> None:
         if isinstance(action, core.Log):
             fields = {"RUNG": self.s.rung, "ATTEMPT": self.s.attempt, "EPOCH": self.s.progress.epoch,
                       "BATCH": self.s.progress.batch}
-            if self.s.incidents and self.s.state == core.State.STOPPING:
-                fields["INCIDENT_ID"] = self.s.incidents[-1]["id"]  # journalctl INCIDENT_ID=... finds the story
+            if self.s.stop is not None and self.s.stop.incident:
+                fields["INCIDENT_ID"] = self.s.stop.incident["id"]  # journalctl INCIDENT_ID=... finds the story
             log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
         elif isinstance(action, core.Spawn):
             self._spawn(action)
@@ -141,124 +163,200 @@ class Agent:
             self._kill(action.incident)
         elif isinstance(action, core.RequestCheckpoint):
             if self.worker is not None:
+                # Our worker saves and exits on SIGUSR1; a command knows nothing of it (its default action would
+                # kill it), so it gets the conventional SIGTERM and resumes from its own newest checkpoint.
+                sig = signal.SIGTERM if self.config.command is not None else signal.SIGUSR1
                 try:
-                    os.kill(self.worker.popen.pid, signal.SIGUSR1)
+                    os.kill(self.worker.pid, sig)
                 except ProcessLookupError:
                     pass  # already gone: its exit is on its way through the pidfd
+        elif isinstance(action, core.KeepVerifiedCopy):
+            note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
+            if note:
+                log.error(note)
         elif isinstance(action, core.Exit):
             pass  # the loop ends on s.exit
         else:
             raise TypeError(f"unknown action {action!r}")
 
-    # -- spawning --
+    # -- the worker --
     def _spawn(self, action: core.Spawn) -> None:
-        resume, notes = checkpoints.choose_resume(self.run_dir)
+        rung = split_rung(action.rung_settings)
+        env = {**worker_environ(os.environ), **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
+               "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
+        if self.config.command is not None:
+            worker, resume = self._spawn_command(rung.args, env)
+        else:
+            worker, resume = self._spawn_ultralytics(action, rung, env)
+        self.worker = worker
+        self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
+        self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
+        self.selector.register(worker.pidfd, selectors.EVENT_READ, self._on_exit)
+        self.handle(core.Spawned(worker.pid, resume, exit_0_finishes=self.config.command is not None))
+        if not self._ready_sent:
+            self._ready_sent = self.systemd.ready(f"worker pid {worker.pid} started, rung {action.rung}")
+
+    def _spawn_command(self, args: dict[str, str], env: dict[str, str]) -> tuple[WorkerProcess, str | None]:
+        cfg = self.config.command
+        checkpoint = newest_checkpoint(cfg)
+        if cfg.checkpoint is not None and checkpoint is None:
+            log.info(f"[worker] checkpoint {cfg.checkpoint!r} matches nothing in {cfg.cwd or Path.cwd()}: the command "
+                     f"starts from scratch")
+        argv = command_argv(cfg, args, checkpoint)
+        try:
+            worker = WorkerProcess.spawn(argv, env, cfg.cwd)
+        except SpawnError as e:
+            raise ConfigError(f"{self.config.source}: [worker] command = {list(cfg.argv)!r}: cannot start "
+                              f"{argv[0]!r} ({e.strerror}); give an executable on PATH or a path to one") from None
+        worker.output_progress = OutputProgress(worker.pid, cfg.progress_regex)
+        return worker, None if checkpoint is None else str(checkpoint)
+
+    def _spawn_ultralytics(self, action: core.Spawn, rung: RungSplit, env: dict[str, str]
+                           ) -> tuple[WorkerProcess, str | None]:
+        resume, notes = checkpoints.choose_resume(self.state_dir.run_dir)
         for note in notes:
             log.error(note)
-        state_dir = self.config.state_dir
-        settings = {
-            "attempt": action.attempt,
-            "rung": action.rung,
-            "train": {**self.config.train, "project": str(state_dir), "name": self.run_dir.name, "exist_ok": True},
-            "overrides": {k: v for k, v in action.settings.items() if k != "env"},  # env goes to the environment
-            "patches": {"conv_fallback": self.config.conv_fallback, "amp_check": self.config.amp_check},
-            "resume": str(resume) if resume else None,
-            "faults": [f.to_dict() for f in self.config.faults],
-            "fault_flag": str(state_dir / f"attempt-{action.attempt}.fault"),
-            "supervisor_pid": os.getpid(),
-        }
-        settings_path = state_dir / "worker-settings.json"
-        settings_path.write_text(json.dumps(settings, indent=1))
-        heartbeat_r, heartbeat_w = os.pipe()
-        output_r, output_w = os.pipe()
-        env = {**worker_environ(os.environ), **self.config.worker_env, **action.settings.get("env", {}),
-               ENV_FD: str(heartbeat_w), "PYTHONUNBUFFERED": "1",
-               "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
+        run_dir = self.state_dir.run_dir
+        record = LaunchRecord(
+            attempt=action.attempt, rung=action.rung,
+            train={**self.config.train, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": True},
+            trainer_args=rung.trainer_args, options=rung.options,
+            patches=Patches(conv_fallback=self.config.conv_fallback, amp_check=self.config.amp_check),
+            resume=str(resume) if resume else None, checkpoint_every=self.config.checkpoint.every,
+            faults=tuple(f.to_dict() for f in self.config.faults),
+            fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid())
+        self.state_dir.launch_record.write_text(record.to_json())
         python = self.config.worker_python or sys.executable
         try:
-            popen = subprocess.Popen([python, "-m", "worker", str(settings_path)], pass_fds=(heartbeat_w,),
-                                     stdin=subprocess.DEVNULL, stdout=output_w, stderr=output_w, env=env,
-                                     start_new_session=True)
-        except OSError as e:
-            for fd in (heartbeat_r, heartbeat_w, output_r, output_w):
-                os.close(fd)
+            worker = WorkerProcess.spawn([python, "-m", "worker", str(self.state_dir.launch_record)], env)
+        except SpawnError as e:
             raise ConfigError(f"[worker] python = {python!r}: cannot start the worker ({e.strerror})") from None
-        os.close(heartbeat_w)
-        os.close(output_w)
-        for fd in (heartbeat_r, output_r):
-            os.set_blocking(fd, False)
-        self.worker = WorkerHandle(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r)
-        self.selector.register(heartbeat_r, selectors.EVENT_READ, self._on_heartbeat)
-        self.selector.register(output_r, selectors.EVENT_READ, self._on_output)
-        self.selector.register(self.worker.pidfd, selectors.EVENT_READ, self._on_exit)
-        self.handle(core.Spawned(popen.pid, str(resume) if resume else None))
-        if not self._ready_sent:
-            self._ready_sent = self.systemd.ready(f"worker pid {popen.pid} started, rung {action.rung}")
+        return worker, record.resume
 
-    # -- reading the worker --
-    def _on_heartbeat(self, fd: int) -> None:
+    def _rest(self, fd: int, callback) -> None:
+        """Read a worker pipe at most every READ_INTERVAL: a bar redrawn 50 times a second, or fast batches, then
+        cost one wake-up per interval instead of one each (the 1 MiB pipe holds far more than that meanwhile)."""
+        if fd in self.selector.get_map():
+            self.selector.unregister(fd)
+            self._resting[fd] = (time.monotonic() + READ_INTERVAL, callback)
+
+    def _wake_rested(self) -> None:
+        now = time.monotonic()
+        for fd, (at, callback) in list(self._resting.items()):
+            if at <= now:
+                del self._resting[fd]
+                self.selector.register(fd, selectors.EVENT_READ, callback)
+
+    def _drain_worker(self) -> None:
         worker = self.worker
-        if worker is None:
+        if worker is not None:
+            self._on_heartbeat(worker.heartbeat_fd, rest=False)
+        if self.worker is not None and self.worker is worker:
+            self._on_output(worker.output_fd, rest=False)
+
+    def _on_heartbeat(self, fd: int, rest: bool = True) -> None:
+        worker = self.worker
+        if worker is None or worker.closed:
             return
-        data = read_available(fd)
-        messages = worker.decoder.feed(data) if data else []
-        self.heartbeats["malformed"] += worker.decoder.malformed
-        self.heartbeats["oversized"] += worker.decoder.oversized
-        worker.decoder.malformed = worker.decoder.oversized = 0
-        self.heartbeats["received"] += len(messages)
+        messages, ended = worker.read_heartbeats(self.heartbeats)
+        if messages and worker.output_progress is not None:
+            worker.output_progress = None  # the script speaks for itself: the precise path wins over its output
+            log.info("the command sends heartbeats: progress is read from them, no longer from its output")
         for message in messages:
-            if isinstance(message.get("dropped"), int) and message.get("pid") == worker.popen.pid:
-                self.heartbeats["dropped"] = max(self.heartbeats["dropped"], message["dropped"])
-            self.handle(core.Heartbeat(message))
+            self.handle(core.HeartbeatReceived(message))
             if self.worker is not worker:
                 return
-        if data == b"":  # EOF: every writer is gone; the pidfd reports the exit
-            self._forget(fd)
+        if ended:  # every writer is gone; the pidfd reports the exit
+            self._forget(worker.heartbeat_fd)
+        elif rest:
+            self._rest(fd, self._on_heartbeat)
 
-    def _on_output(self, fd: int) -> None:
-        """Forward the worker's output line by line, each line as a terminal would end up showing it
-        (the text after its last carriage return), so progress bars do not swallow our own log lines."""
-        data = read_available(fd)
+    def _on_output(self, fd: int, rest: bool = True) -> None:
         worker = self.worker
-        if data == b"":
-            self._forget(fd)
-        if not data or worker is None:
+        if worker is None or worker.closed:
             return
-        worker.partial_line += data
-        *lines, worker.partial_line = worker.partial_line.split(b"\n")
-        shown = [line.rsplit(b"\r", 1)[-1] for line in lines]
-        shown = [line for line in shown if line.strip()]
-        for line in shown:
-            text = line.decode(errors="replace")
-            worker.output_tail.append(text)
-            found = signatures.scan(text)
+        lines, progress, ended = worker.read_output()
+        if ended:
+            self._forget(worker.output_fd)
+        elif rest:
+            self._rest(fd, self._on_output)
+        forward(lines)
+        for line in lines:
+            found = scan(line)
             if found is not None:
-                self.handle(core.SignatureSeen(found.name, found.remedy, found.advice, text))
-        try:
-            sys.stderr.buffer.write(b"".join(line + b"\n" for line in shown))
-            sys.stderr.buffer.flush()
-        except (OSError, ValueError):
-            pass  # our own stderr gone: the worker must not notice
+                self.handle(core.SignatureSeen(found.name, found.remedy, found.advice, line))
+        for message in progress:
+            self.handle(core.HeartbeatReceived(message))
+            if self.worker is not worker:
+                return
 
     def _forget(self, fd: int) -> None:
+        self._resting.pop(fd, None)
         if fd in self.selector.get_map():
             self.selector.unregister(fd)
 
     def _on_exit(self, _fd: int) -> None:
         worker = self.worker
-        returncode = worker.popen.wait()
-        self._on_heartbeat(worker.heartbeat_fd)  # its last words arrive before its death is judged,
-        self._on_output(worker.output_fd)
+        returncode = worker.wait()
+        self._on_heartbeat(worker.heartbeat_fd, rest=False)  # its last words arrive before its death is judged,
+        self._on_output(worker.output_fd, rest=False)
         for source in self.kernel_sources:  # and so does the OOM killer's note on why it died
             self._on_kernel(source)
         self._forget(worker.pidfd)
-        self.handle(core.WorkerExited(returncode))
+        self.handle(core.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
+
+    def _kill(self, incident: dict[str, Any] | None) -> None:
+        """Kill the worker's tree; ``incident`` is the core's copy to enrich and record (None after a clean exit)."""
+        worker, self.worker = self.worker, None
+        if incident is not None:
+            incident["time_iso"] = now_iso(incident["time"])
+            incident["processes"] = worker.tree_snapshot() if worker else process_tree.snapshot(process_tree.tree())
+            if worker:
+                incident["output_tail"] = list(worker.output_tail)
+                never = worker.output_progress.never_seen() if worker.output_progress is not None else None
+                if never and incident["phase"] == "startup":
+                    incident["detail"] += f"; {never}"
+                    log.error(f"{never}; its last lines: {' | '.join(list(worker.output_tail)[-3:])}")
+            if worker and self.config.incidents.stacks and incident["reason"] in (Reason.HANG.value, Reason.KERNEL.value):
+                self._capture_stacks(worker, incident)  # only a hung tree is worth looking at before the kill
+            incident["last_error"] = self.s.last_error
+            incident["settings"] = self.s.in_force  # what the worker reported in force: the rung's proof
+        w = self.config.watchdog
+        if worker is not None:
+            for fd in worker.fds:
+                self._forget(fd)
+            report = worker.kill(w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd)
+        else:
+            report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd)
+        confirmed = time.time()
+        if incident is not None:
+            incident["kill"] = {"processes": len(report.killed), "seconds": round(report.seconds, 3),
+                                "survivors": report.survivors, "confirmed_wall": confirmed}
+            log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
+                     extra={"INCIDENT_ID": incident["id"], "RUNG": incident["rung"], "EPOCH": incident["epoch"],
+                            "BATCH": incident["batch"]})
+            self.state_dir.append_incident(incident)
+        self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, confirmed))
+
+    def _capture_stacks(self, worker: WorkerProcess, incident: dict[str, Any]) -> None:
+        """Where each process of the tree waits, before it is killed: bounded by [incidents] stacks_budget, never
+        raises."""
+        readers = self.exporter.gpu_readers if self.exporter is not None else []
+        capture = stacks.capture_tree(
+            worker.pid, [p["pid"] for p in incident["processes"]], stacks_path(self.config.state_dir, incident["id"]).parent,
+            budget=self.config.incidents.stacks_budget,
+            gpu_sample=(lambda: [asdict(s) for s in sample_all(readers)]) if readers else None)
+        culprit = capture.culprit()
+        incident.update(where=capture.where(), summary=capture.summary_lines(),
+                        culprit=culprit.summary_line() if culprit else None, stacks_seconds=round(capture.seconds, 3),
+                        stacks=str(capture.path.relative_to(self.config.state_dir)) if capture.path else None)
+        log.info(one_line(incident), extra={"INCIDENT_ID": incident["id"]})
 
     # -- the kernel --
     def _open_kernel_sources(self, record: dict[str, Any]) -> None:
-        from supervisor.gpu_events import open_gpu_events
-        from supervisor.kernel_log import open_kernel_log
-        from supervisor.kernel_messages import Catalogue
+        from supervisor.sources.gpu_events import open_gpu_events
+        from supervisor.sources.kernel_log import open_kernel_log
+        from supervisor.sources.kernel_messages import Catalogue
 
         cfg = self.config.kernel_log
         position = record.get("kernel_log_position") or {}
@@ -274,21 +372,38 @@ class Agent:
                 self.selector.register(source.fileno(), selectors.EVENT_READ,
                                        lambda _fd, source=source: self._on_kernel(source))
 
-    def _on_kernel(self, source: Any) -> None:
-        for event in source.read():
+    def _on_kernel(self, source: KernelLogSource) -> None:
+        events = source.read()
+        if events:
+            self._drain_worker()  # beats already queued came before the line: they must not pass for progress after it
+        for event in events:
             in_tree = None
             if event.pid is not None:  # we are the tree's subreaper: every descendant is ours
                 in_tree = event.pid in self.tree_pids or event.pid in {p.pid for p in process_tree.tree()}
-            self.handle(core.KernelMessage(kind=event.kind, message=event.message, source=event.source,
-                                           pattern=event.pattern, pid=event.pid, in_worker_tree=in_tree))
+            stale = event.monotonic_us is not None and event.monotonic_us / 1e6 < self._started_mono - STALE_MARGIN
+            self.handle(core.KernelMessage(kind=KernelKind(event.kind), message=event.message, source=event.source,
+                                           pattern=event.pattern, pid=event.pid, in_worker_tree=in_tree,
+                                           trusted=event.from_kernel and not stale,
+                                           drill=os.environ.get(KERNEL_DRILL) == "1"))
 
     def kernel_log_position(self) -> dict[str, Any]:
         for source in self.kernel_sources:
-            if getattr(source, "name", "") == "kmsg":
-                return {"seq": source.last_seq, "boot_id": source.boot_id}
-            if getattr(source, "name", "") == "journal":
-                return {"cursor": source.last_cursor}
+            position = source.position()
+            if position:
+                return position
         return {}
+
+    # -- signals and systemd --
+    def _catch_signals(self) -> None:
+        signal_r, signal_w = os.pipe()
+        os.set_blocking(signal_w, False)
+        os.set_blocking(signal_r, False)
+        signal.set_wakeup_fd(signal_w)
+        # The wake-up fd carries the signal number into the loop. SIGHUP is caught and ignored: a closed
+        # terminal must not end a night of training.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: None)
+        self.selector.register(signal_r, selectors.EVENT_READ, self._on_signal)
 
     def _on_signal(self, fd: int) -> None:
         for signum in read_available(fd) or b"":
@@ -296,7 +411,6 @@ class Agent:
                 self.systemd.stopping(f"stopping on {signal.Signals(signum).name}")
                 self.handle(core.StopRequested(signal.Signals(signum).name))
 
-    # -- systemd --
     def status_line(self, status: dict[str, Any]) -> str:
         it_s = status.get("it_s")
         return (f"{status['state']}, epoch {status['epoch']}/{status['epochs']} batch {status['batch']}/"
@@ -308,44 +422,13 @@ class Agent:
             self._watchdog_pinged = time.monotonic()  # from the loop itself: a hung loop stops the pings
             self.systemd.watchdog()
 
-    # -- killing --
-    def _kill(self, incident: dict[str, Any] | None) -> None:
-        worker, self.worker = self.worker, None
-        root = worker.popen.pid if worker else None
-        if incident is not None:
-            members = process_tree.tree(root) + process_tree.tree() if root else process_tree.tree()
-            incident["time_iso"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(incident["time"]))
-            incident["processes"] = process_tree.snapshot(list({p.pid: p for p in members}.values()))
-            if worker:
-                incident["output_tail"] = list(worker.output_tail)
-            incident["last_error"] = self.s.last_error
-            incident["settings"] = self.s.settings  # what the worker reported in force: the rung's proof
-        w = self.config.watchdog
-        report = process_tree.kill_tree(root, w.kill_grace, w.kill_timeout, adopt_orphans=True)
-        if worker:
-            if worker.popen.returncode is None:
-                try:
-                    worker.popen.wait(timeout=0.1)
-                except subprocess.TimeoutExpired:
-                    pass
-            for fd in (worker.pidfd, worker.heartbeat_fd, worker.output_fd):
-                self._forget(fd)
-                os.close(fd)
-        if incident is not None:
-            incident["kill"] = {"processes": len(report.killed), "seconds": round(report.seconds, 3),
-                                "survivors": report.survivors, "confirmed_wall": time.time()}
-            log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
-                     extra={"INCIDENT_ID": incident["id"], "RUNG": incident["rung"], "EPOCH": incident["epoch"],
-                            "BATCH": incident["batch"]})
-            self._append_incident(incident)
-        self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors)))
-
-    # -- persistence --
+    # -- state --
     def status(self) -> dict[str, Any]:
         now = self.now()
         return {**core.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
-                "state_dir": str(self.config.state_dir), "updated": now.wall, "heartbeats": dict(self.heartbeats),
-                "checkpoint": str(checkpoints.weights_dir(self.run_dir) / "last.pt")}
+                "state_dir": str(self.config.state_dir), "updated": now.wall,
+                "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics_bind_failures,
+                "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
 
     def _write_state(self, force: bool) -> None:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
@@ -356,42 +439,8 @@ class Agent:
         if self.exporter is not None:
             self.exporter.publish(status)
         self.systemd.status(self.status_line(status))
-        try:
-            state_file.write(self.config.state_dir, {**self.s.persistent(), "status": status,
-                                                     "kernel_log_position": self.kernel_log_position()})
-            self._write_failed = False
-        except OSError as e:
-            if not self._write_failed:  # say it once, keep supervising: the previous file stays intact
-                log.error(f"{state_file.path_in(self.config.state_dir)}: cannot write state ({e.strerror}); "
-                          f"free disk space in {self.config.state_dir}")
-            self._write_failed = True
-
-    def _append_incident(self, incident: dict[str, Any]) -> None:
-        try:
-            with open(self.config.state_dir / "incidents.jsonl", "a") as f:
-                f.write(json.dumps(incident, default=str) + "\n")
-        except OSError as e:
-            log.error(f"{self.config.state_dir / 'incidents.jsonl'}: cannot record incident {incident['id']} "
-                      f"({e.strerror}); free disk space")
-
-    def _lock_state_dir(self) -> None:
-        try:
-            self.config.state_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"{self.config.source}: state_dir {self.config.state_dir}: cannot create "
-                              f"({e.strerror}); choose a writable directory") from None
-        lock = self.config.state_dir / "supervisor.lock"
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.read(fd, 32).decode().strip() or "?"
-            os.close(fd)
-            raise ConfigError(f"{self.config.source}: state_dir {self.config.state_dir} is in use by another "
-                              f"supervisor (pid {other}); stop it or choose another state_dir") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
+        self.state_dir.write_state({**self.s.persistent(), "status": status,
+                                    "kernel_log_position": self.kernel_log_position()})
 
 
 def run(config: Config) -> int:

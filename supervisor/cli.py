@@ -25,6 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
     status.add_argument("--state-dir", type=Path, help="override the config's state_dir")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    incidents = commands.add_parser("incidents", help="the incidents grouped by where they hung, the newest in full")
+    incidents.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
+    incidents.add_argument("--state-dir", type=Path, help="override the config's state_dir")
+    incidents.add_argument("--json", action="store_true", help="machine-readable output")
     check = commands.add_parser("check-config", help="validate a config and print the ladder")
     check.add_argument("--config", type=Path)
     commands.add_parser("doctor", help="check torch, ROCm, GPU access, kernel log and disk", add_help=False)
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     logger = logging.getLogger("yolo-train")
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    from supervisor.systemd_notify import journal_logging, under_journal
+    from supervisor.outputs.systemd_notify import journal_logging, under_journal
 
     if under_journal():
         journal_logging(logger)  # structured fields (RUNG=, ATTEMPT=, INCIDENT_ID=) in the journal
@@ -68,13 +72,17 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"--fault: {e}") from None
             return run(replace(config, faults=config.faults + extra))
         if args.command == "status":
-            from supervisor.status import status_main
+            from supervisor.outputs.status import status_main
 
             return status_main(config, as_json=args.json)
-        if args.command == "check-config":
-            from supervisor.ladder import build_ladder
+        if args.command == "incidents":
+            from supervisor.outputs.incidents import incidents_main
 
-            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)))
+            return incidents_main(config.state_dir, json_output=args.json)
+        if args.command == "check-config":
+            from supervisor.decision.ladder import build_ladder
+
+            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None)
             print(f"{config.source}: ok; state_dir {config.state_dir}")
             for i in range(len(ladder)):
                 print(f"  rung {i}: {ladder.label(i)}")

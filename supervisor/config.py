@@ -18,13 +18,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from worker.contract import LOADERS, OPTION_TYPES
 from worker.faults import Fault, FaultError
 
 AUTO = "auto"
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
+# units/yolo-train.service's WatchdogSec=30s: the longest the supervisor's loop may be away. Killing a tree holds
+# the loop for up to kill_grace + kill_timeout (no heartbeat read, no stop request handled), so their sum must fit.
+UNIT_WATCHDOG_SEC = 30.0
 
-# Our own per-rung settings that are not Ultralytics train() arguments.
-WORKER_SETTINGS = {"persistent_workers": bool, "conv_fallback": str, "env": dict}
+
+def _number(default: Any, *, auto: bool = False, off: bool = False, whole: bool = False) -> Any:
+    """A numeric setting and the other forms it accepts: ``"auto"`` (derived from what is observed), ``"off"``
+    (None: no limit). The allowances are data, read by the validation."""
+    return field(default=default, metadata={"auto": auto, "off": off, "whole": whole})
 
 
 class ConfigError(ValueError):
@@ -48,15 +55,15 @@ class WatchdogConfig:
     kill_timeout: seconds to wait after SIGKILL before a surviving process means "reboot needed".
     """
 
-    startup_timeout: float | None = 600.0
-    stall_timeout: float | str | None = AUTO
-    val_timeout: float | str | None = AUTO
-    save_timeout: float | None = 300.0
-    auto_factor: float = 10.0
-    auto_floor: float = 10.0
-    auto_window: int = 100
-    kill_grace: float = 3.0
-    kill_timeout: float = 10.0
+    startup_timeout: float | None = _number(600.0, off=True)
+    stall_timeout: float | str | None = _number(AUTO, auto=True, off=True)
+    val_timeout: float | str | None = _number(AUTO, auto=True, off=True)
+    save_timeout: float | None = _number(300.0, off=True)
+    auto_factor: float = _number(10.0)
+    auto_floor: float = _number(10.0)
+    auto_window: int = _number(100, whole=True)
+    kill_grace: float = _number(3.0)
+    kill_timeout: float = _number(10.0)
 
 
 @dataclass(frozen=True)
@@ -69,10 +76,10 @@ class RestartConfig:
         the second with each consecutive crash; hangs restart at once (their stall was the wait).
     """
 
-    max_restarts: int = 10
-    window: float = 3600.0
-    backoff_initial: float = 1.0
-    backoff_max: float = 60.0
+    max_restarts: int = _number(10, whole=True)
+    window: float = _number(3600.0)
+    backoff_initial: float = _number(1.0)
+    backoff_max: float = _number(60.0)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,65 @@ class KernelLogConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    """How much training a hang may cost.
+
+    every: seconds of training between the worker's checkpoints inside an epoch (written atomically at the next
+        batch boundary); a number, a duration such as "10m", or "epoch" (None) for Ultralytics' end-of-epoch
+        save only. The newest checkpoint bounds the work a hang loses: at most this much, plus detection.
+    """
+
+    every: float | None = 600.0
+
+
+@dataclass(frozen=True)
+class CommandConfig:
+    """Any training script as the worker (``[worker] command``), instead of the Ultralytics worker.
+
+    argv: the command; ``python`` (or ``python3``) as its first word is the Python that runs yolo-train.
+    cwd: where it runs (relative to the config file); None: the supervisor's directory.
+    checkpoint: a glob (relative to cwd) whose newest match is the resume point; None: the script resumes itself.
+    resume_args: added to argv when the glob matches, ``{checkpoint}`` replaced by the match.
+    progress_regex: ``[progress] regex``, named groups epoch, epochs, batch, batches, loss: read from the output
+        when the script sends no heartbeat (tqdm, Ultralytics and Lightning bars are recognised without it).
+    """
+
+    argv: tuple[str, ...]
+    cwd: Path | None = None
+    checkpoint: str | None = None
+    resume_args: tuple[str, ...] = ()
+    progress_regex: str | None = None
+
+
+@dataclass(frozen=True)
+class IncidentsConfig:
+    """What an incident records about a hung tree before it is killed.
+
+    stacks: every thread of every process (py-spy: Python and native frames; /proc: wchan and the kernel stack;
+        the GPU's state), stored as STATE_DIR/incidents/ID/stacks.json.
+    stacks_budget: seconds the whole capture may take, all processes in parallel; what is not done by then is
+        abandoned and noted, and the kill goes on.
+    """
+
+    stacks: bool = True
+    stacks_budget: float = 3.0
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Giving the speed back: trying the faster rung again after a safer one has trained well for a while.
+
+    probe_after: seconds (or a duration such as "2h") of healthy training at rung k before the supervisor moves to
+        rung k-1 at the next batch boundary (the worker saves and exits, nothing is lost); None ("off") keeps the
+        ladder one-way. A hang on the probed rung returns to rung k and doubles rung k's probation.
+    give_up_after: a rung that hung this many times is not probed again.
+    """
+
+    probe_after: float | None = 7200.0
+    give_up_after: int = 3
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     name: str
@@ -105,11 +171,24 @@ class Config:
     faults: tuple[Fault, ...] = ()
     worker_python: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
+    command: CommandConfig | None = None  # [worker] command: any script instead of the Ultralytics worker
     metrics_listen: str | None = "127.0.0.1:10133"
-    deadline: str | None = None
+    deadline: str | None = None  # as written, for display
     kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     conv_fallback: str = "auto"  # [patches]: the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
     amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
+
+    # Parsed once, here: the deadline as a Unix timestamp, the listen address as (host, port).
+    deadline_at: float | None = field(init=False, default=None)
+    metrics_address: tuple[str, int] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "deadline_at", parse_deadline(self.deadline, self.source))
+        object.__setattr__(self, "metrics_address", None if self.metrics_listen is None else
+                           parse_listen(self.metrics_listen, self.source))
 
     @property
     def source(self) -> str:
@@ -121,28 +200,35 @@ def load(path: Path | None, state_dir: Path | None = None) -> Config:
     source = path or DEMO_CONFIG
     label = str(path) if path else "<demo>"
     try:
-        raw = tomllib.loads(source.read_text())
+        raw = tomllib.loads(source.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{label}: no such file; pass --config with the path of a TOML config") from None
+    except UnicodeDecodeError as e:
+        line = source.read_bytes()[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{label}: not UTF-8 (byte 0x{e.object[e.start]:02x} on line {line}); TOML files are "
+                          f"UTF-8: re-save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{label}: not valid TOML ({e}); fix the syntax at that line") from None
     except OSError as e:
-        raise ConfigError(f"{label}: cannot read ({e.strerror})") from None
+        raise ConfigError(f"{label}: cannot read ({e.strerror}); make it readable by this user") from None
     return parse(raw, label, path, state_dir)
 
 
 def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: Path | None = None) -> Config:
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
-                         "metrics", "deadline", "kernel_log", "patches"})
+                         "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
     restart = check.section("restart", raw.get("restart", {}), RestartConfig)
     ladder = check.ladder(raw.get("ladder", {}))
+    probe = check.probe(raw.get("ladder", {}))
     faults = check.faults(raw.get("faults", []))
     worker = raw.get("worker", {})
-    check.keys("worker", worker, {"python", "env"})
+    check.keys("worker", worker, {"python", "env", "command", "cwd", "checkpoint", "resume_args"})
+    command = check.command(worker, raw.get("progress", {}), path)
+    check.rung_arguments(ladder, command is not None)
     env = worker.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         check.fail("worker.env", "a table of strings, e.g. env = { OMP_NUM_THREADS = \"4\" }", env)
@@ -151,14 +237,18 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     listen = metrics.get("listen", "127.0.0.1:10133")
     if listen in ("off", ""):
         listen = None
-    elif not isinstance(listen, str) or ":" not in listen or not listen.rsplit(":", 1)[1].isdigit():
+    elif not isinstance(listen, str):
         check.fail("metrics.listen", '"HOST:PORT" or "off"', listen)
     deadline = raw.get("deadline")
     if deadline is not None and not isinstance(deadline, str):
         deadline = deadline.isoformat() if hasattr(deadline, "isoformat") else check.fail(
             "deadline", 'an RFC 3339 time, e.g. deadline = "2025-11-30T00:00:00Z"', deadline)
-    parse_deadline(deadline, label)
     kernel_log = check.kernel_log(raw.get("kernel_log", {}))
+    checkpoint = check.checkpoint(raw.get("checkpoint", {}))
+    incidents = check.incidents(raw.get("incidents", {}))
+    if probe.probe_after is not None and checkpoint.every is not None and probe.probe_after < checkpoint.every:
+        check.fail("ladder.probe_after", f"at least [checkpoint] every ({checkpoint.every:.0f} s): a probe moves at a "
+                                         f"checkpoint boundary", raw["ladder"]["probe_after"])
     patches = raw.get("patches", {})
     check.keys("patches", patches, {"conv_fallback", "amp_check"})
     if patches.get("conv_fallback", "auto") not in ("auto", "on", "off"):
@@ -166,11 +256,22 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     if patches.get("amp_check", "local") not in ("local", "off", "ultralytics"):
         check.fail("patches.amp_check", '"local", "off" or "ultralytics"', patches["amp_check"])
     chosen_dir = state_dir or raw.get("state_dir") or default_state_dir(name)
-    return Config(path=path, name=name, state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute(),
-                  train=train, watchdog=watchdog, restart=restart, ladder=ladder, faults=faults,
-                  worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
-                  metrics_listen=listen, deadline=deadline, kernel_log=kernel_log,
-                  conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"))
+    config = Config(path=path, name=name, state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute(),
+                    train=train, watchdog=watchdog, restart=restart, ladder=ladder, probe=probe, incidents=incidents,
+                    faults=faults,
+                    worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
+                    command=command,
+                    metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
+                    conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"))
+    if not train and "command" not in worker:
+        raise ConfigError(f"{label}: no [train] table: nothing to train; add one with Ultralytics' train arguments, "
+                          f"e.g. [train] data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
+    if watchdog.kill_grace + watchdog.kill_timeout > UNIT_WATCHDOG_SEC:
+        raise ConfigError(f"{label}: watchdog.kill_grace + watchdog.kill_timeout: expected at most "
+                          f"{UNIT_WATCHDOG_SEC:g} s together, got {watchdog.kill_grace:g} + {watchdog.kill_timeout:g}; "
+                          f"killing a tree holds the supervisor's loop that long, and the unit's WatchdogSec=30s "
+                          f"(units/yolo-train.service) is the longest it may be away")
+    return config
 
 
 def parse_deadline(text: str | None, source: str = "<config>") -> float | None:
@@ -183,6 +284,47 @@ def parse_deadline(text: str | None, source: str = "<config>") -> float | None:
         raise ConfigError(f"{source}: deadline: expected an RFC 3339 time, e.g. deadline = "
                           f"\"2025-11-30T00:00:00Z\", got {text!r}") from None
     return moment.timestamp() if moment.tzinfo else moment.astimezone().timestamp()
+
+
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from a positive number or a string such as "90s", "10m", "2h", "1h30m"; None if it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) and value > 0 else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    import re
+
+    parts = re.fullmatch(r"\s*((?:\d+(?:\.\d+)?\s*[smhd]\s*)+)", value)
+    if parts is None:
+        return None
+    total = sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", value))
+    return total if total > 0 else None
+
+
+def parse_listen(listen: str, source: str = "<config>") -> tuple[str, int]:
+    """``"HOST:PORT"`` (``[::1]:PORT`` for IPv6) -> (host, port); ConfigError if it is not one."""
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535 or not _host(host.strip("[]")):
+        raise ConfigError(f"{source}: [metrics] listen = {listen!r}: expected \"HOST:PORT\" or \"off\", e.g. "
+                          f"\"127.0.0.1:10133\"")
+    return host.strip("[]"), int(port)
+
+
+def _host(host: str) -> bool:
+    """An IP address or a host name as bind() takes them (names resolve at run time, not here: no DNS in a check)."""
+    import ipaddress
+    import re
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return re.fullmatch(r"(?!-)[A-Za-z0-9-]{1,63}(?:\.(?!-)[A-Za-z0-9-]{1,63})*\.?", host) is not None
 
 
 def default_state_dir(name: str) -> Path:
@@ -205,6 +347,36 @@ def ultralytics_train_args() -> dict[str, Any]:
     return yaml.safe_load(default.read_text()) or {}
 
 
+@lru_cache(maxsize=1)
+def ultralytics_value_kinds() -> dict[str, Any]:
+    """The key sets Ultralytics' ``check_cfg`` types its arguments by (CFG_INT_KEYS, CFG_BOOL_KEYS, ... and
+    CFG_INT_MIN), read from ultralytics/cfg/__init__.py as literals: importing it imports torch (2.6 s here),
+    reading them takes milliseconds. Empty when the file or a name is not there (another Ultralytics)."""
+    import ast
+
+    spec = importlib.util.find_spec("ultralytics")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    source = Path(next(iter(spec.submodule_search_locations))) / "cfg" / "__init__.py"
+    try:
+        tree = ast.parse(source.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    kinds: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            value = node.value
+            if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "frozenset" and value.args:
+                value = value.args[0]
+            if name.startswith("CFG_") and name.endswith(("_KEYS", "_MIN")):
+                try:
+                    kinds[name] = ast.literal_eval(value)
+                except ValueError:
+                    continue
+    return kinds
+
+
 class _Checker:
     """Validation helpers that all fail the same way: one line with file, key and expected form."""
 
@@ -212,7 +384,8 @@ class _Checker:
         self.label = label
 
     def fail(self, key: str, expected: str, got: Any) -> None:
-        raise ConfigError(f"{self.label}: {key}: expected {expected}, got {got!r}")
+        shown = str(got).lower() if isinstance(got, bool) else repr(got)  # as TOML spells it
+        raise ConfigError(f"{self.label}: {key}: expected {expected}, got {shown}")
 
     def keys(self, section: str, table: Any, allowed: set[str]) -> None:
         where = f"[{section}]" if section else "top level"
@@ -231,11 +404,55 @@ class _Checker:
     def train(self, table: Any) -> dict[str, Any]:
         known = ultralytics_train_args()
         self.keys("train", table, set(known) - {"mode", "resume"} if known else set(table))
-        if "workers" in table and (not isinstance(table["workers"], int) or table["workers"] < 0):
-            self.fail("train.workers", "a whole number >= 0", table["workers"])
-        if "epochs" in table and (not isinstance(table["epochs"], int) or table["epochs"] < 1):
-            self.fail("train.epochs", "a whole number >= 1", table["epochs"])
+        for key in ("project", "name", "save_dir"):
+            if key in table:
+                # Where a run writes is the supervisor's decision (STATE_DIR/train, on every resume too): an
+                # Ultralytics placement would be overridden silently, so it is refused instead.
+                raise ConfigError(f"{self.label}: train.{key}: yolo-train decides where a run writes "
+                                  f"(STATE_DIR/train); remove it and set state_dir = \"...\" or the top-level "
+                                  f"name = \"...\" (the default state_dir is ~/.local/state/yolo-train/NAME)")
+        for key, value in table.items():
+            self.train_value(f"train.{key}", key, value)
         return dict(table)
+
+    def train_value(self, where: str, key: str, value: Any) -> None:
+        """A value Ultralytics' check_cfg (hard) or its trainer would refuse, refused here in one line; stricter
+        where Ultralytics is lax: a boolean is never a number (``workers = true`` would mean one worker)."""
+        kinds = ultralytics_value_kinds()
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        whole = number and (isinstance(value, int) or value.is_integer())
+        if key == "workers":
+            if not whole or value < 0:
+                self.fail(where, "a whole number >= 0", value)
+        elif key == "batch":
+            if not number or not (value >= 1 and whole or value == -1 or 0 < value < 1):
+                self.fail(where, "a whole number >= 1, -1 (AutoBatch) or a fraction of GPU memory between 0 and 1",
+                          value)
+        elif key == "imgsz":
+            sizes = value if isinstance(value, list) and len(value) in (1, 2) else [value]
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+                self.fail(where, "pixels as a whole number >= 1, or [height, width]", value)
+        elif key in kinds.get("CFG_INT_KEYS", ()):
+            least = kinds.get("CFG_INT_MIN", {}).get(key)
+            if not whole or (least is not None and value < least):
+                self.fail(where, "a whole number" + (f" >= {least}" if least is not None else ""), value)
+        elif key in kinds.get("CFG_FLOAT_KEYS", ()):
+            if not number:
+                self.fail(where, "a number", value)
+        elif key in kinds.get("CFG_FRACTION_KEYS", ()):
+            if key == "fraction" and isinstance(value, list):
+                return  # [train, val(, test)] counts or ratios: Ultralytics' own check at the worker
+            if not number or not (0 <= value <= 1 or key == "fraction" and whole and value > 1):
+                self.fail(where, "a number between 0 and 1" + (" or a count of images > 1" if key == "fraction"
+                                                               else ""), value)
+        elif key in kinds.get("CFG_BOOL_KEYS", ()):
+            if not isinstance(value, bool):
+                self.fail(where, "true or false", value)
+        elif key in kinds.get("CFG_STR_KEYS", ()):
+            if not isinstance(value, str):
+                self.fail(where, "a string", value)
+        elif key == "amp" and not (isinstance(value, bool) or str(value).lower() in ("fp16", "bf16", "fp32")):
+            self.fail(where, 'true, false, "fp16", "bf16" or "fp32"', value)
 
     def section(self, name: str, table: Any, cls: type) -> Any:
         self.keys(name, table, {f.name for f in fields(cls)})
@@ -244,13 +461,12 @@ class _Checker:
             if f.name not in table:
                 continue
             value, key = table[f.name], f"{name}.{f.name}"
-            allows_auto = "str" in str(f.type)
-            allows_off = "None" in str(f.type)
+            allows_auto, allows_off = f.metadata.get("auto", False), f.metadata.get("off", False)
             if value == AUTO and allows_auto:
                 values[f.name] = AUTO
             elif value == "off" and allows_off:
                 values[f.name] = None
-            elif f.type == "int" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            elif f.metadata.get("whole") and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 self.fail(key, "a whole number >= 1", value)
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value <= 0:
@@ -261,8 +477,77 @@ class _Checker:
                 values[f.name] = value
         return cls(**values)
 
+    def command(self, worker: dict[str, Any], progress: Any, path: Path | None) -> CommandConfig | None:
+        from supervisor.sources.progress_lines import validate_regex
+
+        self.keys("progress", progress, {"regex"})
+        if "command" not in worker:
+            for key in ("cwd", "checkpoint", "resume_args"):
+                if key in worker:
+                    self.fail(f"worker.{key}", "only with [worker] command", worker[key])
+            if progress:
+                self.fail("progress", "only with [worker] command (the Ultralytics worker sends heartbeats)", progress)
+            return None
+        argv = worker["command"]
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
+            self.fail("worker.command", 'a list of strings, e.g. command = ["python", "train.py", "--epochs", "50"]',
+                      argv)
+        base = path.parent if path else Path.cwd()
+        cwd = worker.get("cwd")
+        if cwd is not None:
+            cwd = (base / os.path.expanduser(self.string("worker.cwd", cwd))).resolve()
+            if not cwd.is_dir():
+                self.fail("worker.cwd", "an existing directory (relative to the config file)", str(cwd))
+        checkpoint = worker.get("checkpoint")
+        if checkpoint is not None:
+            self.string("worker.checkpoint", checkpoint)
+        resume_args = worker.get("resume_args", [])
+        if not isinstance(resume_args, list) or not all(isinstance(a, str) for a in resume_args):
+            self.fail("worker.resume_args", 'a list of strings, e.g. resume_args = ["--resume", "{checkpoint}"]',
+                      resume_args)
+        if resume_args and checkpoint is None:
+            self.fail("worker.resume_args", "a [worker] checkpoint glob beside it", resume_args)
+        regex = progress.get("regex")
+        if regex is not None:
+            problem = validate_regex(self.string("progress.regex", regex))
+            if problem:
+                raise ConfigError(f"{self.label}: progress.regex: {problem}")
+        return CommandConfig(tuple(argv), cwd, checkpoint, tuple(resume_args), regex)
+
+    def rung_arguments(self, rungs: tuple[dict[str, Any], ...] | None, command: bool) -> None:
+        """``args`` templates change a command's arguments; a command's rungs change nothing else."""
+        for i, rung in enumerate(rungs or ()):
+            for key, value in rung.items():
+                if key == "args":
+                    if not command:
+                        self.fail(f"ladder.rungs[{i}].args", "only with [worker] command", value)
+                    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                        self.fail(f"ladder.rungs[{i}].args", 'a table of strings, e.g. { "--workers" = "0" }', value)
+                elif command and key != "env":
+                    raise ConfigError(f"{self.label}: ladder.rungs[{i}]: {key!r} changes nothing for a [worker] "
+                                      f"command; use env = {{ ... }} or args = {{ \"--flag\" = \"value\" }}")
+
+    def incidents(self, table: Any) -> IncidentsConfig:
+        self.keys("incidents", table, {f.name for f in fields(IncidentsConfig)})
+        stacks = table.get("stacks", True)
+        if not isinstance(stacks, bool):
+            self.fail("incidents.stacks", "true or false", stacks)
+        budget = table.get("stacks_budget", IncidentsConfig.stacks_budget)
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 10:
+            self.fail("incidents.stacks_budget", "seconds, more than 0 and at most 10 (the kill waits for it)", budget)
+        return IncidentsConfig(stacks=stacks, stacks_budget=float(budget))
+
+    def probe(self, table: Any) -> ProbeConfig:
+        after = table.get("probe_after", ProbeConfig.probe_after)
+        give_up = table.get("give_up_after", ProbeConfig.give_up_after)
+        if isinstance(give_up, bool) or not isinstance(give_up, int) or give_up < 1:
+            self.fail("ladder.give_up_after", "a whole number >= 1 (hangs of a rung before it is not probed again)",
+                      give_up)
+        return ProbeConfig(probe_after=None if after == "off" else self.duration("ladder.probe_after", after, '"off"'),
+                           give_up_after=give_up)
+
     def ladder(self, table: Any) -> tuple[dict[str, Any], ...] | None:
-        self.keys("ladder", table, {"rungs"})
+        self.keys("ladder", table, {"rungs", "probe_after", "give_up_after"})
         rungs = table.get("rungs")
         if rungs is None or rungs == "default":
             return None
@@ -274,21 +559,29 @@ class _Checker:
             if not isinstance(rung, dict):
                 self.fail(f"ladder.rungs[{i}]", "a table of settings, e.g. { workers = 0 }", rung)
             for key, value in rung.items():
-                if key in WORKER_SETTINGS:
-                    if not isinstance(value, WORKER_SETTINGS[key]):
-                        self.fail(f"ladder.rungs[{i}].{key}", WORKER_SETTINGS[key].__name__, value)
+                if key in OPTION_TYPES:
+                    expected = OPTION_TYPES[key]
+                    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                        self.fail(f"ladder.rungs[{i}].{key}", expected.__name__, value)
                     if key == "conv_fallback" and value not in ("auto", "on", "off"):
                         self.fail(f"ladder.rungs[{i}].conv_fallback", '"auto", "on" or "off"', value)
+                    if key == "loader" and value not in LOADERS:
+                        self.fail(f"ladder.rungs[{i}].loader", " or ".join(f'"{v}"' for v in LOADERS), value)
+                    if key == "threads" and value < 1:
+                        self.fail(f"ladder.rungs[{i}].threads", "a whole number >= 1 (threads of the loader)",
+                                  value)
                     if key == "env" and not all(isinstance(v, str) for v in value.values()):
                         self.fail(f"ladder.rungs[{i}].env", 'a table of strings, e.g. { MIOPEN_FIND_MODE = "FAST" }',
                                   value)
                 elif known and key not in known:
                     raise ConfigError(f"{self.label}: ladder.rungs[{i}]: unknown setting {key!r}; expected an "
-                                      f"Ultralytics train argument or one of {', '.join(WORKER_SETTINGS)}")
+                                      f"Ultralytics train argument or one of {', '.join(OPTION_TYPES)}")
+                else:
+                    self.train_value(f"ladder.rungs[{i}].{key}", key, value)
         return tuple(dict(r) for r in rungs)
 
     def kernel_log(self, table: Any) -> KernelLogConfig:
-        from supervisor.kernel_messages import CatalogueError, validate_patterns
+        from supervisor.sources.kernel_messages import CatalogueError, validate_patterns
 
         self.keys("kernel_log", table, {f.name for f in fields(KernelLogConfig)})
         source = table.get("source", "auto")
@@ -306,6 +599,17 @@ class _Checker:
             raise ConfigError(str(e)) from None
         return KernelLogConfig(source=source, gpu_events=gpu_events, confirm_window=float(confirm),
                                patterns=tuple(table.get("patterns", [])))
+
+    def duration(self, key: str, value: Any, *others: str) -> float:
+        seconds = parse_duration(value)
+        if seconds is None:
+            self.fail(key, " or ".join(['seconds (a positive number)', 'a duration such as "10m"', *others]), value)
+        return seconds
+
+    def checkpoint(self, table: Any) -> CheckpointConfig:
+        self.keys("checkpoint", table, {f.name for f in fields(CheckpointConfig)})
+        every = table.get("every", CheckpointConfig.every)
+        return CheckpointConfig(every=None if every == "epoch" else self.duration("checkpoint.every", every, '"epoch"'))
 
     def faults(self, value: Any) -> tuple[Fault, ...]:
         if isinstance(value, dict):

@@ -4,10 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import core
+from supervisor.decision import core
 from supervisor.config import parse
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
-from supervisor.ladder import build_ladder, default_ladder
+from supervisor.decision.ladder import build_ladder
+from supervisor.decision.vocabulary import KernelKind
+from worker.contract import HeartbeatMessage
 
 PID = 4242
 
@@ -41,8 +43,10 @@ class Driver:
         if progress is None:
             self.progress += 1
             progress = self.progress
-        return self(core.Heartbeat({"v": 1, "pid": pid, "kind": kind, "phase": phase, "progress": progress,
-                                    **fields}))
+        message = HeartbeatMessage.from_wire({"v": 1, "pid": pid, "kind": kind, "phase": phase, "progress": progress,
+                                              **fields})
+        assert message is not None
+        return self(core.HeartbeatReceived(message))
 
     def train_until(self, t_end: float, interval: float):
         while self.t + interval <= t_end:
@@ -77,7 +81,7 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     assert d.s.state == core.State.STOPPING
     actions = d(core.TreeKilled(killed=3))
     spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
-    assert (spawn.rung, spawn.settings, spawn.attempt) == (1, {"workers": 4}, 2)
+    assert (spawn.rung, spawn.rung_settings, spawn.attempt) == (1, {"workers": 4}, 2)
     assert d.s.restarts_by_reason == {"hang": 1} and d.s.hangs_by_phase == {"train": 1}
 
 
@@ -159,12 +163,12 @@ def test_crash_restarts_after_backoff_at_the_same_rung_and_climbs_when_it_repeat
     spawn = d.at(d.t + 0.2)(core.Tick())[0]
     assert isinstance(spawn, core.Spawn) and spawn.rung == 0
     d(core.Spawned(PID + 1, "/x/last.pt"))
-    d(core.Heartbeat({"v": 1, "pid": PID + 1, "kind": "error", "phase": "train", "progress": 1,
-                      "error": "RuntimeError: boom again"}))
+    d.beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=11, batches=20)  # it trains again, then crashes
+    d.beat("train", kind="error", pid=PID + 1, progress=1, error="RuntimeError: boom again")
     d(core.WorkerExited(1))
     d(core.TreeKilled(killed=1))
     assert d.s.rung == 1  # the same failure twice: one rung safer
-    assert d.s.backoff_until - d.t == pytest.approx(4.0)  # second crash in a row: the backoff doubles
+    assert d.s.backoff_until - d.t == pytest.approx(2.0)  # it trained in between: the backoff starts over
 
 
 def test_signal_deaths_are_named():
@@ -310,16 +314,6 @@ def test_intervals_are_per_attempt_so_a_slower_rung_gets_a_longer_timeout():
     assert d.at(d.t + 39)(core.Tick()) == []
 
 
-def test_default_ladder_matches_what_people_did_by_hand():
-    assert default_ladder(8).rungs == ({}, {"workers": 4}, {"workers": 2}, {"workers": 1},
-                                       {"persistent_workers": False}, {"workers": 0}, {"val": False})
-    assert default_ladder(0).rungs == ({}, {"val": False})
-    ladder = default_ladder(2)
-    assert ladder.settings(3) == {"workers": 0, "persistent_workers": False}
-    assert ladder.label(2) == "workers=1, persistent_workers=false"
-    assert ladder.next(len(ladder) - 1) == len(ladder) - 1 and ladder.exhausted(len(ladder) - 1)
-
-
 def test_exhausted_ladder_keeps_the_top_rung_and_says_so():
     d = Driver(make(workers=0, watchdog={"startup_timeout": 5}))
     d.boot_and_spawn()
@@ -351,7 +345,7 @@ SEEDS_LINE = ("workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged C
 
 
 def kernel(kind="stall", pid=None, in_tree=None, message=SEEDS_LINE):
-    return core.KernelMessage(kind=kind, message=message, source="kmsg", pattern="workqueue_gpu_hog", pid=pid,
+    return core.KernelMessage(kind=KernelKind(kind), message=message, source="kmsg", pattern="workqueue_gpu_hog", pid=pid,
                               in_worker_tree=in_tree)
 
 
@@ -399,3 +393,346 @@ def test_oom_kill_of_a_worker_process_names_the_crash():
     assert incident["reason"] == "oom" and "OOM killer took pid 4300" in incident["detail"]
     d(core.TreeKilled(killed=1))
     assert d.s.restarts_by_reason == {"oom": 1} and d.s.rung == 0
+
+
+# Work kept and lost (goodput), and the phases without a batch rhythm ----------------------------------------
+
+def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_incident_says_how_much():
+    d = healthy()  # 0.5 s batches from t=1000 to 1010
+    actions = d.beat("train", kind="checkpoint", path="/s/train/weights/last.pt", seconds=0.2, epoch=1, batch=20,
+                     progress=d.progress)
+    assert [type(a).__name__ for a in actions] == ["KeepVerifiedCopy"] and actions[0].path.endswith("last.pt")
+    d.train_until(1014, 0.5)  # 8 more batches, 4 s of training after the checkpoint
+    actions = d.at(d.t + 10.01)(core.Tick())
+    incident = actions[1].incident
+    assert (incident["lost_batches"], incident["lost_seconds"]) == (8, 4.0)
+    assert incident["resumes_from"] == {"epoch": 1, "batch": 20, "path": "/s/train/weights/last.pt"}
+    assert d.s.lost_seconds == 4.0 and d.s.trained() == pytest.approx(13.5)  # first batch at 1000.5
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 1, "/s/train/weights/last.pt"))
+    d.at(d.t + 3)
+    d.beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=21, batches=40)
+    assert d.s.incidents[-1]["restart_seconds"] == pytest.approx(3.0)  # detection to the first new batch
+    snap = core.snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
+    assert snap["lost_seconds"] == 4.0 and snap["lost_batches"] == 8
+    # kept 9.5 s of the 27 s since the boot at t=1000
+    assert snap["goodput"] == pytest.approx((13.5 - 4.0) / (d.t - 1000.0))
+
+
+def test_without_any_checkpoint_the_whole_attempt_is_lost():
+    d = healthy()
+    incident = d.at(d.t + 10.01)(core.Tick())[1].incident
+    assert incident["lost_batches"] == 20 and incident["lost_seconds"] == pytest.approx(9.5)
+    assert "resumes_from" not in incident
+
+
+def test_a_stop_that_saves_loses_nothing():
+    d = healthy()
+    d(core.StopRequested())
+    d.beat("train", kind="checkpoint", path="/x/last.pt", epoch=1, batch=19, progress=d.progress)
+    d(core.WorkerExited(0))
+    d(core.TreeKilled(killed=1))
+    assert d.s.lost_seconds == 0.0 and d.s.incidents[-1]["lost_seconds"] == 0.0
+    assert d.s.exit.code == EXIT_OK and "after saving a checkpoint" in d.s.exit.text
+
+
+def epoch_end(d: Driver, gap: float) -> None:
+    """The worker's end of an epoch: save phase, validation, the save, then the next epoch's first phase."""
+    d.at(d.t + 0.5).beat("save", kind="phase")
+    d.at(d.t + gap).beat("val", kind="phase")
+    d.at(d.t + 0.2).beat("val")
+    d.at(d.t + 0.2).beat("save", kind="phase")
+    d.at(d.t + gap).beat("save")  # on_model_save: the save itself
+    d.at(d.t + 0.5).beat("train", kind="phase")
+
+
+def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one():
+    d = healthy(watchdog={"save_timeout": 300})
+    d.at(d.t + 0.5).beat("save", kind="phase")
+    assert d.s.deadline().at - d.t == 300  # nothing observed yet: the generous allowance
+    d.at(d.t + 2.0).beat("val", kind="phase")
+    d.at(d.t + 0.2).beat("val")
+    d.at(d.t + 0.2).beat("save", kind="phase")
+    d.at(d.t + 2.5).beat("save")
+    d.at(d.t + 0.5).beat("train", kind="phase")
+    assert d.s.deadline().label == "save_timeout"  # until the next epoch's first batch, this is still its end
+    d.train_until(d.t + 5, 0.5)
+    assert d.s.epoch_end_seen == 2.5
+    d.at(d.t + 0.5).beat("save", kind="phase")  # the next epoch's end: 10 x 2.5 s, not 300 s
+    due = d.s.deadline()
+    assert (due.at - d.t, due.label) == (25.0, "save auto")
+    actions = d.at(d.t + 25.01)(core.Tick())
+    assert actions[1].incident["phase"] == "save" and actions[1].incident["reason"] == "hang"
+
+
+def test_later_startups_are_bounded_by_the_startup_this_run_saw():
+    d = Driver(make(watchdog={"startup_timeout": 600}))
+    d.boot_and_spawn()
+    assert d.s.deadline().at - d.t == 600
+    d.at(d.t + 3.0).beat(epoch=1, epochs=3, batch=1, batches=10)  # first batch 3 s after spawn
+    d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=2, batches=10)
+    d.at(d.t + 11)(core.Tick())  # hang
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 1, None))
+    due = d.s.deadline()
+    assert (due.at - d.t, due.label) == (30.0, "startup auto")  # max(auto_floor, 10 x 3 s)
+
+
+def test_a_kernel_stall_line_during_startup_opens_the_confirm_window():
+    d = Driver(make(watchdog={"startup_timeout": 600}, kernel_log={"confirm_window": 10}))
+    d.boot_and_spawn()
+    d.at(d.t + 5)(kernel(in_tree=None))
+    assert d.s.deadline().label == "kernel confirm window" and d.s.deadline().at == d.t + 10
+    actions = d.at(d.t + 10.01)(core.Tick())
+    assert actions[1].incident["reason"] == "kernel" and actions[1].incident["phase"] == "startup"
+
+
+def test_a_worker_that_exits_78_is_a_configuration_error_not_a_restart():
+    d = Driver(make())
+    d.boot_and_spawn()
+    line = "yolo-train worker: last.pt: checkpoint of another training (model: checkpoint yolov8s.yaml, config yolov8n.yaml)"
+    actions = d(core.WorkerExited(78, line))
+    assert kinds(actions) == ["Log", "KillTree"]
+    actions = d(core.TreeKilled(killed=1))
+    assert d.s.exit.code == 78 and "checkpoint of another training" in d.s.exit.text and d.s.attempt == 1
+
+
+def test_a_rung_shows_environment_variables_by_name_never_their_values():
+    s = make(ladder={"rungs": [{"env": {"HF_TOKEN": "hunter2", "HSA_ENABLE_INTERRUPT": "0"}}, {"workers": 0}]})
+    assert s.ladder.label(2) == "env=HF_TOKEN+HSA_ENABLE_INTERRUPT, workers=0"
+    snap = core.snapshot(s, core.Now(0.0, 0.0))
+    s.rung = 2
+    assert "hunter2" not in str(core.snapshot(s, core.Now(0.0, 0.0))) + str(snap)
+
+
+def test_a_gpu_lost_line_ends_the_run_only_as_the_kernels_own_word_about_a_gpu_it_uses():
+    lost = "amdgpu 0000:03:00.0: amdgpu: GPU reset(2) failed"
+    forged = healthy()  # device unset: a GPU training
+    forged(core.KernelMessage(KernelKind.GPU_LOST, lost, "kmsg", "amdgpu_reset_failed", trusted=False))
+    assert not forged.s.reboot_needed and forged.s.suspicion is not None  # suspicion, confirmed by a stall only
+    forged.beat(epoch=1, epochs=3, batch=2, batches=10)
+    assert forged.s.suspicion is None and forged.s.state == core.State.HEALTHY
+    on_cpu = Driver(make())
+    on_cpu.s.config.train["device"] = "cpu"
+    on_cpu.boot_and_spawn()
+    actions = on_cpu(core.KernelMessage(KernelKind.GPU_LOST, lost, "kmsg", "amdgpu_reset_failed"))
+    assert kinds(actions) == ["Log"] and not on_cpu.s.reboot_needed and on_cpu.s.kernel_events == {"gpu_lost": 1}
+    drill = Driver(make())
+    drill.s.config.train["device"] = "cpu"
+    drill.boot_and_spawn()
+    drill(core.KernelMessage(KernelKind.GPU_LOST, lost, "kmsg", "amdgpu_reset_failed", trusted=False, drill=True))
+    drill(core.TreeKilled(killed=1))
+    assert drill.s.reboot_needed and drill.s.exit.code == EXIT_REBOOT_NEEDED
+
+
+def test_the_same_failure_before_the_first_batch_twice_is_a_configuration_error_whatever_the_rung():
+    d = Driver(make(restart={"backoff_initial": 1}))
+    d.boot_and_spawn()
+    d.beat("setup", kind="error", error="ValueError: imgsz='big' is not a valid image size")
+    d(core.WorkerExited(1, "ValueError: imgsz='big' is not a valid image size"))
+    d(core.TreeKilled(killed=1))
+    assert d.s.state == core.State.BACKOFF and d.s.rung == 0  # before a batch: no rung can help, none is climbed
+    d.at(d.t + 1.01)(core.Tick())
+    d(core.Spawned(PID + 1, None))
+    d.beat("setup", kind="error", pid=PID + 1, progress=1, error="ValueError: imgsz='big' is not a valid image size")
+    d(core.WorkerExited(1))
+    d(core.TreeKilled(killed=1))
+    assert d.s.exit.code == 78 and d.s.attempt == 2 and d.s.rung == 0
+    assert "imgsz='big'" in d.s.exit.text and "two attempts" in d.s.exit.text
+
+
+def test_a_different_failure_before_the_first_batch_is_retried_and_a_batch_forgets_the_first():
+    d = Driver(make(restart={"backoff_initial": 1}))
+    d.boot_and_spawn()
+    d(core.WorkerExited(1, "OSError: [Errno 28] No space left on device"))
+    d(core.TreeKilled(killed=1))
+    d.at(d.t + 1.01)(core.Tick())
+    d(core.Spawned(PID + 1, None))
+    d(core.WorkerExited(1, "RuntimeError: something else"))
+    d(core.TreeKilled(killed=1))
+    assert d.s.exit is None and d.s.state == core.State.BACKOFF
+
+
+def test_a_changed_train_table_or_ladder_starts_again_at_rung_0():
+    before = make()
+    before.rung, before.attempt, before.remedies = 3, 4, {"batch": 8}
+    before.training_fingerprint = core.training_fingerprint(before)
+    record = before.persistent()
+    same = make()
+    same.restore(record)
+    assert kinds(core.decide(same, core.Boot(), core.Now(0, 0))[1]) == ["Log", "Spawn"] and same.rung == 3
+    changed = make(workers=4)
+    changed.restore(record)
+    actions = core.decide(changed, core.Boot(), core.Now(0, 0))[1]
+    assert changed.rung == 0 and changed.remedies == {} and "changed since rung 3" in actions[0].text
+
+
+def test_a_pause_of_the_supervisor_itself_moves_every_deadline_instead_of_blaming_the_worker():
+    d = healthy()
+    last = d.t
+    d.at(last + 25)  # the supervisor was stopped for 20 s past a 10 s stall timeout
+    actions = d(core.SupervisorPaused(20.0))
+    assert kinds(actions) == ["Log"] and d.s.deadline().at == last + 20 + 10
+    assert d(core.Tick()) == []  # 5 s after the pause ended: still inside the stall timeout
+    d.beat("done", kind="phase")  # it had finished meanwhile: its last words were queued behind the pause
+    d(core.WorkerExited(0))
+    d(core.TreeKilled(killed=0))
+    assert d.s.state == core.State.SUCCEEDED and d.s.incidents == [] and d.s.hangs_by_phase == {}
+
+
+# Probing back down the ladder --------------------------------------------------------------------------------
+
+def at_rung_1_after_a_hang(**sections) -> Driver:
+    d = healthy(**sections)
+    d.at(d.t + 10.01)(core.Tick())
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 1, "/s/last.pt"))
+    d.pid = PID + 1
+    return d
+
+
+def train(d: Driver, seconds: float, pid: int) -> list:
+    actions = []
+    end = d.t + seconds
+    while d.t + 0.5 <= end and d.s.state == core.State.HEALTHY or d.s.state == core.State.STARTING:
+        d.t += 0.5
+        actions += d.beat(pid=pid, epoch=1, epochs=3, batch=1, batches=10, samples=4)
+    return actions
+
+
+def test_after_probe_after_of_healthy_training_the_faster_rung_is_tried_at_a_checkpoint():
+    d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 3}, checkpoint={"every": 30})
+    assert d.s.rung == 1 and d.s.probe_in() == 60
+    actions = train(d, 70, PID + 1)
+    assert kinds(actions)[-2:] == ["Log", "RequestCheckpoint"] and d.s.state == core.State.STOPPING
+    assert d.s.stop.reason == core.Reason.PROBE and d.s.rung_trained() == pytest.approx(60, abs=0.6)
+    d.beat("train", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
+    assert kinds(d(core.WorkerExited(0))) == ["KillTree"]
+    actions = d(core.TreeKilled(killed=1))
+    spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
+    assert spawn.rung == 0 and d.s.probing_from == 1 and d.s.restarts_by_reason == {"hang": 1, "probe": 1}
+    assert len(d.s.restart_times) == 1  # a probe is planned: it spends no restart budget
+    assert d.s.incidents[-1]["reason"] == "hang" and d.s.lost_seconds == pytest.approx(9.5)  # the probe lost nothing
+
+
+def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_that_hung_enough_is_left_alone():
+    d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 2}, checkpoint={"every": 30})
+    train(d, 70, PID + 1)
+    d(core.WorkerExited(0))
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 2, "/s/last.pt"))
+    train(d, 5, PID + 2)
+    actions = d.at(d.t + 10.01)(core.Tick())  # the probed rung 0 hangs again
+    actions += d(core.TreeKilled(killed=1))
+    assert d.s.rung == 1 and d.s.probing_from is None and d.s.probation == {"1": 120.0}
+    assert d.s.rung_hangs == {"0": 2} and d.s.probe_in() is None  # rung 0 hung twice: never probed again
+    assert any("not probed again" in a.text for a in actions if isinstance(a, core.Log))
+
+
+def test_probing_survives_a_supervisor_restart_and_off_keeps_the_ladder_one_way():
+    d = at_rung_1_after_a_hang(ladder={"probe_after": 60}, checkpoint={"every": 30})
+    train(d, 40, PID + 1)
+    record = d.s.persistent()
+    again = make(ladder={"probe_after": 60}, checkpoint={"every": 30})
+    again.restore(record)
+    assert again.rung == 1 and again.probe_in() == pytest.approx(60 - 40, abs=0.6)
+    off = at_rung_1_after_a_hang(ladder={"probe_after": "off"})
+    assert off.s.probe_in() is None and kinds(train(off, 200, PID + 1)).count("RequestCheckpoint") == 0
+
+
+def test_each_rung_keeps_its_measured_speed():
+    d = healthy()  # 0.5 s batches at rung 0
+    d.train_until(d.t + 30, 0.5)
+    assert d.s.rung_speed(0) == pytest.approx(2.0)
+
+
+def test_under_ddp_rank_0_is_the_progress_every_rank_its_own_liveness_and_a_stray_pid_is_not_a_rank():
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("setup", kind="phase")  # the launcher itself (the worker's main process)
+    for rank, pid in ((0, 5000), (1, 5001)):
+        d.beat("setup", kind="settings", pid=pid, progress=0, rank=rank, settings={"device": f"cuda:{rank}"})
+    d.at(d.t + 2)
+    d.beat(pid=5000, progress=1, rank=0, epoch=1, epochs=3, batch=1, batches=10)  # rank 0's counter starts over
+    assert d.s.state == core.State.HEALTHY and d.s.progress.batch == 1
+    d.at(d.t + 1)
+    d.beat(pid=5001, progress=1, rank=1, epoch=1, epochs=3, batch=7, batches=10)
+    assert d.s.progress.batch == 1  # rank 1 is liveness only
+    d.beat(pid=6000, progress=99, rank=1, batch=9)  # a DataLoader worker of rank 1 (it inherits RANK)
+    snap = core.snapshot(d.s, core.Now(d.t, 0))
+    assert [(r["rank"], r["pid"], r["device"]) for r in snap["ranks"]] == [(0, 5000, "cuda:0"), (1, 5001, "cuda:1")]
+    assert snap["ranks"][0]["seconds_since_progress"] == 1.0 and snap["ranks"][1]["seconds_since_progress"] == 0.0
+    assert d.s.messages_ignored == 1
+
+
+def test_a_command_that_exits_0_has_finished_and_ours_must_say_done_first():
+    command = Driver(make())
+    command(core.Boot())
+    command(core.Spawned(PID, None, exit_0_finishes=True))
+    command.beat(epoch=3, epochs=3, batch=40, batches=40)
+    command(core.WorkerExited(0))
+    command(core.TreeKilled(killed=0))
+    assert command.s.exit.code == EXIT_OK and command.s.state == core.State.SUCCEEDED
+    ours = Driver(make())
+    ours.boot_and_spawn()
+    ours.beat(epoch=3, epochs=3, batch=40, batches=40)
+    ours(core.WorkerExited(0))
+    assert ours.s.incidents[-1]["detail"] == "exited with status 0 before training finished"
+
+
+def test_an_epochs_slow_first_batch_and_a_save_stretch_no_batch_interval():
+    """The loader's start at an epoch's first batch (3 s here) is part of the epoch's end, not a batch interval:
+    otherwise 10 x 3 s would be the stall timeout for the whole next epoch."""
+    d = healthy()  # 0.5 s batches
+    d.at(d.t + 0.5).beat("save", kind="phase")
+    d.at(d.t + 0.5).beat("train", kind="phase")
+    d.at(d.t + 3.0).beat(epoch=2, epochs=3, batch=1, batches=10)  # the loader's workers start: 3 s
+    assert max(d.s.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 3.0
+    d.train_until(d.t + 2, 0.5)
+    due = d.s.deadline()
+    assert (due.label, due.at - d.t) == ("train auto", 10.0)
+    d.at(d.t + 0.5).beat("save", kind="phase")  # a mid-epoch save: the worker says so, and it takes 4 s
+    d.at(d.t + 4.0).beat("train", kind="phase")
+    d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=7, batches=10)
+    assert max(d.s.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 4.0
+
+
+def test_an_oom_kill_names_only_the_exit_that_follows_it_soon():
+    line = "Out of memory: Killed process 4343 (pt_data_worker) total-vm:1kB, anon-rss:1kB"
+    soon = healthy()
+    soon(core.KernelMessage(KernelKind.OOM, line, "kmsg", "oom_killed_process", pid=4343, in_worker_tree=True))
+    soon.at(soon.t + 2)(core.WorkerExited(1))
+    assert soon.s.incidents[-1]["reason"] == "oom"
+    late = healthy()
+    late(core.KernelMessage(KernelKind.OOM, line, "kmsg", "oom_killed_process", pid=4343, in_worker_tree=True))
+    late.train_until(late.t + core.OOM_EXIT_WINDOW + 5, 0.5)  # the worker trained on after losing a loader process
+    late(core.WorkerExited(1))
+    assert late.s.incidents[-1]["reason"] == "crash"  # a later crash is its own, not the old OOM's
+
+
+def test_a_finished_training_of_another_config_is_refused_not_called_done():
+    before = make()
+    before.state, before.training_fingerprint = core.State.SUCCEEDED, core.training_fingerprint(before)
+    record = before.persistent()
+    same = make()
+    same.restore(record)
+    core.decide(same, core.Boot(), core.Now(0, 0))
+    assert same.exit.code == EXIT_OK and "already finished" in same.exit.text
+    other = make(workers=2)
+    other.restore(record)
+    core.decide(other, core.Boot(), core.Now(0, 0))
+    assert other.exit.code == 78 and "holds a finished training of another [train]" in other.exit.text
+    assert other.persistent()["training_fingerprint"] == record["training_fingerprint"]  # its record kept
+
+
+def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
+    """On an H100 the first batch came 3.5 s after the loop began (CUDA warm-up, the loader's start) and then
+    10 x 3.5 s was the stall timeout for the whole attempt."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.at(d.t + 5).beat("train", kind="phase", epoch=1, epochs=3, batch=0, batches=32)
+    d.at(d.t + 3.5).beat(epoch=1, epochs=3, batch=1, batches=32)
+    for _ in range(10):
+        d.at(d.t + 0.1).beat(epoch=1, epochs=3, batch=2, batches=32)
+    assert max(d.s.intervals["train"]) == pytest.approx(0.1)
+    assert d.s.deadline().at - d.t == 10.0  # the auto floor, not 35 s

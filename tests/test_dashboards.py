@@ -80,7 +80,7 @@ def test_every_alert_is_unit_tested_firing_and_quiet():
     alerts = {name for name, _ in alert_expressions(ALERTS)}
     assert alerts == {"YoloTrainNoProgress", "YoloTrainHangRate", "YoloTrainLadderExhausted",
                       "YoloTrainRestartBudgetSpent", "YoloTrainRebootNeeded", "YoloTrainEtaPastDeadline",
-                      "YoloTrainGpuTooHot"}
+                      "YoloTrainGpuTooHot", "YoloTrainCheckpointStale"}
     assert {name: cases.get(name) for name in alerts} == {name: {True, False} for name in alerts}
 
 
@@ -147,10 +147,11 @@ def test_panels_named_in_the_issue_are_there(model):
     assert {"State", "Rung"} <= timelines
 
 
-def test_restarts_are_annotations_with_their_reason(model):
+def test_restarts_are_annotations_with_their_reason_and_where_it_hung(model):
     annotation = next(a for a in model["annotations"]["list"] if a.get("name") == "Restarts")
     assert annotation["datasource"]["uid"] == DATASOURCE_UID and annotation["enable"]
-    assert metric_names(annotation["expr"]) == {"yolo_train_restarts_total"}
+    assert metric_names(annotation["expr"]) == {"yolo_train_restarts_total", "yolo_train_last_incident_info"}
+    assert "{{summary}}" in annotation["textFormat"]
     assert INSTANCE_FILTER in annotation["expr"] and "reason" in annotation["expr"]
     assert "{{reason}}" in annotation["titleFormat"] + annotation["textFormat"]
     assert "reason" in annotation["tagKeys"]

@@ -47,11 +47,11 @@ def assert_gone(pids):
     assert alive == [], f"processes of a killed tree still alive: {alive}"
 
 
-def assert_finished(state_dir, result):
+def assert_finished(state_dir, result, epochs=3):
     assert result.returncode == 0, result.stderr[-3000:]
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded"
-    assert (status["epoch"], status["epochs"]) == (3, 3)
+    assert (status["epoch"], status["epochs"]) == (epochs, epochs)
     assert (state_dir / "train" / "weights" / "best.pt").exists()
     return status
 
@@ -61,6 +61,7 @@ FAULTS = {
     "dataloader_hang": ("hang", "train", 1, True),
     "main_hang": ("hang", "train", 1, True),
     "spin": ("hang", "train", 1, True),
+    "native_hang": ("hang", "train", 1, True),
     "val_hang": ("hang", "val", 1, False),  # in the first validation, before any last.pt exists: from scratch
     "exception": ("crash", "train", 0, True),
     "segfault": ("crash", "train", 0, True),
@@ -98,6 +99,14 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
     if kind == "spin":  # 100% CPU is no progress either: the process was busy, not asleep
         main = [p for p in incident["processes"] if p["pid"] == incident["worker_pid"]][0]
         assert main["state"] == "running" and main["cpu_percent"] > 30
+    # where it hung: the process that waited, and its frame (supervisor/sources/stacks.py, before the kill)
+    where = {"dataloader_hang": ("DataLoader worker", "hang_forever"), "main_hang": ("main (pid", "hang_forever"),
+             "spin": ("main (pid", "spin_forever"), "native_hang": ("main (pid", "pause")}
+    if kind in where:
+        role, frame = where[kind]
+        assert incident["culprit"].startswith(role) and frame in incident["culprit"], incident["culprit"]
+        assert (state_dir / incident["stacks"]).exists() and incident["stacks_seconds"] <= 3.5
+        assert any(line.startswith("main (pid") for line in incident["summary"])
     if kind == "exception":
         assert "RuntimeError: injected fault after batch 10" in incident["detail"]
     if kind == "segfault":
@@ -163,10 +172,10 @@ def status_of(state_dir):
         return None
 
 
-def start_supervisor(config, state_dir, *extra):
+def start_supervisor(config, state_dir, *extra, env=None):
     return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(state_dir), *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=None if env is None else {**os.environ, **env})
 
 
 def test_a_supervisor_killed_with_sigkill_leaves_no_orphans_and_its_successor_keeps_the_rung(demo_config, tmp_path):
@@ -193,8 +202,11 @@ def test_a_supervisor_killed_with_sigkill_leaves_no_orphans_and_its_successor_ke
     assert status["resumed_from"].endswith("last.pt")
 
 
-def test_stop_then_corrupt_last_pt_resumes_from_the_verified_copy(demo_config, tmp_path):
-    config, state_dir = demo_config(), tmp_path / "state"
+def test_stop_then_corrupt_last_pt_resumes_from_the_verified_copy(write_config, tmp_path):
+    # 6 epochs: a stop saves exactly where it is, so the resumed run must have more than a moment left to stop in
+    config = write_config(CONFIG.format(train=demo_train(epochs=6), startup=90, restart="backoff_initial = 0.5",
+                                        kernel_log="off"))
+    state_dir = tmp_path / "state"
     weights = state_dir / "train" / "weights"
     for run in (1, 2):
         proc = start_supervisor(config, state_dir)
@@ -209,7 +221,7 @@ def test_stop_then_corrupt_last_pt_resumes_from_the_verified_copy(demo_config, t
     data = (weights / "last.pt").read_bytes()
     (weights / "last.pt").write_bytes(data[: len(data) // 3])  # as a kill in the middle of a save leaves it
     result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir))
-    status = assert_finished(state_dir, result)
+    status = assert_finished(state_dir, result, epochs=6)
     notes = [line for line in result.stderr.splitlines() if "corrupt checkpoint" in line]
     assert len(notes) == 1 and "resuming from last.good.pt" in notes[0] and str(weights / "last.pt") in notes[0]
     assert status["resumed_from"].endswith("last.good.pt")
@@ -288,3 +300,14 @@ def test_training_makes_no_download_attempt(write_config, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert (state_dir / "train" / "results.png").exists()  # the plots were drawn, with a local font
     assert connections == [], "a download was attempted"
+
+
+def test_a_checkpoint_at_an_epochs_last_batch_resumes_into_the_next_epoch(demo_config, tmp_path):
+    """A stop asked at an epoch's last batch waits for the epoch's own save, so no resume starts in an epoch with no
+    batch left (Ultralytics' epoch end reads what only a trained batch makes)."""
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(demo_config()), "--state-dir", str(state_dir),
+                        "--fault", "stop_request,at_batch=7,attempt=1")  # the demo's epochs have 8 batches
+    status = assert_finished(state_dir, result)
+    assert "at the end of epoch 1 on the supervisor's request" in result.stdout + result.stderr
+    assert status["attempt"] == 2 and status["resumed_from"].endswith("last.pt")

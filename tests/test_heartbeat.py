@@ -21,9 +21,9 @@ def test_beats_and_phases_carry_a_growing_progress_counter():
     hb.beat(epoch=1, epochs=3, batch=1, batches=10, losses={"box_loss": 1.5}, lr=0.01)
     hb.ping()
     messages = Decoder().feed(drain(r))
-    assert [(m["kind"], m["phase"], m["progress"]) for m in messages] == [
+    assert [(m.kind.value, m.phase.value, m.progress) for m in messages] == [
         ("phase", "train", 1), ("beat", "train", 2), ("beat", "train", 2)]  # a ping is no progress
-    assert messages[1]["losses"] == {"box_loss": 1.5} and messages[1]["pid"] == os.getpid()
+    assert messages[1].losses == {"box_loss": 1.5} and messages[1].pid == os.getpid()
 
 
 def test_a_full_pipe_drops_beats_instead_of_blocking():
@@ -67,7 +67,7 @@ def test_garbage_and_oversized_lines_are_counted_and_skipped():
     messages = []
     for i in range(0, len(stream), 777):  # arbitrary chunking, as reads from a pipe come
         messages += decoder.feed(stream[i:i + 777])
-    assert [m["progress"] for m in messages] == [3]
+    assert [m.progress for m in messages] == [3]
     assert decoder.malformed == 4 and decoder.oversized == 1
 
 
@@ -103,4 +103,4 @@ def test_concurrent_writers_never_interleave():
     assert decoder.malformed == 0 and decoder.oversized == 0
     assert len(messages) == 1200
     for m in messages:  # each message is one writer's, whole
-        assert set(m["losses"].values()) == {float(children.index(m["pid"]))}
+        assert set(m.losses.values()) == {float(children.index(m.pid))}

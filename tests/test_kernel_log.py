@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.kernel_log import (
+from supervisor.sources.kernel_log import (
     JournalReader,
     KmsgReader,
     current_boot_id,
@@ -26,7 +26,7 @@ from supervisor.kernel_log import (
     parse_kmsg_record,
     split_kmsg_records,
 )
-from supervisor.kernel_messages import classify
+from supervisor.sources.kernel_messages import classify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
 SEEDS_LINE = (
@@ -289,7 +289,7 @@ def test_an_unprivileged_supervisor_is_told_about_dmesg_restrict():
     """A real unprivileged process: with kernel.dmesg_restrict=1 and no CAP_SYSLOG /dev/kmsg refuses it."""
     if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
         pytest.skip("kernel.dmesg_restrict is 0 here: an unprivileged process may read /dev/kmsg")
-    code = "from supervisor.kernel_log import open_kernel_log; s, r = open_kernel_log(); print(type(s).__name__); print(r)"
+    code = "from supervisor.sources.kernel_log import open_kernel_log; s, r = open_kernel_log(); print(type(s).__name__); print(r)"
     out = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", sys.executable, "-c", code],
         cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=60,

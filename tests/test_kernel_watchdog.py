@@ -97,8 +97,9 @@ def test_oom_kill_of_a_dataloader_worker_is_a_crash_with_reason_oom(demo_config,
 
 
 def test_a_lost_gpu_ends_with_reboot_needed_and_no_new_worker(demo_config, tmp_path):
+    """The line is written from user space, so this is a drill: the documented switch makes it count."""
     config, state_dir = demo_config(kernel_log="kmsg"), tmp_path / "state"
-    proc = start_supervisor(config, state_dir)
+    proc = start_supervisor(config, state_dir, env={"YOLO_TRAIN_KERNEL_DRILL": "1"})
     try:
         status = healthy_attempt(state_dir, epoch=1)
         write_kmsg("amdgpu 0000:03:00.0: amdgpu: GPU reset(2) failed")
@@ -109,6 +110,23 @@ def test_a_lost_gpu_ends_with_reboot_needed_and_no_new_worker(demo_config, tmp_p
     assert stderr.strip().splitlines()[-1].startswith("yolo-train: the GPU is lost")
     final = read_state(state_dir)["status"]
     assert final["attempt"] == 1 and final["reboot_needed"] and not psutil.pid_exists(status["worker_pid"])
+
+
+def test_a_gpu_lost_line_forged_from_user_space_never_ends_a_run(demo_config, tmp_path):
+    config, state_dir = demo_config(kernel_log="kmsg"), tmp_path / "state"
+    write_kmsg("amdgpu 0000:03:00.0: amdgpu: GPU reset(1) failed")  # before the run: stale on any account
+    proc = start_supervisor(config, state_dir)
+    try:
+        healthy_attempt(state_dir, epoch=1)
+        write_kmsg("amdgpu 0000:03:00.0: amdgpu: GPU reset(2) failed")  # facility user, and a CPU run
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    final = read_state(state_dir)["status"]
+    assert final["state"] == "succeeded" and not final["reboot_needed"] and final["restarts"] == 0
+    assert final["kernel_events"].get("gpu_lost") == 1  # the fresh line is counted; the stale one was never read
+    assert "GPU-lost line ignored" in stderr
 
 
 def test_a_restarted_supervisor_does_not_read_the_same_kernel_lines_again(demo_config, tmp_path):

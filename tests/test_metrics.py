@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from dashboards.queries import GPU_METRIC_NAMES, METRIC_NAMES
 from supervisor.config import Config, ConfigError
-from supervisor.gpu_metrics import AmdgpuSysfsReader
-from supervisor.metrics import (
+from supervisor.sources.gpu_metrics import AmdgpuSysfsReader
+from supervisor.outputs.metrics import (
     CachedGpuSamples,
     TrainingCollector,
     WorkerCpuCounter,
@@ -47,6 +47,14 @@ STATUS = {
     "settings": {"workers": 1, "versions": {"ultralytics": "8.3.99", "torch": "2.14.1", "python": "3.11.2"}},
     "seconds_since_progress": 0.5, "worker_uptime": 30.0, "last_restart": NOW - 40,
     "heartbeats": {"malformed": 1, "oversized": 2, "dropped": 3}, "exit": None, "updated": NOW - 1.0,
+    "last_incident": {"reason": "hang", "phase": "train", "rung": 0,
+                      "culprit": "DataLoader worker 1 (pid 77) in sleep, faults.py:87 hang_forever"},
+    "rung_speeds": {"0": 4.0, "1": 2.5},
+    "ranks": [{"rank": 0, "pid": 10, "device": "cuda:0", "seconds_since_progress": 0.25},
+              {"rank": 1, "pid": 11, "device": "cuda:1", "seconds_since_progress": 0.5}],
+    "lost_seconds": 42.0, "goodput": 0.93, "checkpoint_every": 600.0,
+    "last_checkpoint": {"path": "/s/train/weights/last.pt", "epoch": 3, "batch": 4, "age_seconds": 100.0,
+                        "seconds": 0.25},
 }
 
 
@@ -128,7 +136,10 @@ def test_an_empty_or_broken_status_still_scrapes():
         unknown_yet = {"yolo_train_batches_per_second", "yolo_train_samples_per_second", "yolo_train_loss",
                        "yolo_train_learning_rate", "yolo_train_progress_ratio", "yolo_train_eta_seconds",
                        "yolo_train_seconds_since_progress", "yolo_train_last_restart_timestamp_seconds",
-                       "yolo_train_restart_budget_remaining"}
+                       "yolo_train_restart_budget_remaining", "yolo_train_goodput_ratio",
+                       "yolo_train_checkpoint_age_seconds", "yolo_train_checkpoint_duration_seconds",
+                       "yolo_train_checkpoint_interval_seconds", "yolo_train_last_incident_info",
+                       "yolo_train_rung_batches_per_second", "yolo_train_rank_seconds_since_progress"}
         assert names == METRIC_NAMES - GPU_METRIC_NAMES - unknown_yet - {
             "yolo_train_deadline_timestamp_seconds", "yolo_train_deadline_slack_seconds"}
 

@@ -62,3 +62,19 @@ def test_a_checkout_in_a_temporary_directory_shows_through_private_tmp():
     assert hidden_by_protect_home(paths) == [Path("/tmp/ci")]
     dropin = home_dropin([Path("/tmp/ci")])
     assert "BindReadOnlyPaths=/tmp/ci\n" in dropin and "ProtectHome" not in dropin
+
+
+def test_the_unit_does_not_wait_for_the_network_the_offline_worker_never_uses(tmp_path, sources):
+    config, binary = sources
+    root = tmp_path / "root"
+    install_service(root, UNIT, config, binary)
+    unit = (root / "etc/systemd/system/yolo-train.service").read_text().splitlines()
+    directives = [line for line in unit if line and not line.startswith("#")]
+    assert not any("network-online.target" in line for line in directives)
+    assert not any("download" in line.lower() for line in unit if "never download" not in line)
+
+
+def test_the_shipped_example_config_passes_check_config():
+    from supervisor.config import load
+
+    assert load(ROOT / "units" / "config.example.toml").train["data"] == "demo"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from supervisor.signatures import scan
+from supervisor.decision.signatures import scan
 from tests.conftest import ROOT, read_incidents, read_state, worker_launcher, yolo_train
 
 FAKE_WORKER = r'''
@@ -26,8 +26,8 @@ if attempt == 1 and mode == "miopen":
           "Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package",
           file=sys.stderr, flush=True)
     time.sleep(3600)
-batch = settings["overrides"].get("batch", settings["train"].get("batch", 16))
-hb.settings({"batch": batch, "amp": settings["overrides"].get("amp", True), "workers": 0})
+batch = settings["trainer_args"].get("batch", settings["train"].get("batch", 16))
+hb.settings({"batch": batch, "amp": settings["trainer_args"].get("amp", True), "workers": 0})
 hb.phase("train", epoch=1, epochs=1, batch=0, batches=20)
 for i in range(20):
     time.sleep(0.05)
@@ -82,7 +82,7 @@ def test_a_rocm_version_mismatch_is_a_configuration_error_not_a_restart_loop(run
 def test_gpu_out_of_memory_restarts_with_half_the_batch(run_fake):
     result, state_dir, seen = run_fake("gpu_oom")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "batch" not in seen[1]["overrides"] and seen[2]["overrides"]["batch"] == 8
+    assert "batch" not in seen[1]["trainer_args"] and seen[2]["trainer_args"]["batch"] == 8
     status = read_state(state_dir)["status"]
     assert status["restarts_by_reason"] == {"oom": 1} and status["rung"] == 0 and status["remedies"] == {"batch": 8}
     assert read_incidents(state_dir)[0]["reason"] == "oom"
@@ -93,7 +93,7 @@ def test_nan_losses_restart_from_last_checkpoint_with_amp_off(run_fake):
     assert result.returncode == 0, result.stderr[-2000:]
     incident = read_incidents(state_dir)[0]
     assert incident["reason"] == "nan" and "non-finite losses in 3 batches" in incident["detail"]
-    assert "amp" not in seen[1]["overrides"] and seen[2]["overrides"]["amp"] is False
+    assert "amp" not in seen[1]["trainer_args"] and seen[2]["trainer_args"]["amp"] is False
 
 
 def test_a_hang_before_the_first_batch_after_the_miopen_warning_turns_the_conv_fallback_on(run_fake):
@@ -101,8 +101,8 @@ def test_a_hang_before_the_first_batch_after_the_miopen_warning_turns_the_conv_f
     assert result.returncode == 0, result.stderr[-2000:]
     incident = read_incidents(state_dir)[0]
     assert (incident["reason"], incident["phase"]) == ("hang", "startup")
-    assert "MIOpen's missing kernel database warning" in incident["detail"]
-    assert seen[2]["overrides"]["conv_fallback"] == "on"
+    assert "after miopen_kdb_missing: MIOpen has no kernel database" in incident["detail"]
+    assert seen[2]["options"]["conv_fallback"] == "on"
     assert read_state(state_dir)["status"]["rung"] == 0  # the remedy instead of a rung: fewer workers would not help
 
 

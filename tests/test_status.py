@@ -1,6 +1,6 @@
 """`yolo-train status` rendering: one glance at progress, speed, deadline, rung and the last incident."""
 
-from supervisor.status import render
+from supervisor.outputs.status import render
 
 
 def test_render_shows_progress_speed_slack_rung_and_incident():
@@ -18,3 +18,47 @@ def test_render_shows_progress_speed_slack_rung_and_incident():
 
 def test_render_before_any_run(tmp_path):
     assert render({"state": "not started", "state_dir": str(tmp_path)}).startswith("not started")
+
+
+def test_render_shows_the_rungs_speed_against_rung_0_and_the_next_probe():
+    status = {"state": "healthy", "rung": 2, "rungs": 6, "rung_label": "workers=2", "rung_speed": 3.0,
+              "rung0_speed": 12.0, "probe": {"in_seconds": 3600.0}, "restarts": 2}
+    assert "rung 2/5 (workers=2) 3.00 it/s = 0.25x rung 0, probing rung 1 in 1h00m of training" in render(status)
+
+
+def test_a_stopped_or_dead_supervisor_is_never_shown_healthy_with_live_figures(tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from supervisor.config import parse
+    from supervisor.outputs.status import gather
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+
+    def write(pid, updated):
+        (state_dir / "supervisor.json").write_text(json.dumps({"version": 1, "status": {
+            "state": "healthy", "supervisor_pid": pid, "updated": updated, "it_s": 7.5, "eta_seconds": 99.0,
+            "samples_s": 30.0}}))
+
+    config = parse({"train": {"epochs": 1}}, "<test>", state_dir=state_dir)
+    try:
+        write(sleeper.pid, time.time())
+        assert gather(config)["state"] == "healthy"
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        stopped = gather(config)
+        assert stopped["state"] == "supervisor stopped" and stopped["it_s"] is None and stopped["eta_seconds"] is None
+        os.kill(sleeper.pid, signal.SIGCONT)
+        write(sleeper.pid, time.time() - 60)
+        assert gather(config)["state"] == "not responding"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    dead = gather(config)
+    assert dead["state"] == "not running" and dead["it_s"] is None and dead["samples_s"] is None

@@ -13,7 +13,7 @@ import sys
 import pytest
 from systemd import journal
 
-from supervisor.systemd_notify import Notifier, journal_logging, under_journal, worker_environ
+from supervisor.outputs.systemd_notify import Notifier, journal_logging, under_journal, worker_environ
 
 
 @pytest.fixture

@@ -9,6 +9,10 @@ kinds:
   the deadlock the seeds saw with ``workers>0``. Cannot fire with ``workers=0``, which is why that rung helps.
 - ``main_hang``: the training loop sleeps forever after batch ``at_batch``.
 - ``spin``: the training loop busy-spins at 100% CPU after batch ``at_batch``.
+- ``stop_request``: the worker gets the supervisor's "save and exit" (SIGUSR1) after batch ``at_batch``, so it saves
+  at the next batch boundary and exits 0 (at_batch one short of an epoch's end: a checkpoint at the end's edge).
+- ``native_hang``: the training loop blocks inside a C call (libc ``pause()``) after batch ``at_batch``, as a
+  loop stuck in the HIP runtime or a driver call does: no Python frame moves.
 - ``before_first_batch``: the loop hangs after setup, before its first batch (the seeds' post-resume hang).
 - ``val_hang``: validation sleeps forever after its first batch.
 - ``exception``, ``segfault``, ``sigkill``: the loop raises RuntimeError, dies of SIGSEGV, or SIGKILLs itself
@@ -16,7 +20,8 @@ kinds:
 
 ``at_batch`` counts training batches of the current worker process (1-based), so a fault that fires on every
 attempt recurs after each resume. ``attempt = N`` fires only on attempt N (1 is the first); 0, the default,
-fires on every attempt.
+fires on every attempt. Under DDP a fault fires in every rank unless ``rank = R`` names one
+(``YOLO_TRAIN_FAULT="dataloader_hang,at_batch=6,rank=1"``); a fault that names a rank never fires outside DDP.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "before_first_batch", "val_hang", "exception", "segfault",
-               "sigkill")
+FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "native_hang", "stop_request", "before_first_batch",
+               "val_hang", "exception", "segfault", "sigkill")
 ENV_FAULT = "YOLO_TRAIN_FAULT"
 
 
@@ -41,14 +46,15 @@ class Fault:
     kind: str
     at_batch: int = 1
     attempt: int = 0
+    rank: int | None = None  # the DDP rank it fires in; None: every process that trains
 
     @classmethod
     def from_dict(cls, raw: Any) -> "Fault":
         if not isinstance(raw, dict):
             raise FaultError(f'expected a table like {{ kind = "dataloader_hang", at_batch = 6 }}, got {raw!r}')
-        unknown = set(raw) - {"kind", "at_batch", "attempt"}
+        unknown = set(raw) - {"kind", "at_batch", "attempt", "rank"}
         if unknown:
-            raise FaultError(f"unknown key {sorted(unknown)[0]!r}; expected kind, at_batch, attempt")
+            raise FaultError(f"unknown key {sorted(unknown)[0]!r}; expected kind, at_batch, attempt, rank")
         kind = raw.get("kind")
         if kind not in FAULT_KINDS:
             raise FaultError(f"kind: expected one of {', '.join(FAULT_KINDS)}, got {kind!r}")
@@ -56,11 +62,14 @@ class Fault:
             value = raw.get(key, 1 if key == "at_batch" else 0)
             if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "at_batch" else 0):
                 raise FaultError(f"{key}: expected a whole number >= {1 if key == 'at_batch' else 0}, got {value!r}")
-        return cls(kind=kind, at_batch=raw.get("at_batch", 1), attempt=raw.get("attempt", 0))
+        rank = raw.get("rank")
+        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 0):
+            raise FaultError(f"rank: expected a whole number >= 0 (a DDP rank), got {rank!r}")
+        return cls(kind=kind, at_batch=raw.get("at_batch", 1), attempt=raw.get("attempt", 0), rank=rank)
 
     @classmethod
     def parse(cls, spec: str) -> "Fault":
-        """``kind[,at_batch=N][,attempt=N]`` as used by ``--fault`` and YOLO_TRAIN_FAULT."""
+        """``kind[,at_batch=N][,attempt=N][,rank=N]`` as used by ``--fault`` and YOLO_TRAIN_FAULT."""
         kind, *options = [part.strip() for part in spec.split(",")]
         raw: dict[str, Any] = {"kind": kind}
         for option in options:
@@ -70,11 +79,11 @@ class Fault:
             raw[key.strip()] = int(value)
         return cls.from_dict(raw)
 
-    def applies_to(self, attempt: int) -> bool:
-        return self.attempt in (0, attempt)
+    def applies_to(self, attempt: int, rank: int | None = None) -> bool:
+        return self.attempt in (0, attempt) and self.rank in (None, rank)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 def faults_from_env(environ=os.environ) -> list[Fault]:
@@ -87,6 +96,14 @@ def hang_forever() -> None:
         time.sleep(3600)
 
 
+def block_in_native_code() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    while True:
+        libc.pause()  # returns only after a signal handler ran (the supervisor's SIGUSR1): block again
+
+
 def spin_forever() -> None:
     x = 0
     while True:
@@ -96,9 +113,11 @@ def spin_forever() -> None:
 class FaultInjector:
     """Fires the faults that apply to this attempt at the points the worker calls it from."""
 
-    def __init__(self, faults: list[Fault], attempt: int, flag_path: str):
-        self.faults = [f for f in faults if f.applies_to(attempt)]
-        self.flag_path = flag_path  # created when DataLoader workers must hang; they check for it per sample
+    def __init__(self, faults: list[Fault], attempt: int, flag_path: str, rank: int | None = None):
+        self.faults = [f for f in faults if f.applies_to(attempt, rank)]
+        # Created when DataLoader workers must hang; they check for it per sample. One per rank, so a hang meant
+        # for one rank's workers never reaches another's.
+        self.flag_path = flag_path if rank is None else f"{flag_path}.rank{rank}"
         self.train_batches = 0
         self.val_batches = 0
 
@@ -123,6 +142,10 @@ class FaultInjector:
                 hang_forever()
             elif fault.kind == "spin":
                 spin_forever()
+            elif fault.kind == "native_hang":
+                block_in_native_code()
+            elif fault.kind == "stop_request":
+                os.kill(os.getpid(), signal.SIGUSR1)
             elif fault.kind == "exception":
                 raise RuntimeError(f"injected fault after batch {self.train_batches}")
             elif fault.kind == "segfault":

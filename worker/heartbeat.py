@@ -13,7 +13,8 @@ Every message has:
 - ``pid``: the sender's pid.
 - ``kind``: ``"beat"`` (a training or validation step, or a liveness ping), ``"phase"`` (the loop entered
   a new phase), ``"settings"`` (the settings really in force), ``"error"`` (the loop is dying of an
-  exception; sent just before exit so the supervisor can name the failure).
+  exception; sent just before exit so the supervisor can name the failure), ``"checkpoint"`` (a checkpoint
+  was written completely at the position given by ``epoch`` and ``batch``).
 - ``progress``: a counter of completed work that never decreases within one process. The supervisor
   counts a message as progress only if this counter grew: a beat without progress is not progress,
   so a keep-alive thread cannot mask a hung loop.
@@ -21,8 +22,13 @@ Every message has:
 
 Optional fields: ``epoch``, ``epochs`` (1-based epoch and total), ``batch``, ``batches`` (1-based batch in
 the epoch and batches per epoch), ``samples`` (images in the batch), ``losses`` (name -> float), ``lr``,
-``settings`` (dict), ``error`` (str), ``dropped`` (messages this sender dropped so far because the pipe
+``settings`` (dict), ``error`` (str), ``path`` and ``seconds`` (a checkpoint's file and how long the loop
+waited for it), ``rank`` (the sender's distributed rank), ``dropped`` (messages this sender dropped so far because the pipe
 was full), ``t`` (sender's wall clock, seconds since the epoch).
+
+Under DDP (``worker/ddp.py``) the ranks are not the worker's children but torch.distributed.run's, which closes
+inherited descriptors: a rank opens the same pipe by its ``/proc`` path, named in ``YOLO_TRAIN_HEARTBEAT_PATH``,
+and every message it sends carries ``rank`` (from the ``RANK`` variable the launcher sets).
 
 Writes are non-blocking: when the pipe is full (the supervisor is not reading) the message is
 dropped and counted, never waited for. The supervisor must never be able to stall training.
@@ -38,13 +44,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.contract import HeartbeatMessage, MessageKind, Phase
+
 PROTOCOL_VERSION = 1
 ENV_FD = "YOLO_TRAIN_HEARTBEAT_FD"
+ENV_PATH = "YOLO_TRAIN_HEARTBEAT_PATH"  # a DDP rank's way to the pipe: /proc/<worker pid>/fd/<its write end>
 MAX_MESSAGE_BYTES = select.PIPE_BUF
-PHASES = ("setup", "train", "val", "save", "done")
+PHASES = tuple(p.value for p in Phase)
 # Built once: json.dumps() with non-default arguments builds a new encoder on every call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
-KINDS = ("beat", "phase", "settings", "error")
+KINDS = tuple(k.value for k in MessageKind)
 
 
 # The sender's pid, kept current across fork() (a DataLoader worker that beats must say it is not the loop).
@@ -64,8 +73,9 @@ class Heartbeat:
     ``beat()`` and ``phase()`` count as progress; ``ping()`` does not.
     """
 
-    def __init__(self, fd: int | None):
+    def __init__(self, fd: int | None, rank: int | None = None):
         self.fd = fd
+        self.rank = rank  # the distributed rank this process trains as; None outside DDP
         self.progress = 0
         self.sent = 0
         self.dropped = 0
@@ -75,8 +85,18 @@ class Heartbeat:
 
     @classmethod
     def from_env(cls) -> "Heartbeat":
+        """The pipe named by the environment; a no-op client when there is none. A process that torch.distributed.run
+        started with a ``RANK`` says its rank in every message."""
+        rank = os.environ.get("RANK", "")
+        rank = int(rank) if rank.isdigit() else None
+        path = os.environ.get(ENV_PATH)
+        if path:
+            try:
+                return cls(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC), rank)
+            except OSError:
+                return cls(None, rank)  # the worker that held the pipe is gone: its tree is being killed
         value = os.environ.get(ENV_FD)
-        return cls(int(value) if value else None)
+        return cls(int(value) if value else None, rank)
 
     @property
     def enabled(self) -> bool:
@@ -105,11 +125,17 @@ class Heartbeat:
     def error(self, message: str) -> bool:
         return self._send("error", {"error": message[:1000]})
 
+    def checkpoint(self, path: str, seconds: float, **fields: Any) -> bool:
+        """A checkpoint at the position in ``fields`` (epoch, batch) is completely written to ``path``."""
+        return self._send("checkpoint", {"path": path, "seconds": round(seconds, 4), **fields})
+
     def _send(self, kind: str, fields: dict[str, Any]) -> bool:
         if self.fd is None:
             return False
         message = {"v": PROTOCOL_VERSION, "pid": _PID[0], "kind": kind, "phase": self.current_phase,
                    "progress": self.progress, "dropped": self.dropped, "t": round(time.time(), 3), **fields}
+        if self.rank is not None:
+            message["rank"] = self.rank
         data = encode(message)
         try:
             os.write(self.fd, data)
@@ -147,7 +173,7 @@ class Decoder:
     oversized: int = 0
     skipping: bool = False  # inside the tail of an oversized line
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes) -> list[HeartbeatMessage]:
         self.buffer += data
         messages = []
         while True:
@@ -166,7 +192,8 @@ class Decoder:
             if len(line) + 1 > MAX_MESSAGE_BYTES:
                 self.oversized += 1
                 continue
-            message = parse(line)
+            wire = parse(line)
+            message = None if wire is None else HeartbeatMessage.from_wire(wire)
             if message is None:
                 self.malformed += 1
             else:

@@ -1,4 +1,4 @@
-"""DataLoader patches: ``persistent_workers = false`` for real, and fault hooks inside DataLoader workers.
+"""DataLoader patches: ``persistent_workers = false`` for real, and fault hooks inside loader workers.
 
 Ultralytics' InfiniteDataLoader keeps one iterator, and so one set of worker processes, for the whole run,
 whatever ``persistent_workers`` says. A ladder rung that asks for fresh workers every epoch (the seeds' fix
@@ -66,11 +66,14 @@ def chain_worker_init(loader: Any, extra: Callable[[], None]) -> None:
 
 
 def hook_samples(dataset: Any, in_worker: Callable[[], None]) -> None:
-    """Call ``in_worker`` before each sample a DataLoader worker process (not the main process) loads."""
+    """Call ``in_worker`` before each sample a loader worker loads: a DataLoader worker process or a thread loader's
+    thread (the threads rung's workers), never the training thread itself (``workers = 0``)."""
+    from worker.thread_loader import in_loader_thread
+
     base = type(dataset)
 
     def __getitem__(self, index):
-        if torch.utils.data.get_worker_info() is not None:
+        if torch.utils.data.get_worker_info() is not None or in_loader_thread():
             in_worker()
         return base.__getitem__(self, index)
 

@@ -1,83 +1,135 @@
 """The supervised training worker: Ultralytics training with heartbeats, the rung's settings and fault hooks.
 
-Started by the supervisor as ``python -m worker SETTINGS.json``; the settings file says what to train
-(``train``: the ``[train]`` arguments), how safely (``overrides``: the current rung), from where
-(``resume``: a checkpoint or null) and which faults to inject. It can be run by hand with the same file.
+Started by the supervisor as ``python -m worker LAUNCH.json``; the launch record (``worker/contract.py``) says what
+to train, how safely (the current rung: trainer arguments, worker options, environment), from where (a checkpoint
+or none) and which faults to inject. It can be run by hand with the same file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from worker.checkpointing import (EXACT_KEY, IDENTITY_EXIT, AtomicPath, CheckpointWriteError, identity_mismatch,
+                                  identity_refusal, is_finished, readable_checkpoint)
+from worker.contract import LaunchRecord, LaunchRecordError, WorkerOptions
+from worker.exact_resume import ResumePoint
 from worker.faults import Fault, FaultInjector, faults_from_env
 from worker.heartbeat import Heartbeat
+from worker.startup_clock import CLOCK
 
 STOP_REQUESTED: list[bool] = []  # appended to by the SIGUSR1 handler
+RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch image" per image fed to the model
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m worker SETTINGS.json", file=sys.stderr)
+        print("usage: python -m worker LAUNCH.json", file=sys.stderr)
         return 2
     # First thing: SIGUSR1 (the supervisor's "save and exit") must never meet its default action, death.
     signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.append(True))
-    settings = json.loads(Path(argv[0]).read_text())
+    try:
+        record = LaunchRecord.from_json(Path(argv[0]).read_text(), source=argv[0])
+    except (OSError, LaunchRecordError) as e:
+        print(f"yolo-train worker: {e}", file=sys.stderr)
+        return 2
     os.environ.setdefault("YOLO_OFFLINE", "1")  # no download attempt may stall a run: fonts, AMP check weights
     os.environ.setdefault("MPLBACKEND", "Agg")
     from worker.loaders import die_with_parent, drop_ambient_capabilities
 
     die_with_parent()
     drop_ambient_capabilities()
-    if settings.get("supervisor_pid") and os.getppid() != settings["supervisor_pid"]:
+    if record.supervisor_pid and os.getppid() != record.supervisor_pid:
         return 1  # the supervisor died before we armed the parent-death signal
     hb = Heartbeat.from_env()
     hb.phase("setup")
     try:
-        return train(settings, hb)
+        return train(record, hb, record_path=argv[0])
     except BaseException as e:  # our last words, so the supervisor can name the failure
         if not isinstance(e, SystemExit):
             hb.error(f"{type(e).__name__}: {e}")
         raise
 
 
-def train(settings: dict[str, Any], hb: Heartbeat) -> int:
-    attempt = int(settings.get("attempt", 1))
-    faults = [Fault.from_dict(f) for f in settings.get("faults", [])] + faults_from_env()
-    injector = FaultInjector(faults, attempt, settings.get("fault_flag") or f"/tmp/yolo-train-fault-{os.getpid()}")
-    args = dict(settings["train"])
-    overrides = dict(settings.get("overrides", {}))
-    persistent = bool(overrides.pop("persistent_workers", True))
-    patches = settings.get("patches", {})
-    apply_patches(overrides.pop("conv_fallback", patches.get("conv_fallback", "auto")),
-                  patches.get("amp_check", "local"))
-    args.update(overrides)
+def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -> int:
+    args = {**record.train, **record.trainer_args}
+    apply_patches(record.options.conv_fallback or record.patches.conv_fallback, record.patches.amp_check)
     if args.get("data") == "demo":
         from worker.demo_data import ensure_demo_dataset
 
         args["data"] = str(ensure_demo_dataset())
-    resume = settings.get("resume")
-    if resume:
-        finished = checkpoint_finished(resume)
-        if finished:
+    task = args.get("task") or task_of(args.get("model", "yolov8n.yaml"))
+    CLOCK.mark("interpreter and imports")
+    resume_point = None
+    if record.resume:
+        try:
+            resume, ckpt = readable_checkpoint(record.resume)
+        except ValueError as e:
+            print(f"yolo-train worker: {e}", file=sys.stderr, flush=True)
+            return 1
+        mismatch = identity_mismatch(ckpt, {**args, "task": task})
+        if mismatch:
+            print(identity_refusal(resume, mismatch), file=sys.stderr, flush=True)
+            return IDENTITY_EXIT
+        if is_finished(ckpt):
             print(f"yolo-train worker: {resume} holds a finished training; nothing to resume", flush=True)
             hb.phase("done")
             return 0
+        exact = ckpt.get(EXACT_KEY)
+        resume_point = ResumePoint(exact["epoch"], exact["batch"]) if exact else None
+        del ckpt
         args["resume"] = resume
         args["model"] = resume
-    trainer_cls = supervised_trainer(args.get("task") or task_of(args.get("model", "yolov8n.yaml")))
-    supervision = Supervision(hb, injector, persistent, overrides)
-    trainer = trainer_cls(overrides=args, supervision=supervision)
+    trainer_cls = supervised_trainer(task)
+    link = link_from_record(record, hb, resume_point=resume_point)
+    trainer = trainer_cls(overrides=args, supervision=link)
+    CLOCK.mark("trainer (checkpoint read, arguments)")
+    if trainer.ddp:  # Ultralytics will train in ranks under torch.distributed.run: tell them where we are
+        return train_in_ranks(trainer, record_path, hb)
     try:
         trainer.train()
     except StopForSupervisor:
         return 0
     hb.phase("done")
     return 0
+
+
+def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat) -> int:
+    """Ultralytics' own DDP launch, each rank supervised (worker/ddp.py). A rank that fails fails the launch; after
+    the supervisor's "save and exit" that is rank 0 stopping as asked."""
+    import subprocess
+
+    from worker import ddp
+
+    if record_path is None:
+        raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
+    ddp.prepare_ranks(record_path, hb.fd)
+    signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))
+    try:
+        trainer.train()
+    except subprocess.CalledProcessError as e:
+        if STOP_REQUESTED:
+            return 0
+        print(f"yolo-train worker: a rank failed (torch.distributed.run exited with {e.returncode})",
+              file=sys.stderr, flush=True)
+        return 1
+    hb.phase("done")
+    return 0
+
+
+def link_from_record(record: LaunchRecord, hb: Heartbeat, rank: int | None = None,
+                     resume_point: ResumePoint | None = None) -> "SupervisorLink":
+    """The supervision a trainer gets from its launch record: in the worker itself, or in one DDP rank."""
+    faults = [Fault.from_dict(f) for f in record.faults] + faults_from_env()
+    injector = FaultInjector(faults, record.attempt, record.fault_flag or f"/tmp/yolo-train-fault-{os.getpid()}",
+                             rank=rank)
+    placement = {k: record.train[k] for k in ("project", "name", "exist_ok") if k in record.train}
+    return SupervisorLink(hb, injector, record.options, record.trainer_args, placement=placement,
+                          checkpoint_every=record.checkpoint_every, resume_point=resume_point, rank=rank)
 
 
 def apply_patches(conv_fallback: str, amp_check: str) -> None:
@@ -93,14 +145,6 @@ def apply_patches(conv_fallback: str, amp_check: str) -> None:
     offline.install()
 
 
-def checkpoint_finished(path: str) -> bool:
-    """Ultralytics strips the optimizer and sets epoch -1 once training is over: then there is nothing to resume."""
-    import torch
-
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    return ckpt.get("epoch", -1) == -1
-
-
 def task_of(model: str) -> str:
     from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
@@ -112,43 +156,101 @@ class StopForSupervisor(Exception):
     """Raised at a batch boundary after the checkpoint the supervisor asked for is written."""
 
 
-class Supervision:
+class SupervisorLink:
     """What the supervised trainer needs from its supervisor: heartbeats, faults and the rung's settings."""
 
-    def __init__(self, hb: Heartbeat, faults: FaultInjector, persistent_workers: bool, forced: dict[str, Any]):
+    def __init__(self, hb: Heartbeat, faults: FaultInjector, options: WorkerOptions, forced: dict[str, Any],
+                 placement: dict[str, Any] | None = None, checkpoint_every: float | None = None,
+                 resume_point: ResumePoint | None = None, rank: int | None = None):
         self.hb = hb
         self.faults = faults
-        self.persistent_workers = persistent_workers
+        self.options = options
         self.forced = forced  # the rung's Ultralytics arguments: they win over a checkpoint's on resume
-        self.batch = 0
+        self.placement = placement or {}  # project/name/exist_ok: where this run writes, whatever a checkpoint says
+        self.checkpoint_every = checkpoint_every  # seconds of training between mid-epoch checkpoints; None: never
+        self.resume_point = resume_point  # a mid-epoch checkpoint's position, None to start at an epoch's first batch
+        self.rank = rank  # the DDP rank this trainer trains as; None outside DDP
+        self.batch = 0  # batches of the current epoch trained, skipped ones of a resumed epoch included
         self.started = False
+        self.reported_startup = False  # the startup clock is printed once, at the first batch
+        self.train_seconds = 0.0  # training time since the last checkpoint, of finished train-phase stretches
+        self.train_since: float | None = None  # monotonic start of the current train-phase stretch
+
+    @property
+    def seconds_since_checkpoint(self) -> float:
+        running = time.monotonic() - self.train_since if self.train_since is not None else 0.0
+        return self.train_seconds + running
+
+    def pause_clock(self) -> None:
+        if self.train_since is not None:
+            self.train_seconds += time.monotonic() - self.train_since
+            self.train_since = None
+
+    def checkpoint_written(self) -> None:
+        self.train_seconds = 0.0
+        if self.train_since is not None:
+            self.train_since = time.monotonic()
 
     @property
     def stop_requested(self) -> bool:
         return bool(STOP_REQUESTED)
 
+    @property
+    def writes_checkpoints(self) -> bool:
+        return self.rank in (None, 0)  # under DDP rank 0 alone, as Ultralytics' own saves
+
 
 def supervised_trainer(task: str) -> type:
-    from ultralytics.models import yolo
+    """The supervised trainer class of a task: importable by module and name (worker/ddp.py), as Ultralytics' DDP
+    script imports it in every rank."""
+    from worker.ddp import TRAINERS
+    from worker.exact_resume import patch_training_loop_enumerate
 
-    bases = {"detect": yolo.detect.DetectionTrainer, "segment": yolo.segment.SegmentationTrainer,
-             "pose": yolo.pose.PoseTrainer, "obb": yolo.obb.OBBTrainer,
-             "classify": yolo.classify.ClassificationTrainer}
-    return type(f"Supervised{bases[task].__name__}", (SupervisedTrainerMixin, bases[task]), {})
+    patch_training_loop_enumerate()
+    return TRAINERS[task]
 
 
 class SupervisedTrainerMixin:
     """Mixed in front of an Ultralytics trainer; each override says which Ultralytics behaviour it corrects."""
 
-    def __init__(self, *args: Any, supervision: Supervision, **kwargs: Any):
+    def __init__(self, *args: Any, supervision: SupervisorLink | None = None, **kwargs: Any):
+        if supervision is None:  # a DDP rank: Ultralytics' script rebuilds us with its arguments only
+            from worker.ddp import rank_link
+            from worker.exact_resume import patch_training_loop_enumerate
+
+            supervision = rank_link()
+            patch_training_loop_enumerate()
         self.supervision = supervision  # set first: BaseTrainer.__init__ calls check_resume
+        self._nominal_accumulate = 1
+        self._step_offset = 0  # see the accumulate property
+        self._last_step_ni = -1  # the iteration of the last optimizer step, -1 before the first
+        self._exact: dict[str, Any] | None = None  # a mid-epoch checkpoint's state still to restore
         super().__init__(*args, **kwargs)
+        from worker.ddp import adopt_cpu_drill
+
+        adopt_cpu_drill(self)
         # BaseTrainer.__init__ forces workers=0 on CPU, which would make DataLoader-worker hangs impossible
         # to reproduce there; honour what was asked.
         requested = supervision.forced.get("workers", kwargs.get("overrides", {}).get("workers"))
         if requested is not None:
             self.args.workers = requested
-        self._add_supervision_callbacks()
+        # Ultralytics writes checkpoints with Path.write_bytes: these paths make every such write atomic.
+        self.wdir, self.last, self.best = AtomicPath(self.wdir), AtomicPath(self.last), AtomicPath(self.best)
+        if not self.ddp:  # a DDP launcher trains nothing itself; its callbacks would be pickled into every rank
+            self._add_supervision_callbacks()
+
+    def train(self) -> None:
+        try:
+            super().train()
+        except BaseException as e:  # a rank's last words (the launching worker says its own in main)
+            if self.supervision.rank is not None and not isinstance(e, (SystemExit, StopForSupervisor)):
+                self.supervision.hb.error(f"{type(e).__name__}: {e}")
+            raise
+
+    def _setup_ddp(self) -> None:
+        from worker.ddp import setup_process_group
+
+        setup_process_group(self, super()._setup_ddp)
 
     def check_resume(self, overrides: dict[str, Any]) -> None:
         super().check_resume(overrides)
@@ -157,17 +259,156 @@ class SupervisedTrainerMixin:
             # not): the rung's settings must win, or climbing the ladder would change nothing.
             for key, value in self.supervision.forced.items():
                 setattr(self.args, key, value)
+            # The checkpoint's save_dir is where it was written, not where this run writes (a copied or moved
+            # state directory would rewrite the old one): the supervisor's placement wins, on every resume.
+            if self.supervision.placement:
+                for key, value in self.supervision.placement.items():
+                    setattr(self.args, key, value)
+                self.args.save_dir = None
+
+    # Ultralytics steps the optimizer when ``ni - last_opt_step >= accumulate`` with ``last_opt_step`` a local
+    # variable that starts at -1, so a run resumed mid-epoch would step too early. Until the first step after the
+    # resume, the accumulate Ultralytics reads carries the true last step's offset; the nominal value is untouched.
+    @property
+    def accumulate(self) -> int:
+        return self._nominal_accumulate + self._step_offset
+
+    @accumulate.setter
+    def accumulate(self, value: int) -> None:
+        self._nominal_accumulate = value
+
+    def optimizer_step(self) -> None:
+        super().optimizer_step()
+        self._last_step_ni = self._iteration()
+        self._step_offset = 0
+
+    def _iteration(self) -> int:
+        """ni of the batch being trained: its index in the epoch plus the batches of the epochs before."""
+        return self.supervision.batch + self.epoch * len(self.train_loader)
+
+    def resume_training(self, ckpt: dict[str, Any] | None) -> None:
+        exact = (ckpt or {}).get(EXACT_KEY)
+        if not exact or not self.resume:
+            return super().resume_training(ckpt)
+        from ultralytics.utils import LOGGER
+        from ultralytics.utils.torch_utils import unwrap_model
+
+        LOGGER.info(f"Resuming training {self.args.model} at epoch {exact['epoch'] + 1} batch {exact['batch'] + 1}")
+        self._load_checkpoint_state(ckpt)
+        # The checkpoint's "ema" is half precision and Ultralytics resumes the model from it: the exact state is
+        # the fp32 model and EMA kept beside it.
+        unwrap_model(self.model).load_state_dict(exact["model"])
+        self.ema.ema.load_state_dict(exact["ema"])
+        model = unwrap_model(self.model)
+        if not hasattr(model, "criterion"):
+            # Made by the first loss; an epoch resumed at its end trains no batch, and Ultralytics' epoch end reads it.
+            model.criterion = None
+        if getattr(getattr(model, "student_model", model).model[-1], "one2one_cv2", None) is not None:
+            model.criterion = model.init_criterion()
+            model.criterion.updates = exact["epoch"] - 1
+            model.criterion.update()
+        self.start_epoch = exact["epoch"]
+        self._exact = exact
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
+        from worker import exact_resume
         from worker.loaders import chain_worker_init, die_with_parent, hook_samples, make_epoch_workers
 
+        options = self.supervision.options
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
-        chain_worker_init(loader, die_with_parent)
+        if options.loader == "threads":
+            # Made before the process loader's first iteration, so not one worker process is ever started; the
+            # worker-process patches (parent-death signal, per-epoch workers) have nothing to act on: the threads
+            # die with the process and are stopped at every epoch's end anyway.
+            from worker.thread_loader import thread_loader_from
+
+            loader = thread_loader_from(loader, options.threads or os.cpu_count() or 1)
+        else:
+            chain_worker_init(loader, die_with_parent)
+            if not options.persistent_workers:
+                make_epoch_workers(loader)
         if mode == "train":
             hook_samples(loader.dataset, self.supervision.faults.in_dataloader_worker)
-        if not self.supervision.persistent_workers:
-            make_epoch_workers(loader)
+            # On the thread loader too: its threads draw from the same batch sampler, and its _get_iterator is
+            # where the epoch-keyed order learns the epoch.
+            exact_resume.install(loader, int(self.args.seed), lambda: self.epoch, self.supervision.resume_point)
         return loader
+
+    def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        record = os.environ.get(RECORD_FED_ENV)
+        if record:  # test hook: which images were fed at which position
+            with open(record, "a") as f:
+                f.writelines(f"{self.epoch} {self.supervision.batch} {Path(name).name}\n" for name in batch["im_file"])
+        return super().preprocess_batch(batch)
+
+    def save_model(self) -> bool:
+        """Ultralytics' end-of-epoch save (atomic through AtomicPath), reported to the supervisor once complete. A
+        failed write leaves the previous last.pt and training goes on."""
+        started = time.monotonic()
+        try:
+            saved = super().save_model()
+        except CheckpointWriteError as e:
+            print(f"yolo-train worker: {e}; training goes on", file=sys.stderr, flush=True)
+            return False
+        if saved and self.epoch >= 0:
+            self.supervision.checkpoint_written()
+            self.supervision.hb.checkpoint(str(self.last), time.monotonic() - started, epoch=self.epoch + 1,
+                                           batch=len(self.train_loader))
+        return saved
+
+    def save_mid_epoch(self) -> bool:
+        """Write last.pt at the current batch boundary with all an exact resume needs; True once complete."""
+        import io
+        from copy import deepcopy
+
+        import torch
+        from ultralytics import __version__
+        from ultralytics.utils.torch_utils import unwrap_model
+
+        from worker.checkpointing import atomic_write
+
+        sup = self.supervision
+        started = time.monotonic()
+        ni = self._iteration() - 1  # the batch just trained
+        ema = deepcopy(self.ema.ema).half()
+        if hasattr(ema, "criterion"):
+            ema.criterion = None
+        params = list(self.model.parameters())
+        pending_grads = self._last_step_ni != ni  # gradients accumulated since the last step would be lost
+        exact = {
+            "epoch": self.epoch, "batch": sup.batch, "last_step_ni": self._last_step_ni,
+            "model": unwrap_model(self.model).state_dict(), "ema": self.ema.ema.state_dict(),
+            "tloss": {k: v.detach().cpu() for k, v in self.tloss.items()} if isinstance(self.tloss, dict) else None,
+            "grads": [p.grad.detach().cpu() if p.grad is not None else None for p in params] if pending_grads else None,
+        }
+        buffer = io.BytesIO()
+        torch.save({
+            "epoch": self.epoch - 1,  # the last completed epoch: Ultralytics' own resume redoes this one whole
+            "best_fitness": self.best_fitness,
+            "stopper": {"best_fitness": self.stopper.best_fitness, "best_epoch": self.stopper.best_epoch},
+            "model": None, "ema": ema, "updates": self.ema.updates,
+            "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+            "train_args": vars(self.args), "train_metrics": {**(self.metrics or {}), "fitness": self.fitness},
+            "version": __version__, EXACT_KEY: exact,
+        }, buffer)
+        try:
+            atomic_write(self.last, buffer.getbuffer())
+        except CheckpointWriteError as e:
+            print(f"yolo-train worker: {e}; training goes on", file=sys.stderr, flush=True)
+            sup.checkpoint_written()  # try again after the next interval, not at every batch
+            return False
+        sup.checkpoint_written()
+        sup.hb.checkpoint(str(self.last), time.monotonic() - started, epoch=self.epoch + 1, batch=sup.batch)
+        return True
+
+    def _restore_exact_state(self) -> None:
+        """After Ultralytics zeroed the gradients before the first epoch: what the loop itself held at the save."""
+        exact = self._exact
+        if exact.get("grads") is not None:
+            for p, g in zip(self.model.parameters(), exact["grads"]):
+                p.grad = None if g is None else g.to(p.device)
+        self._last_step_ni = exact["last_step_ni"]
+        self._step_offset = exact["last_step_ni"] + 1
 
     def _add_supervision_callbacks(self) -> None:
         sup, hb = self.supervision, self.supervision.hb
@@ -177,26 +418,47 @@ class SupervisedTrainerMixin:
                     "batches": len(self.train_loader) if getattr(self, "train_loader", None) else 0}
 
         def on_train_start(trainer) -> None:
+            CLOCK.mark("model, dataset and loaders")
             hb.settings(self.settings_in_force())
 
         def on_train_epoch_start(trainer) -> None:
             sup.batch = 0
+            if self._exact is not None and self._exact["epoch"] == self.epoch:
+                sup.batch = self._exact["batch"]
+                self._restore_exact_state()
+            sup.train_since = time.monotonic()
             hb.phase("train", **position())
             if not sup.started:
                 sup.started = True
                 sup.faults.before_first_batch()
 
+        def on_train_batch_start(trainer) -> None:
+            if self._exact is not None:  # after the loop reset its running loss means: this epoch's so far
+                if self._exact.get("tloss") is not None:
+                    self.tloss = {k: v.to(self.device) for k, v in self._exact["tloss"].items()}
+                self._exact = None
+
         def on_train_batch_end(trainer) -> None:
+            if not sup.reported_startup:
+                sup.reported_startup = True
+                CLOCK.mark("first batch")
+                print(f"\nyolo-train worker: {CLOCK.report()}", flush=True)  # after a progress bar's \r
             sup.batch += 1
             tloss = getattr(self, "tloss", None)  # running means of this epoch's losses: {name: tensor}
             losses = {str(k): round(float(v), 5) for k, v in tloss.items()} if isinstance(tloss, dict) else {}
             hb.beat(**position(), samples=self.batch_size, losses=losses,
                     lr=self.optimizer.param_groups[0]["lr"])
-            if sup.stop_requested:
-                self.save_for_stop()
+            if sup.stop_requested and sup.batch < len(self.train_loader):
+                self.save_for_stop()  # at an epoch's last batch, its own save comes next: the stop waits for it
+            if sup.writes_checkpoints and sup.checkpoint_every is not None and sup.batch < len(self.train_loader) \
+                    and sup.seconds_since_checkpoint >= sup.checkpoint_every:
+                hb.phase("save", **position())  # a save is watched as one, and its time is no batch interval
+                self.save_mid_epoch()
+                hb.phase("train", **position())
             sup.faults.after_train_batch()
 
         def on_train_epoch_end(trainer) -> None:
+            sup.pause_clock()
             hb.phase("save", **position())
 
         def on_val_start(validator) -> None:
@@ -211,27 +473,23 @@ class SupervisedTrainerMixin:
 
         def on_model_save(trainer) -> None:
             hb.beat(**position())
+            if sup.stop_requested:  # asked at the epoch's last batch: this end-of-epoch save is the checkpoint
+                print(f"yolo-train worker: saved {self.last} at the end of epoch {self.epoch + 1} on the "
+                      f"supervisor's request", flush=True)
+                raise StopForSupervisor()
 
         for event, callback in (("on_train_start", on_train_start), ("on_train_epoch_start", on_train_epoch_start),
+                                ("on_train_batch_start", on_train_batch_start),
                                 ("on_train_batch_end", on_train_batch_end), ("on_train_epoch_end", on_train_epoch_end),
                                 ("on_val_start", on_val_start), ("on_val_batch_end", on_val_batch_end),
                                 ("on_val_end", on_val_end), ("on_model_save", on_model_save)):
             self.add_callback(event, callback)
 
     def save_for_stop(self) -> None:
-        """Write last.pt now, mid-epoch, and stop. Ultralytics resumes at the epoch after the checkpoint's, so the
-        checkpoint is labelled as the previous epoch's: the resumed run repeats this epoch's batches with these
-        weights instead of losing them. In the first epoch there is nothing to resume from, so nothing is saved."""
-        if self.epoch > 0:
-            hb = self.supervision.hb
-            hb.phase("save", epoch=self.epoch + 1, epochs=self.epochs, batch=self.supervision.batch)
-            epoch, best = self.epoch, self.best
-            self.epoch, self.best = epoch - 1, Path(os.devnull)  # best.pt stays what validation chose
-            try:
-                self.save_model()
-            finally:
-                self.epoch, self.best = epoch, best
-            hb.beat(epoch=self.epoch + 1, epochs=self.epochs, batch=self.supervision.batch)
+        """Write an exact mid-epoch checkpoint now, at this batch boundary, and stop (also in the first epoch)."""
+        hb = self.supervision.hb
+        hb.phase("save", epoch=self.epoch + 1, epochs=self.epochs, batch=self.supervision.batch)
+        if self.save_mid_epoch():
             print(f"yolo-train worker: saved {self.last} at epoch {self.epoch + 1} batch {self.supervision.batch} "
                   f"on the supervisor's request", flush=True)
         raise StopForSupervisor()
@@ -242,11 +500,15 @@ class SupervisedTrainerMixin:
 
         from worker.loaders import EpochWorkersDataLoader
         from worker.patches import conv2d
+        from worker.thread_loader import ThreadDataLoader
 
         loader = self.train_loader
+        threads = isinstance(loader, ThreadDataLoader)
         return {
-            "workers": loader.num_workers,
+            "workers": loader.num_workers,  # worker processes: 0 on the threads loader
             "persistent_workers": loader.num_workers > 0 and not isinstance(loader, EpochWorkersDataLoader),
+            "loader": "threads" if threads else "process",
+            "threads": loader.threads if threads else None,
             "val": bool(self.args.val),
             "amp": bool(self.amp),
             "batch": self.batch_size,

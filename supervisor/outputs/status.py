@@ -8,21 +8,31 @@ from typing import Any
 
 import psutil
 
-from supervisor import process_tree, state_file
-from supervisor.config import Config, parse_deadline
+from supervisor.sources import process_tree
+from supervisor.outputs import state_file
+from supervisor.config import Config
 
 FINAL_STATES = {"succeeded", "failed", "stopped"}
+STALE_AFTER = 10.0  # seconds without a state write (the supervisor writes every second) before it counts as stuck
+LIVE_FIGURES = ("it_s", "samples_s", "eta_seconds")  # what only a live supervisor can vouch for
 
 
 def deadline_slack(config: Config, status: dict[str, Any], now: float) -> float | None:
     """Seconds between the projected end (now + ETA) and the configured deadline; negative: late."""
-    deadline = parse_deadline(config.deadline, config.source)
+    deadline = config.deadline_at
     eta = status.get("eta_seconds")
     return None if deadline is None or eta is None else deadline - (now + eta)
 
 
 def gather(config: Config) -> dict[str, Any]:
-    record = state_file.read(config.state_dir)
+    try:
+        record = state_file.read(config.state_dir)
+    except state_file.StateFileError as e:
+        # Read-only here: `run` moves a corrupt file aside, status only says what is wrong.
+        fix = ("`yolo-train run` moves it aside and starts the ladder afresh"
+               if isinstance(e, state_file.CorruptStateFile) else "make it readable by this user")
+        return {"state": "unreadable", "state_dir": str(config.state_dir), "problem": f"{e}; {fix}", "pids": [],
+                "supervisor_running": False}
     if record is None:
         return {"state": "not started", "state_dir": str(config.state_dir), "pids": [], "supervisor_running": False}
     status = dict(record.get("status") or {})
@@ -34,7 +44,20 @@ def gather(config: Config) -> dict[str, Any]:
                   deadline_slack_seconds=deadline_slack(config, status, time.time()) if running else None)
     if not running and status.get("state") not in FINAL_STATES:
         status["state"] = "not running"  # the supervisor died without saying how it ended
+    elif running and _stopped(supervisor_pid):
+        status["state"] = "supervisor stopped"  # SIGSTOP or a debugger: nobody watches the worker now
+    elif running and time.time() - (status.get("updated") or 0) > STALE_AFTER:
+        status["state"] = "not responding"  # alive but its loop has not written for a while
+    if status["state"] in ("not running", "supervisor stopped", "not responding"):
+        status.update({key: None for key in LIVE_FIGURES})
     return status
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
 
 
 def bar(fraction: float | None, width: int = 24) -> str:
@@ -59,10 +82,24 @@ def slack_text(slack: float | None) -> str:
     return f"  {duration(slack)} before the deadline" if slack >= 0 else f"  {duration(-slack)} PAST the deadline"
 
 
+def rung_speed_text(status: dict[str, Any]) -> str:
+    """The current rung's measured speed against rung 0's, and when the faster rung is tried again."""
+    speed, base = status.get("rung_speed"), status.get("rung0_speed")
+    text = f" {speed:.2f} it/s" if speed else ""
+    if speed and base and status.get("rung"):
+        text += f" = {speed / base:.2f}x rung 0"
+    probe = (status.get("probe") or {}).get("in_seconds")
+    if probe is not None:
+        text += f", probing rung {status.get('rung', 1) - 1} in {duration(probe)} of training"
+    return text
+
+
 def render(status: dict[str, Any], now: float | None = None) -> str:
     now = now or time.time()
     if status["state"] == "not started":
         return f"not started (no state in {status['state_dir']})"
+    if status["state"] == "unreadable":
+        return f"unreadable: {status['problem']}"
     epoch, epochs = status.get("epoch", 0), status.get("epochs", 0)
     batch, batches = status.get("batch", 0), status.get("batches", 0)
     it_s = status.get("it_s")
@@ -73,7 +110,8 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         f"run       {bar(status.get('progress'))} {100 * (status.get('progress') or 0):.0f}%  "
         f"{f'{it_s:.2f} it/s' if it_s else '- it/s'}  ETA {duration(status.get('eta_seconds'))}"
         + slack_text(status.get("deadline_slack_seconds")),
-        f"rung {status.get('rung', 0)}/{max(0, status.get('rungs', 1) - 1)} ({status.get('rung_label', '')}), "
+        f"rung {status.get('rung', 0)}/{max(0, status.get('rungs', 1) - 1)} ({status.get('rung_label', '')})"
+        + rung_speed_text(status) + ", "
         f"restarts {status.get('restarts', 0)}"
         + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(status.get("restarts_by_reason", {}).items())) + ")"
            if status.get("restarts") else "") + f", budget {status.get('budget_left', '?')} left",
@@ -90,4 +128,4 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
 def status_main(config: Config, as_json: bool) -> int:
     status = gather(config)
     print(json.dumps(status, indent=1, default=str) if as_json else render(status))
-    return 0
+    return 1 if status["state"] == "unreadable" else 0

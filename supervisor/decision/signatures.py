@@ -5,6 +5,8 @@ The seeds lost days to failures that are recognisable from one line. Each signat
 - ``rocm_mismatch``: the torch build does not fit the ROCm runtime or the GPU (HIPBLAS_STATUS_ALLOC_FAILED,
   no code object for the GPU). Restarting cannot help: the supervisor exits with the configuration-error
   status and says what fits. ``missing_module`` (a ModuleNotFoundError) likewise.
+- ``disk_full``: a write failed with ENOSPC (a checkpoint save, results.csv). A safer rung writes the same
+  files, so every retry would fail again and leave another torn ``last.pt``: stop and say to free space.
 - ``gpu_oom``: out of GPU memory. Restart from last.pt with half the batch size, down to a floor.
 - ``miopen_kdb_missing``: MIOpen has no kernel database for the GPU; a worker that then hangs before its
   first batch is searching kernels forever. The next attempt turns the Conv2d fallback on.
@@ -19,12 +21,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from supervisor.decision.vocabulary import Remedy
+
 
 @dataclass(frozen=True)
 class Signature:
     name: str
     regex: re.Pattern[str]
-    remedy: str  # "config_error" | "halve_batch" | "conv_fallback"
+    remedy: Remedy
     advice: str
 
 
@@ -33,30 +37,38 @@ SIGNATURES: tuple[Signature, ...] = (
     # `hipblasCreate(handle)`": a torch wheel built for another ROCm than the one installed (gfx1100 + torch
     # 2.5.1 on ROCm < 6.3 in the seeds' case).
     Signature("rocm_mismatch", re.compile(r"HIPBLAS_STATUS_ALLOC_FAILED|HIPBLAS_STATUS_NOT_INITIALIZED"),
-              "config_error",
+              Remedy.CONFIG_ERROR,
               "this torch build does not fit the installed ROCm: install the torch wheel built for your ROCm "
               "version (on gfx1100, torch 2.5.1 needs ROCm >= 6.3); `yolo-train doctor` shows the versions here"),
     # HIP runtime: "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!", and torch's
     # "HIP error: invalid device function": the wheel has no kernels for this GPU architecture.
     Signature("rocm_mismatch", re.compile(r"hipErrorNoBinaryForGpu|HIP error: invalid device function|"
                                           r"no kernel image is available for execution on the device"),
-              "config_error",
+              Remedy.CONFIG_ERROR,
               "this torch build has no kernels for this GPU: set [worker] env HSA_OVERRIDE_GFX_VERSION to a "
               "supported architecture (e.g. \"10.3.0\" for gfx1010/gfx1030) or install a matching torch; "
               "`yolo-train doctor` checks it"),
     # Python's own: a module the worker imports is missing from its environment (seen on a GPU machine whose
     # image lacked polars, which Ultralytics needs to write results.csv): every restart would fail the same way.
-    Signature("missing_module", re.compile(r"ModuleNotFoundError: No module named '[^']+'"), "config_error",
+    Signature("missing_module", re.compile(r"ModuleNotFoundError: No module named '[^']+'"), Remedy.CONFIG_ERROR,
               "a module the worker imports is missing from its Python environment: install it into the "
               "environment of [worker] python (pip install ...), then run again"),
+    # errno 28 as Python prints it: "OSError: [Errno 28] No space left on device: '.../last.pt'" (strerror of
+    # ENOSPC in glibc), and torch's zip writer: "PytorchStreamWriter failed writing file data/0: file write failed"
+    # (caffe2/serialize/inline_container.cc, raised when fwrite comes up short, which a full disk causes).
+    Signature("disk_full", re.compile(r"No space left on device|\[Errno 28\]|"
+                                      r"PytorchStreamWriter failed writing file .*: file write failed"),
+              Remedy.CONFIG_ERROR,
+              "the disk is full: free space on the filesystem of the state directory (checkpoints are in "
+              "train/weights), then run again; a safer rung writes the same files, so restarting cannot help"),
     # torch.OutOfMemoryError: "HIP out of memory. Tried to allocate ..." / "CUDA out of memory. ..."
     Signature("gpu_oom", re.compile(r"(?:HIP|CUDA) out of memory|OutOfMemoryError|HIP_ERROR_OUT_OF_MEMORY|"
                                     r"hipErrorOutOfMemory"),
-              "halve_batch", "out of GPU memory: restarting with half the batch size"),
+              Remedy.HALVE_BATCH, "out of GPU memory: restarting with half the batch size"),
     # MIOpen: "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may
     # degrade. Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package"
     Signature("miopen_kdb_missing", re.compile(r"MIOpen\(HIP\): Warning \[SQLiteBase\] Missing system database file"),
-              "conv_fallback", "MIOpen has no kernel database for this GPU: turning the Conv2d fallback on"),
+              Remedy.CONV_FALLBACK, "MIOpen has no kernel database for this GPU: turning the Conv2d fallback on"),
 )
 
 

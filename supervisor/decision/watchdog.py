@@ -19,13 +19,30 @@ def auto_timeout(cfg: WatchdogConfig, intervals: Iterable[float]) -> float:
     return max(cfg.auto_floor, cfg.auto_factor * slowest)
 
 
-def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque]) -> tuple[float | None, str]:
-    """Seconds the worker may spend in ``phase`` since its last progress, and how that was decided."""
+def startup_timeout(cfg: WatchdogConfig, seen: float | None) -> tuple[float | None, str]:
+    """Spawn to the first batch: ``startup_timeout`` until this run has seen one startup, then bounded by it too
+    (the seeds' most frequent hang came at the same point before the first batch on every resume)."""
+    if seen is None or cfg.startup_timeout is None:
+        return cfg.startup_timeout, "startup_timeout"
+    observed = auto_timeout(cfg, [seen])
+    return (observed, "startup auto") if observed < cfg.startup_timeout else (cfg.startup_timeout, "startup_timeout")
+
+
+def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
+                  epoch_end_seen: float | None = None) -> tuple[float | None, str]:
+    """Seconds the worker may spend in ``phase`` since its last progress, and how that was decided.
+
+    The end of an epoch (``save``: the epoch's last batch, validation's set-up, the save, the next epoch's loader)
+    has no rhythm of its own: ``save_timeout`` holds until one epoch end has been observed, then the longest gap
+    seen there bounds it like a batch interval."""
     if phase == "train":
         configured, samples = cfg.stall_timeout, intervals.get("train", ())
     elif phase == "val":
         configured = cfg.val_timeout
         samples = intervals.get("val") or intervals.get("train", ())
+    elif phase == "save" and epoch_end_seen is not None and cfg.save_timeout is not None:
+        observed = auto_timeout(cfg, [epoch_end_seen])
+        return (observed, "save auto") if observed < cfg.save_timeout else (cfg.save_timeout, "save_timeout")
     elif phase in ("save", "done"):
         return cfg.save_timeout, "save_timeout"
     else:  # setup: only before the first training batch, which the startup timeout covers

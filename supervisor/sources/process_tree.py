@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import psutil
 
@@ -96,13 +97,16 @@ def reap() -> None:
             return
 
 
-def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans: bool = False) -> KillReport:
+def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans: bool = False,
+              keepalive: Callable[[], None] | None = None) -> KillReport:
     """SIGTERM every process of the tree, SIGKILL what is left after ``grace``, and confirm none remain.
 
     ``root_pid`` None means every descendant of the supervisor; ``adopt_orphans`` adds those to the tree of
     ``root_pid`` (right when the supervisor is a subreaper with no other children). Processes still there
     ``timeout`` seconds after SIGKILL (uninterruptible sleep in a driver) are reported as survivors.
+    ``keepalive`` is called at least every half second while waiting (the agent pings systemd's watchdog).
     """
+    keepalive = keepalive or (lambda: None)
     start = time.monotonic()
     report = KillReport()
     seen: dict[int, psutil.Process] = {}
@@ -116,7 +120,10 @@ def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans:
 
     processes = members()
     _signal(processes, signal.SIGTERM)
-    psutil.wait_procs(processes, timeout=grace)
+    grace_over = time.monotonic() + grace
+    while processes and time.monotonic() < grace_over:
+        keepalive()
+        _, processes = psutil.wait_procs(processes, timeout=min(0.5, max(0.0, grace_over - time.monotonic())))
     reap()
     deadline = time.monotonic() + timeout
     while True:
@@ -124,6 +131,7 @@ def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans:
         if not processes:
             break
         _signal(processes, signal.SIGKILL)
+        keepalive()
         psutil.wait_procs(processes, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
         reap()
         if time.monotonic() >= deadline:

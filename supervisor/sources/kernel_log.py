@@ -14,9 +14,9 @@ kernel's monotonic clock in microseconds; FLAGS ``-`` or ``c`` (continuation). N
 text are escaped as ``\\xNN``. One read() returns one record; a reader whose next record was overwritten
 in the ring buffer gets EPIPE once, and the next read() returns the oldest record still there.
 
-Records written by user space (``echo '<4>text' > /dev/kmsg`` as root) are not filtered out: the
-kernel forces them to a non-kernel facility, which ``KmsgRecord.facility`` keeps, but the tests and the
-fault injections rely on them being read like the driver's own lines.
+Records written by user space (``echo '<4>text' > /dev/kmsg`` as root) are read too, and marked: the kernel
+forces them to a non-kernel facility, which ``KmsgRecord.facility`` keeps and ``KernelEvent.from_kernel``
+carries, so that such a line may raise suspicion but never end a run (core.py).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from supervisor.kernel_messages import DEFAULT, Catalogue, KernelEvent
+from supervisor.sources.kernel_messages import DEFAULT, Catalogue, KernelEvent
 
 KMSG_PATH = "/dev/kmsg"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -42,11 +42,18 @@ _ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
 
 
 class KernelLogSource(Protocol):
+    """What the agent needs of a source of kernel events: /dev/kmsg, the journal, udev's GPU events."""
+
     name: str
+    needs_polling: bool  # its descriptor may not wake the loop: read() it once per loop turn too
 
     def fileno(self) -> int: ...
 
     def read(self) -> list[KernelEvent]: ...
+
+    def position(self) -> dict[str, Any]:
+        """Where a restarted supervisor continues reading (persisted in the state file); {} when it cannot."""
+        ...
 
     def close(self) -> None: ...
 
@@ -132,6 +139,7 @@ class KmsgReader:
     """
 
     name = "kmsg"
+    needs_polling = False
 
     def __init__(
         self,
@@ -225,10 +233,14 @@ class KmsgReader:
         for record in records:
             if not self._accept(record):
                 continue
-            event = self.catalogue.event(record.message, self.name, record.seq, record.ts_usec)
+            event = self.catalogue.event(record.message, self.name, record.seq, record.ts_usec,
+                                         from_kernel=record.facility == 0)
             if event is not None:
                 events.append(event)
         return events
+
+    def position(self) -> dict[str, Any]:
+        return {"seq": self.last_seq, "boot_id": self.boot_id}
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -267,6 +279,7 @@ class JournalReader:
 
     name = "journal"
     poll_interval = 2.0
+    needs_polling = False
 
     def __init__(self, path: str | None = None, after_cursor: str | None = None, catalogue: Catalogue | None = None):
         from systemd import journal  # imported here: the supervisor runs without it when /dev/kmsg works
@@ -332,6 +345,9 @@ class JournalReader:
             if event is not None:
                 events.append(event)
         return events
+
+    def position(self) -> dict[str, Any]:
+        return {"cursor": self.last_cursor}
 
     def close(self) -> None:
         self._reader.close()

@@ -34,7 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-KINDS = ("stall", "gpu_fault", "gpu_lost", "oom")
+from supervisor.decision.vocabulary import KernelKind
+
+KINDS = tuple(kind.value for kind in KernelKind)
 IGNORE = "ignore"
 ENTRY_KINDS = KINDS + (IGNORE,)
 
@@ -50,6 +52,7 @@ class KernelEvent:
     pid: int | None  # a pid named in the message (blocked task, OOM victim, faulting process)
     pattern: str  # name of the catalogue entry that matched
     monotonic_us: int | None  # kernel timestamp (usec since boot) when known
+    from_kernel: bool = True  # False: a record user space wrote to /dev/kmsg (facility != kern): anyone can forge it
 
 
 class Classification(NamedTuple):
@@ -356,13 +359,14 @@ class Catalogue:
         return None
 
     def event(
-        self, line: str, source: str, seq: int | None = None, monotonic_us: int | None = None
+        self, line: str, source: str, seq: int | None = None, monotonic_us: int | None = None,
+        from_kernel: bool = True,
     ) -> KernelEvent | None:
         """The event a log line becomes, or None for a line the catalogue does not act on."""
         found = self.classify(line)
         if found is None:
             return None
-        return KernelEvent(found.kind, line, source, seq, found.pid, found.pattern, monotonic_us)
+        return KernelEvent(found.kind, line, source, seq, found.pid, found.pattern, monotonic_us, from_kernel)
 
 
 DEFAULT = Catalogue()

@@ -30,18 +30,18 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from supervisor.config import Config, ConfigError, parse_deadline
-from supervisor.core import State
-from supervisor.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, sample_all
+from supervisor.config import Config, ConfigError, parse_deadline, parse_listen  # noqa: F401 (re-exported)
+from supervisor.decision.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
+from supervisor.outputs.incidents import one_line
+from supervisor.sources.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, sample_all
 
 DEFAULT_SAMPLE_INTERVAL = 5.0  # seconds between two GPU samples, however often Prometheus scrapes
 
-# Label values exported at 0 before they first happen (core.py's reasons, phases and kernel_messages' kinds).
-RESTART_REASONS = ("hang", "crash", "oom", "kernel", "nan", "stop")
-HANG_PHASES = ("startup", "train", "val", "save")
-KERNEL_EVENT_KINDS = ("stall", "gpu_fault", "gpu_lost", "oom")
+# Label values exported at 0 before they first happen: the vocabulary's, never a copy.
+RESTART_REASONS = tuple(reason.value for reason in Reason)
+KERNEL_EVENT_KINDS = tuple(kind.value for kind in KernelKind)
 STATES = tuple(state.value for state in State)
-PHASES = ("setup", "train", "val", "save", "done", "none")  # "none": no worker is running
+PHASES = PHASE_LABELS
 UNKNOWN = "unknown"
 
 
@@ -225,7 +225,13 @@ def render_status(status: dict[str, Any], *, now: float, deadline: float | None,
     rung_info = m.gauge("yolo_train_rung_info", "The current rung and its settings, as a label.",
                         labels=["rung", "label"])
     rung_info.add_metric([str(status.get("rung") or 0), str(status.get("rung_label") or "")], 1.0)
-    m.counter_by("yolo_train_restarts", "Worker restarts, by reason.", "reason", RESTART_REASONS,
+    speeds = m.gauge("yolo_train_rung_batches_per_second", "Median training batches per second measured at each "
+                     "rung: what a safer rung costs.", labels=["rung"])
+    for rung, speed in sorted(_table(status.get("rung_speeds")).items()):
+        if _number(speed) is not None:
+            speeds.add_metric([str(rung)], _number(speed))
+    m.counter_by("yolo_train_restarts", "Worker restarts, by reason (probe: a planned move to a faster rung).",
+                 "reason", RESTART_REASONS,
                  status.get("restarts_by_reason"))
     m.counter_by("yolo_train_hangs", "Hangs detected, by the phase the worker hung in.", "phase", HANG_PHASES,
                  status.get("hangs_by_phase"))
@@ -241,6 +247,12 @@ def render_status(status: dict[str, Any], *, now: float, deadline: float | None,
         since_progress = uptime  # no progress yet from this worker: none since it started
     m.gauge("yolo_train_seconds_since_progress", "Seconds since the worker last made progress (or since it "
             "started, before its first progress).", None if since_progress is None else since_progress + age)
+    ranks = m.gauge("yolo_train_rank_seconds_since_progress", "Seconds since each rank of a distributed worker last "
+                    "made progress, with the device it trains on.", labels=["rank", "device"])
+    for view in status.get("ranks") or []:
+        if isinstance(view, dict) and _number(view.get("seconds_since_progress")) is not None:
+            ranks.add_metric([str(view.get("rank")), str(view.get("device") or "")],
+                             _number(view["seconds_since_progress"]) + age)
     m.gauge("yolo_train_worker_uptime_seconds", "Seconds since the current worker started; 0 while none runs.",
             0.0 if uptime is None else uptime + age)
     m.gauge("yolo_train_last_restart_timestamp_seconds", "Unix time of the last restart.",
@@ -249,6 +261,25 @@ def render_status(status: dict[str, Any], *, now: float, deadline: float | None,
             status.get("budget_left"))
     m.gauge("yolo_train_reboot_needed", "1 when only a reboot clears the GPU driver's state.",
             1.0 if status.get("reboot_needed") else 0.0)
+    # Work kept and lost: goodput is training time kept (progress not thrown away by a restart) over wall time
+    # since the run began; startup, the stall before a hang is detected and work after the newest checkpoint lower it.
+    m.counter("yolo_train_lost_seconds", "Seconds of training thrown away by restarts: progress after the checkpoint "
+              "the next worker resumed from.", _number(status.get("lost_seconds")) or 0.0)
+    m.gauge("yolo_train_goodput_ratio", "Training time kept over wall time since the run began, 0 to 1.",
+            status.get("goodput"))
+    checkpoint = _table(status.get("last_checkpoint"))
+    checkpoint_age = _number(checkpoint.get("age_seconds"))
+    m.gauge("yolo_train_checkpoint_age_seconds", "Seconds since the newest complete checkpoint was written.",
+            None if checkpoint_age is None else checkpoint_age + age)
+    m.gauge("yolo_train_checkpoint_duration_seconds", "How long the training loop waited for the newest checkpoint.",
+            checkpoint.get("seconds"))
+    m.gauge("yolo_train_checkpoint_interval_seconds", "Configured seconds of training between checkpoints ([checkpoint] "
+            "every); absent when checkpoints are per epoch.", status.get("checkpoint_every"))
+    incident = _table(status.get("last_incident"))
+    if incident:
+        summary = m.gauge("yolo_train_last_incident_info", "The newest incident in one line (where it hung), as a "
+                          "label: the text of the dashboard's restart annotations.", labels=["reason", "summary"])
+        summary.add_metric([str(incident.get("reason", "")), one_line(incident)[:300]], 1.0)
     heartbeats = _table(status.get("heartbeats"))
     m.counter("yolo_train_heartbeats_dropped", "Heartbeats the worker dropped because the pipe was full.",
               _number(heartbeats.get("dropped")) or 0.0)
@@ -341,23 +372,14 @@ class Exporter:
                 close()
 
 
-def parse_listen(listen: str, source: str = "<config>") -> tuple[str, int]:
-    """``"HOST:PORT"`` (``[::1]:PORT`` for IPv6) -> (host, port)."""
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{source}: [metrics] listen = {listen!r}: expected \"HOST:PORT\", e.g. "
-                          f"\"127.0.0.1:10133\"")
-    return host.strip("[]"), int(port)
-
-
 def start_exporter(config: Config, *, gpu_root: Path = Path("/"), gpu_readers: list[GpuReader] | None = None,
                    sample_interval: float = DEFAULT_SAMPLE_INTERVAL) -> Exporter:
     """Starts the HTTP server on ``config.metrics_listen`` with a registry of its own. ConfigError (one line)
     when the address cannot be listened on or the deadline cannot be read."""
-    deadline = parse_deadline(config.deadline, config.source)
-    if config.metrics_listen is None:  # [metrics] listen = "off": publish() goes nowhere
+    deadline = config.deadline_at
+    if config.metrics_address is None:  # [metrics] listen = "off": publish() goes nowhere
         return Exporter(TrainingCollector(deadline, []), CollectorRegistry())
-    host, port = parse_listen(config.metrics_listen, config.source)
+    host, port = config.metrics_address
     readers = discover_gpu_readers(gpu_root) if gpu_readers is None else gpu_readers
     collector = TrainingCollector(deadline, readers, sample_interval)
     registry = CollectorRegistry(auto_describe=False)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from supervisor.kernel_messages import KernelEvent
+from supervisor.sources.kernel_messages import KernelEvent
 
 _CARD = re.compile(r"/card\d+$")
 # Properties worth showing in the one-line rendering, in this order.
@@ -78,6 +78,7 @@ class GpuEventMonitor:
     """
 
     name = "udev"
+    needs_polling = False
 
     def __init__(self, source: str = "auto", subsystem: str = "drm", context: object | None = None):
         import pyudev  # imported here: only the monitor needs it, not the pure translation
@@ -107,6 +108,9 @@ class GpuEventMonitor:
             event = uevent_to_event(properties)
             if event is not None:
                 events.append(event)
+
+    def position(self) -> dict:
+        return {}  # uevents are not replayed: nothing to continue from
 
     def close(self) -> None:
         # pyudev's Monitor has no close(); dropping it closes the netlink socket.

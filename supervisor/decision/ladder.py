@@ -1,0 +1,134 @@
+"""The ladder of ever safer settings a hung worker is restarted with.
+
+Rung 0 is the configured ``[train]`` as it is. Each later rung adds its settings on top of the rungs
+below it, so rung k is "everything that rungs 1..k changed". The default ladder is what the seeds' users
+did by hand, with the rungs that cost no speed first: under a ROCm build of torch, environment rungs that cure
+known runtime hangs at (almost) no cost; then halve ``workers`` down to 1, ``persistent_workers = false``, the
+thread loader (no worker processes, most of their speed), ``workers = 0`` (no loader concurrency at all), then
+``val = false``. Each rung's reason is beside it in ``default_ladder``. The ladder is climbed one rung per hang
+and never skipped; the decision core probes back down once a rung has been healthy for ``[ladder] probe_after``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Ladder:
+    rungs: tuple[dict[str, Any], ...]  # rungs[0] == {}: each entry is that rung's own change
+
+    def __len__(self) -> int:
+        return len(self.rungs)
+
+    def settings(self, rung: int) -> dict[str, Any]:
+        """The overrides in force at ``rung``: the changes of rungs 1..rung, later ones winning."""
+        merged: dict[str, Any] = {}
+        for change in self.rungs[: rung + 1]:
+            for key, value in change.items():  # tables (env, args) add up key by key, like the rungs themselves
+                merged[key] = {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+                    else value
+        return merged
+
+    def label(self, rung: int) -> str:
+        """The rung as people see it (logs, status, metrics, systemd's STATUS=): environment variables by name only,
+        since their values may be secrets and those places are readable by any local user."""
+        settings = self.settings(rung)
+        if not settings:
+            return "as configured"
+        return ", ".join(_shown(k, v) for k, v in settings.items())
+
+    def next(self, rung: int) -> int:
+        """One rung safer; the top rung stays where it is (the ladder is exhausted)."""
+        return min(rung + 1, len(self.rungs) - 1)
+
+    def exhausted(self, rung: int) -> bool:
+        return rung >= len(self.rungs) - 1
+
+
+# Cures for ROCm runtime hangs that cost (almost) no throughput: tried first under a ROCm build of torch. Each
+# rung keeps the variables of the one below it.
+ROCM_ENV_RUNGS: tuple[dict[str, Any], ...] = (
+    # A lost completion interrupt in the HIP runtime: the host waits forever in
+    # rocr::core::InterruptSignal::WaitRelaxed on a kernel that finished (ROCm issue 6530). Polling the signals
+    # instead of sleeping on the interrupt cured it in 16 runs of 16; it costs a busy host thread, no GPU time.
+    {"env": {"HSA_ENABLE_INTERRUPT": "0"}},
+    # A lost SDMA copy completion (ROCm/rocm-libraries#8847: hang rate 14.4% -> 2.5% on MI300X; hipMemcpy hangs
+    # on APUs): copies by blit kernels instead of the DMA engines. Training's host-to-device copies are a few MB a
+    # batch, so the cost is small; more than the rung above, hence after it.
+    {"env": {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}},
+)
+
+
+def default_ladder(workers: int, rocm: bool = False) -> Ladder:
+    """The default ladder for a configured ``workers`` count; ``rocm``: torch is a ROCm build (env rungs first)."""
+    rungs: list[dict[str, Any]] = [{}]
+    if rocm:
+        rungs.extend(ROCM_ENV_RUNGS)
+    # Fewer DataLoader worker processes: less shared memory and fewer forked HIP/CUDA contexts to deadlock; the
+    # seeds' first cure, and cheap while the workers left still outrun the GPU.
+    w = workers // 2
+    while w >= 1:
+        rungs.append({"workers": w})
+        w //= 2
+    if workers > 0:
+        # Worker processes made anew every epoch: the deadlocks that build up over epochs of one pool.
+        rungs.append({"persistent_workers": False})
+        # No worker processes at all (no fork, no shared-memory queues): the same dataset and augmentation read by
+        # a pool of threads (the CPU count) in the training process, which keeps most of the speed of workers > 0.
+        rungs.append({"loader": "threads"})
+        # The last loader rung: no loader concurrency at all, the training thread reads every sample itself.
+        rungs.append({"loader": "process", "workers": 0})
+    # No validation between epochs (the last epoch still validates): hangs in validation's own loader or NMS.
+    rungs.append({"val": False})
+    return Ladder(tuple(rungs))
+
+
+def build_ladder(configured: tuple[dict[str, Any], ...] | None, workers: int, command: bool = False,
+                 rocm: bool | None = None) -> Ladder:
+    """The configured rungs after rung 0; unconfigured, the default ladder, or none for a [worker] command (what
+    would make an unknown script safer is for its author to say: env and args rungs). ``rocm`` None: ask the
+    installed torch."""
+    if configured is None:
+        if command:
+            return Ladder(({},))
+        return default_ladder(workers, installed_torch_is_rocm() if rocm is None else rocm)
+    return Ladder(({},) + tuple(configured))
+
+
+def installed_torch_is_rocm() -> bool:
+    """Whether the torch distribution installed for this Python is a ROCm build, read from its metadata and its
+    ``torch/version.py`` as text: importing torch would cost the supervisor seconds and hundreds of MB."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return False
+    if "rocm" in (dist.version or "").lower():  # ROCm wheels: "2.5.1+rocm6.2"
+        return True
+    try:
+        text = Path(str(dist.locate_file("torch/version.py"))).read_text()
+    except OSError:
+        return False
+    return hip_version_in(text)
+
+
+def hip_version_in(version_py: str) -> bool:
+    """``torch/version.py`` of a ROCm build says ``hip: Optional[str] = '6.2.41133-dd7f95766'``; others ``None``."""
+    return bool(re.search(r"""^hip\b[^=\n]*=\s*['"][^'"]+['"]""", version_py, re.MULTILINE))
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "env" and isinstance(value, dict):
+        return f"env={'+'.join(sorted(value))}"  # names only: values may be secrets
+    if key == "args" and isinstance(value, dict):
+        return "args=" + " ".join(f"{flag} {v}" for flag, v in value.items())
+    return f"{key}={_toml(value)}"
+
+
+def _toml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

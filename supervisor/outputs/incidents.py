@@ -1,0 +1,148 @@
+"""``yolo-train incidents``: the night's incidents grouped by where they hung, and the newest one in full.
+
+The supervisor appends one JSON line per incident to ``STATE_DIR/incidents.jsonl`` and, when it captured the
+stacks of the hung tree, writes ``STATE_DIR/incidents/<id>/stacks.json`` (supervisor/sources/stacks.py).
+Twelve hangs in one night are usually one bug twelve times: grouping by the place they hung (the culprit
+process's top frames, without pids or line numbers) says so at a glance. Incidents without stacks (older
+ones, crashes, a capture that failed) group under their reason and phase.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from supervisor.sources.stacks import STACKS_FILE
+
+INCIDENTS_FILE = "incidents.jsonl"
+INCIDENTS_DIR = "incidents"
+
+
+def stacks_path(state_dir: Path, incident_id: str) -> Path:
+    """Where the stacks of an incident live: the agent writes them there, this module reads them."""
+    return Path(state_dir) / INCIDENTS_DIR / incident_id / STACKS_FILE
+
+
+def load_incidents(state_dir: Path) -> list[dict[str, Any]]:
+    """Every readable incident, oldest first, with ``where``, ``summary`` and ``culprit`` from its stacks file
+    when the line itself lacks them. A torn line (the supervisor killed mid-write) is skipped."""
+    try:
+        text = (Path(state_dir) / INCIDENTS_FILE).read_text(errors="replace")
+    except OSError:
+        return []
+    incidents = []
+    for line in text.splitlines():
+        try:
+            incident = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(incident, dict):
+            incidents.append(_with_stacks(Path(state_dir), incident))
+    return incidents
+
+
+def _with_stacks(state_dir: Path, incident: dict[str, Any]) -> dict[str, Any]:
+    if incident.get("where") and incident.get("summary") or not incident.get("id"):
+        return incident
+    path = stacks_path(state_dir, str(incident["id"]))
+    try:
+        stacks = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return incident
+    return {**incident, "where": incident.get("where") or stacks.get("where"),
+            "summary": incident.get("summary") or stacks.get("summary", []),
+            "culprit": incident.get("culprit") or stacks.get("culprit"), "stacks": str(path)}
+
+
+def where_of(incident: dict[str, Any]) -> str:
+    return incident.get("where") or f"{incident.get('reason', '?')} in {incident.get('phase', '?')} (no stacks)"
+
+
+def one_line(incident: dict[str, Any]) -> str:
+    """For the journal and the dashboard's annotations: what happened, at which rung, and where it hung."""
+    head = f"{incident.get('reason', '?')} in {incident.get('phase', '?')} at rung {incident.get('rung', '?')}"
+    culprit = incident.get("culprit")
+    return f"{head}: {culprit or where_of(incident)}"
+
+
+@dataclass
+class Group:
+    where: str
+    count: int = 0
+    first: float = 0.0  # wall time of the oldest incident of the group
+    last: float = 0.0
+    phases: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+    rungs: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+
+def group_by_where(incidents: list[dict[str, Any]]) -> list[Group]:
+    """Groups, most frequent first (the newest first among equals)."""
+    groups: dict[str, Group] = {}
+    for incident in incidents:
+        when = float(incident.get("time") or 0.0)
+        group = groups.setdefault(where_of(incident), Group(where_of(incident), first=when, last=when))
+        group.count += 1
+        group.first, group.last = min(group.first, when), max(group.last, when)
+        for counts, key in ((group.phases, "phase"), (group.reasons, "reason")):
+            counts[str(incident.get(key, "?"))] = counts.get(str(incident.get(key, "?")), 0) + 1
+        if isinstance(incident.get("rung"), int) and incident["rung"] not in group.rungs:
+            group.rungs = sorted(group.rungs + [incident["rung"]])
+        group.ids.append(str(incident.get("id", "?")))
+    return sorted(groups.values(), key=lambda g: (-g.count, -g.last))
+
+
+def _clock(wall: float, with_date: bool = False) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S", time.localtime(wall))
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def render(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group]) -> str:
+    if not incidents:
+        return f"no incidents in {state_dir}"
+    first, last = min(g.first for g in groups), max(g.last for g in groups)
+    lines = [f"{len(incidents)} incident{'s' if len(incidents) > 1 else ''} in {state_dir} "
+             f"({_clock(first, True)} to {_clock(last, True)}), {len(groups)} "
+             f"place{'s' if len(groups) > 1 else ''}:", ""]
+    width = len(str(groups[0].count))
+    for g in groups:
+        lines.append(f"  {g.count:>{width}}  {g.where}")
+        span = _clock(g.first) if g.count == 1 else f"{_clock(g.first)} .. {_clock(g.last)}"
+        lines.append(f"  {'':>{width}}  {span}   phase {_counts(g.phases)}   rung "
+                     f"{', '.join(map(str, g.rungs)) or '?'}   {_counts(g.reasons)}")
+    newest = incidents[-1]
+    lines += ["", f"newest: {newest.get('id', '?')} at {_clock(float(newest.get('time') or 0), True)}, "
+                  f"{newest.get('reason', '?')} in {newest.get('phase', '?')} ({newest.get('detail', '')}), "
+                  f"rung {newest.get('rung', '?')} ({newest.get('rung_label', '')}), epoch {newest.get('epoch', '?')} "
+                  f"batch {newest.get('batch', '?')}"]
+    summary = newest.get("summary") or []
+    lines += [f"  {line}" for line in summary]
+    if not summary:
+        lines += [f"  {p.get('name', '?')} (pid {p.get('pid')}) {p.get('state', '?')}, {p.get('cpu_percent', '?')}% CPU"
+                  for p in newest.get("processes", [])]
+        lines.append("  (no stacks were captured for this incident)")
+    if newest.get("stacks"):
+        lines.append(f"  stacks: {Path(state_dir) / newest['stacks']}")
+    return "\n".join(lines)
+
+
+def as_json(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group]) -> dict[str, Any]:
+    return {"state_dir": str(state_dir), "count": len(incidents), "groups": [asdict(g) for g in groups],
+            "newest": incidents[-1] if incidents else None}
+
+
+def incidents_main(state_dir: Path, json_output: bool = False) -> int:
+    incidents = load_incidents(state_dir)
+    groups = group_by_where(incidents)
+    if json_output:
+        print(json.dumps(as_json(state_dir, incidents, groups), indent=1, default=str))
+    else:
+        print(render(state_dir, incidents, groups))
+    return 0

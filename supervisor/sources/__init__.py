@@ -1,0 +1,7 @@
+"""What the supervisor reads from the world, turned into events for the core.
+
+``worker_process`` starts the worker and reads its heartbeats, output and exit (and kills its tree, with
+``process_tree``); ``kernel_log`` reads /dev/kmsg or the journal and ``kernel_messages`` classifies the lines;
+``gpu_events`` watches udev's drm events; ``gpu_metrics`` samples amdgpu sysfs or NVML for the exporter. Every source
+is read when its file descriptor is ready: none of them polls.
+"""

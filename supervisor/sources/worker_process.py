@@ -1,0 +1,159 @@
+"""The worker process as the supervisor sees it: started from a launch record, read through three descriptors
+(the heartbeat pipe, its output, a pidfd for its exit), and killed with every process it started.
+
+The agent registers the descriptors with its selector and calls the ``read_*`` methods when they are ready; nothing
+here blocks except ``kill``, which waits at most ``kill_grace + kill_timeout`` and calls ``keepalive`` while it
+waits (the agent pings systemd's watchdog from it).
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from supervisor.sources import process_tree
+from supervisor.sources.worker_command import OutputProgress
+from worker.contract import HeartbeatMessage
+from worker.heartbeat import ENV_FD, Decoder, read_available
+
+OUTPUT_TAIL_LINES = 20  # of the worker's output, kept for the incident record
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, named in Python 3.10+ only on some builds
+PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size
+
+
+class SpawnError(OSError):
+    """The worker's program cannot be started (no such file, not executable)."""
+
+
+@dataclass
+class HeartbeatCounts:
+    received: int = 0
+    malformed: int = 0
+    oversized: int = 0
+    dropped: int = 0  # the worker's own count of beats it dropped because the pipe was full
+
+
+@dataclass
+class WorkerProcess:
+    popen: subprocess.Popen
+    pidfd: int
+    heartbeat_fd: int
+    output_fd: int
+    decoder: Decoder = field(default_factory=Decoder)
+    output_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OUTPUT_TAIL_LINES))
+    partial_line: bytes = b""
+    closed: bool = False
+    output_progress: OutputProgress | None = None  # a command that sends no heartbeat: progress from its output
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def fds(self) -> tuple[int, int, int]:
+        return self.heartbeat_fd, self.output_fd, self.pidfd
+
+    @classmethod
+    def spawn(cls, argv: list[str], env: dict[str, str], cwd: Path | None = None) -> "WorkerProcess":
+        """Start ``argv`` in a session of its own, the heartbeat pipe's write end inherited (its number in the
+        environment), stdout and stderr into one pipe."""
+        heartbeat_r, heartbeat_w = os.pipe()
+        output_r, output_w = os.pipe()
+        for fd in (heartbeat_w, output_w):
+            _grow_pipe(fd)
+        try:
+            popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,), stdin=subprocess.DEVNULL, stdout=output_w,
+                                     stderr=output_w, env={**env, ENV_FD: str(heartbeat_w)}, cwd=cwd,
+                                     start_new_session=True)
+        except OSError as e:
+            for fd in (heartbeat_r, heartbeat_w, output_r, output_w):
+                os.close(fd)
+            raise SpawnError(e.errno, e.strerror) from None
+        os.close(heartbeat_w)
+        os.close(output_w)
+        for fd in (heartbeat_r, output_r):
+            os.set_blocking(fd, False)
+        return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r)
+
+    def read_heartbeats(self, counts: HeartbeatCounts) -> tuple[list[HeartbeatMessage], bool]:
+        """The messages the pipe holds now, and whether it reached its end (every writer gone)."""
+        data = read_available(self.heartbeat_fd)
+        messages = self.decoder.feed(data) if data else []
+        counts.malformed += self.decoder.malformed
+        counts.oversized += self.decoder.oversized
+        self.decoder.malformed = self.decoder.oversized = 0
+        counts.received += len(messages)
+        for m in messages:
+            if m.dropped is not None and m.pid == self.pid:
+                counts.dropped = max(counts.dropped, m.dropped)
+        return messages, data == b""
+
+    def read_output(self) -> tuple[list[str], list[HeartbeatMessage], bool]:
+        """Complete lines of output, each as a terminal would end up showing it (the text after its last carriage
+        return, so progress bars do not swallow other lines), the progress read from them (a command without
+        heartbeats), and whether the output reached its end."""
+        data = read_available(self.output_fd)
+        if not data:
+            return [], [], data == b""
+        progress = self.output_progress.feed(data) if self.output_progress is not None else []
+        self.partial_line += data
+        *lines, self.partial_line = self.partial_line.split(b"\n")
+        shown = [line.rsplit(b"\r", 1)[-1].decode(errors="replace") for line in lines]
+        shown = [line for line in shown if line.strip()]
+        self.output_tail.extend(shown)
+        return shown, progress, False
+
+    def wait(self) -> int:
+        return self.popen.wait()
+
+    def kill(self, grace: float, timeout: float, keepalive: Callable[[], None] | None = None
+             ) -> process_tree.KillReport:
+        """SIGTERM the tree, SIGKILL what is left after ``grace``, confirm it gone; then close the descriptors."""
+        report = process_tree.kill_tree(self.pid, grace, timeout, adopt_orphans=True, keepalive=keepalive)
+        if self.popen.returncode is None:
+            try:
+                self.popen.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        self.close()
+        return report
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            for fd in self.fds:
+                os.close(fd)
+
+    def tree_snapshot(self) -> list[dict]:
+        """The processes of the tree now (and any orphan re-parented to us), for an incident."""
+        members = process_tree.tree(self.pid) + process_tree.tree()
+        return process_tree.snapshot(list({p.pid: p for p in members}.values()))
+
+
+def _grow_pipe(fd: int) -> None:
+    """A pipe of PIPE_SIZE, so a supervisor that is not reading for a while (stopped, busy killing) does not block
+    the worker on its output: 64 KiB of progress bars fill in seconds, 1 MiB in minutes."""
+    try:
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:
+        pass  # above /proc/sys/fs/pipe-max-size for this user: the default size stays
+
+
+def forward(lines: list[str]) -> None:
+    """Show the worker's lines on our stderr; a closed stderr must never reach the worker."""
+    try:
+        sys.stderr.write("".join(line + "\n" for line in lines))
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def now_iso(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))

@@ -1,0 +1,133 @@
+"""Any training script as the worker: the examples under the real supervisor, frozen from outside with SIGSTOP,
+detected from their own progress bars, killed, resumed from their own checkpoints, finished."""
+
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, read_incidents, read_state, yolo_train
+from tests.test_e2e import status_of, wait_for
+
+EXAMPLES = ROOT / "examples"
+
+
+def copy_example(name: str, tmp_path: Path, extra: str = "") -> Path:
+    """The example in a directory of its own (its checkpoints are written beside its config), kernel log off."""
+    shutil.copytree(EXAMPLES / name, tmp_path / name, ignore=shutil.ignore_patterns("checkpoints"))
+    config = tmp_path / name / "yolo-train.toml"
+    config.write_text(config.read_text() + '\n[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\n'
+                      'gpu_events = "off"\n' + extra)
+    return config
+
+
+def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, argv_extra=()) -> tuple[int, str, dict]:
+    """Run the supervisor; once the script has a checkpoint and trains, SIGSTOP the process `frozen` picks."""
+    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                             str(state_dir), *argv_extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        checkpoints = config.parent / "checkpoints"
+        status = wait_for(lambda: (s := status_of(state_dir)) and s["state"] == "healthy" and s["batch"]
+                          and any(checkpoints.glob("*ckpt")) and s, 120, "training with a checkpoint")
+        target = frozen(psutil.Process(status["worker_pid"]))
+        target.send_signal(signal.SIGSTOP)
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    return proc.returncode, stderr, status
+
+
+def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resumed_from_its_checkpoint(tmp_path):
+    config = copy_example("plain_loop", tmp_path)
+    text = config.read_text().replace('"--workers", "2"]', '"--workers", "2", "--step-delay", "0.05"]')
+    config.write_text(text)
+    state_dir = tmp_path / "state"
+    code, stderr, before = freeze_when_checkpointed(config, state_dir, lambda main: main)
+    assert code == 0, stderr[-3000:]
+    incident = read_incidents(state_dir)[0]
+    assert (incident["reason"], incident["phase"], incident["rung"]) == ("hang", "train", 0)
+    assert before["worker_pid"] in [p["pid"] for p in incident["processes"]]
+    final = read_state(state_dir)["status"]
+    assert final["state"] == "succeeded" and final["rung"] == 1 and final["restarts"] == 1
+    assert final["resumed_from"].endswith(".ckpt") and "at rung 1 (args=--workers 1)" in stderr
+    assert "training 3 epochs x 40 steps, workers=1" in stderr  # the script's own line: the rung reached its argv
+    assert (final["epoch"], final["epochs"], final["batch"], final["batches"]) == (3, 3, 40, 40)
+
+
+def test_lightning_frozen_is_resumed_from_its_last_ckpt(tmp_path):
+    pytest.importorskip("lightning")
+    config = copy_example("lightning", tmp_path)
+    state_dir = tmp_path / "state"
+    code, stderr, _ = freeze_when_checkpointed(config, state_dir, lambda main: main)
+    assert code == 0, stderr[-3000:]
+    assert read_incidents(state_dir)[0]["reason"] == "hang"
+    final = read_state(state_dir)["status"]
+    assert final["state"] == "succeeded" and final["resumed_from"].endswith("last.ckpt")
+
+
+def test_ddp_over_gloo_one_rank_frozen_kills_every_rank_and_resumes(tmp_path):
+    config = copy_example("ddp_gloo", tmp_path)
+    state_dir = tmp_path / "state"
+
+    def rank_1(torchrun: psutil.Process) -> psutil.Process:
+        ranks = wait_for(lambda: [p for p in torchrun.children() if "train.py" in " ".join(p.cmdline())], 30,
+                         "two ranks")
+        return sorted(ranks, key=lambda p: p.pid)[-1]
+
+    code, stderr, _ = freeze_when_checkpointed(config, state_dir, rank_1)
+    assert code == 0, stderr[-3000:]
+    incident = read_incidents(state_dir)[0]
+    assert incident["reason"] == "hang"
+    killed = [p["pid"] for p in incident["processes"]]
+    assert len(killed) >= 3  # torchrun and both ranks
+    assert not [p for p in killed if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert read_state(state_dir)["status"]["state"] == "succeeded"
+
+
+def test_bad_commands_and_regexes_are_one_line_at_config_load_or_spawn(write_config, tmp_path):
+    missing = write_config('[worker]\ncommand = ["/nonexistent/train"]\n[metrics]\nlisten = "off"\n')
+    result = yolo_train("run", "--config", str(missing), "--state-dir", str(tmp_path / "a"))
+    assert result.returncode == 78 and "cannot start '/nonexistent/train' (No such file or directory)" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 3
+    for regex, problem in (("epoch (\\\\d+)", "none of the named groups"), ("(?P<epoch>", "does not compile")):
+        bad = write_config(f'[worker]\ncommand = ["python", "x.py"]\n[progress]\nregex = "{regex}"\n')
+        result = yolo_train("check-config", "--config", str(bad))
+        assert result.returncode == 78 and problem in result.stderr, result.stderr
+
+
+SILENT = """
+import sys, time
+print("loading a dataset that never ends", flush=True)
+time.sleep(600)
+"""
+
+
+def test_output_that_never_matches_hits_the_startup_timeout_and_the_incident_says_so(write_config, tmp_path):
+    script = tmp_path / "silent.py"
+    script.write_text(SILENT)
+    config = write_config(f"""
+        [worker]
+        command = ["python", "{script}"]
+        checkpoint = "nothing/*.ckpt"
+        resume_args = ["--resume", "{{checkpoint}}"]
+        [watchdog]
+        startup_timeout = 3
+        [restart]
+        max_restarts = 1
+        [metrics]
+        listen = "off"
+        [kernel_log]
+        source = "off"
+        gpu_events = "off"
+    """)
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"), timeout=60)
+    assert result.returncode == 1  # the budget of 1 restart is spent
+    assert "matches nothing" in result.stderr and "starts from scratch" in result.stderr
+    incident = read_incidents(tmp_path / "state")[0]
+    assert incident["phase"] == "startup" and "no progress line was ever seen in 1 lines of output" in incident["detail"]
+    assert incident["output_tail"] == ["loading a dataset that never ends"]

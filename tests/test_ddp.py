@@ -1,0 +1,121 @@
+"""Several GPUs: Ultralytics' own DDP path (its generated script under torch.distributed.run) supervised in every rank.
+
+On the CPU it runs as the CPU drill (``YOLO_TRAIN_CPU_RANKS``, worker/ddp.py): two gloo ranks, the same script and
+launcher, DistributedSampler and rank-0 saves as on GPUs.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, read_incidents, read_state, yolo_train
+from worker.faults import Fault, FaultError, FaultInjector
+from worker.heartbeat import ENV_PATH, Decoder
+
+CONFIG = """
+name = "ddp"
+[train]
+data = "demo"
+model = "yolov8n.yaml"
+epochs = 3
+imgsz = 64
+batch = 8
+workers = 1
+device = "cpu"
+plots = false
+[worker]
+env = {{ YOLO_TRAIN_CPU_RANKS = "2"{extra_env} }}
+[metrics]
+listen = "off"
+[kernel_log]
+source = "off"
+gpu_events = "off"
+[watchdog]
+startup_timeout = 120
+[restart]
+backoff_initial = 0.5
+"""
+
+
+@pytest.mark.e2e
+def test_a_hang_in_rank_1_kills_every_rank_and_training_resumes_and_finishes(write_config, tmp_path):
+    state_dir = tmp_path / "state"
+    config = write_config(CONFIG.format(extra_env=""))
+    # 4 batches of 8 an epoch over 2 ranks: batch 6 is in epoch 2, after epoch 1's last.pt
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
+                        "--fault", "dataloader_hang,at_batch=6,attempt=1,rank=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded" and status["attempt"] == 2
+    assert (status["epoch"], status["epochs"]) == (3, 3)
+    assert status["resumed_from"].endswith("weights/last.pt")
+    assert [(r["rank"], r["device"]) for r in status["ranks"]] == [(0, "cpu"), (1, "cpu")]
+    assert (state_dir / "train" / "weights" / "best.pt").exists()
+
+    [incident] = read_incidents(state_dir)
+    assert (incident["reason"], incident["phase"]) == ("hang", "train")
+    # rank 1's DataLoader worker sleeps; rank 0 waits in its backward's all-reduce for rank 1's gradients
+    summary = incident["summary"]
+    assert any(line.startswith("rank 0 ") and "backward" in line for line in summary), summary
+    assert any(line.startswith("rank 1 ") for line in summary), summary
+    assert any("in_dataloader_worker" in line for line in summary), summary
+    commands = [p["cmdline"] for p in incident["processes"]]
+    assert len([c for c in commands if "torch.distributed.run" in c]) == 1, commands
+    # two ranks, each with its one DataLoader worker (a forked rank: the same command line)
+    assert len([c for c in commands if "Ultralytics/DDP/_temp_" in c and "torch.distributed.run" not in c]) == 4
+    assert incident["kill"]["survivors"] == [] and incident["kill"]["processes"] == len(incident["processes"])
+    alive = [p["pid"] for p in incident["processes"] if psutil.pid_exists(p["pid"])
+             and psutil.Process(p["pid"]).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+
+
+def test_a_fault_names_a_rank_and_fires_in_that_rank_only(tmp_path):
+    fault = Fault.parse("dataloader_hang,at_batch=6,rank=1")
+    assert fault == Fault("dataloader_hang", 6, 0, 1)
+    assert fault.applies_to(1, rank=1) and not fault.applies_to(1, rank=0) and not fault.applies_to(1)
+    assert Fault.parse("main_hang").applies_to(3, rank=5)
+    assert Fault.from_dict(fault.to_dict()) == fault and "rank" not in Fault("spin").to_dict()
+    with pytest.raises(FaultError, match="rank: expected a whole number >= 0"):
+        Fault.from_dict({"kind": "spin", "rank": -1})
+    flag = str(tmp_path / "attempt-1.fault")
+    one, zero = FaultInjector([fault], 1, flag, rank=1), FaultInjector([fault], 1, flag, rank=0)
+    assert one.kinds() == {"dataloader_hang"} and zero.kinds() == set()
+    assert one.flag_path != zero.flag_path  # rank 0's DataLoader workers never see rank 1's hang
+
+
+def test_a_rank_reaches_the_pipe_by_its_proc_path_and_says_its_rank():
+    """torch.distributed.run closes inherited descriptors: a rank opens the worker's pipe by /proc path."""
+    read_end, write_end = os.pipe()
+    env = {**os.environ, ENV_PATH: f"/proc/{os.getpid()}/fd/{write_end}", "RANK": "1"}
+    env.pop("YOLO_TRAIN_HEARTBEAT_FD", None)
+    code = "from worker.heartbeat import Heartbeat; hb = Heartbeat.from_env(); hb.phase('train'); hb.beat(batch=1)"
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True, timeout=60, close_fds=True)
+    os.close(write_end)
+    messages = Decoder().feed(os.read(read_end, 65536))
+    os.close(read_end)
+    assert [(m.kind.value, m.rank, m.progress) for m in messages] == [("phase", 1, 1), ("beat", 1, 2)]
+
+
+def test_a_wrong_collective_timeout_is_one_line_naming_the_variable_and_the_fix(monkeypatch):
+    from worker import ddp
+
+    monkeypatch.setenv(ddp.ENV_COLLECTIVE_TIMEOUT, "ten")
+    with pytest.raises(ValueError, match=r"YOLO_TRAIN_COLLECTIVE_TIMEOUT='ten': expected seconds > 0.*\[worker\] env"):
+        ddp.collective_timeout()
+    monkeypatch.setenv(ddp.ENV_COLLECTIVE_TIMEOUT, "90")
+    assert ddp.collective_timeout().total_seconds() == 90
+
+
+def test_the_supervised_trainer_classes_are_importable_by_module_and_name():
+    """Ultralytics' DDP script imports the trainer class by reference in every rank."""
+    import pickle
+
+    from worker.train import supervised_trainer
+
+    for task in ("detect", "segment", "pose", "obb", "classify"):
+        cls = supervised_trainer(task)
+        assert pickle.loads(pickle.dumps(cls)) is cls

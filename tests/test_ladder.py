@@ -1,0 +1,59 @@
+"""The default ladder: rungs that cost no speed first, the threads rung before workers = 0, ROCm detected from the
+installed torch's files without importing it; custom rungs as written."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.decision.ladder import ROCM_ENV_RUNGS, build_ladder, default_ladder, hip_version_in
+from worker.contract import split_rung
+
+
+def test_default_ladder_keeps_the_speed_longest_and_ends_without_loader_concurrency():
+    assert default_ladder(8).rungs == ({}, {"workers": 4}, {"workers": 2}, {"workers": 1},
+                                       {"persistent_workers": False}, {"loader": "threads"},
+                                       {"loader": "process", "workers": 0}, {"val": False})
+    assert default_ladder(0).rungs == ({}, {"val": False})  # no loader processes to make safer
+    ladder = default_ladder(2)
+    assert ladder.settings(3) == {"workers": 1, "persistent_workers": False, "loader": "threads"}
+    assert ladder.label(3) == "workers=1, persistent_workers=false, loader=threads"
+    # The worker sees the threads rung as its options (threads: None, the CPU count) and workers = 0 after it.
+    assert (split_rung(ladder.settings(3)).options.loader, split_rung(ladder.settings(3)).options.threads) == (
+        "threads", None)
+    last_loader = split_rung(ladder.settings(4))
+    assert last_loader.options.loader == "process" and last_loader.trainer_args == {"workers": 0}
+    assert ladder.next(len(ladder) - 1) == len(ladder) - 1 and ladder.exhausted(len(ladder) - 1)
+
+
+def test_under_rocm_the_free_env_rungs_come_first_and_add_up():
+    ladder = default_ladder(8, rocm=True)
+    assert ladder.rungs[1:3] == ROCM_ENV_RUNGS
+    assert ladder.rungs[3:] == default_ladder(8).rungs[1:]
+    assert ladder.settings(1) == {"env": {"HSA_ENABLE_INTERRUPT": "0"}}
+    assert ladder.settings(3) == {"env": {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}, "workers": 4}
+    assert split_rung(ladder.settings(2)).env == {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}
+    assert ladder.label(2) == "env=HSA_ENABLE_INTERRUPT+HSA_ENABLE_SDMA"  # names only, never values
+    assert build_ladder(None, 8, rocm=True) == ladder and build_ladder(None, 8, rocm=False) == default_ladder(8)
+
+
+@pytest.mark.parametrize("text, rocm", [
+    ("hip: Optional[str] = '6.2.41133-dd7f95766'\ncuda: Optional[str] = None\n", True),  # a ROCm wheel
+    ("hip = '5.7.31921'\n", True),  # older builds: no annotation
+    ("cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n", False),
+    ("__all__ = ['hip', 'rocm']\nhip: Optional[str] = None\n", False),  # the name listed is no version
+])
+def test_a_rocm_build_is_told_from_torch_version_py_as_text(text, rocm):
+    assert hip_version_in(text) is rocm
+
+
+def test_the_installed_torch_here_is_no_rocm_build_so_no_env_rungs():
+    import torch
+
+    assert build_ladder(None, 2) == default_ladder(2, rocm=torch.version.hip is not None)
+
+
+def test_custom_rungs_are_as_written_after_rung_0():
+    ladder = build_ladder(({"loader": "threads", "threads": 2},), 8, rocm=True)
+    assert ladder.rungs == ({}, {"loader": "threads", "threads": 2})
+    options = split_rung(ladder.settings(1)).options
+    assert (options.loader, options.threads) == ("threads", 2)

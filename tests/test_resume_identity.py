@@ -1,0 +1,93 @@
+"""Exact resume with real Ultralytics training on the CPU: a worker killed mid-epoch and resumed from its mid-epoch
+checkpoint feeds the model the same samples, in the same order, as an uninterrupted run; none twice, none skipped.
+
+The workers are driven as the supervisor drives them: a launch record, a heartbeat pipe read with the real Decoder.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+from worker.checkpointing import EXACT_KEY
+from worker.contract import LaunchRecord, MessageKind
+from worker.heartbeat import Decoder
+from worker.train import RECORD_FED_ENV
+
+pytestmark = pytest.mark.e2e
+
+
+def launch(tmp: Path, project: Path, fed: Path, resume: str | None = None, every: float | None = None,
+           **train) -> subprocess.Popen:
+    """A real worker on the demo (8 batches an epoch, close_mosaic switching in epoch 2), its pipe on .heartbeats."""
+    record = LaunchRecord(attempt=1, rung=0, train={
+        "data": "demo", "model": "yolov8n.yaml", "epochs": 2, "imgsz": 64, "batch": 4, "workers": 2,
+        "device": "cpu", "plots": False, "val": False, "close_mosaic": 1, "project": str(project), "name": "train",
+        "exist_ok": True, **train}, trainer_args={}, resume=resume, checkpoint_every=every)
+    path = tmp / f"launch-{fed.stem}.json"
+    path.write_text(record.to_json())
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "worker", str(path)], pass_fds=(write,), cwd=ROOT,
+                            env={**os.environ, "YOLO_TRAIN_HEARTBEAT_FD": str(write), RECORD_FED_ENV: str(fed)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    os.close(write)
+    proc.heartbeats = read
+    return proc
+
+
+def messages(proc: subprocess.Popen, until=lambda m: False, timeout: float = 120):
+    """The worker's heartbeats until ``until`` says stop or the pipe closes."""
+    decoder, seen, deadline = Decoder(), [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        data = os.read(proc.heartbeats, 65536)
+        if not data:
+            break
+        for m in decoder.feed(data):
+            seen.append(m)
+            if until(m):
+                return seen
+    return seen
+
+
+def fed(path: Path) -> list[tuple[int, int, str]]:
+    return [(int(e), int(b), name) for e, b, name in (line.split() for line in path.read_text().splitlines())]
+
+
+def test_killed_mid_epoch_and_resumed_feeds_each_sample_once_in_the_uninterrupted_order(tmp_path):
+    whole = launch(tmp_path, tmp_path / "whole", tmp_path / "whole.txt")
+    messages(whole)
+    assert whole.wait(60) == 0, whole.stdout.read()[-3000:]
+
+    old = tmp_path / "old"
+    first = launch(tmp_path, old, tmp_path / "first.txt", every=0.2)
+    seen = messages(first, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8)
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
+    last = old / "train" / "weights" / "last.pt"
+    exact = torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
+    epoch, batch = exact["epoch"], exact["batch"]
+    assert (epoch, batch) >= (1, seen[-1].batch)  # the file holds that checkpoint or a later complete one
+
+    # The state directory is copied and the run resumed there (issue 15 item 1): the old one must stay as it was.
+    new = tmp_path / "new"
+    shutil.copytree(old, new)
+    before = {p.name: p.read_bytes() for p in (old / "train" / "weights").iterdir()}
+    resumed = launch(tmp_path, new, tmp_path / "resumed.txt", resume=str(new / "train" / "weights" / "last.pt"),
+                     every=0.2)
+    after = messages(resumed)
+    assert resumed.wait(60) == 0, resumed.stdout.read()[-3000:]
+
+    trained_before_kill = [r for r in fed(tmp_path / "first.txt") if (r[0], r[1]) < (epoch, batch)]
+    assert trained_before_kill + fed(tmp_path / "resumed.txt") == fed(tmp_path / "whole.txt")
+    beats = [m for m in after if m.kind == MessageKind.BEAT and m.batch]
+    assert (beats[0].epoch, beats[0].batch) == (epoch + 1, batch + 1)
+    assert {p.name: p.read_bytes() for p in (old / "train" / "weights").iterdir()} == before
+    assert (new / "train" / "weights" / "last.pt").read_bytes() != before["last.pt"]  # the resumed run wrote here

@@ -1,0 +1,149 @@
+"""The thread loader against Ultralytics' own process loader, over the real YOLODataset of the embedded demo."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from worker.demo_data import ensure_demo_dataset
+from worker.thread_loader import ThreadDataLoader, thread_loader_from
+
+BATCH = 4  # the demo's 32 training images: 8 batches an epoch
+
+
+@pytest.fixture(scope="module")
+def data():
+    from ultralytics.data.utils import check_det_dataset
+
+    return check_det_dataset(str(ensure_demo_dataset()))
+
+
+def process_loader(data, workers: int, seed: int = 0, mode: str = "train"):
+    """What Ultralytics' trainer builds: build_yolo_dataset + build_dataloader, its generator seeded from torch's."""
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.build import build_dataloader, build_yolo_dataset
+
+    torch.manual_seed(seed)
+    cfg = get_cfg(overrides={"imgsz": 64, "task": "detect"})
+    dataset = build_yolo_dataset(cfg, data["train"], BATCH, data, mode=mode)
+    return build_dataloader(dataset, BATCH, workers, shuffle=mode == "train", rank=-1)
+
+
+def loader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("thread-loader-")]
+
+
+def children() -> set[int]:
+    pids = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        pids |= {int(p) for p in (task / "children").read_text().split()}
+    return pids
+
+
+def assert_same_batch(a: dict, b: dict) -> None:
+    assert a["im_file"] == b["im_file"]  # the same samples, in the same order
+    for key in ("img", "cls", "bboxes", "batch_idx"):
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_same_batches_as_the_process_loader_with_as_many_workers_mosaic_and_all(data):
+    processes = process_loader(data, workers=2)
+    threads = thread_loader_from(process_loader(data, workers=2), threads=2)
+    assert threads.num_workers == 0 and threads.threads == 2 and len(threads) == len(processes) == 8
+    for _ in range(2):  # the run goes on across epochs: new permutation, RNG streams carried on
+        for a, b in zip(processes, threads, strict=True):
+            assert_same_batch(a, b)
+    # The trainer's close_mosaic: change the dataset, reset: a new base seed, permutation and dataset copies.
+    from ultralytics.cfg import get_cfg
+
+    for loader in (processes, threads):
+        loader.dataset.close_mosaic(hyp=get_cfg(overrides={"imgsz": 64}))
+        loader.reset()
+    for a, b in zip(processes, threads, strict=True):
+        assert_same_batch(a, b)
+    processes.close()
+
+
+def test_another_worker_count_gives_the_same_indices_but_other_augmentation_draws(data):
+    """The control for the test above: its comparison does see augmentation that differs."""
+    processes = process_loader(data, workers=2)
+    threads = thread_loader_from(process_loader(data, workers=2), threads=3)
+    pairs = list(zip(processes, threads, strict=True))
+    assert all(a["im_file"] == b["im_file"] for a, b in pairs)
+    assert not all(torch.equal(a["img"], b["img"]) for a, b in pairs)
+    processes.close()
+
+
+def test_same_tensors_as_workers_0_where_the_pipeline_is_deterministic(data):
+    processes = process_loader(data, workers=0, mode="val")  # letterbox, no augmentation, no shuffle
+    threads = thread_loader_from(process_loader(data, workers=0, mode="val"), threads=3)
+    for a, b in zip(processes, threads, strict=True):
+        assert_same_batch(a, b)
+
+
+def test_an_iterator_dropped_mid_epoch_stops_its_threads_and_the_next_goes_on_from_there(data):
+    processes = process_loader(data, workers=2)
+    threads = thread_loader_from(process_loader(data, workers=2), threads=2)
+    expected = [b for _ in range(2) for b in processes]
+    processes.close()
+    before = children()
+    got = []
+    for batch in threads:
+        assert loader_threads() and children() == before  # threads, and not one process started
+        got.append(batch)
+        if len(got) == 3:
+            break  # the for loop drops the iterator: its finally stops the threads
+    assert loader_threads() == []
+    got += list(threads)  # an epoch's worth, going on from batch 4, as the persistent process iterator does
+    assert loader_threads() == [] and len(got) == 3 + 8
+    for a, b in zip(expected[:len(got)], got, strict=True):
+        assert_same_batch(a, b)
+
+
+def test_prefetch_is_bounded(data):
+    loader = thread_loader_from(process_loader(data, workers=2), threads=1)  # prefetch 4 batches of 8
+    loaded = []
+    base = type(loader.dataset)
+    loader.dataset.__class__ = type("Counted", (base,), {
+        "__getitem__": lambda self, i: loaded.append(i) or base.__getitem__(self, i)})
+    iterator = iter(loader)
+    next(iterator)
+    time.sleep(0.5)  # plenty to make all 8 batches, were they not bounded
+    assert len(loaded) == loader.prefetch_factor * loader.threads * BATCH < len(loader) * BATCH
+    del iterator
+    assert loader_threads() == []
+
+
+def test_a_sample_error_is_raised_in_the_training_thread_at_its_batch(data):
+    reference = [b["im_file"] for b in thread_loader_from(process_loader(data, workers=2), threads=2)]
+    loader = thread_loader_from(process_loader(data, workers=2), threads=2)
+    bad = reference[5][2]
+    base = type(loader.dataset)
+
+    def __getitem__(self, i):
+        if self.im_files[i] == bad:
+            raise OSError(f"cannot read {bad}")
+        return base.__getitem__(self, i)
+
+    loader.dataset.__class__ = type("Failing", (base,), {"__getitem__": __getitem__})
+    got = []
+    with pytest.raises(OSError, match="cannot read"):
+        for batch in loader:
+            got.append(batch["im_file"])
+    assert got == reference[:5]
+    assert loader_threads() == []
+
+
+def test_bad_thread_counts_and_used_loaders_are_refused(data):
+    with pytest.raises(ValueError, match="threads = 0; it must be at least 1"):
+        thread_loader_from(process_loader(data, workers=0), threads=0)
+    used = process_loader(data, workers=0)
+    next(iter(used))
+    with pytest.raises(ValueError, match="iterated already"):
+        thread_loader_from(used, threads=2)
+    assert isinstance(thread_loader_from(process_loader(data, workers=0), threads=1), ThreadDataLoader)

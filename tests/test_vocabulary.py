@@ -1,0 +1,55 @@
+"""One spelling for every label: the vocabulary's enums reach metrics, the dashboard and the README, and the
+life cycle is a table that refuses a wrong transition."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from supervisor.decision import core
+from supervisor.decision.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
+from supervisor.outputs import metrics
+from supervisor.sources.kernel_messages import BUILTIN
+from worker.contract import Phase
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_metrics_export_every_member_of_the_vocabulary():
+    assert set(metrics.STATES) == {s.value for s in State}
+    assert set(metrics.RESTART_REASONS) == {r.value for r in Reason}
+    assert set(metrics.KERNEL_EVENT_KINDS) == {k.value for k in KernelKind}
+    assert set(metrics.PHASES) == {p.value for p in Phase} | {"none"}
+    assert set(HANG_PHASES) == {"startup", "train", "val", "save"}
+
+
+def test_the_dashboard_names_and_colours_every_state_and_phase():
+    pytest.importorskip("grafana_foundation_sdk")
+    from dashboards import build
+
+    assert build.STATES == tuple(s.value for s in State) and set(build.STATE_COLORS) == set(build.STATES)
+    assert build.PHASES == PHASE_LABELS and set(build.PHASE_COLORS) == set(PHASE_LABELS)
+
+
+def test_the_readme_kernel_table_is_the_catalogue():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Kernel messages acted on", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z_0-9]+)` \| ([a-z_]+) \|", section, flags=re.M)
+    assert rows == [(name, kind) for name, _regex, kind, _origin in BUILTIN]
+
+
+def test_every_state_has_a_row_in_the_transition_table_and_a_wrong_move_raises(monkeypatch):
+    from test_core import healthy
+
+    assert set(core.TRANSITIONS) == set(State)
+    for final in (State.SUCCEEDED, State.FAILED, State.STOPPED):
+        assert core.TRANSITIONS[final] == {final}
+    d = healthy()
+
+    def jump_to_backoff(s, event, now):  # a handler that forgets the life cycle
+        s.state = State.BACKOFF
+        return []
+
+    monkeypatch.setattr(core, "_dispatch", jump_to_backoff)
+    with pytest.raises(core.TransitionError, match="healthy -> backoff on Tick"):
+        core.decide(d.s, core.Tick(), core.Now(0.0, 0.0))

@@ -1,0 +1,179 @@
+"""The supervisor-to-worker contract: what the supervisor asks a worker to run, and what a worker says back.
+
+Both sides import this module and nothing else of each other's, so it is free of torch and of the supervisor.
+
+Launch record (version 1): a JSON file whose path is the worker's one argument (``python -m worker FILE``). It
+says what to train (``train``: the ``[train]`` table plus where to write), how safely (the current rung, split by
+``split_rung`` into Ultralytics arguments, our own worker options and environment variables), from where
+(``resume``), how often to checkpoint inside an epoch, and which faults to inject. A worker refuses a record of
+another version instead of guessing.
+
+Heartbeat message: one line of JSON on the heartbeat pipe (wire format in ``worker/heartbeat.py``); the supervisor
+reads it as a ``HeartbeatMessage`` and never as a dict.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+LAUNCH_VERSION = 1
+
+
+class Phase(str, Enum):
+    """Where a worker is in its life: the phases of the heartbeat protocol."""
+    SETUP = "setup"  # imports, dataset scan, model build: before the first training batch
+    TRAIN = "train"
+    VAL = "val"
+    SAVE = "save"  # from the end of an epoch's training to the next epoch's first batch
+    DONE = "done"
+
+
+class MessageKind(str, Enum):
+    BEAT = "beat"  # a step done (or, without a progress increase, a liveness ping)
+    PHASE = "phase"  # entered a phase
+    SETTINGS = "settings"  # the settings really in force, once per attempt
+    ERROR = "error"  # dying of an exception: its last words
+    CHECKPOINT = "checkpoint"  # a checkpoint was written completely (atomically) at a position
+
+
+# Per-rung settings that are ours, not Ultralytics train() arguments, with their types: one table that the
+# config's validation and ``split_rung`` both read.
+LOADERS = ("process", "threads")
+OPTION_TYPES: dict[str, type] = {"persistent_workers": bool, "conv_fallback": str, "loader": str, "threads": int,
+                                 "env": dict, "args": dict}
+
+
+class LaunchRecordError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the worker runs Ultralytics, beyond its arguments; each one is a ladder rung's to change.
+
+    persistent_workers: False makes DataLoader worker processes anew each epoch (Ultralytics keeps them forever).
+    conv_fallback: "auto", "on" or "off" for this rung; None keeps the ``[patches]`` setting.
+    loader: "process" (Ultralytics' DataLoader, ``workers`` processes) or "threads" (a pool of ``threads`` threads
+        inside the training process: no fork, no shared memory).
+    threads: the size of that pool; None: the CPU count.
+    """
+
+    persistent_workers: bool = True
+    conv_fallback: str | None = None
+    loader: str = "process"
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class RungSplit:
+    trainer_args: dict[str, Any]  # Ultralytics train() arguments: they win over a checkpoint's on resume
+    options: WorkerOptions
+    env: dict[str, str]
+    args: dict[str, str]  # a [worker] command's arguments to set: {"--workers": "0"}
+
+
+def split_rung(settings: dict[str, Any]) -> RungSplit:
+    """The one place a rung's settings are told apart: ours, the environment's, and Ultralytics' arguments."""
+    ours = {k: v for k, v in settings.items() if k in OPTION_TYPES and k not in ("env", "args")}
+    trainer_args = {k: v for k, v in settings.items() if k not in OPTION_TYPES}
+    return RungSplit(trainer_args, WorkerOptions(**ours), dict(settings.get("env", {})), dict(settings.get("args", {})))
+
+
+@dataclass(frozen=True)
+class Patches:
+    conv_fallback: str = "auto"  # the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
+    amp_check: str = "local"  # local (no download), off (trust amp), ultralytics
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    attempt: int
+    rung: int
+    train: dict[str, Any]  # the [train] table, with project/name/exist_ok set to where this run writes
+    trainer_args: dict[str, Any]  # the rung's Ultralytics arguments (and remedies such as a halved batch)
+    options: WorkerOptions = field(default_factory=WorkerOptions)
+    patches: Patches = field(default_factory=Patches)
+    resume: str | None = None  # a checkpoint path, None to train from scratch
+    checkpoint_every: float | None = None  # seconds of training between checkpoints inside an epoch; None: per epoch
+    faults: tuple[dict[str, Any], ...] = ()
+    fault_flag: str = ""  # a file the fault injector marks once a fault fired, so it fires once per attempt
+    supervisor_pid: int | None = None  # the worker exits at once if its parent is not this (it died meanwhile)
+    version: int = LAUNCH_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "launch record") -> "LaunchRecord":
+        try:
+            raw = json.loads(text)
+        except ValueError as e:
+            raise LaunchRecordError(f"{source}: not JSON ({e})") from None
+        if not isinstance(raw, dict) or raw.get("version") != LAUNCH_VERSION:
+            got = raw.get("version") if isinstance(raw, dict) else None
+            raise LaunchRecordError(f"{source}: launch record version {got!r}, this worker reads version "
+                                    f"{LAUNCH_VERSION}; run the worker of the same yolo-train as the supervisor")
+        raw = dict(raw)
+        raw["options"] = WorkerOptions(**raw.get("options", {}))
+        raw["patches"] = Patches(**raw.get("patches", {}))
+        raw["faults"] = tuple(raw.get("faults", ()))
+        return cls(**raw)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class HeartbeatMessage:
+    """One heartbeat as the supervisor reads it; every field but the first four is optional."""
+
+    pid: int
+    kind: MessageKind
+    phase: Phase
+    progress: int  # never decreases within one sender; only an increase is progress
+    epoch: int | None = None  # 1-based
+    epochs: int | None = None
+    batch: int | None = None  # 1-based, inside the epoch
+    batches: int | None = None
+    samples: int | None = None  # images in the batch
+    losses: dict[str, float] | None = None
+    lr: float | None = None
+    settings: dict[str, Any] | None = None  # kind SETTINGS: what is in force
+    error: str | None = None  # kind ERROR: the exception
+    path: str | None = None  # kind CHECKPOINT: the file written
+    seconds: float | None = None  # kind CHECKPOINT: how long the training loop was held up by the save
+    dropped: int | None = None  # messages this sender dropped so far (pipe full)
+    rank: int | None = None  # the sender's distributed rank, when it has one
+
+    @classmethod
+    def from_wire(cls, m: dict[str, Any]) -> "HeartbeatMessage | None":
+        """A message from a parsed wire dict, or None when its required fields are not what the protocol says."""
+        try:
+            kind, phase = MessageKind(m.get("kind")), Phase(m.get("phase"))
+        except ValueError:
+            return None
+        pid, progress = _int(m.get("pid")), _int(m.get("progress"))
+        if pid is None or progress is None or progress < 0:
+            return None
+        losses = m.get("losses")
+        if isinstance(losses, dict):
+            losses = {str(k): float(v) for k, v in losses.items() if _float(v) is not None}
+        else:
+            losses = None
+        lr = _float(m.get("lr"))
+        settings = m.get("settings") if isinstance(m.get("settings"), dict) else None
+        error = str(m["error"])[:1000] if m.get("error") is not None else None
+        seconds = _float(m.get("seconds"))
+        return cls(pid=pid, kind=kind, phase=phase, progress=progress, epoch=_int(m.get("epoch")),
+                   epochs=_int(m.get("epochs")), batch=_int(m.get("batch")), batches=_int(m.get("batches")),
+                   samples=_int(m.get("samples")), losses=losses, lr=lr,
+                   settings=settings, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
+                   seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")))

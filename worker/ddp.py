@@ -1,0 +1,211 @@
+"""Several GPUs: Ultralytics' own DDP launch, supervised in every rank.
+
+With ``device = "0,1"`` Ultralytics' trainer does not train in its own process: it pickles its class, arguments,
+model and callbacks, writes a script that rebuilds the trainer from them, runs it under ``python -m
+torch.distributed.run --nproc_per_node N`` and waits. Three things in that path stop a supervised trainer, and this
+module is where each is answered:
+
+- the script imports the trainer class by module and name, so the supervised classes live here, at module level;
+- the script rebuilds the trainer with only ``cfg``, ``overrides`` and ``_callbacks``, and torch.distributed.run
+  closes every inherited descriptor: the launching worker leaves the launch record's path and the heartbeat pipe's
+  ``/proc`` path in the environment its ranks inherit (``prepare_ranks``), and each rank's trainer builds its own
+  ``SupervisorLink`` from them (``rank_link``): patches, rung, faults and a heartbeat client that says its rank;
+- Ultralytics gives every collective a 3-hour timeout: ``setup_process_group`` makes it
+  ``YOLO_TRAIN_COLLECTIVE_TIMEOUT`` seconds, so a rank left waiting on a dead or frozen peer fails in minutes.
+
+CPU drill: Ultralytics never uses DDP with ``device = "cpu"`` (its world size is 0 there) and its DDP setup needs
+CUDA. With ``YOLO_TRAIN_CPU_RANKS = N`` and ``device = "cpu"`` the trainer takes the DDP branch with N ranks anyway:
+the same generated script under the same torch.distributed.run, the same DistributedSampler, rank-0-only saving and
+broadcasts; what differs is only the device (cpu in every rank), the backend (gloo), the DDP wrapper, built
+without ``device_ids`` (torch refuses them for a CPU module), and the final validation's device (Ultralytics puts
+a rank's on CUDA). The tests use it; a real run has no use for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from torch.nn.parallel import DistributedDataParallel
+from ultralytics.models import yolo
+
+from worker.heartbeat import ENV_FD, ENV_PATH
+from worker.train import SupervisedTrainerMixin, SupervisorLink
+
+ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
+ENV_COLLECTIVE_TIMEOUT = "YOLO_TRAIN_COLLECTIVE_TIMEOUT"  # seconds a rank may wait in one collective
+ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu"
+COLLECTIVE_TIMEOUT = 600.0  # default: longer than a validation pass (the other ranks wait for rank 0's)
+
+# For NCCL ranks, set unless the user's [worker] env says otherwise: a timed-out collective tears the process down
+# (instead of leaving it in a CUDA kernel that never returns), and NCCL's own watchdog thread, which notices a
+# stuck communicator, is on and reports within a minute.
+NCCL_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "60",
+    "OMP_NUM_THREADS": "1",  # torch.distributed.run's own default, said here so it does not warn about it
+}
+
+
+class SupervisedDetectionTrainer(SupervisedTrainerMixin, yolo.detect.DetectionTrainer):
+    pass
+
+
+class SupervisedSegmentationTrainer(SupervisedTrainerMixin, yolo.segment.SegmentationTrainer):
+    pass
+
+
+class SupervisedPoseTrainer(SupervisedTrainerMixin, yolo.pose.PoseTrainer):
+    pass
+
+
+class SupervisedOBBTrainer(SupervisedTrainerMixin, yolo.obb.OBBTrainer):
+    pass
+
+
+class SupervisedClassificationTrainer(SupervisedTrainerMixin, yolo.classify.ClassificationTrainer):
+    pass
+
+
+TRAINERS: dict[str, type] = {"detect": SupervisedDetectionTrainer, "segment": SupervisedSegmentationTrainer,
+                             "pose": SupervisedPoseTrainer, "obb": SupervisedOBBTrainer,
+                             "classify": SupervisedClassificationTrainer}
+
+
+def collective_timeout() -> timedelta:
+    value = os.environ.get(ENV_COLLECTIVE_TIMEOUT, "")
+    try:
+        seconds = float(value) if value else COLLECTIVE_TIMEOUT
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise ValueError(f"{ENV_COLLECTIVE_TIMEOUT}={value!r}: expected seconds > 0, e.g. 600 (set it in the "
+                         f"config's [worker] env)")
+    return timedelta(seconds=seconds)
+
+
+def cpu_ranks() -> int:
+    value = os.environ.get(ENV_CPU_RANKS, "")
+    if value and not (value.isdigit() and int(value) >= 2):
+        raise ValueError(f"{ENV_CPU_RANKS}={value!r}: expected a number of ranks >= 2, or unset")
+    return int(value) if value else 0
+
+
+def prepare_ranks(record_path: str, heartbeat_fd: int | None) -> None:
+    """In the launching worker, before Ultralytics starts torch.distributed.run: what its ranks will inherit."""
+    collective_timeout()  # a wrong value is said once, here, not by every rank
+    os.environ[ENV_LAUNCH_RECORD] = str(Path(record_path).resolve())
+    # The descriptor number means nothing in a rank (it is closed there, or another file): the /proc path does.
+    os.environ.pop(ENV_FD, None)
+    if heartbeat_fd is not None:
+        os.environ[ENV_PATH] = f"/proc/{os.getpid()}/fd/{heartbeat_fd}"
+    for key, value in NCCL_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def rank_link() -> SupervisorLink:
+    """A rank's supervision, rebuilt from what the launching worker left in the environment."""
+    from worker.contract import LaunchRecord
+    from worker.heartbeat import Heartbeat
+    from worker.loaders import die_with_parent, drop_ambient_capabilities
+    from worker.train import STOP_REQUESTED, apply_patches, link_from_record
+
+    path = os.environ.get(ENV_LAUNCH_RECORD)
+    if not path:
+        raise RuntimeError(f"a supervised trainer without a SupervisorLink is a DDP rank, but {ENV_LAUNCH_RECORD} "
+                           f"is not set: start training with `python -m worker LAUNCH.json`")
+    rank = int(os.environ["RANK"])
+    # The supervisor's "save and exit" reaches rank 0 only (forward_stop): it alone writes checkpoints.
+    signal.signal(signal.SIGUSR1, (lambda *_: STOP_REQUESTED.append(True)) if rank == 0 else signal.SIG_IGN)
+    die_with_parent()
+    drop_ambient_capabilities()
+    record = LaunchRecord.from_json(Path(path).read_text(), source=path)
+    apply_patches(record.options.conv_fallback or record.patches.conv_fallback, record.patches.amp_check)
+    hb = Heartbeat.from_env()
+    hb.phase("setup")
+    return link_from_record(record, hb, rank=rank)
+
+
+def adopt_cpu_drill(trainer: Any) -> None:
+    """After BaseTrainer.__init__: with the CPU drill on, a CPU trainer takes the DDP branch with its ranks."""
+    from ultralytics.utils import LOCAL_RANK
+
+    n = cpu_ranks()
+    if n and trainer.device.type == "cpu":
+        trainer.world_size = n
+        trainer.ddp = LOCAL_RANK == -1  # the launcher; a rank trains
+
+
+def setup_process_group(trainer: Any, ultralytics_setup: Callable[[], None]) -> None:
+    """Ultralytics' ``_setup_ddp`` with our collective timeout (it asks for 3 hours), or the CPU drill's gloo."""
+    import torch
+    import torch.distributed as dist
+    from ultralytics.utils import RANK
+
+    timeout = collective_timeout()
+    if trainer.device.type == "cpu":
+        torch.set_num_threads(1)  # N ranks on a few cores: one thread each, or they fight over them
+        dist.init_process_group(backend="gloo", timeout=timeout, rank=RANK, world_size=trainer.world_size)
+        torch.nn.parallel.DistributedDataParallel = _CpuDistributedDataParallel
+        _final_validation_on_cpu()
+        return
+    original = dist.init_process_group
+
+    def with_our_timeout(*args: Any, **kwargs: Any) -> Any:
+        kwargs["timeout"] = timeout
+        return original(*args, **kwargs)
+
+    dist.init_process_group = with_our_timeout
+    try:
+        ultralytics_setup()
+    finally:
+        dist.init_process_group = original
+
+
+def forward_stop() -> bool:
+    """In the launching worker, on the supervisor's SIGUSR1: pass it to rank 0 (a grandchild, through
+    torch.distributed.run), which saves at its next batch boundary and stops; False when no rank 0 runs."""
+    for child in _children(os.getpid()):
+        for rank in _children(child):
+            try:
+                environ = Path(f"/proc/{rank}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"RANK=0" in environ:
+                try:
+                    os.kill(rank, signal.SIGUSR1)
+                    return True
+                except ProcessLookupError:
+                    return False
+    return False
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _final_validation_on_cpu() -> None:
+    """Ultralytics' validator puts a DDP rank's final validation on ``cuda:<current device>``: the drill's is cpu."""
+    import torch
+    from ultralytics.engine import validator
+
+    auto_backend = validator.AutoBackend
+    validator.get_torch_device_backend = lambda _type: SimpleNamespace(current_device=lambda: 0)  # no CUDA init
+    validator.AutoBackend = lambda *args, device=None, **kwargs: auto_backend(*args, device=torch.device("cpu"),
+                                                                               **kwargs)
+
+
+class _CpuDistributedDataParallel(DistributedDataParallel):
+    """Ultralytics passes ``device_ids=[device.index]``; for a CPU module torch wants none."""
+
+    def __init__(self, module: Any, device_ids: Any = None, **kwargs: Any):
+        super().__init__(module, device_ids=None, **kwargs)

@@ -1,0 +1,42 @@
+"""Where a worker's start goes: interpreter and imports, the trainer, model/data/loaders, the first batch.
+
+Restart time is what a hang costs after detection, so the worker says, at its first batch, how long each stage
+took since its process began (read from /proc, so the interpreter's own start counts too)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def process_start_wall() -> float:
+    """When this process began, in wall-clock seconds (its start time in /proc/self/stat, since boot)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started_after_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - started_after_boot)
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+class StartupClock:
+    def __init__(self) -> None:
+        self.began = process_start_wall()
+        self.marks: list[tuple[str, float]] = []
+
+    def mark(self, stage: str) -> None:
+        """``stage`` just ended."""
+        self.marks.append((stage, time.time()))
+
+    def report(self) -> str:
+        parts, before = [], self.began
+        for stage, at in self.marks:
+            parts.append(f"{stage} {at - before:.1f}")
+            before = at
+        return f"spawn to first batch {before - self.began:.1f} s: " + ", ".join(parts)
+
+
+CLOCK = StartupClock()
