@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client import generate_latest  # noqa: E402
 
 from supervisor.config import Config  # noqa: E402
-from supervisor.gpu_metrics import sample_all  # noqa: E402
-from supervisor.metrics import start_exporter  # noqa: E402
+from supervisor.sources.gpu_metrics import sample_all  # noqa: E402
+from supervisor.outputs.metrics import start_exporter  # noqa: E402
 
 TREE = ("import os, time\n"
         "for _ in range(2):\n"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from supervisor.gpu_metrics import discover_gpu_readers, sample_all  # noqa: E402
+from supervisor.sources.gpu_metrics import discover_gpu_readers, sample_all  # noqa: E402
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ GOAL_SECONDS = 20.0  # issue 2: a DataLoader-worker hang resumed within 20 s
 BASELINE_TIMEOUT = 10.0  # DataLoader(timeout=10), the baseline's only hang detection
 RUN_LIMIT = 150.0  # seconds one measured run may take before the bench gives up on it
 
-# The supervisor's own log lines (supervisor/core.py, supervisor/agent.py) this bench times.
+# The supervisor's own log lines (supervisor/decision/core.py, supervisor/agent.py) this bench times.
 DECLARED = re.compile(r"yolo-train: hang in (\w+): ")
 KILLED = re.compile(r"yolo-train: killed (\d+) process\(es\) in ([\d.]+) s")
 RESUMED = re.compile(r"yolo-train: attempt 2: first training batch ([\d.]+) s after spawn")
@@ -173,7 +173,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def demo_config(path: Path, train: dict | None = None, worker: dict | None = None) -> Path:
+STACKS_GOAL = 3.0  # seconds the stack capture may add to a recovery (issue: an incident says where it hung)
+
+
+def demo_config(path: Path, train: dict | None = None, worker: dict | None = None,
+                sections: dict | None = None) -> Path:
     """The embedded demo's config, unchanged but for the metrics port (a free one: the machine is shared, the
     default port may be taken) and the given ``[train]``/``[worker]`` keys."""
     raw = tomllib.loads((ROOT / "supervisor" / "demo.toml").read_text())
@@ -181,6 +185,8 @@ def demo_config(path: Path, train: dict | None = None, worker: dict | None = Non
     raw["train"].update(train or {})
     if worker:
         raw.setdefault("worker", {}).update(worker)
+    for name, table in (sections or {}).items():
+        raw.setdefault(name, {}).update(table)
     path.write_text(to_toml(raw))
     return path
 
@@ -201,10 +207,10 @@ def to_toml(raw: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure_supervised(kind: str, state_dir: Path) -> Recovery:
+def measure_supervised(kind: str, state_dir: Path, stacks: bool = True) -> Recovery:
     """Run the demo under the supervisor with ``kind`` injected; stop it once the resumed worker trains."""
     state_dir.mkdir(parents=True)
-    config = demo_config(state_dir / "demo.toml")
+    config = demo_config(state_dir / "demo.toml", sections={"incidents": {"stacks": stacks}})
     command = [sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir", str(state_dir),
                "--fault", f"{kind},at_batch={HANG_AFTER_BATCH},attempt=1"]
     proc = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -395,13 +401,13 @@ def median(values: list[float]) -> float:
 
 
 def print_table(rows: dict[str, list[Recovery]]) -> None:
-    print(f"{'hang':<34} {'runs':>4} {'detect':>7} {'kill':>6} {'restart':>8} {'total':>7} {'worst':>7} "
+    print(f"{'hang':<42} {'runs':>4} {'detect':>7} {'kill':>6} {'restart':>8} {'total':>7} {'worst':>7} "
           f"{'lost batches':>12}")
     for name, runs in rows.items():
         if not runs:
-            print(f"{name:<34} {0:>4}  (no successful run)")
+            print(f"{name:<42} {0:>4}  (no successful run)")
             continue
-        print(f"{name:<34} {len(runs):>4} {median([r.detection for r in runs]):>7.2f} "
+        print(f"{name:<42} {len(runs):>4} {median([r.detection for r in runs]):>7.2f} "
               f"{median([r.kill for r in runs]):>6.2f} {median([r.restart for r in runs]):>8.2f} "
               f"{median([r.total for r in runs]):>7.2f} {max(r.total for r in runs):>7.2f} "
               f"{median([r.batches_lost for r in runs]):>12.0f}")
@@ -419,11 +425,15 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per hang kind (default 3)")
     parser.add_argument("--kinds", default="dataloader_hang,main_hang,spin", help="comma-separated fault kinds")
     parser.add_argument("--no-torchrun", action="store_true", help="skip the torchrun comparison")
+    parser.add_argument("--stacks-off", action="store_true",
+                        help="also measure each kind with [incidents] stacks = false, side by side")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) when stopped
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     baseline = f"plain loop, DataLoader(timeout={BASELINE_TIMEOUT:.0f})"
     rows: dict[str, list[Recovery]] = {**{f"yolo-train {k}": [] for k in kinds}, baseline: []}
+    if args.stacks_off:
+        rows.update({f"yolo-train {k}, stacks off": [] for k in kinds})
     work = Path(tempfile.mkdtemp(prefix="yolo-train-bench-recovery-"))
     started = time.monotonic()
     torchrun = None
@@ -439,6 +449,15 @@ def main() -> int:
                 except BenchError as e:
                     print(f"  run {rep + 1} yolo-train {kind}: FAILED: {e}", flush=True)
                 shutil.rmtree(state_dir, ignore_errors=True)
+                if args.stacks_off:
+                    label = f"yolo-train {kind}, stacks off"
+                    try:
+                        r = measure_supervised(kind, state_dir, stacks=False)
+                        rows[label].append(r)
+                        print(f"  run {rep + 1} {label}: {describe(r)}", flush=True)
+                    except BenchError as e:
+                        print(f"  run {rep + 1} {label}: FAILED: {e}", flush=True)
+                    shutil.rmtree(state_dir, ignore_errors=True)
             try:
                 r = measure_plain_loop(work)
                 rows[baseline].append(r)
@@ -463,8 +482,14 @@ def main() -> int:
             base = median([r.total for r in rows[baseline]])
             print(f"yolo-train / plain loop with DataLoader(timeout={BASELINE_TIMEOUT:.0f}): {total:.2f} / {base:.2f} s "
                   f"= {total / base:.2f}; the plain loop starts again from scratch (all batches lost), yolo-train "
-                  f"from last.pt (the batches of the current epoch lost), and DataLoader(timeout) never sees a "
+                  f"from its newest checkpoint (the batches after it lost), and DataLoader(timeout) never sees a "
                   f"main-loop hang or a spin")
+    for kind in kinds if args.stacks_off else []:
+        on, off = rows[f"yolo-train {kind}"], rows[f"yolo-train {kind}, stacks off"]
+        if on and off:
+            extra = median([r.total for r in on]) - median([r.total for r in off])
+            print(f"{kind}: stacks captured before the kill add {extra:+.2f} s to the recovery (goal: at most "
+                  f"{STACKS_GOAL:.0f} s): {'met' if extra <= STACKS_GOAL else 'NOT met'}")
     if verdict:
         print(verdict)
     print(f"(bench took {time.monotonic() - started:.0f} s)")

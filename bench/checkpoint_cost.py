@@ -1,0 +1,95 @@
+"""Cost of mid-epoch checkpoints (issue 10): how long the training loop is held by one save, as a share of training
+time at the default interval (``[checkpoint] every = "10m"``) and at the short interval this run used.
+
+Runs the real worker on the demo (yolov8n, CPU) as the supervisor does (launch record, heartbeat pipe), once with
+mid-epoch checkpoints every ``--every`` seconds and once with per-epoch checkpoints only, side by side, and reads
+the hold times the worker reports in its checkpoint messages.
+
+    .venv/bin/python bench/checkpoint_cost.py [--every 0.2] [--epochs 4]
+    python3 bench/checkpoint_cost.py --model yolov8x.yaml --imgsz 640 --batch 16 --images 512 --device 0 --every 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from worker.contract import LaunchRecord, MessageKind  # noqa: E402
+from worker.heartbeat import Decoder  # noqa: E402
+
+DEFAULT_EVERY = 600.0  # CheckpointConfig.every
+
+
+def run(tmp: Path, every: float | None, epochs: int, options: argparse.Namespace) -> tuple[float, list, list]:
+    """Wall time of the train phase, mid-epoch checkpoint messages, end-of-epoch checkpoint messages."""
+    record = LaunchRecord(attempt=1, rung=0, train={
+        "data": options.data, "model": options.model, "epochs": epochs, "imgsz": options.imgsz, "batch": options.batch,
+        "workers": 2, "device": options.device, "plots": False, "val": False, "project": str(tmp),
+        "name": f"every-{every}", "exist_ok": True}, trainer_args={}, checkpoint_every=every)
+    launch = tmp / f"launch-{every}.json"
+    launch.write_text(record.to_json())
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "worker", str(launch)], pass_fds=(write,), cwd=ROOT,
+                            env={**os.environ, "YOLO_TRAIN_HEARTBEAT_FD": str(write)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write)
+    decoder, mid, end, first, last, batches = Decoder(), [], [], None, None, 1 << 30
+    while data := os.read(read, 65536):
+        for m in decoder.feed(data):
+            if m.kind == MessageKind.BEAT and m.phase.value == "train":
+                first = first or time.monotonic()
+                last = time.monotonic()
+            if m.kind == MessageKind.BEAT and m.batches:
+                batches = m.batches
+            if m.kind == MessageKind.CHECKPOINT:
+                (end if m.batch >= batches else mid).append(m)
+    if proc.wait() != 0:
+        raise SystemExit(f"worker failed with status {proc.returncode}")
+    return (last or 0) - (first or 0), mid, end
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--every", type=float, default=0.2)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--model", default="yolov8n.yaml")
+    parser.add_argument("--imgsz", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--images", type=int, default=0, help="a generated demo set of this many training images")
+    options = parser.parse_args()
+    options.data = "demo"
+    if options.images:
+        from worker.demo_data import ensure_demo_dataset
+
+        options.data = str(ensure_demo_dataset(train_images=options.images, val_images=8, size=options.imgsz))
+    print(f"{options.model}, imgsz {options.imgsz}, batch {options.batch}, device {options.device}")
+    with tempfile.TemporaryDirectory() as tmp:
+        base_s, _, base_end = run(Path(tmp), None, options.epochs, options)
+        with_s, mid, end = run(Path(tmp), options.every, options.epochs, options)
+        size = Path(mid[-1].path).stat().st_size if mid and Path(mid[-1].path).exists() else 0
+    if not mid:
+        raise SystemExit(f"no mid-epoch checkpoint at every={options.every}; pass a smaller --every")
+    hold = statistics.median(m.seconds for m in mid)
+    print(f"mid-epoch checkpoints: {len(mid)}, loop held median {hold * 1000:.0f} ms "
+          f"(max {max(m.seconds for m in mid) * 1000:.0f} ms); end-of-epoch saves median "
+          f"{statistics.median(m.seconds for m in end + base_end) * 1000:.0f} ms; checkpoint "
+          f"{size / 1e6:.0f} MB")
+    print(f"first to last training batch: {with_s:.2f} s with checkpoints every {options.every} s, "
+          f"{base_s:.2f} s per epoch only: ratio {with_s / base_s:.2f}")
+    print(f"share of training time at every={options.every} s: {hold / (options.every + hold):.3f}")
+    print(f"share of training time at the default every={DEFAULT_EVERY:.0f} s: "
+          f"{hold / (DEFAULT_EVERY + hold):.6f} (goal: noise, under 0.01)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""What the loader rungs cost: Ultralytics' training dataset read through each, side by side in one run.
+
+(a) InfiniteDataLoader with ``workers = N`` (the top rung), (b) ``workers = 0`` (the safest process-free rung until
+now), (c) ThreadDataLoader with ``threads = N`` (the safe rung that should keep its speed; goal: at least 0.9x (a)
+in training throughput on a GPU). Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and
+all) for ``--batches`` batches after ``--warmup`` ones; the best of ``--rounds`` interleaved rounds, in samples/s,
+with the ratio to (a). With ``--train``, a short real training of YOLOv8n (from its yaml, device auto) at each
+loader, in iterations/s over the epochs after the first, with the ratio to (a). With ``--ladder``, the same
+training at every rung of the default ladder for ``workers = N`` (its threads rung with the CPU count of threads, as
+in the worker), against rung 0.
+
+    .venv/bin/python bench/rungs.py [--imgsz 64] [--workers N] [--batch 16] [--images 128] [--train]
+    python3 bench/rungs.py --imgsz 640 --batch 32 --images 1024 --workers 8 --train --ladder   # a GPU machine
+
+Needs only torch and Ultralytics' wheels (and this repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("YOLO_OFFLINE", "1")  # no download may stall the bench: fonts, AMP check weights
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from worker.demo_data import ensure_demo_dataset  # noqa: E402
+from worker.thread_loader import thread_loader_from  # noqa: E402
+
+KINDS = ("workers", "workers0", "threads")
+
+
+def label(kind: str, n: int) -> str:
+    return {"workers": f"(a) workers={n}", "workers0": "(b) workers=0", "threads": f"(c) threads={n}"}[kind]
+
+
+def build_loader(kind: str, n: int, data: dict, imgsz: int, batch: int, mode: str = "train") -> Any:
+    import torch
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.build import build_dataloader, build_yolo_dataset
+
+    torch.manual_seed(0)
+    cfg = get_cfg(overrides={"imgsz": imgsz, "task": "detect"})
+    dataset = build_yolo_dataset(cfg, data["train"], batch, data, mode=mode)
+    loader = build_dataloader(dataset, batch, 0 if kind == "workers0" else n, shuffle=True, rank=-1,
+                              device="cuda" if torch.cuda.is_available() else "cpu")
+    return thread_loader_from(loader, n) if kind == "threads" else loader
+
+
+def endless(loader: Any) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def read_rate(kind: str, n: int, data: dict, args: argparse.Namespace) -> float:
+    loader = build_loader(kind, n, data, args.imgsz, args.batch)
+    batches = endless(loader)
+    for _ in range(args.warmup):  # worker processes' start, the first images' decode
+        next(batches)
+    start = time.perf_counter()
+    samples = sum(len(next(batches)["im_file"]) for _ in range(args.batches))
+    rate = samples / (time.perf_counter() - start)
+    batches.close()
+    loader.close()
+    return rate
+
+
+KIND_SETTINGS = {"workers": {}, "workers0": {"workers": 0}, "threads": {"loader": "threads"}}  # on workers = N
+
+
+def train_rate(name: str, settings: dict[str, Any], n: int, data_yaml: Path, args: argparse.Namespace,
+               project: Path) -> float:
+    """Iterations/s of a real training with a rung's ``settings`` on top of ``workers = n`` (threads: the CPU count
+    unless the rung says, as in the worker) over the epochs after the first (model build, warm-up and worker start-up excluded), batch end to
+    batch end within epochs, the wait for each epoch's first batch included (per-epoch workers pay theirs there)."""
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    from worker.loaders import make_epoch_workers
+    from worker.patches import amp_check, offline
+
+    amp_check.install("local")  # Ultralytics' own check downloads a model
+    offline.install()
+    workers = settings.get("workers", n)
+    threads = settings.get("threads") or os.cpu_count() if settings.get("loader") == "threads" else None
+
+    class LoaderTrainer(DetectionTrainer):
+        def __init__(self, *a: Any, **kw: Any):
+            super().__init__(*a, **kw)
+            self.args.workers = workers  # BaseTrainer forces 0 on CPU: honour the rung
+
+        def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
+            loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
+            if threads:
+                return thread_loader_from(loader, threads)
+            return loader if settings.get("persistent_workers", True) else make_epoch_workers(loader)
+
+    marks: list[tuple[int, float]] = []  # (epoch, time) at each epoch start and batch end
+    trainer = LoaderTrainer(overrides={
+        "model": "yolov8n.yaml", "data": str(data_yaml), "imgsz": args.imgsz, "batch": args.batch,
+        "epochs": args.epochs, "workers": workers, "val": False, "plots": False, "project": str(project),
+        "name": name, "exist_ok": True, "verbose": False})
+    trainer.add_callback("on_train_epoch_start", lambda t: marks.append((t.epoch, time.perf_counter())))
+    trainer.add_callback("on_train_batch_end", lambda t: marks.append((t.epoch, time.perf_counter())))
+    trainer.train()
+    seconds = batches = 0.0
+    for epoch in range(1, args.epochs):
+        times = [t for e, t in marks if e == epoch]
+        seconds += times[-1] - times[0]
+        batches += len(times) - 1
+    return batches / seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--imgsz", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="N, also the threads")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--images", type=int, default=128, help="training images in the generated demo dataset")
+    parser.add_argument("--batches", type=int, default=40, help="batches timed per loader and round")
+    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--train", action="store_true", help="also a short real training at each loader")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"a subset of {','.join(KINDS)}")
+    parser.add_argument("--ladder", action="store_true", help="also train each rung of the default ladder")
+    args = parser.parse_args()
+    kinds = args.kinds.split(",")
+    if unknown := set(kinds) - set(KINDS):
+        parser.error(f"--kinds: unknown {sorted(unknown)}; choose from {','.join(KINDS)}")
+
+    import cv2
+    import torch
+    from ultralytics.data.utils import check_det_dataset
+
+    print("command: " + shlex.join([sys.executable, *sys.argv]))
+    print(f"torch {torch.__version__}, device {torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'},"
+          f" {os.cpu_count()} CPUs, cv2 threads {cv2.getNumThreads()}, torch threads {torch.get_num_threads()}")
+    data_yaml = ensure_demo_dataset(train_images=args.images, val_images=8, size=args.imgsz)
+    data = check_det_dataset(str(data_yaml))
+    n = args.workers
+
+    rates: dict[str, float] = {}
+    for _ in range(args.rounds):  # interleaved, so a neighbour's load spreads over all of them
+        for kind in kinds:
+            rates[kind] = max(rates.get(kind, 0.0), read_rate(kind, n, data, args))
+    print(f"\nread: imgsz {args.imgsz}, batch {args.batch}, {args.batches} batches, best of {args.rounds} rounds")
+    report({label(kind, n): rate for kind, rate in rates.items()}, "samples/s", label("workers", n))
+
+    if args.train:
+        its: dict[str, float] = {}
+        with tempfile.TemporaryDirectory(prefix="rungs-") as project:
+            for kind in kinds:
+                settings = {**KIND_SETTINGS[kind], "threads": n} if kind == "threads" else KIND_SETTINGS[kind]
+                its[label(kind, n)] = train_rate(kind, settings, n, data_yaml, args, Path(project))
+        print(f"\ntrain: yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, "
+              f"epochs 2..{args.epochs}")
+        report(its, "it/s", label("workers", n))
+    if args.ladder:
+        ladder_rates(n, data_yaml, args)
+    return 0
+
+
+def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
+    """Each rung of the default ladder for ``workers = n`` trained in turn, its training throughput against rung 0's.
+    ``val = false`` changes no training step (validation is off in every run here): its saving is the validation."""
+    from supervisor.decision.ladder import default_ladder
+
+    ladder = default_ladder(n)
+    its: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="ladder-") as project:
+        for rung in range(len(ladder)):
+            settings = ladder.settings(rung)
+            if ladder.rungs[rung] == {"val": False}:
+                continue
+            its[f"rung {rung}: {ladder.label(rung)}"] = train_rate(f"rung{rung}", settings, n, data_yaml, args,
+                                                                   Path(project))
+    print(f"\ndefault ladder (workers = {n}, threads = {os.cpu_count()}): yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, "
+          f"{args.images} images, epochs 2..{args.epochs}")
+    report(its, "it/s", next(iter(its)))
+
+
+def report(rates: dict[str, float], unit: str, reference: str) -> None:
+    """Each rate with its ratio to the ``reference`` row's."""
+    base = rates.get(reference)
+    width = max(len(name) for name in rates)
+    for name, rate in rates.items():
+        ratio = f"{rate / base:5.2f}x" if base else ""
+        print(f"  {name:<{width}} {rate:9.1f} {unit}  {ratio}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
