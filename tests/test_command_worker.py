@@ -16,11 +16,18 @@ from tests.test_e2e import status_of, wait_for
 EXAMPLES = ROOT / "examples"
 
 
-def copy_example(name: str, tmp_path: Path, extra: str = "") -> Path:
-    """The example in a directory of its own (its checkpoints are written beside its config), kernel log off."""
+def copy_example(name: str, tmp_path: Path, extra: str = "", step_delay: float = 0.0) -> Path:
+    """The example in a directory of its own (its checkpoints are written beside its config), kernel log off.
+
+    ``step_delay`` slows each step down: unslowed, an example trains its 120 steps in about a second on a quiet
+    machine, so a freeze sent once a checkpoint is seen can land after the last step instead of inside training."""
     shutil.copytree(EXAMPLES / name, tmp_path / name, ignore=shutil.ignore_patterns("checkpoints"))
     config = tmp_path / name / "yolo-train.toml"
-    config.write_text(config.read_text() + '\n[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\n'
+    text = config.read_text()
+    if step_delay:
+        assert '"--save-every", "10"' in text
+        text = text.replace('"--save-every", "10"', f'"--save-every", "10", "--step-delay", "{step_delay}"')
+    config.write_text(text + '\n[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\n'
                       'gpu_events = "off"\n' + extra)
     return config
 
@@ -43,9 +50,7 @@ def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, ar
 
 
 def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resumed_from_its_checkpoint(tmp_path):
-    config = copy_example("plain_loop", tmp_path)
-    text = config.read_text().replace('"--workers", "2"]', '"--workers", "2", "--step-delay", "0.05"]')
-    config.write_text(text)
+    config = copy_example("plain_loop", tmp_path, step_delay=0.05)
     state_dir = tmp_path / "state"
     code, stderr, before = freeze_when_checkpointed(config, state_dir, lambda main: main)
     assert code == 0, stderr[-3000:]
@@ -61,7 +66,7 @@ def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resu
 
 def test_lightning_frozen_is_resumed_from_its_last_ckpt(tmp_path):
     pytest.importorskip("lightning")
-    config = copy_example("lightning", tmp_path)
+    config = copy_example("lightning", tmp_path, step_delay=0.05)
     state_dir = tmp_path / "state"
     code, stderr, _ = freeze_when_checkpointed(config, state_dir, lambda main: main)
     assert code == 0, stderr[-3000:]
@@ -71,7 +76,7 @@ def test_lightning_frozen_is_resumed_from_its_last_ckpt(tmp_path):
 
 
 def test_ddp_over_gloo_one_rank_frozen_kills_every_rank_and_resumes(tmp_path):
-    config = copy_example("ddp_gloo", tmp_path)
+    config = copy_example("ddp_gloo", tmp_path, step_delay=0.1)
     state_dir = tmp_path / "state"
 
     def rank_1(torchrun: psutil.Process) -> psutil.Process:
