@@ -34,7 +34,7 @@ from supervisor.sources.gpu_metrics import sample_all
 from supervisor.sources.kernel_log import KernelLogSource
 from supervisor.sources.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.sources.worker_process import HeartbeatCounts, SpawnError, WorkerProcess, forward, now_iso
-from worker.contract import LaunchRecord, Patches, RungSplit, split_rung
+from worker.contract import STANDBY_FLAG, LaunchRecord, Patches, RungSplit, split_rung
 from worker.heartbeat import read_available
 
 log = logging.getLogger("yolo-train")
@@ -57,6 +57,7 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source)
         self.worker: WorkerProcess | None = None
+        self.standby: WorkerProcess | None = None  # imported and waiting to be the next attempt ([worker] standby)
         self.heartbeats = HeartbeatCounts()
         self.kernel_sources: list[KernelLogSource] = []
         # Pids of the worker's tree as last seen (refreshed with the state file): the kernel names an OOM victim
@@ -113,6 +114,7 @@ class Agent:
             self._ping_systemd()
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
             self._kill(None)
+        self._discard_standby()
         self._write_state(force=True)
         for source in self.kernel_sources:
             source.close()
@@ -159,6 +161,8 @@ class Agent:
             log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
         elif isinstance(action, core.Spawn):
             self._spawn(action)
+        elif isinstance(action, core.PrepareStandby):
+            self._prepare_standby(action)
         elif isinstance(action, core.KillTree):
             self._kill(action.incident)
         elif isinstance(action, core.RequestCheckpoint):
@@ -180,10 +184,13 @@ class Agent:
             raise TypeError(f"unknown action {action!r}")
 
     # -- the worker --
+    def _worker_env(self, rung: RungSplit) -> dict[str, str]:
+        return {**worker_environ(os.environ), **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
+                "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
+
     def _spawn(self, action: core.Spawn) -> None:
         rung = split_rung(action.rung_settings)
-        env = {**worker_environ(os.environ), **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
-               "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
+        env = self._worker_env(rung)
         if self.config.command is not None:
             worker, resume = self._spawn_command(rung.args, env)
         else:
@@ -226,12 +233,68 @@ class Agent:
             faults=tuple(f.to_dict() for f in self.config.faults),
             fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid())
         self.state_dir.launch_record.write_text(record.to_json())
+        worker = self._launch_standby(env)
+        if worker is None:
+            worker = self._spawn_worker([str(self.state_dir.launch_record)], env)
+        return worker, record.resume
+
+    def _spawn_worker(self, argv: list[str], env: dict[str, str], standby: bool = False) -> WorkerProcess:
         python = self.config.worker_python or sys.executable
         try:
-            worker = WorkerProcess.spawn([python, "-m", "worker", str(self.state_dir.launch_record)], env)
+            return WorkerProcess.spawn([python, "-m", "worker", *argv], env, standby=standby)
         except SpawnError as e:
             raise ConfigError(f"[worker] python = {python!r}: cannot start the worker ({e.strerror})") from None
-        return worker, record.resume
+
+    # -- the standby worker --
+    def _prepare_standby(self, action: core.PrepareStandby) -> None:
+        env = self._worker_env(split_rung(action.rung_settings))
+        if self.standby is not None and self.standby.env == env:
+            return  # the one waiting serves the next attempt already
+        self._discard_standby()
+        self.standby = self._spawn_worker([STANDBY_FLAG], env, standby=True)
+        self.selector.register(self.standby.pidfd, selectors.EVENT_READ, self._on_standby_exit)
+        log.info(f"standby worker pid {self.standby.pid}: importing now, to start the next attempt without that")
+
+    def _launch_standby(self, env: dict[str, str]) -> WorkerProcess | None:
+        """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
+        standby, one that died, or one made for another environment (the rung's variables are read at import)."""
+        standby, self.standby = self.standby, None
+        if standby is None:
+            return None
+        self._forget(standby.pidfd)
+        if standby.env != env or standby.popen.poll() is not None or not standby.launch(self.state_dir.launch_record):
+            log.info(f"standby worker pid {standby.pid} not used ("
+                     f"{'made for another environment' if standby.env != env else 'gone'}): starting cold")
+            self._discard(standby)
+            return None
+        log.info(f"standby worker pid {standby.pid} takes the attempt: its imports are done")
+        return standby
+
+    def _discard_standby(self) -> None:
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            self._forget(standby.pidfd)
+            self._discard(standby)
+
+    def _discard(self, standby: WorkerProcess) -> None:
+        """An idle standby holds no children and no device: killing it alone (not the supervisor's other
+        children, as a worker's kill does with its orphans) is enough."""
+        process_tree.kill_tree(standby.pid, 0.5, 5.0, keepalive=self._ping_systemd)
+        standby.popen.poll()
+        standby.close()
+
+    def _on_standby_exit(self, _fd: int) -> None:
+        standby, self.standby = self.standby, None
+        self._forget(standby.pidfd)
+        code = standby.popen.wait()
+        tail = " | ".join(line for line in standby.read_output()[0][-3:])
+        log.warning(f"standby worker pid {standby.pid} exited ({code}) before it was needed; the next attempt "
+                    f"starts cold" + (f": {tail}" if tail else ""))
+        standby.close()
+
+    def _spare(self) -> tuple[int, ...]:
+        """Pids a kill of the worker's tree and its orphans must leave alone."""
+        return (self.standby.pid,) if self.standby is not None else ()
 
     def _rest(self, fd: int, callback) -> None:
         """Read a worker pipe at most every READ_INTERVAL: a bar redrawn 50 times a second, or fast batches, then
@@ -310,7 +373,8 @@ class Agent:
         worker, self.worker = self.worker, None
         if incident is not None:
             incident["time_iso"] = now_iso(incident["time"])
-            incident["processes"] = worker.tree_snapshot() if worker else process_tree.snapshot(process_tree.tree())
+            incident["processes"] = (worker.tree_snapshot(self._spare()) if worker
+                                     else process_tree.snapshot(process_tree.tree(spare=self._spare())))
             if worker:
                 incident["output_tail"] = list(worker.output_tail)
                 never = worker.output_progress.never_seen() if worker.output_progress is not None else None
@@ -325,9 +389,10 @@ class Agent:
         if worker is not None:
             for fd in worker.fds:
                 self._forget(fd)
-            report = worker.kill(w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd)
+            report = worker.kill(w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd, spare=self._spare())
         else:
-            report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd)
+            report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd,
+                                            spare=self._spare())
         confirmed = time.time()
         if incident is not None:
             incident["kill"] = {"processes": len(report.killed), "seconds": round(report.seconds, 3),
@@ -379,7 +444,8 @@ class Agent:
         for event in events:
             in_tree = None
             if event.pid is not None:  # we are the tree's subreaper: every descendant is ours
-                in_tree = event.pid in self.tree_pids or event.pid in {p.pid for p in process_tree.tree()}
+                in_tree = event.pid in self.tree_pids or event.pid in {
+                    p.pid for p in process_tree.tree(spare=self._spare())}
             stale = event.monotonic_us is not None and event.monotonic_us / 1e6 < self._started_mono - STALE_MARGIN
             self.handle(core.KernelMessage(kind=KernelKind(event.kind), message=event.message, source=event.source,
                                            pattern=event.pattern, pid=event.pid, in_worker_tree=in_tree,
@@ -428,13 +494,14 @@ class Agent:
         return {**core.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
                 "state_dir": str(self.config.state_dir), "updated": now.wall,
                 "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics_bind_failures,
+                "standby_pid": self.standby.pid if self.standby is not None else None,
                 "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
 
     def _write_state(self, force: bool) -> None:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
             return
         self._status_written = time.monotonic()
-        self.tree_pids = {p.pid for p in process_tree.tree()} if self.worker is not None else set()
+        self.tree_pids = {p.pid for p in process_tree.tree(spare=self._spare())} if self.worker is not None else set()
         status = self.status()
         if self.exporter is not None:
             self.exporter.publish(status)

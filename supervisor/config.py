@@ -172,6 +172,7 @@ class Config:
     worker_python: str = ""
     worker_env: dict[str, str] = field(default_factory=dict)
     command: CommandConfig | None = None  # [worker] command: any script instead of the Ultralytics worker
+    standby: bool = True  # a pre-imported worker waits for the next attempt (the Ultralytics worker only)
     metrics_listen: str | None = "127.0.0.1:10133"
     deadline: str | None = None  # as written, for display
     kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
@@ -226,8 +227,9 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     probe = check.probe(raw.get("ladder", {}))
     faults = check.faults(raw.get("faults", []))
     worker = raw.get("worker", {})
-    check.keys("worker", worker, {"python", "env", "command", "cwd", "checkpoint", "resume_args"})
+    check.keys("worker", worker, {"python", "env", "command", "cwd", "checkpoint", "resume_args", "standby"})
     command = check.command(worker, raw.get("progress", {}), path)
+    standby = check.standby(worker.get("standby", command is None), command is not None)
     check.rung_arguments(ladder, command is not None)
     env = worker.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
@@ -260,7 +262,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                     train=train, watchdog=watchdog, restart=restart, ladder=ladder, probe=probe, incidents=incidents,
                     faults=faults,
                     worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
-                    command=command,
+                    command=command, standby=standby,
                     metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
                     conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"))
     if not train and "command" not in worker:
@@ -395,6 +397,14 @@ class _Checker:
             if key not in allowed:
                 raise ConfigError(f"{self.label}: {where}: unknown key {key!r}; expected one of "
                                   f"{', '.join(sorted(allowed))}")
+
+    def standby(self, value: Any, command: bool) -> bool:
+        if not isinstance(value, bool):
+            self.fail("worker.standby", "true or false", value)
+        if value and command:
+            raise ConfigError(f"{self.label}: worker.standby: a [worker] command cannot be started ahead of its "
+                              f"launch (its arguments name the checkpoint it resumes from); remove standby = true")
+        return value
 
     def string(self, key: str, value: Any) -> str:
         if not isinstance(value, str):

@@ -18,11 +18,14 @@ def demo_train(epochs: int = 3, plots: bool = False) -> str:
 
 def worker_launcher(tmp_path: Path, script: str) -> Path:
     """An executable that runs `script` (Python source) with the arguments the supervisor gives
-    `[worker] python`: a stand-in for the Ultralytics worker."""
+    `[worker] python`: a stand-in for the Ultralytics worker. Started as a standby (`-m worker --standby`) it keeps
+    the contract's part: it waits for the launch record's path on stdin, and exits 0 at its end."""
     source = tmp_path / "stand_in_worker.py"
     source.write_text(script)
     launcher = tmp_path / "launcher"
-    launcher.write_text(f'#!/bin/sh\nexec {sys.executable} {source} "$@"\n')
+    launcher.write_text('#!/bin/sh\n'
+                        'if [ "$3" = "--standby" ]; then read -r record || exit 0; set -- "$1" "$2" "$record"; fi\n'
+                        f'exec {sys.executable} {source} "$@"\n')
     launcher.chmod(0o755)
     return launcher
 

@@ -25,6 +25,9 @@ def test_the_demo_config_loads():
     ("[[faults]]\nkind = \"explode\"\n", "faults: kind: expected one of dataloader_hang"),
     ("[metrics]\nlisten = 9000\n", "metrics.listen: expected \"HOST:PORT\" or \"off\", got 9000"),
     ("[watchdog\n", "not valid TOML"),
+    ("[worker]\nstandby = \"yes\"\n", "worker.standby: expected true or false, got 'yes'"),
+    ("[worker]\ncommand = [\"python\", \"train.py\"]\nstandby = true\n",
+     "worker.standby: a [worker] command cannot be started ahead of its launch"),
 ])
 def test_bad_configs_are_rejected_with_file_and_key(write_config, body, message):
     path = write_config(body)

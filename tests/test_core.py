@@ -85,6 +85,18 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     assert d.s.restarts_by_reason == {"hang": 1} and d.s.hangs_by_phase == {"train": 1}
 
 
+def test_a_standby_is_asked_for_once_an_attempt_trains_with_the_rung_a_hang_moves_to():
+    d = Driver(make())
+    d.boot_and_spawn()
+    assert "PrepareStandby" not in kinds(d.beat("train", kind="phase"))  # a start is never shared with one
+    standby = [a for a in d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10) if isinstance(a, core.PrepareStandby)]
+    assert standby == [core.PrepareStandby({"workers": 4})]  # rung 1's settings: where a hang goes next
+    assert "PrepareStandby" not in kinds(d.at(1002).beat(epoch=1, epochs=3, batch=2, batches=10))  # once an attempt
+    off = Driver(make(worker={"standby": False}))
+    off.boot_and_spawn()
+    assert "PrepareStandby" not in kinds(off.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))
+
+
 def test_auto_timeout_follows_the_slowest_recent_interval():
     d = Driver(make())
     d.boot_and_spawn()

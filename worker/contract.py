@@ -8,6 +8,10 @@ says what to train (``train``: the ``[train]`` table plus where to write), how s
 (``resume``), how often to checkpoint inside an epoch, and which faults to inject. A worker refuses a record of
 another version instead of guessing.
 
+Standby (``python -m worker --standby``): a worker started ahead of its attempt. It does its imports, then reads
+one line on stdin, the launch record's path, and goes on as ``python -m worker FILE`` would; at the end of stdin
+without a line it exits 0, having started nothing.
+
 Heartbeat message: one line of JSON on the heartbeat pipe (wire format in ``worker/heartbeat.py``); the supervisor
 reads it as a ``HeartbeatMessage`` and never as a dict.
 """
@@ -20,6 +24,7 @@ from enum import Enum
 from typing import Any
 
 LAUNCH_VERSION = 1
+STANDBY_FLAG = "--standby"
 
 
 class Phase(str, Enum):

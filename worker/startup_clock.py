@@ -26,6 +26,13 @@ class StartupClock:
     def __init__(self) -> None:
         self.began = process_start_wall()
         self.marks: list[tuple[str, float]] = []
+        self.origin = "spawn"
+
+    def restart(self) -> None:
+        """A standby worker was launched: its start is measured from now, its imports done while it waited."""
+        self.began = time.time()
+        self.marks = []
+        self.origin = "standby launch"
 
     def mark(self, stage: str) -> None:
         """``stage`` just ended."""
@@ -36,7 +43,7 @@ class StartupClock:
         for stage, at in self.marks:
             parts.append(f"{stage} {at - before:.1f}")
             before = at
-        return f"spawn to first batch {before - self.began:.1f} s: " + ", ".join(parts)
+        return f"{self.origin} to first batch {before - self.began:.1f} s: " + ", ".join(parts)
 
 
 CLOCK = StartupClock()

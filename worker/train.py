@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.checkpointing import (EXACT_KEY, IDENTITY_EXIT, AtomicPath, CheckpointWriteError, identity_mismatch,
                                   identity_refusal, is_finished, readable_checkpoint)
-from worker.contract import LaunchRecord, LaunchRecordError, WorkerOptions
+from worker.contract import STANDBY_FLAG, LaunchRecord, LaunchRecordError, WorkerOptions
 from worker.exact_resume import ResumePoint
 from worker.faults import Fault, FaultInjector, faults_from_env
 from worker.heartbeat import Heartbeat
@@ -28,31 +28,56 @@ RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m worker LAUNCH.json", file=sys.stderr)
+        print(f"usage: python -m worker LAUNCH.json | python -m worker {STANDBY_FLAG}", file=sys.stderr)
         return 2
     # First thing: SIGUSR1 (the supervisor's "save and exit") must never meet its default action, death.
     signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.append(True))
-    try:
-        record = LaunchRecord.from_json(Path(argv[0]).read_text(), source=argv[0])
-    except (OSError, LaunchRecordError) as e:
-        print(f"yolo-train worker: {e}", file=sys.stderr)
-        return 2
     os.environ.setdefault("YOLO_OFFLINE", "1")  # no download attempt may stall a run: fonts, AMP check weights
     os.environ.setdefault("MPLBACKEND", "Agg")
     from worker.loaders import die_with_parent, drop_ambient_capabilities
 
+    parent = os.getppid()
     die_with_parent()
     drop_ambient_capabilities()
+    record_path = argv[0]
+    if record_path == STANDBY_FLAG:
+        record_path = stand_by(parent)
+        if record_path is None:
+            return 0  # discarded, or the supervisor is gone: nothing was started
+    try:
+        record = LaunchRecord.from_json(Path(record_path).read_text(), source=record_path)
+    except (OSError, LaunchRecordError) as e:
+        print(f"yolo-train worker: {e}", file=sys.stderr)
+        return 2
     if record.supervisor_pid and os.getppid() != record.supervisor_pid:
         return 1  # the supervisor died before we armed the parent-death signal
     hb = Heartbeat.from_env()
     hb.phase("setup")
     try:
-        return train(record, hb, record_path=argv[0])
+        return train(record, hb, record_path=record_path)
     except BaseException as e:  # our last words, so the supervisor can name the failure
         if not isinstance(e, SystemExit):
             hb.error(f"{type(e).__name__}: {e}")
         raise
+
+
+def stand_by(parent: int) -> str | None:
+    """The standby worker: do the imports a start spends seconds on (torch, Ultralytics, our trainer), then wait,
+    idle, for the supervisor to write a launch record's path on stdin; None at its end (discarded, or the
+    supervisor gone). Nothing touches a GPU before the launch: an idle standby holds no device memory and no
+    driver state, and the rung's environment, fixed at its spawn, is all it has read."""
+    if os.getppid() != parent:
+        return None  # the supervisor died before the parent-death signal was armed
+    import torch  # noqa: F401
+    import torch._inductor  # noqa: F401  (init_seeds' use_deterministic_algorithms imports it: 1.9 s on a CPU)
+    from matplotlib import font_manager  # noqa: F401  (the dataset check's font lookup, worker/patches/offline.py)
+
+    from worker.ddp import TRAINERS  # noqa: F401  (Ultralytics' trainers, models, data and losses with it)
+    from worker.patches import amp_check, conv2d, offline  # noqa: F401
+
+    line = sys.stdin.readline().strip()
+    CLOCK.restart()  # the start that counts is the launch's, not the wait's
+    return line or None
 
 
 def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -> int:

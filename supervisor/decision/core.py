@@ -154,6 +154,14 @@ class Spawn:
 
 
 @dataclass(frozen=True)
+class PrepareStandby:
+    """Start a standby worker: one that does its imports now and waits to be given the next attempt, so a restart
+    does not pay for them. Asked for once the attempt trains (never beside a start, whose CPU it would take), with
+    the settings of the rung a hang would move to: a standby serves only a launch in the environment it began in."""
+    rung_settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class RequestCheckpoint:
     """Ask the worker to save a checkpoint at its next batch boundary and exit (SIGUSR1)."""
 
@@ -610,6 +618,8 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
                 s.incidents[-1]["restart_seconds"] = round(now.wall - s.incidents[-1]["time"], 3)
             actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
                                        f"after spawn"))
+            if s.config.standby and s.config.command is None:
+                actions.append(PrepareStandby({**s.ladder.settings(s.ladder.next(s.rung)), **s.remedies}))
         elif s.state == State.HEALTHY:
             actions += _probe_check(s, now)
     return actions

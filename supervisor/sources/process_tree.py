@@ -13,7 +13,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Collection
 
 import psutil
 
@@ -28,16 +28,28 @@ def become_subreaper() -> bool:
         return False
 
 
-def tree(root_pid: int | None = None) -> list[psutil.Process]:
-    """Every live descendant of the supervisor (or of ``root_pid``), zombies excluded."""
+def tree(root_pid: int | None = None, spare: Collection[int] = ()) -> list[psutil.Process]:
+    """Every live descendant of the supervisor (or of ``root_pid``), zombies excluded, and none of ``spare`` or
+    below it (the standby worker: a child of the supervisor, never part of the worker's tree)."""
     try:
         root = psutil.Process(root_pid or os.getpid())
-        members = root.children(recursive=True)
+        if spare:
+            members = [c for c in root.children() if c.pid not in spare]
+            members += [d for c in members for d in _descendants(c)]
+        else:
+            members = root.children(recursive=True)
         if root_pid:
             members.insert(0, root)
     except psutil.Error:
         return []
     return [p for p in members if _alive(p)]
+
+
+def _descendants(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return p.children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -98,13 +110,14 @@ def reap() -> None:
 
 
 def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans: bool = False,
-              keepalive: Callable[[], None] | None = None) -> KillReport:
+              keepalive: Callable[[], None] | None = None, spare: Collection[int] = ()) -> KillReport:
     """SIGTERM every process of the tree, SIGKILL what is left after ``grace``, and confirm none remain.
 
     ``root_pid`` None means every descendant of the supervisor; ``adopt_orphans`` adds those to the tree of
     ``root_pid`` (right when the supervisor is a subreaper with no other children). Processes still there
     ``timeout`` seconds after SIGKILL (uninterruptible sleep in a driver) are reported as survivors.
     ``keepalive`` is called at least every half second while waiting (the agent pings systemd's watchdog).
+    ``spare``: children of the supervisor left alive with everything below them (the standby worker).
     """
     keepalive = keepalive or (lambda: None)
     start = time.monotonic()
@@ -114,7 +127,7 @@ def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans:
     def members() -> list[psutil.Process]:
         # Everything seen so far that still lives (psutil notices pid reuse), plus a fresh scan: once the
         # root is dead its children can no longer be found through it.
-        for p in tree(root_pid) + (tree() if root_pid is None or adopt_orphans else []):
+        for p in tree(root_pid) + (tree(spare=spare) if root_pid is None or adopt_orphans else []):
             seen.setdefault(p.pid, p)
         return [p for p in seen.values() if _alive(p)]
 

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from supervisor.sources import process_tree
 from supervisor.sources.worker_command import OutputProgress
@@ -51,6 +51,8 @@ class WorkerProcess:
     partial_line: bytes = b""
     closed: bool = False
     output_progress: OutputProgress | None = None  # a command that sends no heartbeat: progress from its output
+    launch_fd: int | None = None  # a standby's stdin: the launch record's path is written there, once
+    env: dict[str, str] = field(default_factory=dict)  # as spawned: a standby serves only a launch in the same one
 
     @property
     def pid(self) -> int:
@@ -61,15 +63,18 @@ class WorkerProcess:
         return self.heartbeat_fd, self.output_fd, self.pidfd
 
     @classmethod
-    def spawn(cls, argv: list[str], env: dict[str, str], cwd: Path | None = None) -> "WorkerProcess":
+    def spawn(cls, argv: list[str], env: dict[str, str], cwd: Path | None = None, standby: bool = False
+              ) -> "WorkerProcess":
         """Start ``argv`` in a session of its own, the heartbeat pipe's write end inherited (its number in the
-        environment), stdout and stderr into one pipe."""
+        environment), stdout and stderr into one pipe; a ``standby`` also gets a pipe on its stdin, to be told
+        what to train (``launch``)."""
         heartbeat_r, heartbeat_w = os.pipe()
         output_r, output_w = os.pipe()
         for fd in (heartbeat_w, output_w):
             _grow_pipe(fd)
         try:
-            popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,), stdin=subprocess.DEVNULL, stdout=output_w,
+            popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,),
+                                     stdin=subprocess.PIPE if standby else subprocess.DEVNULL, stdout=output_w,
                                      stderr=output_w, env={**env, ENV_FD: str(heartbeat_w)}, cwd=cwd,
                                      start_new_session=True)
         except OSError as e:
@@ -80,7 +85,22 @@ class WorkerProcess:
         os.close(output_w)
         for fd in (heartbeat_r, output_r):
             os.set_blocking(fd, False)
-        return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r)
+        launch_fd = os.dup(popen.stdin.fileno()) if standby else None
+        if popen.stdin is not None:
+            popen.stdin.close()
+        return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r, launch_fd=launch_fd, env=dict(env))
+
+    def launch(self, record_path: Path) -> bool:
+        """Tell a standby what to train: the launch record's path, one line, and the end of its stdin. False when
+        it is gone (its read end closed)."""
+        fd, self.launch_fd = self.launch_fd, None
+        try:
+            os.write(fd, f"{record_path}\n".encode())  # far below PIPE_BUF: one write, never partial
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def read_heartbeats(self, counts: HeartbeatCounts) -> tuple[list[HeartbeatMessage], bool]:
         """The messages the pipe holds now, and whether it reached its end (every writer gone)."""
@@ -113,10 +133,12 @@ class WorkerProcess:
     def wait(self) -> int:
         return self.popen.wait()
 
-    def kill(self, grace: float, timeout: float, keepalive: Callable[[], None] | None = None
-             ) -> process_tree.KillReport:
-        """SIGTERM the tree, SIGKILL what is left after ``grace``, confirm it gone; then close the descriptors."""
-        report = process_tree.kill_tree(self.pid, grace, timeout, adopt_orphans=True, keepalive=keepalive)
+    def kill(self, grace: float, timeout: float, keepalive: Callable[[], None] | None = None,
+             spare: Collection[int] = ()) -> process_tree.KillReport:
+        """SIGTERM the tree, SIGKILL what is left after ``grace``, confirm it gone; then close the descriptors.
+        ``spare``: other children of the supervisor to leave alone (the standby)."""
+        report = process_tree.kill_tree(self.pid, grace, timeout, adopt_orphans=True, keepalive=keepalive,
+                                        spare=spare)
         if self.popen.returncode is None:
             try:
                 self.popen.wait(timeout=0.1)
@@ -128,12 +150,13 @@ class WorkerProcess:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            for fd in self.fds:
+            for fd in self.fds + ((self.launch_fd,) if self.launch_fd is not None else ()):
                 os.close(fd)
+            self.launch_fd = None
 
-    def tree_snapshot(self) -> list[dict]:
+    def tree_snapshot(self, spare: Collection[int] = ()) -> list[dict]:
         """The processes of the tree now (and any orphan re-parented to us), for an incident."""
-        members = process_tree.tree(self.pid) + process_tree.tree()
+        members = process_tree.tree(self.pid) + process_tree.tree(spare=spare)
         return process_tree.snapshot(list({p.pid: p for p in members}.values()))
 
 

@@ -1,0 +1,51 @@
+"""The standby worker under the real supervisor: imported ahead, spared by the kill of a hung tree, launched as the
+next attempt; one that dies early only costs a cold start; none outlives the supervisor."""
+
+import re
+import signal
+
+import psutil
+import pytest
+
+from tests.conftest import read_incidents, read_state
+from tests.test_e2e import demo_config, start_supervisor, status_of, wait_for  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.e2e
+
+
+def worker_pids(stderr: str) -> dict[int, int]:
+    return {int(a): int(p) for a, p in re.findall(r"attempt (\d+): worker pid (\d+) at rung", stderr)}
+
+
+def test_a_hung_attempt_is_resumed_by_the_standby_its_kill_spared_and_a_dead_one_costs_a_cold_start(demo_config,
+                                                                                                    tmp_path):
+    config, state_dir = demo_config(), tmp_path / "state"
+    # attempt 1 hangs in epoch 3 (batch 20 of 24); attempt 2 resumes from last.pt and hangs at its 5th batch
+    proc = start_supervisor(config, state_dir, "--fault", "main_hang,at_batch=20,attempt=1",
+                            "--fault", "main_hang,at_batch=5,attempt=2")
+    try:
+        first = wait_for(lambda: (s := status_of(state_dir)) and s["attempt"] == 1 and s["standby_pid"], 120,
+                         "attempt 1's standby")
+        assert "--standby" in psutil.Process(first).cmdline()
+        psutil.Process(first).send_signal(signal.SIGKILL)  # dead before it is needed
+        second = wait_for(lambda: (s := status_of(state_dir)) and s["attempt"] == 2 and s["standby_pid"], 120,
+                          "attempt 2's standby")
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    pids = worker_pids(stderr)
+    assert f"standby worker pid {first} exited (-9) before it was needed; the next attempt starts cold" in stderr
+    assert pids[2] != first  # started cold
+    assert pids[3] == second and f"standby worker pid {second} takes the attempt" in stderr
+    hang = read_incidents(state_dir)[1]
+    assert hang["worker_pid"] == pids[2] and second not in [p["pid"] for p in hang["processes"]]  # spared
+    assert hang["kill"]["survivors"] == []
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded" and status["attempt"] == 3 and status["rung"] == 2
+    assert status["resumed_from"].endswith("last.pt") and status["epoch"] == status["epochs"] == 3
+    assert "standby launch to first batch" in stderr  # the worker's own clock starts at its launch
+    standbys = {int(p) for p in re.findall(r"standby worker pid (\d+): importing", stderr)}
+    assert len(standbys) == 3  # one per attempt that trained
+    assert not [p for p in standbys if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert status["standby_pid"] is None
