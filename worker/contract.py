@@ -103,6 +103,7 @@ class LaunchRecord:
     patches: Patches = field(default_factory=Patches)
     resume: str | None = None  # a checkpoint path, None to train from scratch
     checkpoint_every: float | None = None  # seconds of training between checkpoints inside an epoch; None: per epoch
+    checkpoint_in_thread: bool = True  # the loop waits for a host copy only; False: for the whole write (benches)
     faults: tuple[dict[str, Any], ...] = ()
     fault_flag: str = ""  # a file the fault injector marks once a fault fired, so it fires once per attempt
     supervisor_pid: int | None = None  # the worker exits at once if its parent is not this (it died meanwhile)

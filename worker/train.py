@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from worker.checkpoint_writer import BackgroundWriter
 from worker.checkpointing import (EXACT_KEY, IDENTITY_EXIT, AtomicPath, CheckpointWriteError, identity_mismatch,
                                   identity_refusal, is_finished, readable_checkpoint)
 from worker.contract import STANDBY_FLAG, LaunchRecord, LaunchRecordError, WorkerOptions
@@ -154,7 +155,8 @@ def link_from_record(record: LaunchRecord, hb: Heartbeat, rank: int | None = Non
                              rank=rank)
     placement = {k: record.train[k] for k in ("project", "name", "exist_ok") if k in record.train}
     return SupervisorLink(hb, injector, record.options, record.trainer_args, placement=placement,
-                          checkpoint_every=record.checkpoint_every, resume_point=resume_point, rank=rank)
+                          checkpoint_every=record.checkpoint_every, resume_point=resume_point, rank=rank,
+                          checkpoint_in_thread=record.checkpoint_in_thread)
 
 
 def apply_patches(conv_fallback: str, amp_check: str) -> None:
@@ -186,13 +188,14 @@ class SupervisorLink:
 
     def __init__(self, hb: Heartbeat, faults: FaultInjector, options: WorkerOptions, forced: dict[str, Any],
                  placement: dict[str, Any] | None = None, checkpoint_every: float | None = None,
-                 resume_point: ResumePoint | None = None, rank: int | None = None):
+                 resume_point: ResumePoint | None = None, rank: int | None = None, checkpoint_in_thread: bool = True):
         self.hb = hb
         self.faults = faults
         self.options = options
         self.forced = forced  # the rung's Ultralytics arguments: they win over a checkpoint's on resume
         self.placement = placement or {}  # project/name/exist_ok: where this run writes, whatever a checkpoint says
         self.checkpoint_every = checkpoint_every  # seconds of training between mid-epoch checkpoints; None: never
+        self.checkpoint_in_thread = checkpoint_in_thread  # mid-epoch writes off the training step
         self.resume_point = resume_point  # a mid-epoch checkpoint's position, None to start at an epoch's first batch
         self.rank = rank  # the DDP rank this trainer trains as; None outside DDP
         self.batch = 0  # batches of the current epoch trained, skipped ones of a resumed epoch included
@@ -250,6 +253,7 @@ class SupervisedTrainerMixin:
         self._step_offset = 0  # see the accumulate property
         self._last_step_ni = -1  # the iteration of the last optimizer step, -1 before the first
         self._exact: dict[str, Any] | None = None  # a mid-epoch checkpoint's state still to restore
+        self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         super().__init__(*args, **kwargs)
         from worker.ddp import adopt_cpu_drill
 
@@ -369,6 +373,7 @@ class SupervisedTrainerMixin:
     def save_model(self) -> bool:
         """Ultralytics' end-of-epoch save (atomic through AtomicPath), reported to the supervisor once complete. A
         failed write leaves the previous last.pt and training goes on."""
+        self._writer.wait()  # a mid-epoch write still going must not land after (over) this newer last.pt
         started = time.monotonic()
         try:
             saved = super().save_model()
@@ -381,8 +386,10 @@ class SupervisedTrainerMixin:
                                            batch=len(self.train_loader))
         return saved
 
-    def save_mid_epoch(self) -> bool:
-        """Write last.pt at the current batch boundary with all an exact resume needs; True once complete."""
+    def save_mid_epoch(self, wait: bool = False) -> bool:
+        """Write last.pt at the current batch boundary with all an exact resume needs. The loop waits only for the
+        copy to host memory; a thread writes it (``worker/checkpoint_writer.py``), unless ``wait`` (a stop's save:
+        the worker exits next). Returns whether the write is complete and good (False while it is still going)."""
         import io
         from copy import deepcopy
 
@@ -390,41 +397,56 @@ class SupervisedTrainerMixin:
         from ultralytics import __version__
         from ultralytics.utils.torch_utils import unwrap_model
 
+        from worker.checkpoint_writer import to_host
         from worker.checkpointing import atomic_write
 
         sup = self.supervision
+        self._writer.wait()  # one write at a time, in order
         started = time.monotonic()
         ni = self._iteration() - 1  # the batch just trained
-        ema = deepcopy(self.ema.ema).half()
+        ema = deepcopy(self.ema.ema).half().cpu()
         if hasattr(ema, "criterion"):
             ema.criterion = None
         params = list(self.model.parameters())
         pending_grads = self._last_step_ni != ni  # gradients accumulated since the last step would be lost
-        exact = {
+        exact = to_host({
             "epoch": self.epoch, "batch": sup.batch, "last_step_ni": self._last_step_ni,
             "model": unwrap_model(self.model).state_dict(), "ema": self.ema.ema.state_dict(),
-            "tloss": {k: v.detach().cpu() for k, v in self.tloss.items()} if isinstance(self.tloss, dict) else None,
-            "grads": [p.grad.detach().cpu() if p.grad is not None else None for p in params] if pending_grads else None,
-        }
-        buffer = io.BytesIO()
-        torch.save({
+            "tloss": {k: v.detach() for k, v in self.tloss.items()} if isinstance(self.tloss, dict) else None,
+            "grads": [p.grad if p.grad is not None else None for p in params] if pending_grads else None,
+        })
+        checkpoint = {
             "epoch": self.epoch - 1,  # the last completed epoch: Ultralytics' own resume redoes this one whole
             "best_fitness": self.best_fitness,
             "stopper": {"best_fitness": self.stopper.best_fitness, "best_epoch": self.stopper.best_epoch},
             "model": None, "ema": ema, "updates": self.ema.updates,
-            "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-            "train_args": vars(self.args), "train_metrics": {**(self.metrics or {}), "fitness": self.fitness},
+            "optimizer": to_host(self.optimizer.state_dict()), "scaler": to_host(self.scaler.state_dict()),
+            "train_args": dict(vars(self.args)), "train_metrics": {**(self.metrics or {}), "fitness": self.fitness},
             "version": __version__, EXACT_KEY: exact,
-        }, buffer)
-        try:
-            atomic_write(self.last, buffer.getbuffer())
-        except CheckpointWriteError as e:
-            print(f"yolo-train worker: {e}; training goes on", file=sys.stderr, flush=True)
-            sup.checkpoint_written()  # try again after the next interval, not at every batch
-            return False
-        sup.checkpoint_written()
-        sup.hb.checkpoint(str(self.last), time.monotonic() - started, epoch=self.epoch + 1, batch=sup.batch)
-        return True
+        }
+        inline = wait or not sup.checkpoint_in_thread
+        held = time.monotonic() - started
+        sup.checkpoint_written()  # the next interval counts from this copy, whether its write succeeds or not
+        position = {"epoch": self.epoch + 1, "batch": sup.batch}
+        written: list[bool] = []
+
+        def write() -> None:
+            buffer = io.BytesIO()
+            torch.save(checkpoint, buffer)
+            try:
+                atomic_write(self.last, buffer.getbuffer())
+            except CheckpointWriteError as e:
+                print(f"yolo-train worker: {e}; training goes on", file=sys.stderr, flush=True)
+                return
+            written.append(True)
+            # Only now is it a point to resume from. Its seconds: how long the loop waited for it.
+            sup.hb.checkpoint(str(self.last), time.monotonic() - started if inline else held, **position)
+
+        if inline:
+            write()
+        else:
+            self._writer.submit(write)
+        return bool(written)
 
     def _restore_exact_state(self) -> None:
         """After Ultralytics zeroed the gradients before the first epoch: what the loop itself held at the save."""
@@ -514,7 +536,7 @@ class SupervisedTrainerMixin:
         """Write an exact mid-epoch checkpoint now, at this batch boundary, and stop (also in the first epoch)."""
         hb = self.supervision.hb
         hb.phase("save", epoch=self.epoch + 1, epochs=self.epochs, batch=self.supervision.batch)
-        if self.save_mid_epoch():
+        if self.save_mid_epoch(wait=True):
             print(f"yolo-train worker: saved {self.last} at epoch {self.epoch + 1} batch {self.supervision.batch} "
                   f"on the supervisor's request", flush=True)
         raise StopForSupervisor()
