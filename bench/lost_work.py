@@ -19,7 +19,7 @@ at most the interval plus detection plus restart.
 
     .venv/bin/python bench/lost_work.py [--hangs 5] [--every 10] [--images 3000] [--seed 1]
 
-The default takes 7 to 13 minutes on the shared 2-core VM (its speed varies with the load); ``--hangs 20`` for a
+The default took 16 minutes on the shared 2-core VM (its speed varies with the load); ``--hangs 20`` for a
 tighter worst case (four times as long).
 """
 
