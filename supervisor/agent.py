@@ -251,7 +251,11 @@ class Agent:
         if self.standby is not None and self.standby.env == env:
             return  # the one waiting serves the next attempt already
         self._discard_standby()
-        self.standby = self._spawn_worker([STANDBY_FLAG], env, standby=True)
+        try:
+            self.standby = self._spawn_worker([STANDBY_FLAG], env, standby=True)
+        except ConfigError as e:  # the worker itself started; a standby that cannot is only a slower restart
+            log.warning(f"no standby worker: {e}")
+            return
         self.selector.register(self.standby.pidfd, selectors.EVENT_READ, self._on_standby_exit)
         log.info(f"standby worker pid {self.standby.pid}: importing now, to start the next attempt without that")
 
