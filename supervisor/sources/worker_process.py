@@ -70,25 +70,22 @@ class WorkerProcess:
         what to train (``launch``)."""
         heartbeat_r, heartbeat_w = os.pipe()
         output_r, output_w = os.pipe()
+        launch_r, launch_w = os.pipe() if standby else (subprocess.DEVNULL, None)
         for fd in (heartbeat_w, output_w):
             _grow_pipe(fd)
         try:
-            popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,),
-                                     stdin=subprocess.PIPE if standby else subprocess.DEVNULL, stdout=output_w,
+            popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,), stdin=launch_r, stdout=output_w,
                                      stderr=output_w, env={**env, ENV_FD: str(heartbeat_w)}, cwd=cwd,
                                      start_new_session=True)
         except OSError as e:
-            for fd in (heartbeat_r, heartbeat_w, output_r, output_w):
+            for fd in (heartbeat_r, heartbeat_w, output_r, output_w) + ((launch_r, launch_w) if standby else ()):
                 os.close(fd)
             raise SpawnError(e.errno, e.strerror) from None
-        os.close(heartbeat_w)
-        os.close(output_w)
+        for fd in (heartbeat_w, output_w) + ((launch_r,) if standby else ()):
+            os.close(fd)
         for fd in (heartbeat_r, output_r):
             os.set_blocking(fd, False)
-        launch_fd = os.dup(popen.stdin.fileno()) if standby else None
-        if popen.stdin is not None:
-            popen.stdin.close()
-        return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r, launch_fd=launch_fd, env=dict(env))
+        return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r, launch_fd=launch_w, env=dict(env))
 
     def launch(self, record_path: Path) -> bool:
         """Tell a standby what to train: the launch record's path, one line, and the end of its stdin. False when
