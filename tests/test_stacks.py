@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -71,11 +72,16 @@ def start(tmp_path):
         proc = subprocess.Popen([sys.executable, str(path), *args], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         started.append(proc)
-        seen = 0
-        while seen < count:
-            line = proc.stdout.readline()
-            assert line, f"{path} exited before hanging (rc {proc.poll()})"
-            seen += ready in line
+        output = ""
+        deadline = threading.Timer(60, proc.kill)  # a line that never comes fails the test, not the whole suite
+        deadline.start()
+        try:
+            while output.count(ready) < count:  # counted in the text: two workers' lines may share one
+                line = proc.stdout.readline()
+                assert line, f"{path} exited before hanging (rc {proc.poll()}), after {output!r}"
+                output += line
+        finally:
+            deadline.cancel()
         time.sleep(settle)
         return proc
 
