@@ -52,3 +52,23 @@ def read_state(state_dir: Path) -> dict:
 def read_incidents(state_dir: Path) -> list[dict]:
     path = state_dir / "incidents.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def sources_for_nobody() -> Path:
+    """A world-readable copy of the project's packages and psutil, for a test that runs Python as user nobody: the
+    checkout and its venv may sit where nobody cannot read them (a clone in /root, a 0700 home). The directory is
+    removed at exit; pass it as PYTHONPATH and cwd."""
+    import atexit
+    import shutil
+    import tempfile
+
+    import psutil
+
+    copy = Path(tempfile.mkdtemp(prefix="yolo-train-nobody-"))
+    atexit.register(shutil.rmtree, copy, ignore_errors=True)
+    for package in (ROOT / "supervisor", ROOT / "worker", Path(psutil.__file__).parent):
+        shutil.copytree(package, copy / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copy
+

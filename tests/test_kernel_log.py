@@ -27,6 +27,7 @@ from supervisor.sources.kernel_log import (
     split_kmsg_records,
 )
 from supervisor.sources.kernel_messages import classify
+from tests.conftest import sources_for_nobody
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
 SEEDS_LINE = (
@@ -290,10 +291,10 @@ def test_an_unprivileged_supervisor_is_told_about_dmesg_restrict():
     if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
         pytest.skip("kernel.dmesg_restrict is 0 here: an unprivileged process may read /dev/kmsg")
     code = "from supervisor.sources.kernel_log import open_kernel_log; s, r = open_kernel_log(); print(type(s).__name__); print(r)"
+    sources = sources_for_nobody()
     out = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", sys.executable, "-c", code],
-        cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        cwd=sources, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(sources)},
     )
     if out.returncode != 0 and "Permission denied" in out.stderr and "python" in out.stderr.lower():
         pytest.skip(f"the unprivileged user cannot run this interpreter: {out.stderr.strip()[:200]}")

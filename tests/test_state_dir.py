@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from supervisor.outputs.state_dir import StateDir
-from tests.conftest import ROOT, worker_launcher, yolo_train
+from tests.conftest import ROOT, sources_for_nobody, worker_launcher, yolo_train
 
 SLEEPING_WORKER = "import time\ntime.sleep(120)\n"
 
@@ -82,9 +82,11 @@ def test_a_read_only_state_directory_is_one_line_and_78():
         config = work / "config.toml"
         config.write_text('[train]\ndata = "demo"\n[metrics]\nlisten = "off"\n')
         config.chmod(0o644)
+        sources = sources_for_nobody()
         result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
                                  "supervisor", "run", "--config", str(config), "--state-dir", str(state)],
-                                cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": "/"})
+                                cwd=sources, capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "HOME": "/", "PYTHONPATH": str(sources)})
     assert result.returncode == 78 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
         f"yolo-train: {config}: state_dir {state}: cannot write supervisor.lock (Permission denied); make the "
