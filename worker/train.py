@@ -412,8 +412,8 @@ class SupervisedTrainerMixin:
         exact = to_host({
             "epoch": self.epoch, "batch": sup.batch, "last_step_ni": self._last_step_ni,
             "model": unwrap_model(self.model).state_dict(), "ema": self.ema.ema.state_dict(),
-            "tloss": {k: v.detach() for k, v in self.tloss.items()} if isinstance(self.tloss, dict) else None,
-            "grads": [p.grad if p.grad is not None else None for p in params] if pending_grads else None,
+            "tloss": dict(self.tloss) if isinstance(self.tloss, dict) else None,  # to_host detaches and copies
+            "grads": [p.grad for p in params] if pending_grads else None,
         })
         checkpoint = {
             "epoch": self.epoch - 1,  # the last completed epoch: Ultralytics' own resume redoes this one whole
