@@ -119,3 +119,65 @@ def test_the_supervised_trainer_classes_are_importable_by_module_and_name():
     for task in ("detect", "segment", "pose", "obb", "classify"):
         cls = supervised_trainer(task)
         assert pickle.loads(pickle.dumps(cls)) is cls
+
+
+@pytest.mark.parametrize("size, ranks", [(10, 3), (16, 2), (2, 3)])
+def test_each_ranks_epoch_order_is_its_share_dealt_as_distributed_sampler_deals_it(size, ranks):
+    import math
+
+    from worker.exact_resume import EpochOrderSampler, ResumePoint
+
+    whole = EpochOrderSampler(size, seed=7).order(3)
+    shares = [EpochOrderSampler(size, seed=7, rank=r, ranks=ranks) for r in range(ranks)]
+    per_rank = math.ceil(size / ranks)
+    padded = (whole * ranks)[:per_rank * ranks]  # the permutation, then its own first indices again
+    for rank, sampler in enumerate(shares):
+        sampler.next_epoch = 3
+        sampler.set_epoch(0)  # the trainer's call changes nothing: the pass count names the epoch
+        assert len(sampler) == per_rank and list(sampler) == padded[rank::ranks]
+    resumed = EpochOrderSampler(size, seed=7, resume=ResumePoint(epoch=3, batches=1), batch_size=1, rank=1,
+                                ranks=ranks)
+    resumed.next_epoch = 3
+    assert list(resumed) == padded[1::ranks][1:]
+    resumed.next_epoch = 3
+    assert list(resumed) == padded[1::ranks]  # the skip is for the resumed pass only
+
+@pytest.mark.e2e
+def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an_uninterrupted_run_feeds(tmp_path):
+    """Exact resume under DDP: each rank of the resumed run feeds its share of the resumed epoch from the
+    checkpoint's batch on, the same images at the same positions as a run that was never killed."""
+    import signal
+
+    import torch
+
+    from tests.test_resume_identity import fed, launch, messages
+    from worker.checkpointing import EXACT_KEY
+    from worker.contract import MessageKind, Phase
+
+    ranks = {"YOLO_TRAIN_CPU_RANKS": "2"}
+    whole = launch(tmp_path, tmp_path / "whole", tmp_path / "whole.txt", env=ranks)
+    messages(whole, timeout=300)
+    assert whole.wait(60) == 0, whole.stdout.read()[-3000:]
+
+    first = launch(tmp_path, tmp_path / "old", tmp_path / "first.txt", every=0.2, env=ranks)
+    seen = messages(first, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8,
+                    timeout=300)
+    tree = [first, *psutil.Process(first.pid).children(recursive=True)]
+    for process in tree:  # the launching worker, torch.distributed.run, both ranks and their loader workers
+        process.send_signal(signal.SIGKILL)
+    first.wait(30)
+    assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
+    last = tmp_path / "old" / "train" / "weights" / "last.pt"
+    exact = torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
+    epoch, batch = exact["epoch"], exact["batch"]
+    assert epoch == 1 and 0 < batch < 8
+
+    resumed = launch(tmp_path, tmp_path / "new", tmp_path / "resumed.txt", resume=str(last), env=ranks)
+    after = messages(resumed, timeout=300)
+    assert resumed.wait(60) == 0, resumed.stdout.read()[-3000:]
+    for rank in (0, 1):
+        uninterrupted = [r for r in fed(tmp_path / f"whole.txt.rank{rank}") if (r[0], r[1]) >= (epoch, batch)]
+        assert fed(tmp_path / f"resumed.txt.rank{rank}") == uninterrupted, f"rank {rank}"
+    beats = [m for m in after if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN and m.rank == 0]
+    assert (beats[0].epoch, beats[0].batch) == (epoch + 1, batch + 1)
+    assert [m.batch for m in beats if m.epoch == epoch + 1] == list(range(batch + 1, 9))

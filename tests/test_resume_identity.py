@@ -25,8 +25,9 @@ pytestmark = pytest.mark.e2e
 
 
 def launch(tmp: Path, project: Path, fed: Path, resume: str | None = None, every: float | None = None,
-           **train) -> subprocess.Popen:
-    """A real worker on the demo (8 batches an epoch, close_mosaic switching in epoch 2), its pipe on .heartbeats."""
+           env: dict[str, str] | None = None, **train) -> subprocess.Popen:
+    """A real worker on the demo (8 batches an epoch, close_mosaic switching in epoch 2), its pipe on .heartbeats;
+    ``env`` is added to its environment."""
     record = LaunchRecord(attempt=1, rung=0, train={
         "data": "demo", "model": "yolov8n.yaml", "epochs": 2, "imgsz": 64, "batch": 4, "workers": 2,
         "device": "cpu", "plots": False, "val": False, "close_mosaic": 1, "project": str(project), "name": "train",
@@ -35,7 +36,8 @@ def launch(tmp: Path, project: Path, fed: Path, resume: str | None = None, every
     path.write_text(record.to_json())
     read, write = os.pipe()
     proc = subprocess.Popen([sys.executable, "-m", "worker", str(path)], pass_fds=(write,), cwd=ROOT,
-                            env={**os.environ, "YOLO_TRAIN_HEARTBEAT_FD": str(write), RECORD_FED_ENV: str(fed)},
+                            env={**os.environ, "YOLO_TRAIN_HEARTBEAT_FD": str(write), RECORD_FED_ENV: str(fed),
+                                 **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     os.close(write)
     proc.heartbeats = read

@@ -9,7 +9,9 @@ module is where each is answered:
 - the script rebuilds the trainer with only ``cfg``, ``overrides`` and ``_callbacks``, and torch.distributed.run
   closes every inherited descriptor: the launching worker leaves the launch record's path and the heartbeat pipe's
   ``/proc`` path in the environment its ranks inherit (``prepare_ranks``), and each rank's trainer builds its own
-  ``SupervisorLink`` from them (``rank_link``): patches, rung, faults and a heartbeat client that says its rank;
+  ``SupervisorLink`` from them (``rank_link``): patches, rung, faults, a heartbeat client that says its rank, and
+  the mid-epoch checkpoint's position the launching worker read, so every rank resumes its share of that epoch at
+  the checkpoint's batch (worker/exact_resume.py);
 - Ultralytics gives every collective a 3-hour timeout: ``setup_process_group`` makes it
   ``YOLO_TRAIN_COLLECTIVE_TIMEOUT`` seconds, so a rank left waiting on a dead or frozen peer fails in minutes.
 
@@ -33,10 +35,12 @@ from typing import Any, Callable
 from torch.nn.parallel import DistributedDataParallel
 from ultralytics.models import yolo
 
+from worker.exact_resume import ResumePoint
 from worker.heartbeat import ENV_FD, ENV_PATH
 from worker.train import SupervisedTrainerMixin, SupervisorLink
 
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
+ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES" of a mid-epoch checkpoint, for the ranks
 ENV_COLLECTIVE_TIMEOUT = "YOLO_TRAIN_COLLECTIVE_TIMEOUT"  # seconds a rank may wait in one collective
 ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu"
 COLLECTIVE_TIMEOUT = 600.0  # default: longer than a validation pass (the other ranks wait for rank 0's)
@@ -96,10 +100,14 @@ def cpu_ranks() -> int:
     return int(value) if value else 0
 
 
-def prepare_ranks(record_path: str, heartbeat_fd: int | None) -> None:
+def prepare_ranks(record_path: str, heartbeat_fd: int | None, resume_point: ResumePoint | None = None) -> None:
     """In the launching worker, before Ultralytics starts torch.distributed.run: what its ranks will inherit."""
     collective_timeout()  # a wrong value is said once, here, not by every rank
     os.environ[ENV_LAUNCH_RECORD] = str(Path(record_path).resolve())
+    if resume_point is not None:
+        os.environ[ENV_RESUME_POINT] = f"{resume_point.epoch}:{resume_point.batches}"
+    else:
+        os.environ.pop(ENV_RESUME_POINT, None)
     # The descriptor number means nothing in a rank (it is closed there, or another file): the /proc path does.
     os.environ.pop(ENV_FD, None)
     if heartbeat_fd is not None:
@@ -128,7 +136,15 @@ def rank_link() -> SupervisorLink:
     apply_patches(record.options.conv_fallback or record.patches.conv_fallback, record.patches.amp_check)
     hb = Heartbeat.from_env()
     hb.phase("setup")
-    return link_from_record(record, hb, rank=rank)
+    return link_from_record(record, hb, rank=rank, resume_point=resume_point_from_env())
+
+
+def resume_point_from_env() -> ResumePoint | None:
+    value = os.environ.get(ENV_RESUME_POINT, "")
+    if not value:
+        return None
+    epoch, _, batches = value.partition(":")
+    return ResumePoint(int(epoch), int(batches))
 
 
 def adopt_cpu_drill(trainer: Any) -> None:

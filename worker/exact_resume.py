@@ -7,11 +7,15 @@ same order as an uninterrupted run; in the resumed epoch the sampler leaves out 
 trained, so their images are never loaded or decoded, the loader yields only the remaining batches
 (``resuming_class``), and the training loop's batch index starts at B (``enumerate_from_resume_point``), which keeps
 the warm-up, learning rate and loss means at the right iteration.
+
+Under DDP each rank's pass is its share of that order, dealt as torch's DistributedSampler deals it, and the skip is
+the rank's own B batches: the batch index a checkpoint records is per rank, the same in every rank.
 """
 
 from __future__ import annotations
 
 import builtins
+import math
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Iterator
@@ -29,22 +33,34 @@ class ResumePoint:
 
 
 class EpochOrderSampler(torch.utils.data.Sampler):
-    """Each pass is one epoch's order, a permutation drawn from (seed, epoch) alone.
+    """Each pass is one epoch's order, a permutation drawn from (seed, epoch) alone; with ``ranks`` > 1, this
+    ``rank``'s share of it, as DistributedSampler deals one (padded with its first indices to a multiple of the
+    ranks, then every ranks-th index from the rank's own).
 
     ``next_epoch`` is the epoch of the next pass; the loader sets it when it makes a new iterator (first epoch,
     close_mosaic's reset, per-epoch workers), because a persistent iterator starts the next pass early, while the
     current epoch's last batches are still being prefetched.
     """
 
-    def __init__(self, size: int, seed: int, resume: ResumePoint | None = None, batch_size: int = 1):
-        self.size, self.seed = size, seed
+    def __init__(self, size: int, seed: int, resume: ResumePoint | None = None, batch_size: int = 1, rank: int = 0,
+                 ranks: int = 1):
+        self.size, self.seed, self.rank, self.ranks = size, seed, rank, ranks
+        self.per_rank = math.ceil(size / ranks)
         self.next_epoch = 0
         self.skip = {resume.epoch: resume.batches * batch_size} if resume else {}
 
     def order(self, epoch: int) -> list[int]:
         generator = torch.Generator()
         generator.manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(self.size, generator=generator).tolist()
+        indices = torch.randperm(self.size, generator=generator).tolist()
+        if self.ranks == 1 or not indices:
+            return indices
+        total = self.per_rank * self.ranks
+        indices = (indices * math.ceil(total / len(indices)))[:total]
+        return indices[self.rank:total:self.ranks]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the trainer under DDP, as on a DistributedSampler; the pass count already says the epoch."""
 
     def __iter__(self) -> Iterator[int]:
         epoch = self.next_epoch
@@ -52,16 +68,21 @@ class EpochOrderSampler(torch.utils.data.Sampler):
         yield from self.order(epoch)[self.skip.pop(epoch, 0):]
 
     def __len__(self) -> int:
-        return self.size
+        return self.per_rank
 
 
 def install(loader: Any, seed: int, current_epoch: Callable[[], int], resume: ResumePoint | None) -> bool:
     """Give a training loader the epoch-keyed order and the resume skip; False (loader untouched) when its sampler is
-    not the plain shuffling one (distributed training keeps Ultralytics' order)."""
+    neither the plain shuffling one nor a shuffling DistributedSampler."""
     batch_sampler = getattr(loader.batch_sampler, "sampler", None)  # _RepeatSampler -> BatchSampler
-    if not isinstance(getattr(batch_sampler, "sampler", None), torch.utils.data.RandomSampler):
+    original = getattr(batch_sampler, "sampler", None)
+    if isinstance(original, torch.utils.data.RandomSampler):
+        rank, ranks = 0, 1
+    elif isinstance(original, torch.utils.data.DistributedSampler) and original.shuffle and not original.drop_last:
+        rank, ranks = original.rank, original.num_replicas
+    else:
         return False
-    sampler = EpochOrderSampler(len(loader.dataset), seed, resume, loader.batch_size)
+    sampler = EpochOrderSampler(len(loader.dataset), seed, resume, loader.batch_size, rank, ranks)
     batch_sampler.sampler = sampler
     object.__setattr__(loader, "sampler", sampler)  # DataLoader refuses a plain assignment after __init__
     loader.__class__ = resuming_class(type(loader))

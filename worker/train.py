@@ -24,7 +24,8 @@ from worker.heartbeat import Heartbeat
 from worker.startup_clock import CLOCK
 
 STOP_REQUESTED: list[bool] = []  # appended to by the SIGUSR1 handler
-RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch image" per image fed to the model
+RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch image" per image fed to the model;
+# under DDP each rank writes its own, the path with ".rankN" added
 
 
 def main(argv: list[str]) -> int:
@@ -133,7 +134,7 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat) -> int:
 
     if record_path is None:
         raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
-    ddp.prepare_ranks(record_path, hb.fd)
+    ddp.prepare_ranks(record_path, hb.fd, trainer.supervision.resume_point)
     signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))
     try:
         trainer.train()
@@ -365,7 +366,9 @@ class SupervisedTrainerMixin:
 
     def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         record = os.environ.get(RECORD_FED_ENV)
-        if record:  # test hook: which images were fed at which position
+        if record:  # test hook: which images were fed at which position (a file per DDP rank)
+            if self.supervision.rank is not None:
+                record = f"{record}.rank{self.supervision.rank}"
             with open(record, "a") as f:
                 f.writelines(f"{self.epoch} {self.supervision.batch} {Path(name).name}\n" for name in batch["im_file"])
         return super().preprocess_batch(batch)
