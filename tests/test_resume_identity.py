@@ -17,7 +17,7 @@ import torch
 
 from tests.conftest import ROOT
 from worker.checkpointing import EXACT_KEY
-from worker.contract import LaunchRecord, MessageKind
+from worker.contract import LaunchRecord, MessageKind, Phase
 from worker.heartbeat import Decoder
 from worker.train import RECORD_FED_ENV
 
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.e2e
 
 
 def launch(tmp: Path, project: Path, fed: Path, resume: str | None = None, every: float | None = None,
-           env: dict[str, str] | None = None, **train) -> subprocess.Popen:
+           env: dict[str, str] | None = None, forced: dict | None = None, **train) -> subprocess.Popen:
     """A real worker on the demo (8 batches an epoch, close_mosaic switching in epoch 2), its pipe on .heartbeats;
-    ``env`` is added to its environment."""
+    ``env`` is added to its environment, ``forced`` are the rung's arguments (they win over a checkpoint's)."""
     record = LaunchRecord(attempt=1, rung=0, train={
         "data": "demo", "model": "yolov8n.yaml", "epochs": 2, "imgsz": 64, "batch": 4, "workers": 2,
         "device": "cpu", "plots": False, "val": False, "close_mosaic": 1, "project": str(project), "name": "train",
-        "exist_ok": True, **train}, trainer_args={}, resume=resume, checkpoint_every=every)
+        "exist_ok": True, **train}, trainer_args=forced or {}, resume=resume, checkpoint_every=every)
     path = tmp / f"launch-{fed.stem}.json"
     path.write_text(record.to_json())
     read, write = os.pipe()
@@ -93,3 +93,30 @@ def test_killed_mid_epoch_and_resumed_feeds_each_sample_once_in_the_uninterrupte
     assert (beats[0].epoch, beats[0].batch) == (epoch + 1, batch + 1)
     assert {p.name: p.read_bytes() for p in (old / "train" / "weights").iterdir()} == before
     assert (new / "train" / "weights" / "last.pt").read_bytes() != before["last.pt"]  # the resumed run wrote here
+
+
+def test_resumed_at_half_the_batch_size_it_skips_the_samples_trained_and_trains_the_rest_once(tmp_path):
+    """The OOM remedy halves the batch: the checkpoint's B batches of 4 are 2B batches of 2, not B."""
+    first = launch(tmp_path, tmp_path / "run", tmp_path / "first.txt", every=0.2)
+    seen = messages(first, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8)
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
+    last = tmp_path / "run" / "train" / "weights" / "last.pt"
+    exact = torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
+    epoch, batch = exact["epoch"], exact["batch"]
+    assert (epoch, exact["batch_size"], exact["samples"]) == (1, 4, 4 * batch)
+
+    resumed = launch(tmp_path, tmp_path / "run", tmp_path / "resumed.txt", resume=str(last), forced={"batch": 2})
+    after = messages(resumed)
+    output = resumed.stdout.read()
+    assert resumed.wait(60) == 0, output[-3000:]
+    assert f"goes on at batch {2 * batch + 1} of 16, after the {4 * batch} samples already trained" in output
+
+    trained = [name for e, b, name in fed(tmp_path / "first.txt") if (e, b) < (epoch, batch) and e == epoch]
+    rest = [name for e, b, name in fed(tmp_path / "resumed.txt") if e == epoch]
+    assert len(trained) == 4 * batch and len(rest) == 32 - 4 * batch
+    every_image = {name for e, _, name in fed(tmp_path / "first.txt") if e == 0}  # epoch 1 fed each once
+    assert len(every_image) == 32 and sorted(trained + rest) == sorted(every_image)
+    beats = [m for m in after if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN]
+    assert [m.batch for m in beats if m.epoch == epoch + 1] == list(range(2 * batch + 1, 17))

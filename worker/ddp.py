@@ -40,7 +40,7 @@ from worker.heartbeat import ENV_FD, ENV_PATH
 from worker.train import SupervisedTrainerMixin, SupervisorLink
 
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
-ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES" of a mid-epoch checkpoint, for the ranks
+ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES:SAMPLES" of a mid-epoch checkpoint, for the ranks
 ENV_COLLECTIVE_TIMEOUT = "YOLO_TRAIN_COLLECTIVE_TIMEOUT"  # seconds a rank may wait in one collective
 ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu"
 COLLECTIVE_TIMEOUT = 600.0  # default: longer than a validation pass (the other ranks wait for rank 0's)
@@ -105,7 +105,8 @@ def prepare_ranks(record_path: str, heartbeat_fd: int | None, resume_point: Resu
     collective_timeout()  # a wrong value is said once, here, not by every rank
     os.environ[ENV_LAUNCH_RECORD] = str(Path(record_path).resolve())
     if resume_point is not None:
-        os.environ[ENV_RESUME_POINT] = f"{resume_point.epoch}:{resume_point.batches}"
+        samples = "" if resume_point.samples is None else resume_point.samples
+        os.environ[ENV_RESUME_POINT] = f"{resume_point.epoch}:{resume_point.batches}:{samples}"
     else:
         os.environ.pop(ENV_RESUME_POINT, None)
     # The descriptor number means nothing in a rank (it is closed there, or another file): the /proc path does.
@@ -143,8 +144,8 @@ def resume_point_from_env() -> ResumePoint | None:
     value = os.environ.get(ENV_RESUME_POINT, "")
     if not value:
         return None
-    epoch, _, batches = value.partition(":")
-    return ResumePoint(int(epoch), int(batches))
+    epoch, batches, samples = value.split(":")
+    return ResumePoint(int(epoch), int(batches), int(samples) if samples else None)
 
 
 def adopt_cpu_drill(trainer: Any) -> None:

@@ -25,11 +25,17 @@ import torch
 
 @dataclass
 class ResumePoint:
-    """Where a resumed run starts: ``batches`` batches of 0-based ``epoch`` are already trained."""
+    """Where a resumed run starts: ``batches`` batches of 0-based ``epoch`` are already trained, ``samples`` samples
+    (of this rank) in them. The samples are what is skipped: a run resumed with another batch size (the OOM remedy
+    halves it) starts at the batch index that leaves as many batches as the remaining samples fill."""
 
     epoch: int
     batches: int
+    samples: int | None = None  # None: a checkpoint from before samples were kept, batches x the loader's batch size
     pending: bool = True  # until the resumed epoch's iteration starts
+
+    def samples_done(self, batch_size: int) -> int:
+        return self.samples if self.samples is not None else self.batches * batch_size
 
 
 class EpochOrderSampler(torch.utils.data.Sampler):
@@ -47,7 +53,7 @@ class EpochOrderSampler(torch.utils.data.Sampler):
         self.size, self.seed, self.rank, self.ranks = size, seed, rank, ranks
         self.per_rank = math.ceil(size / ranks)
         self.next_epoch = 0
-        self.skip = {resume.epoch: resume.batches * batch_size} if resume else {}
+        self.skip = {resume.epoch: resume.samples_done(batch_size)} if resume else {}
 
     def order(self, epoch: int) -> list[int]:
         generator = torch.Generator()
@@ -104,9 +110,13 @@ def resuming_class(base: type) -> type:
 
         @property
         def first_batch_index(self) -> int:
-            """The batch index the current epoch's iteration starts at: B in the resumed epoch, else 0."""
+            """The batch index the current epoch's iteration starts at: in the resumed epoch, the index that leaves
+            as many batches as the samples not yet trained fill (B at an unchanged batch size), else 0."""
             r = self.resume
-            return r.batches if r is not None and r.pending and r.epoch == self.current_epoch() else 0
+            if r is None or not r.pending or r.epoch != self.current_epoch():
+                return 0
+            left = max(0, len(self.sampler) - r.samples_done(self.batch_size))
+            return len(self) - (left // self.batch_size if self.drop_last else -(-left // self.batch_size))
 
         def __iter__(self):
             skip = self.first_batch_index

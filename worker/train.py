@@ -107,7 +107,7 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
             hb.phase("done")
             return 0
         exact = ckpt.get(EXACT_KEY)
-        resume_point = ResumePoint(exact["epoch"], exact["batch"]) if exact else None
+        resume_point = ResumePoint(exact["epoch"], exact["batch"], exact.get("samples")) if exact else None
         del ckpt
         args["resume"] = resume
         args["model"] = resume
@@ -200,6 +200,8 @@ class SupervisorLink:
         self.resume_point = resume_point  # a mid-epoch checkpoint's position, None to start at an epoch's first batch
         self.rank = rank  # the DDP rank this trainer trains as; None outside DDP
         self.batch = 0  # batches of the current epoch trained, skipped ones of a resumed epoch included
+        self.first_batch = 0  # the index the current epoch's iteration started at (> 0 in a resumed epoch)
+        self.skipped_samples = 0  # the samples a resumed epoch skipped, trained before the checkpoint
         self.started = False
         self.reported_startup = False  # the startup clock is printed once, at the first batch
         self.train_seconds = 0.0  # training time since the last checkpoint, of finished train-phase stretches
@@ -412,8 +414,10 @@ class SupervisedTrainerMixin:
             ema.criterion = None
         params = list(self.model.parameters())
         pending_grads = self._last_step_ni != ni  # gradients accumulated since the last step would be lost
+        batch_size = self.train_loader.batch_size  # this rank's
         exact = to_host({
-            "epoch": self.epoch, "batch": sup.batch, "last_step_ni": self._last_step_ni,
+            "epoch": self.epoch, "batch": sup.batch, "last_step_ni": self._last_step_ni, "batch_size": batch_size,
+            "samples": sup.skipped_samples + (sup.batch - sup.first_batch) * batch_size,  # full batches: not the last
             "model": unwrap_model(self.model).state_dict(), "ema": self.ema.ema.state_dict(),
             "tloss": dict(self.tloss) if isinstance(self.tloss, dict) else None,  # to_host detaches and copies
             "grads": [p.grad for p in params] if pending_grads else None,
@@ -454,6 +458,16 @@ class SupervisedTrainerMixin:
     def _restore_exact_state(self) -> None:
         """After Ultralytics zeroed the gradients before the first epoch: what the loop itself held at the save."""
         exact = self._exact
+        saved_batch_size, batch_size = exact.get("batch_size"), self.train_loader.batch_size
+        if saved_batch_size not in (None, batch_size):
+            # Another batch size (the OOM remedy): the iterations are counted in other batches, so the resumed batch
+            # is an optimizer step boundary; gradients accumulated since the last step start over.
+            print(f"yolo-train worker: resumed at batch size {batch_size} (the checkpoint's was {saved_batch_size}): "
+                  f"epoch {self.epoch + 1} goes on at batch {self.supervision.batch + 1} of {len(self.train_loader)}, "
+                  f"after the {self.supervision.skipped_samples} samples already trained", flush=True)
+            self._last_step_ni = self._iteration() - 1
+            self._step_offset = self._last_step_ni + 1
+            return
         if exact.get("grads") is not None:
             for p, g in zip(self.model.parameters(), exact["grads"]):
                 p.grad = None if g is None else g.to(p.device)
@@ -472,9 +486,12 @@ class SupervisedTrainerMixin:
             hb.settings(self.settings_in_force())
 
         def on_train_epoch_start(trainer) -> None:
-            sup.batch = 0
+            sup.batch = sup.first_batch = sup.skipped_samples = 0
             if self._exact is not None and self._exact["epoch"] == self.epoch:
-                sup.batch = self._exact["batch"]
+                # The loader's own start (it differs from the checkpoint's batch when the batch size changed).
+                sup.batch = sup.first_batch = getattr(self.train_loader, "first_batch_index", self._exact["batch"])
+                if sup.resume_point is not None:
+                    sup.skipped_samples = sup.resume_point.samples_done(self.train_loader.batch_size)
                 self._restore_exact_state()
             sup.train_since = time.monotonic()
             hb.phase("train", **position())
