@@ -62,21 +62,27 @@ def fed(path: Path) -> list[tuple[int, int, str]]:
     return [(int(e), int(b), name) for e, b, name in (line.split() for line in path.read_text().splitlines())]
 
 
-def test_killed_mid_epoch_and_resumed_feeds_each_sample_once_in_the_uninterrupted_order(tmp_path):
-    whole = launch(tmp_path, tmp_path / "whole", tmp_path / "whole.txt")
-    messages(whole)
-    assert whole.wait(60) == 0, whole.stdout.read()[-3000:]
-
-    old = tmp_path / "old"
-    first = launch(tmp_path, old, tmp_path / "first.txt", every=0.2)
+@pytest.fixture(scope="module")
+def killed_in_epoch_2(tmp_path_factory):
+    """A real worker SIGKILLed after a mid-epoch checkpoint of epoch 2: (its directory, its last.pt, epoch, batch)."""
+    tmp = tmp_path_factory.mktemp("killed")
+    old = tmp / "old"
+    first = launch(tmp, old, tmp / "first.txt", every=0.2)
     seen = messages(first, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8)
     first.send_signal(signal.SIGKILL)
     first.wait(30)
     assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
     last = old / "train" / "weights" / "last.pt"
     exact = torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
-    epoch, batch = exact["epoch"], exact["batch"]
-    assert (epoch, batch) >= (1, seen[-1].batch)  # the file holds that checkpoint or a later complete one
+    assert (exact["epoch"], exact["batch"]) >= (1, seen[-1].batch)  # that checkpoint or a later complete one
+    return tmp, old, exact["epoch"], exact["batch"]
+
+
+def test_killed_mid_epoch_and_resumed_feeds_each_sample_once_in_the_uninterrupted_order(killed_in_epoch_2, tmp_path):
+    killed, old, epoch, batch = killed_in_epoch_2
+    whole = launch(tmp_path, tmp_path / "whole", tmp_path / "whole.txt")
+    messages(whole)
+    assert whole.wait(60) == 0, whole.stdout.read()[-3000:]
 
     # The state directory is copied and the run resumed there (issue 15 item 1): the old one must stay as it was.
     new = tmp_path / "new"
@@ -87,7 +93,7 @@ def test_killed_mid_epoch_and_resumed_feeds_each_sample_once_in_the_uninterrupte
     after = messages(resumed)
     assert resumed.wait(60) == 0, resumed.stdout.read()[-3000:]
 
-    trained_before_kill = [r for r in fed(tmp_path / "first.txt") if (r[0], r[1]) < (epoch, batch)]
+    trained_before_kill = [r for r in fed(killed / "first.txt") if (r[0], r[1]) < (epoch, batch)]
     assert trained_before_kill + fed(tmp_path / "resumed.txt") == fed(tmp_path / "whole.txt")
     beats = [m for m in after if m.kind == MessageKind.BEAT and m.batch]
     assert (beats[0].epoch, beats[0].batch) == (epoch + 1, batch + 1)
@@ -95,28 +101,26 @@ def test_killed_mid_epoch_and_resumed_feeds_each_sample_once_in_the_uninterrupte
     assert (new / "train" / "weights" / "last.pt").read_bytes() != before["last.pt"]  # the resumed run wrote here
 
 
-def test_resumed_at_half_the_batch_size_it_skips_the_samples_trained_and_trains_the_rest_once(tmp_path):
+def test_resumed_at_half_the_batch_size_it_skips_the_samples_trained_and_trains_the_rest_once(killed_in_epoch_2,
+                                                                                              tmp_path):
     """The OOM remedy halves the batch: the checkpoint's B batches of 4 are 2B batches of 2, not B."""
-    first = launch(tmp_path, tmp_path / "run", tmp_path / "first.txt", every=0.2)
-    seen = messages(first, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8)
-    first.send_signal(signal.SIGKILL)
-    first.wait(30)
-    assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
-    last = tmp_path / "run" / "train" / "weights" / "last.pt"
+    killed, old, epoch, batch = killed_in_epoch_2
+    run = tmp_path / "run"
+    shutil.copytree(old, run)
+    last = run / "train" / "weights" / "last.pt"
     exact = torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
-    epoch, batch = exact["epoch"], exact["batch"]
-    assert (epoch, exact["batch_size"], exact["samples"]) == (1, 4, 4 * batch)
+    assert (exact["batch_size"], exact["samples"]) == (4, 4 * batch)
 
-    resumed = launch(tmp_path, tmp_path / "run", tmp_path / "resumed.txt", resume=str(last), forced={"batch": 2})
+    resumed = launch(tmp_path, run, tmp_path / "resumed.txt", resume=str(last), forced={"batch": 2})
     after = messages(resumed)
     output = resumed.stdout.read()
     assert resumed.wait(60) == 0, output[-3000:]
     assert f"goes on at batch {2 * batch + 1} of 16, after the {4 * batch} samples already trained" in output
 
-    trained = [name for e, b, name in fed(tmp_path / "first.txt") if (e, b) < (epoch, batch) and e == epoch]
+    trained = [name for e, b, name in fed(killed / "first.txt") if (e, b) < (epoch, batch) and e == epoch]
     rest = [name for e, b, name in fed(tmp_path / "resumed.txt") if e == epoch]
     assert len(trained) == 4 * batch and len(rest) == 32 - 4 * batch
-    every_image = {name for e, _, name in fed(tmp_path / "first.txt") if e == 0}  # epoch 1 fed each once
+    every_image = {name for e, _, name in fed(killed / "first.txt") if e == 0}  # epoch 1 fed each once
     assert len(every_image) == 32 and sorted(trained + rest) == sorted(every_image)
     beats = [m for m in after if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN]
     assert [m.batch for m in beats if m.epoch == epoch + 1] == list(range(2 * batch + 1, 17))
