@@ -237,6 +237,23 @@ def test_normal_completion_exits_zero():
     assert d.s.state == core.State.SUCCEEDED
 
 
+def test_a_worker_that_never_exits_after_done_is_killed_and_the_run_succeeds_without_a_restart():
+    d = Driver(make(watchdog={"save_timeout": 20}))
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.beat()
+    d.beat("done", kind="phase")
+    assert d.at(d.t + 19)(core.Tick()) == []
+    actions = d.at(d.t + 2)(core.Tick())
+    assert kinds(actions) == ["Log", "KillTree"]
+    incident = actions[1].incident
+    assert (incident["reason"], incident["phase"]) == ("hang", "done") and "nothing is lost" in incident["detail"]
+    assert incident["lost_seconds"] == 0.0 and d.s.lost_seconds == 0.0
+    assert d(core.TreeKilled(killed=3)) == [core.Exit(EXIT_OK, "training finished after 1 attempt(s)")]
+    assert (d.s.state, d.s.rung, d.s.restarts_by_reason, d.s.hangs_by_phase) == (
+        core.State.SUCCEEDED, 0, {}, {"done": 1})
+
+
 def test_exit_zero_before_done_is_a_crash():
     d = Driver(make())
     d.boot_and_spawn()

@@ -143,6 +143,21 @@ def test_each_rung_is_really_in_force_after_a_resume(demo_config, tmp_path):
     assert all(s["resumed"] for s in seen[1:])
 
 
+def test_a_worker_that_hangs_after_training_is_done_is_killed_and_the_run_succeeds_at_once(write_config, tmp_path):
+    """ROCm processes can hang in the runtime's teardown at exit: the checkpoint is written, nothing is lost."""
+    config = write_config(CONFIG.format(train=demo_train(epochs=1), startup=90, restart="", kernel_log="off")
+                          .replace("[watchdog]\n", "[watchdog]\nsave_timeout = 5\n"))
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), "--fault", "exit_hang")
+    status = assert_finished(state_dir, result, epochs=1)
+    [incident] = read_incidents(state_dir)
+    assert (incident["reason"], incident["phase"], incident["lost_seconds"]) == ("hang", "done", 0.0)
+    assert incident["culprit"].startswith("main (pid") and "hang_forever" in incident["culprit"]
+    assert_gone([p["pid"] for p in incident["processes"]])
+    assert (status["attempt"], status["rung"], status["restarts"]) == (1, 0, 0)
+    assert "training finished after 1 attempt(s)" in result.stderr
+
+
 def test_a_crash_loop_ends_with_a_clear_error(demo_config, tmp_path):
     config = demo_config(restart="max_restarts = 2\nbackoff_initial = 0.1")
     state_dir = tmp_path / "state"

@@ -15,6 +15,8 @@ kinds:
   loop stuck in the HIP runtime or a driver call does: no Python frame moves.
 - ``before_first_batch``: the loop hangs after setup, before its first batch (the seeds' post-resume hang).
 - ``val_hang``: validation sleeps forever after its first batch.
+- ``exit_hang``: the worker sleeps forever after it said training is done (its last checkpoint written), as a
+  process stuck in the GPU runtime's teardown at exit does.
 - ``exception``, ``segfault``, ``sigkill``: the loop raises RuntimeError, dies of SIGSEGV, or SIGKILLs itself
   after batch ``at_batch``.
 
@@ -33,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "native_hang", "stop_request", "before_first_batch",
-               "val_hang", "exception", "segfault", "sigkill")
+               "val_hang", "exit_hang", "exception", "segfault", "sigkill")
 ENV_FAULT = "YOLO_TRAIN_FAULT"
 
 
@@ -152,6 +154,11 @@ class FaultInjector:
                 os.kill(os.getpid(), signal.SIGSEGV)
             elif fault.kind == "sigkill":
                 os.kill(os.getpid(), signal.SIGKILL)
+
+    def after_done(self) -> None:
+        if "exit_hang" in self.kinds():
+            print(f"yolo-train fault injection: exit_hang (pid {os.getpid()})", flush=True)
+            hang_forever()
 
     def after_val_batch(self) -> None:
         self.val_batches += 1

@@ -122,6 +122,7 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
     except StopForSupervisor:
         return 0
     hb.phase("done")
+    link.faults.after_done()
     return 0
 
 
@@ -145,6 +146,7 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat) -> int:
               file=sys.stderr, flush=True)
         return 1
     hb.phase("done")
+    trainer.supervision.faults.after_done()
     return 0
 
 

@@ -697,6 +697,11 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     since = s.spawned_at if s.state == State.STARTING else s.last_progress_at
     quiet = now.mono - (since or now.mono)
     detail = f"no progress for {quiet:.1f} s in {phase} ({due.label} {due.at - (since or due.at):.1f} s)"
+    if phase == Phase.DONE.value:
+        # Training finished and its last checkpoint is written: a worker that then never exits (stuck in the GPU
+        # runtime's teardown) has nothing left to lose. Its tree is killed and the run ends as it would have.
+        return _begin_stop(s, now, Reason.HANG, phase, failure="hang:done", then=After.SUCCEED,
+                           detail=f"{detail}: it said training was done and did not exit; nothing is lost")
     remedy = _remedy(s, Reason.HANG, phase)
     if remedy is not None:
         seen, change = remedy
@@ -878,7 +883,8 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
     }
     if kernel_events:
         incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
-    _close_attempt(s, incident, lost=reason != Reason.STOP or save_until is None)
+    # A stop that saves loses nothing, nor does a kill after training was done (then=SUCCEED).
+    _close_attempt(s, incident, lost=(reason != Reason.STOP or save_until is None) and then != After.SUCCEED)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
     s.stop = StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
