@@ -9,7 +9,7 @@ trained, so their images are never loaded or decoded, the loader yields only the
 the warm-up, learning rate and loss means at the right iteration.
 
 Under DDP each rank's pass is its share of that order, dealt as torch's DistributedSampler deals it, and the skip is
-the rank's own B batches: the batch index a checkpoint records is per rank, the same in every rank.
+the rank's own samples: the batch index and samples a checkpoint records are per rank, the same in every rank.
 """
 
 from __future__ import annotations
