@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.sources.stacks import STACKS_FILE, capture_tree, find_py_spy
+from supervisor.sources.stacks import STACKS_FILE, ProcessStacks, _capture_process, capture_tree, find_py_spy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,6 +214,23 @@ def test_budget_abandons_what_is_not_done_and_returns_on_time(start, tmp_path):
     assert not [p for p in psutil.Process().children(recursive=True) if "py-spy" in p.name()], \
         "py-spy processes outlived the capture"
     assert json.loads((tmp_path / STACKS_FILE).read_text())["notes"] == cap.notes
+
+
+def test_a_process_whose_py_spy_the_budget_left_no_time_for_is_noted_as_abandoned(tmp_path):
+    """Reading /proc can take the whole budget (a slow machine, a process of many threads): py-spy never runs, the
+    rest of the capture finishes, and the note must still say the budget cut it short."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; print('asleep', flush=True); time.sleep(60)"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert sleeper.stdout.readline() == "asleep\n"  # past its start, whose disk waits (state D) are not traced
+        p = ProcessStacks(sleeper.pid)
+        _capture_process(p, find_py_spy() or "py-spy", time.monotonic(), [], threading.Lock())
+        assert (p.stage, p.traced, p.cut_short) == ("done", False, "about to run py-spy (native)")
+        cap = capture_tree(sleeper.pid, [sleeper.pid], tmp_path, budget=0)
+        assert not cap.processes[0].traced and "abandoned at the 0 s budget" in cap.processes[0].note
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_failures_become_notes_never_exceptions(tmp_path):

@@ -122,6 +122,7 @@ class ProcessStacks:
     dataloader_worker_id: int | None = None  # from _worker_loop's locals, when py-spy gave them
     traced: bool = False  # py-spy produced stacks
     stage: str = "starting"  # what it was doing, for the note when the budget ends
+    cut_short: str | None = None  # the step the budget ended, when the rest of the capture still finished
 
     def add_note(self, text: str) -> None:
         self.note = f"{self.note}; {text}" if self.note else text
@@ -312,8 +313,9 @@ def capture_tree(main_pid: int, pids: list[int], dest: Path, budget: float = 3.0
             except OSError:
                 pass
         for p in processes.values():
-            if p.stage != "done":
-                p.add_note(f"abandoned at the {budget:g} s budget while {p.stage}")
+            step = p.stage if p.stage != "done" else p.cut_short
+            if step:
+                p.add_note(f"abandoned at the {budget:g} s budget while {step}")
         if gpu_sample is not None and "sample" not in gpu and "error" not in gpu:
             notes.append(f"GPU sample abandoned at the {budget:g} s budget")
         _assign_roles(main_pid, processes)
@@ -417,7 +419,8 @@ def _run_py_spy(p: ProcessStacks, exe: str, deadline: float, running: list, lock
     # where ptrace is refused.
     for mode, flags in (("native", ["--native"]), ("nonblocking", ["--nonblocking"])):
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0:  # /proc took the budget (a slow machine, many threads): py-spy never ran
+            p.cut_short = f"about to run py-spy ({mode})"
             break
         p.stage = f"running py-spy ({mode})"
         command = [exe, "dump", "--pid", str(p.pid), "--json", "--locals", *flags]
@@ -431,12 +434,14 @@ def _run_py_spy(p: ProcessStacks, exe: str, deadline: float, running: list, lock
             except subprocess.TimeoutExpired:
                 popen.kill()
                 popen.communicate()
-                return  # out of time: the caller notes it as abandoned
+                p.cut_short = p.stage  # the caller notes it as abandoned
+                return
         except OSError as e:
             errors.append(f"{mode}: cannot run {exe} ({e.strerror})")
             break
         if popen.returncode == -signal.SIGKILL:
-            return  # killed by capture_tree at the budget
+            p.cut_short = p.stage  # killed by capture_tree at the budget
+            return
         dump = _parse_dump(out)
         if popen.returncode == 0 and dump is not None:
             _merge_dump(p, dump)
