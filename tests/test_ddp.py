@@ -142,16 +142,12 @@ def test_each_ranks_epoch_order_is_its_share_dealt_as_distributed_sampler_deals_
     resumed.next_epoch = 3
     assert list(resumed) == padded[1::ranks]  # the skip is for the resumed pass only
 
+
 @pytest.mark.e2e
 def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an_uninterrupted_run_feeds(tmp_path):
     """Exact resume under DDP: each rank of the resumed run feeds its share of the resumed epoch from the
     checkpoint's batch on, the same images at the same positions as a run that was never killed."""
-    import signal
-
-    import torch
-
-    from tests.test_resume_identity import fed, launch, messages
-    from worker.checkpointing import EXACT_KEY
+    from tests.test_resume_identity import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
     from worker.contract import MessageKind, Phase
 
     ranks = {"YOLO_TRAIN_CPU_RANKS": "2"}
@@ -159,16 +155,9 @@ def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an
     messages(whole, timeout=300)
     assert whole.wait(60) == 0, whole.stdout.read()[-3000:]
 
-    first = launch(tmp_path, tmp_path / "old", tmp_path / "first.txt", every=0.2, env=ranks)
-    seen = messages(first, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8,
-                    timeout=300)
-    tree = [first, *psutil.Process(first.pid).children(recursive=True)]
-    for process in tree:  # the launching worker, torch.distributed.run, both ranks and their loader workers
-        process.send_signal(signal.SIGKILL)
-    first.wait(30)
-    assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
+    _, exact = kill_after_a_checkpoint_in_epoch_2(tmp_path, tmp_path / "old", tmp_path / "first.txt", env=ranks,
+                                                  timeout=300)
     last = tmp_path / "old" / "train" / "weights" / "last.pt"
-    exact = torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
     epoch, batch = exact["epoch"], exact["batch"]
     assert epoch == 1 and 0 < batch < 8
 

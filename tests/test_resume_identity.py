@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -62,20 +63,29 @@ def fed(path: Path) -> list[tuple[int, int, str]]:
     return [(int(e), int(b), name) for e, b, name in (line.split() for line in path.read_text().splitlines())]
 
 
+def kill_after_a_checkpoint_in_epoch_2(tmp: Path, project: Path, fed: Path, env: dict[str, str] | None = None,
+                                       timeout: float = 120) -> tuple[list, dict]:
+    """A worker with mid-epoch checkpoints, SIGKILLed with its whole tree (under DDP torch.distributed.run, the ranks
+    and their loader workers too) once it reports a checkpoint inside epoch 2: its heartbeats and last.pt's exact
+    state."""
+    worker = launch(tmp, project, fed, every=0.2, env=env)
+    seen = messages(worker, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8,
+                    timeout=timeout)
+    for process in [worker, *psutil.Process(worker.pid).children(recursive=True)]:
+        process.send_signal(signal.SIGKILL)
+    worker.wait(30)
+    assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
+    last = project / "train" / "weights" / "last.pt"
+    return seen, torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
+
+
 @pytest.fixture(scope="module")
 def killed_in_epoch_2(tmp_path_factory):
-    """A real worker SIGKILLed after a mid-epoch checkpoint of epoch 2: (its directory, its last.pt, epoch, batch)."""
+    """A real worker SIGKILLed after a mid-epoch checkpoint of epoch 2: (its directory, its project, epoch, batch)."""
     tmp = tmp_path_factory.mktemp("killed")
-    old = tmp / "old"
-    first = launch(tmp, old, tmp / "first.txt", every=0.2)
-    seen = messages(first, until=lambda m: m.kind == MessageKind.CHECKPOINT and m.epoch == 2 and m.batch < 8)
-    first.send_signal(signal.SIGKILL)
-    first.wait(30)
-    assert seen[-1].kind == MessageKind.CHECKPOINT, "no mid-epoch checkpoint in epoch 2"
-    last = old / "train" / "weights" / "last.pt"
-    exact = torch.load(last, map_location="cpu", weights_only=False)[EXACT_KEY]
+    seen, exact = kill_after_a_checkpoint_in_epoch_2(tmp, tmp / "old", tmp / "first.txt")
     assert (exact["epoch"], exact["batch"]) >= (1, seen[-1].batch)  # that checkpoint or a later complete one
-    return tmp, old, exact["epoch"], exact["batch"]
+    return tmp, tmp / "old", exact["epoch"], exact["batch"]
 
 
 def test_killed_mid_epoch_and_resumed_feeds_each_sample_once_in_the_uninterrupted_order(killed_in_epoch_2, tmp_path):
