@@ -7,10 +7,14 @@ all) for ``--batches`` batches after ``--warmup`` ones; the best of ``--rounds``
 with the ratio to (a). With ``--train``, a short real training of YOLOv8n (from its yaml, device auto) at each
 loader, in iterations/s over the epochs after the first, with the ratio to (a). With ``--ladder``, the same
 training at every rung of the default ladder for ``workers = N`` (its threads rung with the CPU count of threads, as
-in the worker), against rung 0.
+in the worker), against rung 0. With ``--threads-sweep 4,8,16``, the same training with the threads loader at each
+of those pool sizes, between two trainings at ``workers = N``, against their mean; each row also gives the share of
+the timed wall time the training loop spent waiting for its next batch (low: the loop itself is what is slow).
 
     .venv/bin/python bench/rungs.py [--imgsz 64] [--workers N] [--batch 16] [--images 128] [--train]
     python3 bench/rungs.py --imgsz 640 --batch 32 --images 1024 --workers 8 --train --ladder   # a GPU machine
+    python3 bench/rungs.py --imgsz 640 --batch 32 --images 1024 --workers 8 --epochs 4 --kinds workers \
+        --rounds 1 --batches 8 --threads-sweep 4,8,12,16   # the threads rung's pool size, a GPU machine
 
 Needs only torch and Ultralytics' wheels (and this repository).
 """
@@ -79,6 +83,13 @@ def train_rate(name: str, settings: dict[str, Any], n: int, data_yaml: Path, arg
     """Iterations/s of a real training with a rung's ``settings`` on top of ``workers = n`` (threads: the CPU count
     unless the rung says, as in the worker) over the epochs after the first (model build, warm-up and worker start-up excluded), batch end to
     batch end within epochs, the wait for each epoch's first batch included (per-epoch workers pay theirs there)."""
+    return train_timing(name, settings, n, data_yaml, args, project)[0]
+
+
+def train_timing(name: str, settings: dict[str, Any], n: int, data_yaml: Path, args: argparse.Namespace,
+                 project: Path) -> tuple[float, float]:
+    """``train_rate``'s iterations/s, and the share of that timed wall time the loop waited for batches: from a
+    batch's end to the next one's start, which is the loader's ``next()`` (and the progress bar's few microseconds)."""
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     from worker.loaders import make_epoch_workers
@@ -101,19 +112,22 @@ def train_rate(name: str, settings: dict[str, Any], n: int, data_yaml: Path, arg
             return loader if settings.get("persistent_workers", True) else make_epoch_workers(loader)
 
     marks: list[tuple[int, float]] = []  # (epoch, time) at each epoch start and batch end
+    waits: list[tuple[int, float]] = []  # (epoch, seconds from the previous mark to a batch's start)
     trainer = LoaderTrainer(overrides={
         "model": "yolov8n.yaml", "data": str(data_yaml), "imgsz": args.imgsz, "batch": args.batch,
         "epochs": args.epochs, "workers": workers, "val": False, "plots": False, "project": str(project),
         "name": name, "exist_ok": True, "verbose": False})
     trainer.add_callback("on_train_epoch_start", lambda t: marks.append((t.epoch, time.perf_counter())))
     trainer.add_callback("on_train_batch_end", lambda t: marks.append((t.epoch, time.perf_counter())))
+    trainer.add_callback("on_train_batch_start", lambda t: waits.append((t.epoch, time.perf_counter() - marks[-1][1])))
     trainer.train()
-    seconds = batches = 0.0
+    seconds = batches = waited = 0.0
     for epoch in range(1, args.epochs):
         times = [t for e, t in marks if e == epoch]
         seconds += times[-1] - times[0]
         batches += len(times) - 1
-    return batches / seconds
+        waited += sum(w for e, w in waits if e == epoch)
+    return batches / seconds, waited / seconds
 
 
 def main() -> int:
@@ -129,6 +143,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"a subset of {','.join(KINDS)}")
     parser.add_argument("--ladder", action="store_true", help="also train each rung of the default ladder")
+    parser.add_argument("--threads-sweep", default="", metavar="N,N,...",
+                        help="also train the threads loader at each pool size, against workers = N before and after")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
@@ -163,7 +179,27 @@ def main() -> int:
         report(its, "it/s", label("workers", n))
     if args.ladder:
         ladder_rates(n, data_yaml, args)
+    if args.threads_sweep:
+        threads_sweep([int(t) for t in args.threads_sweep.split(",")], n, data_yaml, args)
     return 0
+
+
+def threads_sweep(pools: list[int], n: int, data_yaml: Path, args: argparse.Namespace) -> None:
+    """The threads loader at each pool size, between two trainings at ``workers = n`` (a drifting neighbour's load
+    shows as the two differing), each against their mean, with the share of time the loop waited for batches."""
+    rows: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="sweep-") as project:
+        before = train_timing("before", {}, n, data_yaml, args, Path(project))
+        for pool in pools:
+            rows[f"threads={pool}"] = train_timing(f"threads{pool}", {"loader": "threads", "threads": pool}, n,
+                                                   data_yaml, args, Path(project))
+        after = train_timing("after", {}, n, data_yaml, args, Path(project))
+    base = (before[0] + after[0]) / 2
+    print(f"\nthreads sweep: yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, epochs "
+          f"2..{args.epochs}; workers={n}: {before[0]:.1f} it/s before, {after[0]:.1f} after (waiting "
+          f"{before[1]:.0%}, {after[1]:.0%})")
+    for name, (rate, waiting) in rows.items():
+        print(f"  {name:<11} {rate:6.1f} it/s  {rate / base:5.2f}x  waiting for batches {waiting:4.0%}")
 
 
 def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
