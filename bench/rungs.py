@@ -4,9 +4,9 @@
 now), (c) ThreadDataLoader with ``threads = N`` (the safe rung that should keep its speed; goal: at least 0.9x (a)
 in training throughput on a GPU). Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and
 all) for ``--batches`` batches after ``--warmup`` ones; the best of ``--rounds`` interleaved rounds, in samples/s,
-with the ratio to (a). With ``--train``, a short real training of YOLOv8n (from its yaml, device auto) at each
-loader, in iterations/s over the epochs after the first, with the ratio to (a). With ``--ladder``, the same
-training at every rung of the default ladder for ``workers = N`` (its threads rung with the CPU count of threads, as
+with the ratio to (a). With ``--train``, a short real training (``--model``, YOLOv8n from its yaml by default,
+device auto) at each loader, in iterations/s over the epochs after the first, with the ratio to (a). With
+``--ladder``, the same training at every rung of the default ladder for ``workers = N`` (its threads rung with the CPU count of threads, as
 in the worker), against rung 0. With ``--threads-sweep 4,8,16``, the same training with the threads loader at each
 of those pool sizes, between two trainings at ``workers = N``, against their mean; each row also gives the share of
 the timed wall time the training loop spent waiting for its next batch (low: the loop itself is what is slow).
@@ -114,7 +114,7 @@ def train_timing(name: str, settings: dict[str, Any], n: int, data_yaml: Path, a
     marks: list[tuple[int, float]] = []  # (epoch, time) at each epoch start and batch end
     waits: list[tuple[int, float]] = []  # (epoch, seconds from the previous mark to a batch's start)
     trainer = LoaderTrainer(overrides={
-        "model": "yolov8n.yaml", "data": str(data_yaml), "imgsz": args.imgsz, "batch": args.batch,
+        "model": args.model, "data": str(data_yaml), "imgsz": args.imgsz, "batch": args.batch,
         "epochs": args.epochs, "workers": workers, "val": False, "plots": False, "project": str(project),
         "name": name, "exist_ok": True, "verbose": False})
     trainer.add_callback("on_train_epoch_start", lambda t: marks.append((t.epoch, time.perf_counter())))
@@ -143,6 +143,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"a subset of {','.join(KINDS)}")
     parser.add_argument("--ladder", action="store_true", help="also train each rung of the default ladder")
+    parser.add_argument("--model", default="yolov8n.yaml",
+                        help="the trained model's yaml: a larger one makes the step GPU-bound, as on a slower GPU")
     parser.add_argument("--threads-sweep", default="", metavar="N,N,...",
                         help="also train the threads loader at each pool size, against workers = N before and after")
     args = parser.parse_args()
@@ -174,7 +176,7 @@ def main() -> int:
             for kind in kinds:
                 settings = {**KIND_SETTINGS[kind], "threads": n} if kind == "threads" else KIND_SETTINGS[kind]
                 its[label(kind, n)] = train_rate(kind, settings, n, data_yaml, args, Path(project))
-        print(f"\ntrain: yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, "
+        print(f"\ntrain: {args.model}, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, "
               f"epochs 2..{args.epochs}")
         report(its, "it/s", label("workers", n))
     if args.ladder:
@@ -195,7 +197,7 @@ def threads_sweep(pools: list[int], n: int, data_yaml: Path, args: argparse.Name
                                                    data_yaml, args, Path(project))
         after = train_timing("after", {}, n, data_yaml, args, Path(project))
     base = (before[0] + after[0]) / 2
-    print(f"\nthreads sweep: yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, epochs "
+    print(f"\nthreads sweep: {args.model}, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, epochs "
           f"2..{args.epochs}; workers={n}: {before[0]:.1f} it/s before, {after[0]:.1f} after (waiting "
           f"{before[1]:.0%}, {after[1]:.0%})")
     for name, (rate, waiting) in rows.items():
@@ -216,7 +218,7 @@ def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
                 continue
             its[f"rung {rung}: {ladder.label(rung)}"] = train_rate(f"rung{rung}", settings, n, data_yaml, args,
                                                                    Path(project))
-    print(f"\ndefault ladder (workers = {n}, threads = {os.cpu_count()}): yolov8n.yaml, imgsz {args.imgsz}, batch {args.batch}, "
+    print(f"\ndefault ladder (workers = {n}, threads = {os.cpu_count()}): {args.model}, imgsz {args.imgsz}, batch {args.batch}, "
           f"{args.images} images, epochs 2..{args.epochs}")
     report(its, "it/s", next(iter(its)))
 
