@@ -7,8 +7,8 @@ all) for ``--batches`` batches after ``--warmup`` ones; the best of ``--rounds``
 with the ratio to (a). With ``--train``, a short real training (``--model``, YOLOv8n from its yaml by default,
 device auto) at each loader, in iterations/s over the epochs after the first, with the ratio to (a). With
 ``--ladder``, the same training at every rung of the default ladder for ``workers = N`` (its threads rung with the CPU count of threads, as
-in the worker), against rung 0. With ``--threads-sweep 4,8,16``, the same training with the threads loader at each
-of those pool sizes, between two trainings at ``workers = N``, against their mean; each row also gives the share of
+in the worker), against rung 0. With ``--threads-sweep 4,8,16@1``, the same training with the threads loader at each
+of those pool sizes (``@1``: with a 1 ms ``sys.setswitchinterval``), between two trainings at ``workers = N``, against their mean; each row also gives the share of
 the timed wall time the training loop spent waiting for its next batch (low: the loop itself is what is slow).
 
     .venv/bin/python bench/rungs.py [--imgsz 64] [--workers N] [--batch 16] [--images 128] [--train]
@@ -145,8 +145,9 @@ def main() -> int:
     parser.add_argument("--ladder", action="store_true", help="also train each rung of the default ladder")
     parser.add_argument("--model", default="yolov8n.yaml",
                         help="the trained model's yaml: a larger one makes the step GPU-bound, as on a slower GPU")
-    parser.add_argument("--threads-sweep", default="", metavar="N,N,...",
-                        help="also train the threads loader at each pool size, against workers = N before and after")
+    parser.add_argument("--threads-sweep", default="", metavar="N,N@MS,...",
+                        help="also train the threads loader at each pool size (@MS: with that sys.setswitchinterval in"
+                             " milliseconds), against workers = N before and after")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
@@ -182,26 +183,35 @@ def main() -> int:
     if args.ladder:
         ladder_rates(n, data_yaml, args)
     if args.threads_sweep:
-        threads_sweep([int(t) for t in args.threads_sweep.split(",")], n, data_yaml, args)
+        threads_sweep(args.threads_sweep.split(","), n, data_yaml, args)
     return 0
 
 
-def threads_sweep(pools: list[int], n: int, data_yaml: Path, args: argparse.Namespace) -> None:
-    """The threads loader at each pool size, between two trainings at ``workers = n`` (a drifting neighbour's load
-    shows as the two differing), each against their mean, with the share of time the loop waited for batches."""
-    rows: dict[str, tuple[float, float]] = {}
+def threads_sweep(entries: list[str], n: int, data_yaml: Path, args: argparse.Namespace) -> None:
+    """The threads loader at each entry, ``N`` threads or ``N@MS`` (and ``sys.setswitchinterval`` MS milliseconds
+    while it trains), between two trainings at ``workers = n`` (a drifting neighbour's load shows as the two
+    differing), each against their mean, with the share of time the loop waited for batches. An entry may repeat."""
+    rows: list[tuple[str, float, float]] = []
+    default_interval = sys.getswitchinterval()
     with tempfile.TemporaryDirectory(prefix="sweep-") as project:
         before = train_timing("before", {}, n, data_yaml, args, Path(project))
-        for pool in pools:
-            rows[f"threads={pool}"] = train_timing(f"threads{pool}", {"loader": "threads", "threads": pool}, n,
-                                                   data_yaml, args, Path(project))
+        for k, entry in enumerate(entries):
+            pool, _, ms = entry.partition("@")
+            sys.setswitchinterval(float(ms) / 1000 if ms else default_interval)
+            try:
+                rate, waiting = train_timing(f"threads{k}", {"loader": "threads", "threads": int(pool)}, n,
+                                             data_yaml, args, Path(project))
+            finally:
+                sys.setswitchinterval(default_interval)
+            rows.append((f"threads={pool}" + (f", switch {ms} ms" if ms else ""), rate, waiting))
         after = train_timing("after", {}, n, data_yaml, args, Path(project))
     base = (before[0] + after[0]) / 2
     print(f"\nthreads sweep: {args.model}, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, epochs "
           f"2..{args.epochs}; workers={n}: {before[0]:.1f} it/s before, {after[0]:.1f} after (waiting "
-          f"{before[1]:.0%}, {after[1]:.0%})")
-    for name, (rate, waiting) in rows.items():
-        print(f"  {name:<11} {rate:6.1f} it/s  {rate / base:5.2f}x  waiting for batches {waiting:4.0%}")
+          f"{before[1]:.0%}, {after[1]:.0%}); switch interval {default_interval * 1000:g} ms unless said")
+    width = max(len(name) for name, _, _ in rows)
+    for name, rate, waiting in rows:
+        print(f"  {name:<{width}} {rate:6.1f} it/s  {rate / base:5.2f}x  waiting for batches {waiting:4.0%}")
 
 
 def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
