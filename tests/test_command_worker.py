@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from supervisor.outputs.incidents import group_by_where, load_incidents, one_line, render
 from tests.conftest import ROOT, read_incidents, read_state, yolo_train
 from tests.test_e2e import status_of, wait_for
 
@@ -69,15 +70,11 @@ def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resu
     # so it passes, but says what it saw, so a third time shows where that run sat.
     assert (final["state"], final["rung"], final["restarts"]) == ("succeeded", 1 + len(later), 1 + len(later))
     for incident in later:
-        assert incident["reason"] == "hang" and incident["rung"] >= 1, describe(incident)
-        warnings.warn(f"a second hang, not sent by the test: {describe(incident)}\nsupervisor stderr:\n"
-                      f"{stderr[-4000:]}")
-
-
-def describe(incident: dict) -> str:
-    """An incident in the lines that say where it sat: what hung, the stacks' summary and the last output."""
-    return "\n".join([f"{incident['reason']} in {incident['phase']} at rung {incident['rung']}: {incident['detail']}",
-                      *(incident.get("summary") or []), *incident.get("output_tail", [])[-5:]])
+        assert incident["reason"] == "hang" and incident["rung"] >= 1, one_line(incident)
+    if later:  # what `yolo-train incidents` shows: where each hang sat, the newest with its detail and stacks
+        incidents = load_incidents(state_dir)
+        warnings.warn(f"a hang not sent by the test:\n{render(state_dir, incidents, group_by_where(incidents))}\n"
+                      f"supervisor stderr:\n{stderr[-4000:]}")
 
 
 def test_lightning_frozen_is_resumed_from_its_last_ckpt(tmp_path):
