@@ -2,7 +2,7 @@
 
 (a) InfiniteDataLoader with ``workers = N`` (the top rung), (b) ``workers = 0`` (the safest process-free rung until
 now), (c) ThreadDataLoader with ``threads = N`` (the safe rung that should keep its speed; goal: at least 0.9x (a)
-in training throughput on a GPU). Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and
+in training throughput on a GPU), (d) ``workers = N`` started with "spawn" (the ROCm ladder's first loader rung). Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and
 all) for ``--batches`` batches after ``--warmup`` ones; the best of ``--rounds`` interleaved rounds, in samples/s,
 with the ratio to (a). With ``--train``, a short real training (``--model``, YOLOv8n from its yaml by default,
 device auto) at each loader, in iterations/s over the epochs after the first, with the ratio to (a). With
@@ -36,13 +36,15 @@ os.environ.setdefault("YOLO_OFFLINE", "1")  # no download may stall the bench: f
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from worker.demo_data import ensure_demo_dataset  # noqa: E402
+from worker.loaders import start_workers_with  # noqa: E402
 from worker.thread_loader import thread_loader_from  # noqa: E402
 
-KINDS = ("workers", "workers0", "threads")
+KINDS = ("workers", "workers0", "threads", "spawn")
 
 
 def label(kind: str, n: int) -> str:
-    return {"workers": f"(a) workers={n}", "workers0": "(b) workers=0", "threads": f"(c) threads={n}"}[kind]
+    return {"workers": f"(a) workers={n}", "workers0": "(b) workers=0", "threads": f"(c) threads={n}",
+            "spawn": f"(d) workers={n}, spawned"}[kind]
 
 
 def build_loader(kind: str, n: int, data: dict, imgsz: int, batch: int, mode: str = "train") -> Any:
@@ -55,6 +57,7 @@ def build_loader(kind: str, n: int, data: dict, imgsz: int, batch: int, mode: st
     dataset = build_yolo_dataset(cfg, data["train"], batch, data, mode=mode)
     loader = build_dataloader(dataset, batch, 0 if kind == "workers0" else n, shuffle=True, rank=-1,
                               device="cuda" if torch.cuda.is_available() else "cpu")
+    start_workers_with(loader, "spawn" if kind == "spawn" else None)
     return thread_loader_from(loader, n) if kind == "threads" else loader
 
 
@@ -76,7 +79,8 @@ def read_rate(kind: str, n: int, data: dict, args: argparse.Namespace) -> float:
     return rate
 
 
-KIND_SETTINGS = {"workers": {}, "workers0": {"workers": 0}, "threads": {"loader": "threads"}}  # on workers = N
+KIND_SETTINGS = {"workers": {}, "workers0": {"workers": 0}, "threads": {"loader": "threads"},
+                 "spawn": {"start_method": "spawn"}}  # on workers = N
 
 
 def train_rate(name: str, settings: dict[str, Any], n: int, data_yaml: Path, args: argparse.Namespace,
@@ -108,6 +112,7 @@ def train_timing(name: str, settings: dict[str, Any], n: int, data_yaml: Path, a
 
         def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
             loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
+            start_workers_with(loader, settings.get("start_method"))
             if threads:
                 return thread_loader_from(loader, threads)
             return loader if settings.get("persistent_workers", True) else make_epoch_workers(loader)

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from worker.contract import LOADERS, OPTION_TYPES
+from worker.contract import LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
 
 AUTO = "auto"
@@ -577,6 +577,9 @@ class _Checker:
                         self.fail(f"ladder.rungs[{i}].conv_fallback", '"auto", "on" or "off"', value)
                     if key == "loader" and value not in LOADERS:
                         self.fail(f"ladder.rungs[{i}].loader", " or ".join(f'"{v}"' for v in LOADERS), value)
+                    if key == "start_method" and value not in START_METHODS:
+                        self.fail(f"ladder.rungs[{i}].start_method", " or ".join(f'"{v}"' for v in START_METHODS),
+                                  value)
                     if key == "threads" and value < 1:
                         self.fail(f"ladder.rungs[{i}].threads", "a whole number >= 1 (threads of the loader)",
                                   value)

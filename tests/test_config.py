@@ -22,6 +22,8 @@ def test_the_demo_config_loads():
     ("[restart]\nmax_restarts = 0\n", "restart.max_restarts: expected a whole number >= 1, got 0"),
     ("[ladder]\nrungs = [{ wrokers = 0 }]\n", "ladder.rungs[0]: unknown setting 'wrokers'"),
     ("[ladder]\nrungs = [{ persistent_workers = 0 }]\n", "ladder.rungs[0].persistent_workers: expected bool"),
+    ("[ladder]\nrungs = [{ start_method = \"exec\" }]\n",
+     "ladder.rungs[0].start_method: expected \"fork\" or \"spawn\" or \"forkserver\", got 'exec'"),
     ("[[faults]]\nkind = \"explode\"\n", "faults: kind: expected one of dataloader_hang"),
     ("[metrics]\nlisten = 9000\n", "metrics.listen: expected \"HOST:PORT\" or \"off\", got 9000"),
     ("[watchdog\n", "not valid TOML"),

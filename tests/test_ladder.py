@@ -25,15 +25,22 @@ def test_default_ladder_keeps_the_speed_longest_and_ends_without_loader_concurre
     assert ladder.next(len(ladder) - 1) == len(ladder) - 1 and ladder.exhausted(len(ladder) - 1)
 
 
-def test_under_rocm_the_free_env_rungs_come_first_and_add_up():
+def test_under_rocm_the_free_env_rungs_then_spawned_workers_come_first_and_add_up():
     ladder = default_ladder(8, rocm=True)
-    assert ladder.rungs[1:3] == ROCM_ENV_RUNGS
-    assert ladder.rungs[3:] == default_ladder(8).rungs[1:]
+    assert ladder.rungs[1:3] == ROCM_ENV_RUNGS and ladder.rungs[3] == {"start_method": "spawn"}
+    assert ladder.rungs[4:] == default_ladder(8).rungs[1:]
     assert ladder.settings(1) == {"env": {"HSA_ENABLE_INTERRUPT": "0"}}
-    assert ladder.settings(3) == {"env": {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}, "workers": 4}
+    assert ladder.settings(4) == {"env": {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"},
+                                  "start_method": "spawn", "workers": 4}
     assert split_rung(ladder.settings(2)).env == {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}
     assert ladder.label(2) == "env=HSA_ENABLE_INTERRUPT+HSA_ENABLE_SDMA"  # names only, never values
+    # The spawned workers are the worker's option; the Ultralytics arguments stay as configured.
+    spawned = split_rung(ladder.settings(3))
+    assert spawned.options.start_method == "spawn" and spawned.trainer_args == {}
+    assert ladder.label(3) == "env=HSA_ENABLE_INTERRUPT+HSA_ENABLE_SDMA, start_method=spawn"
     assert build_ladder(None, 8, rocm=True) == ladder and build_ladder(None, 8, rocm=False) == default_ladder(8)
+    # workers = 0 configured: no worker process to start otherwise, no such rung.
+    assert {"start_method": "spawn"} not in default_ladder(0, rocm=True).rungs
 
 
 @pytest.mark.parametrize("text, rocm", [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from worker.demo_data import ensure_demo_dataset
+from worker.loaders import chain_worker_init, die_with_parent, hook_samples, start_workers_with, worker_start_method
 from worker.thread_loader import ThreadDataLoader, thread_loader_from
 
 BATCH = 4  # the demo's 32 training images: 8 batches an epoch
@@ -65,6 +67,33 @@ def test_same_batches_as_the_process_loader_with_as_many_workers_mosaic_and_all(
     for a, b in zip(processes, threads, strict=True):
         assert_same_batch(a, b)
     processes.close()
+
+
+class RecordPid:
+    """A sample hook that pickles, as spawned workers receive it: marks the pid of each process that loads a sample."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __call__(self):
+        (self.folder / str(os.getpid())).touch()
+
+
+def test_spawned_workers_give_the_same_batches_as_forked_ones_and_run_the_hooks_and_init(data, tmp_path):
+    """The ROCm rung ``start_method = "spawn"``: fresh interpreters, not forks, fed the pickled dataset with the
+    worker's hooks on it, and the same batches for the same seed."""
+    forked, spawned = process_loader(data, workers=2), process_loader(data, workers=2)
+    start_workers_with(spawned, "spawn")
+    chain_worker_init(spawned, die_with_parent)
+    hook_samples(spawned.dataset, RecordPid(tmp_path))
+    assert (worker_start_method(forked), worker_start_method(spawned)) == ("fork", "spawn")
+    for a, b in zip(forked, spawned, strict=True):
+        assert_same_batch(a, b)
+    workers = [psutil.Process(w.pid) for w in spawned.iterator._workers]
+    assert all("multiprocessing.spawn" in " ".join(w.cmdline()) for w in workers)  # not a copy of this process
+    assert {int(p.name) for p in tmp_path.iterdir()} == {w.pid for w in workers}
+    spawned.close()
+    forked.close()
 
 
 def test_another_worker_count_gives_the_same_indices_but_other_augmentation_draws(data):

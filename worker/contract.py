@@ -47,8 +47,9 @@ class MessageKind(str, Enum):
 # Per-rung settings that are ours, not Ultralytics train() arguments, with their types: one table that the
 # config's validation and ``split_rung`` both read.
 LOADERS = ("process", "threads")
+START_METHODS = ("fork", "spawn", "forkserver")  # multiprocessing's own names, as torch's DataLoader takes them
 OPTION_TYPES: dict[str, type] = {"persistent_workers": bool, "conv_fallback": str, "loader": str, "threads": int,
-                                 "env": dict, "args": dict}
+                                 "start_method": str, "env": dict, "args": dict}
 
 
 class LaunchRecordError(ValueError):
@@ -64,12 +65,16 @@ class WorkerOptions:
     loader: "process" (Ultralytics' DataLoader, ``workers`` processes) or "threads" (a pool of ``threads`` threads
         inside the training process: no fork, no shared memory).
     threads: the size of that pool; None: the CPU count.
+    start_method: how the process loader starts its worker processes ("fork", "spawn", "forkserver"); None: torch's
+        default (fork on Linux). "spawn" starts each from a fresh interpreter: nothing of the training process's
+        GPU runtime or memory map is inherited.
     """
 
     persistent_workers: bool = True
     conv_fallback: str | None = None
     loader: str = "process"
     threads: int | None = None
+    start_method: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""DataLoader patches: ``persistent_workers = false`` for real, and fault hooks inside loader workers.
+"""DataLoader patches: ``persistent_workers = false`` for real, the workers' start method, and fault hooks inside
+loader workers.
 
 Ultralytics' InfiniteDataLoader keeps one iterator, and so one set of worker processes, for the whole run,
 whatever ``persistent_workers`` says. A ladder rung that asks for fresh workers every epoch (the seeds' fix
@@ -8,6 +9,8 @@ for workers that deadlock after a few epochs) needs a loader that really makes t
 from __future__ import annotations
 
 import ctypes
+import functools
+import multiprocessing
 import signal
 from typing import Any, Callable
 
@@ -53,28 +56,71 @@ def make_epoch_workers(loader: InfiniteDataLoader) -> InfiniteDataLoader:
     return loader
 
 
+class ChainedWorkerInit:
+    """A loader's worker_init_fn followed by ``extra``: a picklable object, not a closure, so that worker processes
+    started with "spawn" (which pickle it to each) run it as forked ones do."""
+
+    def __init__(self, original: Callable[[int], None] | None, extra: Callable[[], None]):
+        self.original, self.extra = original, extra
+
+    def __call__(self, worker_id: int) -> None:
+        if self.original is not None:
+            self.original(worker_id)
+        self.extra()
+
+
 def chain_worker_init(loader: Any, extra: Callable[[], None]) -> None:
     """Run ``extra`` in every DataLoader worker process after the loader's own worker_init_fn."""
-    original = loader.worker_init_fn
+    loader.worker_init_fn = ChainedWorkerInit(loader.worker_init_fn, extra)
 
-    def worker_init(worker_id: int) -> None:
-        if original is not None:
-            original(worker_id)
-        extra()
 
-    loader.worker_init_fn = worker_init
+def start_workers_with(loader: Any, start_method: str | None) -> None:
+    """Start the loader's worker processes with ``start_method`` (None: torch's default, fork on Linux)."""
+    if start_method is not None and loader.num_workers > 0:
+        loader.multiprocessing_context = start_method
+
+
+def worker_start_method(loader: Any) -> str | None:
+    """How the loader's worker processes start; None where it has none (``workers = 0``, the threads loader)."""
+    if loader.num_workers == 0:
+        return None
+    if loader.multiprocessing_context is not None:
+        return loader.multiprocessing_context.get_start_method()
+    # The platform's default, first of the list (fork on Linux up to Python 3.13), without fixing it as asking does.
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+
+
+def _hooked_getitem(self, index):
+    from worker.thread_loader import in_loader_thread
+
+    if torch.utils.data.get_worker_info() is not None or in_loader_thread():
+        self._sample_hook()
+    return self._dataset_class.__getitem__(self, index)
+
+
+def _hooked_reduce(self):
+    # The hooked class is made at run time and cannot be found by name: pickled (to a spawned loader worker) as its
+    # dataset class, hooked again on arrival, then its state (after the object, as the dataset's transforms refer
+    # back to it).
+    return _new_hooked, (self._dataset_class,), self.__getstate__()
+
+
+@functools.cache
+def _hooked_class(base: type) -> type:
+    """``base`` with the sample hook before its own ``__getitem__``; a subclass adding nothing to its layout, so that
+    an existing dataset's ``__class__`` can become it."""
+    return type(f"Hooked{base.__name__}", (base,),
+                {"__getitem__": _hooked_getitem, "__reduce__": _hooked_reduce, "_dataset_class": base})
+
+
+def _new_hooked(base: type) -> Any:
+    hooked = _hooked_class(base)
+    return hooked.__new__(hooked)
 
 
 def hook_samples(dataset: Any, in_worker: Callable[[], None]) -> None:
-    """Call ``in_worker`` before each sample a loader worker loads: a DataLoader worker process or a thread loader's
-    thread (the threads rung's workers), never the training thread itself (``workers = 0``)."""
-    from worker.thread_loader import in_loader_thread
-
-    base = type(dataset)
-
-    def __getitem__(self, index):
-        if torch.utils.data.get_worker_info() is not None or in_loader_thread():
-            in_worker()
-        return base.__getitem__(self, index)
-
-    dataset.__class__ = type(f"Hooked{base.__name__}", (base,), {"__getitem__": __getitem__})
+    """Call ``in_worker`` before each sample a loader worker loads: a DataLoader worker process (forked or spawned)
+    or a thread loader's thread (the threads rung's workers), never the training thread itself (``workers = 0``).
+    ``in_worker`` must pickle for spawned workers: a module-level function or a bound method."""
+    dataset._sample_hook = in_worker
+    dataset.__class__ = _hooked_class(type(dataset))

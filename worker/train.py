@@ -346,7 +346,7 @@ class SupervisedTrainerMixin:
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         from worker import exact_resume
-        from worker.loaders import chain_worker_init, die_with_parent, hook_samples, make_epoch_workers
+        from worker.loaders import chain_worker_init, die_with_parent, hook_samples, make_epoch_workers, start_workers_with
 
         options = self.supervision.options
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
@@ -358,6 +358,7 @@ class SupervisedTrainerMixin:
 
             loader = thread_loader_from(loader, options.threads or os.cpu_count() or 1)
         else:
+            start_workers_with(loader, options.start_method)
             chain_worker_init(loader, die_with_parent)
             if not options.persistent_workers:
                 make_epoch_workers(loader)
@@ -567,7 +568,7 @@ class SupervisedTrainerMixin:
         import torch
         import ultralytics
 
-        from worker.loaders import EpochWorkersDataLoader
+        from worker.loaders import EpochWorkersDataLoader, worker_start_method
         from worker.patches import conv2d
         from worker.thread_loader import ThreadDataLoader
 
@@ -578,6 +579,7 @@ class SupervisedTrainerMixin:
             "persistent_workers": loader.num_workers > 0 and not isinstance(loader, EpochWorkersDataLoader),
             "loader": "threads" if threads else "process",
             "threads": loader.threads if threads else None,
+            "start_method": worker_start_method(loader),
             "val": bool(self.args.val),
             "amp": bool(self.amp),
             "batch": self.batch_size,

@@ -3,9 +3,9 @@
 Rung 0 is the configured ``[train]`` as it is. Each later rung adds its settings on top of the rungs
 below it, so rung k is "everything that rungs 1..k changed". The default ladder is what the seeds' users
 did by hand, with the rungs that cost no speed first: under a ROCm build of torch, environment rungs that cure
-known runtime hangs at (almost) no cost; then halve ``workers`` down to 1, ``persistent_workers = false``, the
-thread loader (no worker processes, most of their speed), ``workers = 0`` (no loader concurrency at all), then
-``val = false``. Each rung's reason is beside it in ``default_ladder``. The ladder is climbed one rung per hang
+known runtime hangs at (almost) no cost, then DataLoader workers spawned instead of forked; then halve ``workers``
+down to 1, ``persistent_workers = false``, the thread loader (no worker processes, most of their speed),
+``workers = 0`` (no loader concurrency at all), then ``val = false``. Each rung's reason is beside it in ``default_ladder``. The ladder is climbed one rung per hang
 and never skipped; the decision core probes back down once a rung has been healthy for ``[ladder] probe_after``.
 """
 
@@ -68,6 +68,13 @@ def default_ladder(workers: int, rocm: bool = False) -> Ladder:
     rungs: list[dict[str, Any]] = [{}]
     if rocm:
         rungs.extend(ROCM_ENV_RUNGS)
+        if workers > 0:
+            # The same worker processes started from a fresh interpreter instead of forked from the training process:
+            # none inherits the HIP runtime's state (not fork-safe: threads, locks, device handles), and no page of
+            # the parent's is shared copy-on-write, whose first write makes the kernel invalidate the GPU's mappings
+            # of it (the amdgpu userptr restore worker of the seeds' kernel line). Same batches, same speed; the cost
+            # is each worker's imports (seconds) when a pool starts.
+            rungs.append({"start_method": "spawn"})
     # Fewer DataLoader worker processes: less shared memory and fewer forked HIP/CUDA contexts to deadlock; the
     # seeds' first cure, and cheap while the workers left still outrun the GPU.
     w = workers // 2
