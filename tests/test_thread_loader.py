@@ -24,13 +24,13 @@ def data():
     return check_det_dataset(str(ensure_demo_dataset()))
 
 
-def process_loader(data, workers: int, seed: int = 0, mode: str = "train"):
+def process_loader(data, workers: int, seed: int = 0, mode: str = "train", imgsz: int = 64):
     """What Ultralytics' trainer builds: build_yolo_dataset + build_dataloader, its generator seeded from torch's."""
     from ultralytics.cfg import get_cfg
     from ultralytics.data.build import build_dataloader, build_yolo_dataset
 
     torch.manual_seed(seed)
-    cfg = get_cfg(overrides={"imgsz": 64, "task": "detect"})
+    cfg = get_cfg(overrides={"imgsz": imgsz, "task": "detect"})
     dataset = build_yolo_dataset(cfg, data["train"], BATCH, data, mode=mode)
     return build_dataloader(dataset, BATCH, workers, shuffle=mode == "train", rank=-1)
 
@@ -94,6 +94,27 @@ def test_spawned_workers_give_the_same_batches_as_forked_ones_and_run_the_hooks_
     assert {int(p.name) for p in tmp_path.iterdir()} == {w.pid for w in workers}
     spawned.close()
     forked.close()
+
+
+def test_spawned_workers_shut_down_mid_epoch_end_cleanly():
+    """A spawned worker shut down while busy puts its last batch and exits at once, its queue's feeder thread still
+    pickling that batch in torch's C++ (shareFd); finalizing the interpreter ends that thread with pthread_exit, whose
+    unwinding through C++ calls std::terminate: SIGABRT (here 6 in 8 workers at 640 px), and the loader's shutdown
+    raises "DataLoader worker ... is killed by signal: Aborted". Forked workers end with os._exit, and so do ours."""
+    from ultralytics.data.utils import check_det_dataset
+
+    data = check_det_dataset(str(ensure_demo_dataset(size=640)))  # big batches: their pickling takes a while
+    exit_codes = []
+    for _ in range(3):
+        loader = process_loader(data, workers=2, imgsz=640)
+        start_workers_with(loader, "spawn")
+        batches = iter(loader)
+        next(batches), next(batches)  # the workers busy making the rest of the epoch's batches
+        workers = list(loader.iterator._workers)
+        batches.close()
+        loader.close()  # raised here
+        exit_codes += [w.exitcode for w in workers]
+    assert exit_codes == [0] * 6
 
 
 def test_another_worker_count_gives_the_same_indices_but_other_augmentation_draws(data):

@@ -8,10 +8,13 @@ for workers that deadlock after a few epochs) needs a loader that really makes t
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import multiprocessing
+import os
 import signal
+import sys
 from typing import Any, Callable
 
 import torch
@@ -76,8 +79,29 @@ def chain_worker_init(loader: Any, extra: Callable[[], None]) -> None:
 
 def start_workers_with(loader: Any, start_method: str | None) -> None:
     """Start the loader's worker processes with ``start_method`` (None: torch's default, fork on Linux)."""
-    if start_method is not None and loader.num_workers > 0:
-        loader.multiprocessing_context = start_method
+    if start_method is None or loader.num_workers == 0:
+        return
+    loader.multiprocessing_context = start_method
+    if start_method == "spawn":
+        chain_worker_init(loader, exit_without_finalizing)
+
+
+def exit_without_finalizing() -> None:
+    """End this spawned worker as multiprocessing ends a forked one, with ``os._exit``. A worker shut down while busy
+    puts its last batch and exits at once, its queue's feeder thread still pickling that batch in torch's C++
+    (shareFd); the interpreter's finalization ends that thread with pthread_exit, whose unwinding through C++ calls
+    std::terminate ("terminate called without an active exception", SIGABRT: most spawned workers of Ultralytics'
+    dataset at 640 px, here and on the H100), and the training process's loader turns that into a RuntimeError that
+    ends the training. Exit status 0: a worker that dies early is told by the loader from its liveness, not this."""
+    def end() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        os._exit(0)
+
+    atexit.register(end)
 
 
 def worker_start_method(loader: Any) -> str | None:
