@@ -69,7 +69,10 @@ def endless(loader: Any) -> Iterator[Any]:
 def read_rate(kind: str, n: int, data: dict, args: argparse.Namespace) -> float:
     loader = build_loader(kind, n, data, args.imgsz, args.batch)
     batches = endless(loader)
-    for _ in range(args.warmup):  # worker processes' start, the first images' decode
+    start = time.perf_counter()
+    next(batches)
+    print(f"{label(kind, n)}: first batch after {time.perf_counter() - start:.2f} s (the workers' start)", flush=True)
+    for _ in range(args.warmup - 1):  # the first images' decode
         next(batches)
     start = time.perf_counter()
     samples = sum(len(next(batches)["im_file"]) for _ in range(args.batches))
