@@ -10,7 +10,10 @@ device auto) at each loader, in iterations/s over the epochs after the first, wi
 CPU count of threads, as in the worker), against rung 0. With ``--threads-sweep 4,8,16@1``, the same training with
 the threads loader at each of those pool sizes (``@1``: with a 1 ms ``sys.setswitchinterval``), between two
 trainings at ``workers = N``, against their mean; each row also gives the share of the timed wall time the training
-loop spent waiting for its next batch (low: the loop itself is what is slow).
+loop spent waiting for its next batch (low: the loop itself is what is slow). With ``--gil``, py-spy samples each
+training's timed epochs: ``--gil holders``, the shares of wall time the training thread, the loader threads and the
+rest held the GIL; ``--gil waits``, the share of the training thread's time spent waiting to take it back (at the
+torch calls, which each release it).
 
     .venv/bin/python bench/rungs.py [--imgsz 64] [--workers N] [--batch 16] [--images 128] [--train]
     python3 bench/rungs.py --imgsz 640 --batch 32 --images 1024 --workers 8 --train --ladder   # a GPU machine
@@ -23,8 +26,11 @@ Needs only torch and Ultralytics' wheels (and this repository).
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import shlex
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,10 +103,92 @@ def train_rate(name: str, settings: dict[str, Any], n: int, data_yaml: Path, arg
     return train_timing(name, settings, n, data_yaml, args, project)[0]
 
 
+class GilSampler:
+    """py-spy sampling this process from ``start()`` to ``stop()``. ``holders``: who holds the GIL (``record --gil
+    --threads`` samples only the thread holding it), as shares of that wall time by thread group. ``waits``: where the
+    training thread is (``--idle --native``, which pauses the process at each sample: a run of its own), as the
+    share of its samples waiting to take the GIL back, in ``pthread_cond_timedwait`` (CPython's GIL wait) under a
+    torch call (its bindings release the GIL around every op) or under Python code returning from C."""
+
+    RATES = {"holders": 100, "waits": 10}  # samples/s; a native sample pauses the process for milliseconds
+
+    def __init__(self, mode: str) -> None:
+        from supervisor.sources.stacks import find_py_spy
+
+        self.mode = mode
+        self.exe = find_py_spy()
+        self.out = Path(tempfile.mkstemp(prefix="gil-", suffix=".txt")[1])
+        self.process: subprocess.Popen | None = None
+        self.started = 0.0
+        self.rate = self.RATES[mode]
+
+    def start(self) -> None:
+        if self.exe is None or self.process is not None:
+            return
+        how = ["--gil", "--nonblocking"] if self.mode == "holders" else ["--idle", "--native"]
+        self.process = subprocess.Popen(
+            [self.exe, "record", "--pid", str(os.getpid()), *how, "--threads", "--rate", str(self.rate),
+             "--format", "raw", "--output", str(self.out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.started = time.perf_counter()
+
+    def stop(self) -> dict[str, float]:
+        if self.process is None:
+            return {}
+        seconds = time.perf_counter() - self.started
+        self.process.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
+        _, errors = self.process.communicate(timeout=60)
+        samples: collections.Counter[str] = collections.Counter()
+        for line in self.out.read_text().splitlines() if self.out.exists() else []:
+            stack, _, count = line.rpartition(" ")
+            samples[self.holder_group(stack) if self.mode == "holders" else self.training_state(stack)] += int(count)
+        self.out.unlink(missing_ok=True)
+        samples.pop("", None)
+        if not samples:
+            print(f"py-spy sampled nothing: {errors.strip()[-300:]}", flush=True)
+            return {}
+        total = self.rate * seconds if self.mode == "holders" else sum(samples.values())
+        return {key: count / total for key, count in samples.items()}
+
+    @staticmethod
+    def holder_group(stack: str) -> str:
+        """``training`` (the main thread), ``loader`` (thread-loader-*), ``pin_memory`` (torch's pin thread beside
+        worker processes), ``other``; raw lines read 'thread (NATIVE_ID): NAME;frame;frame... COUNT'."""
+        name = stack.split(";", 1)[0].partition("): ")[2]
+        if name == "MainThread":
+            return "training"
+        if name.startswith("thread-loader-"):
+            return "loader"
+        return "pin_memory" if "pin_memory" in stack else "other"
+
+    @staticmethod
+    def training_state(stack: str) -> str:
+        """The training thread's sample as ``gil wait`` or ``running``; other threads ''."""
+        if stack.split(";", 1)[0].partition("): ")[2] != "MainThread":
+            return ""
+        innermost = stack.split(";")[-3:]  # libc's own unnamed frames may sit under the wait
+        return "gil wait" if any(f.startswith("pthread_cond_timedwait") for f in innermost) else "running"
+
+
+def gil_line(sampled: dict[str, dict[str, float]]) -> str:
+    parts = []
+    if held := sampled.get("holders"):
+        groups = [f"{group} {held[group]:.0%}" for group in ("training", "loader", "pin_memory", "other")
+                  if group in held]
+        parts.append(f"GIL held: {', '.join(groups)}; total {sum(held.values()):.0%} of wall time")
+    if waits := sampled.get("waits"):
+        parts.append(f"training thread waiting for the GIL {waits.get('gil wait', 0):.0%} of its samples")
+    return "; ".join(parts) or "GIL: not sampled"
+
+
+GIL_SAMPLED: dict[str, dict[str, dict[str, float]]] = {}  # training name -> sampler mode -> GilSampler.stop()
+
+
 def train_timing(name: str, settings: dict[str, Any], n: int, data_yaml: Path, args: argparse.Namespace,
                  project: Path) -> tuple[float, float]:
     """``train_rate``'s iterations/s, and the share of that timed wall time the loop waited for batches: from a
-    batch's end to the next one's start, which is the loader's ``next()`` (and the progress bar's few microseconds)."""
+    batch's end to the next one's start, which is the loader's ``next()`` (and the progress bar's few microseconds).
+    With ``--gil``, who held the GIL over the timed epochs goes to ``GIL_SAMPLED[name]``."""
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     from worker.loaders import make_epoch_workers
@@ -130,6 +218,11 @@ def train_timing(name: str, settings: dict[str, Any], n: int, data_yaml: Path, a
         "epochs": args.epochs, "workers": workers, "val": False, "plots": False, "project": str(project),
         "name": name, "exist_ok": True, "verbose": False})
     trainer.add_callback("on_train_epoch_start", lambda t: marks.append((t.epoch, time.perf_counter())))
+    if args.gil:
+        sampler = GilSampler(args.gil)
+        trainer.add_callback("on_train_epoch_start", lambda t: sampler.start() if t.epoch == 1 else None)
+        trainer.add_callback("on_train_epoch_end", lambda t: GIL_SAMPLED.setdefault(name, {}).update(
+            {args.gil: sampler.stop()}) if t.epoch == args.epochs - 1 else None)
     trainer.add_callback("on_train_batch_end", lambda t: marks.append((t.epoch, time.perf_counter())))
     trainer.add_callback("on_train_batch_start", lambda t: waits.append((t.epoch, time.perf_counter() - marks[-1][1])))
     trainer.train()
@@ -160,6 +253,9 @@ def main() -> int:
     parser.add_argument("--threads-sweep", default="", metavar="N,N@MS,...",
                         help="also train the threads loader at each pool size (@MS: with that sys.setswitchinterval in"
                              " milliseconds), against workers = N before and after")
+    parser.add_argument("--gil", choices=("holders", "waits"),
+                        help="sample each training's timed epochs with py-spy (beside this Python): who held the GIL,"
+                             " or how often the training thread waited for it (pauses the process: slower rates)")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
@@ -192,6 +288,9 @@ def main() -> int:
         print(f"\ntrain: {args.model}, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, "
               f"epochs 2..{args.epochs}")
         report(its, "it/s", label("workers", n))
+        if args.gil:
+            for kind in kinds:
+                print(f"  {label(kind, n)}: {gil_line(GIL_SAMPLED.get(kind, {}))}")
     if args.ladder:
         ladder_rates(n, data_yaml, args)
     if args.threads_sweep:
@@ -203,7 +302,7 @@ def threads_sweep(entries: list[str], n: int, data_yaml: Path, args: argparse.Na
     """The threads loader at each entry, ``N`` threads or ``N@MS`` (and ``sys.setswitchinterval`` MS milliseconds
     while it trains), between two trainings at ``workers = n`` (a drifting neighbour's load shows as the two
     differing), each against their mean, with the share of time the loop waited for batches. An entry may repeat."""
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, str]] = []  # shown name, it/s, waiting, training name
     default_interval = sys.getswitchinterval()
     with tempfile.TemporaryDirectory(prefix="sweep-") as project:
         before = train_timing("before", {}, n, data_yaml, args, Path(project))
@@ -215,15 +314,20 @@ def threads_sweep(entries: list[str], n: int, data_yaml: Path, args: argparse.Na
                                              data_yaml, args, Path(project))
             finally:
                 sys.setswitchinterval(default_interval)
-            rows.append((f"threads={pool}" + (f", switch {ms} ms" if ms else ""), rate, waiting))
+            rows.append((f"threads={pool}" + (f", switch {ms} ms" if ms else ""), rate, waiting, f"threads{k}"))
         after = train_timing("after", {}, n, data_yaml, args, Path(project))
     base = (before[0] + after[0]) / 2
     print(f"\nthreads sweep: {args.model}, imgsz {args.imgsz}, batch {args.batch}, {args.images} images, epochs "
           f"2..{args.epochs}; workers={n}: {before[0]:.1f} it/s before, {after[0]:.1f} after (waiting "
           f"{before[1]:.0%}, {after[1]:.0%}); switch interval {default_interval * 1000:g} ms unless said")
-    width = max(len(name) for name, _, _ in rows)
-    for name, rate, waiting in rows:
+    width = max(len(name) for name, *_ in rows)
+    for name, rate, waiting, training in rows:
         print(f"  {name:<{width}} {rate:6.1f} it/s  {rate / base:5.2f}x  waiting for batches {waiting:4.0%}")
+        if args.gil:
+            print(f"  {'':<{width}} {gil_line(GIL_SAMPLED.get(training, {}))}")
+    if args.gil:
+        for training in ("before", "after"):
+            print(f"  workers={n} {training}: {gil_line(GIL_SAMPLED.get(training, {}))}")
 
 
 def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
