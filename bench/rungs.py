@@ -2,18 +2,19 @@
 
 (a) InfiniteDataLoader with ``workers = N`` (the top rung), (b) ``workers = 0`` (the safest process-free rung until
 now), (c) ThreadDataLoader with ``threads = N`` (the safe rung that should keep its speed; goal: at least 0.9x (a)
-in training throughput on a GPU), (d) ``workers = N`` started with "spawn" (the ROCm ladder's first loader rung). Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and
-all) for ``--batches`` batches after ``--warmup`` ones; the best of ``--rounds`` interleaved rounds, in samples/s,
-with the ratio to (a). With ``--train``, a short real training (``--model``, YOLOv8n from its yaml by default,
-device auto) at each loader, in iterations/s over the epochs after the first, with the ratio to (a). With
-``--ladder``, the same training at every rung of the default ladder for ``workers = N`` (its threads rung with the
-CPU count of threads, as in the worker), against rung 0. With ``--threads-sweep 4,8,16@1``, the same training with
-the threads loader at each of those pool sizes (``@1``: with a 1 ms ``sys.setswitchinterval``), between two
-trainings at ``workers = N``, against their mean; each row also gives the share of the timed wall time the training
-loop spent waiting for its next batch (low: the loop itself is what is slow). With ``--gil``, py-spy samples each
-training's timed epochs: ``--gil holders``, the shares of wall time the training thread, the loader threads and the
-rest held the GIL; ``--gil waits``, the share of the training thread's time spent waiting to take it back (at the
-torch calls, which each release it).
+in training throughput on a GPU), (d) ``workers = N`` started with "spawn" (the ROCm ladder's first loader rung).
+Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and all) for ``--batches`` batches
+after ``--warmup`` ones (the first one's wait printed: the workers' start); the best of ``--rounds`` interleaved
+rounds, in samples/s, with the ratio to (a). With ``--train``, a short real training (``--model``, YOLOv8n from its
+yaml by default, device auto) at each loader, in iterations/s over the epochs after the first, with the ratio to
+(a). With ``--ladder``, the same training at every rung of the default ladder for ``workers = N`` (its threads rung
+with the CPU count of threads, as in the worker), against rung 0. With ``--threads-sweep 4,8,16@1``, the same
+training with the threads loader at each of those pool sizes (``@1``: with a 1 ms ``sys.setswitchinterval``),
+between two trainings at ``workers = N``, against their mean; each row also gives the share of the timed wall time
+the training loop spent waiting for its next batch (low: the loop itself is what is slow). With ``--gil``, py-spy
+samples each training's timed epochs: ``--gil holders``, the shares of wall time the training thread, the loader
+threads and the rest held the GIL; ``--gil waits``, the share of the training thread's time spent waiting to take it
+back (at the torch calls, which each release it).
 
     .venv/bin/python bench/rungs.py [--imgsz 64] [--workers N] [--batch 16] [--images 128] [--train]
     python3 bench/rungs.py --imgsz 640 --batch 32 --images 1024 --workers 8 --train --ladder   # a GPU machine

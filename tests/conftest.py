@@ -54,6 +54,43 @@ def read_incidents(state_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+LOADER_RUNG_CONFIG = """
+name = "{name}"
+{train}[metrics]
+listen = "off"
+[kernel_log]
+source = "off"
+gpu_events = "off"
+[watchdog]
+startup_timeout = 90
+[restart]
+backoff_initial = 0.5
+[ladder]
+rungs = [{rung}]
+"""
+
+
+def climb_to_loader_rung(tmp_path: Path, name: str, rung: str) -> tuple[dict, dict, dict]:
+    """The demo (``workers = 2``) with one ladder rung, ``rung`` (TOML), whose loader hangs at rung 0 (attempt 1,
+    batch 5) and again at that rung (attempt 2, batch 3); attempt 3 finishes there. The final status and the two
+    incidents, after checking that the run succeeded with two hangs in training at rungs 0 and 1."""
+    config = tmp_path / "config.toml"
+    config.write_text(LOADER_RUNG_CONFIG.format(name=name, train=demo_train(), rung=rung))
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
+                        "--fault", "dataloader_hang,at_batch=5,attempt=1",
+                        "--fault", "dataloader_hang,at_batch=3,attempt=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded" and (status["epoch"], status["epochs"]) == (3, 3)
+    assert (state_dir / "train" / "weights" / "best.pt").exists()
+    assert status["rung"] == 1 and status["attempt"] == 3
+    first, second = read_incidents(state_dir)
+    assert (first["reason"], first["phase"], first["rung"]) == ("hang", "train", 0)
+    assert (second["reason"], second["phase"], second["rung"]) == ("hang", "train", 1)
+    return status, first, second
+
+
 def sources_for_nobody() -> Path:
     """A world-readable copy of the project's packages and psutil, for a test that runs Python as user nobody: the
     checkout and its venv may sit where nobody cannot read them (a clone in /root, a 0700 home). The directory is

@@ -3,34 +3,18 @@ worker process in its tree), loader faults still fire there, and exact resume ke
 
 from __future__ import annotations
 
-import textwrap
 import threading
 
 import pytest
 import torch
 
-from tests.conftest import demo_train, read_incidents, read_state, yolo_train
+from tests.conftest import climb_to_loader_rung
 from worker.demo_data import ensure_demo_dataset
 from worker.exact_resume import ResumePoint, install
 from worker.loaders import hook_samples
 from worker.thread_loader import thread_loader_from
 
 BATCH = 4  # the demo's 32 training images: 8 batches an epoch
-
-CONFIG = """
-name = "threads-rung"
-{train}[metrics]
-listen = "off"
-[kernel_log]
-source = "off"
-gpu_events = "off"
-[watchdog]
-startup_timeout = 90
-[restart]
-backoff_initial = 0.5
-[ladder]
-rungs = [{{ loader = "threads", threads = 2 }}]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -53,26 +37,13 @@ def demo_loader(data, workers: int):
 
 @pytest.mark.e2e
 def test_rung_1_trains_on_threads_without_worker_processes_and_its_loader_faults_fire(tmp_path):
-    config = tmp_path / "config.toml"
-    config.write_text(textwrap.dedent(CONFIG.format(train=demo_train())))
-    state_dir = tmp_path / "state"
     # attempt 1 (rung 0, workers = 2): the DataLoader worker processes hang; attempt 2 (rung 1): the loader's
     # threads hang, which only a hook that fires on those threads can do; attempt 3 (rung 1, the top) finishes.
-    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
-                        "--fault", "dataloader_hang,at_batch=5,attempt=1",
-                        "--fault", "dataloader_hang,at_batch=3,attempt=2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    status = read_state(state_dir)["status"]
-    assert status["state"] == "succeeded" and (status["epoch"], status["epochs"]) == (3, 3)
-    assert (state_dir / "train" / "weights" / "best.pt").exists()
-    first, second = read_incidents(state_dir)
-    assert (first["reason"], first["phase"], first["rung"]) == ("hang", "train", 0)
+    status, first, second = climb_to_loader_rung(tmp_path, "threads-rung", '{ loader = "threads", threads = 2 }')
     assert first["settings"]["loader"] == "process" and first["kill"]["processes"] == 3  # main + 2 workers
-    assert (second["reason"], second["phase"], second["rung"]) == ("hang", "train", 1)
     # The killed tree of the threads rung: the training process alone, its loader threads inside it.
     assert second["kill"]["processes"] == 1 and second["kill"]["survivors"] == []
     assert second["settings"]["loader"] == "threads" and second["settings"]["threads"] == 2
-    assert status["rung"] == 1 and status["attempt"] == 3
     assert (status["settings"]["loader"], status["settings"]["threads"], status["settings"]["workers"]) == (
         "threads", 2, 0)
 

@@ -346,7 +346,8 @@ class SupervisedTrainerMixin:
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         from worker import exact_resume
-        from worker.loaders import chain_worker_init, die_with_parent, hook_samples, make_epoch_workers, start_workers_with
+        from worker.loaders import (chain_worker_init, die_with_parent, hook_samples, make_epoch_workers,
+                                    start_workers_with)
 
         options = self.supervision.options
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)

@@ -5,8 +5,9 @@ below it, so rung k is "everything that rungs 1..k changed". The default ladder 
 did by hand, with the rungs that cost no speed first: under a ROCm build of torch, environment rungs that cure
 known runtime hangs at (almost) no cost, then DataLoader workers spawned instead of forked; then halve ``workers``
 down to 1, ``persistent_workers = false``, the thread loader (no worker processes, most of their speed),
-``workers = 0`` (no loader concurrency at all), then ``val = false``. Each rung's reason is beside it in ``default_ladder``. The ladder is climbed one rung per hang
-and never skipped; the decision core probes back down once a rung has been healthy for ``[ladder] probe_after``.
+``workers = 0`` (no loader concurrency at all), then ``val = false``. Each rung's reason is beside it in
+``default_ladder``. The ladder is climbed one rung per hang and never skipped; the decision core probes back down
+once a rung has been healthy for ``[ladder] probe_after``.
 """
 
 from __future__ import annotations
