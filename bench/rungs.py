@@ -118,12 +118,16 @@ class GilSampler:
 
         self.mode = mode
         self.exe = find_py_spy()
-        self.out = Path(tempfile.mkstemp(prefix="gil-", suffix=".txt")[1])
+        fd, out = tempfile.mkstemp(prefix="gil-", suffix=".txt")
+        os.close(fd)  # py-spy writes it
+        self.out = Path(out)
         self.process: subprocess.Popen | None = None
         self.started = 0.0
         self.rate = self.RATES[mode]
 
     def start(self) -> None:
+        if self.exe is None:
+            print("--gil: py-spy not found beside this Python nor on PATH: pip install py-spy", flush=True)
         if self.exe is None or self.process is not None:
             return
         how = ["--gil", "--nonblocking"] if self.mode == "holders" else ["--idle", "--native"]
@@ -338,6 +342,7 @@ def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
 
     ladder = default_ladder(n)
     its: dict[str, float] = {}
+    trained: dict[str, str] = {}  # shown name -> training name
     with tempfile.TemporaryDirectory(prefix="ladder-") as project:
         for rung in range(len(ladder)):
             settings = ladder.settings(rung)
@@ -345,9 +350,13 @@ def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
                 continue
             its[f"rung {rung}: {ladder.label(rung)}"] = train_rate(f"rung{rung}", settings, n, data_yaml, args,
                                                                    Path(project))
+            trained[f"rung {rung}: {ladder.label(rung)}"] = f"rung{rung}"
     print(f"\ndefault ladder (workers = {n}, threads = {os.cpu_count()}): {args.model}, imgsz {args.imgsz}, batch {args.batch}, "
           f"{args.images} images, epochs 2..{args.epochs}")
     report(its, "it/s", next(iter(its)))
+    if args.gil:
+        for shown, training in trained.items():
+            print(f"  {shown}: {gil_line(GIL_SAMPLED.get(training, {}))}")
 
 
 def report(rates: dict[str, float], unit: str, reference: str) -> None:
