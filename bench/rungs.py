@@ -118,9 +118,7 @@ class GilSampler:
 
         self.mode = mode
         self.exe = find_py_spy()
-        fd, out = tempfile.mkstemp(prefix="gil-", suffix=".txt")
-        os.close(fd)  # py-spy writes it
-        self.out = Path(out)
+        self.out: Path | None = None
         self.process: subprocess.Popen | None = None
         self.started = 0.0
         self.rate = self.RATES[mode]
@@ -130,6 +128,9 @@ class GilSampler:
             print("--gil: py-spy not found beside this Python nor on PATH: pip install py-spy", flush=True)
         if self.exe is None or self.process is not None:
             return
+        fd, out = tempfile.mkstemp(prefix="gil-", suffix=".txt")
+        os.close(fd)  # py-spy writes it
+        self.out = Path(out)
         how = ["--gil", "--nonblocking"] if self.mode == "holders" else ["--idle", "--native"]
         self.process = subprocess.Popen(
             [self.exe, "record", "--pid", str(os.getpid()), *how, "--threads", "--rate", str(self.rate),
@@ -138,13 +139,13 @@ class GilSampler:
         self.started = time.perf_counter()
 
     def stop(self) -> dict[str, float]:
-        if self.process is None:
+        if self.process is None or self.out is None:
             return {}
         seconds = time.perf_counter() - self.started
         self.process.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
         _, errors = self.process.communicate(timeout=60)
         samples: collections.Counter[str] = collections.Counter()
-        for line in self.out.read_text().splitlines() if self.out.exists() else []:
+        for line in self.out.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
             samples[self.holder_group(stack) if self.mode == "holders" else self.training_state(stack)] += int(count)
         self.out.unlink(missing_ok=True)
@@ -156,10 +157,14 @@ class GilSampler:
         return {key: count / total for key, count in samples.items()}
 
     @staticmethod
+    def thread_name(stack: str) -> str:
+        return stack.split(";", 1)[0].partition("): ")[2]  # raw lines: 'thread (NATIVE_ID): NAME;frame;... COUNT'
+
+    @staticmethod
     def holder_group(stack: str) -> str:
         """``training`` (the main thread), ``loader`` (thread-loader-*), ``pin_memory`` (torch's pin thread beside
-        worker processes), ``other``; raw lines read 'thread (NATIVE_ID): NAME;frame;frame... COUNT'."""
-        name = stack.split(";", 1)[0].partition("): ")[2]
+        worker processes), ``other``."""
+        name = GilSampler.thread_name(stack)
         if name == "MainThread":
             return "training"
         if name.startswith("thread-loader-"):
@@ -169,7 +174,7 @@ class GilSampler:
     @staticmethod
     def training_state(stack: str) -> str:
         """The training thread's sample as ``gil wait`` or ``running``; other threads ''."""
-        if stack.split(";", 1)[0].partition("): ")[2] != "MainThread":
+        if GilSampler.thread_name(stack) != "MainThread":
             return ""
         innermost = stack.split(";")[-3:]  # libc's own unnamed frames may sit under the wait
         return "gil wait" if any(f.startswith("pthread_cond_timedwait") for f in innermost) else "running"
@@ -348,9 +353,8 @@ def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
             settings = ladder.settings(rung)
             if ladder.rungs[rung] == {"val": False}:
                 continue
-            its[f"rung {rung}: {ladder.label(rung)}"] = train_rate(f"rung{rung}", settings, n, data_yaml, args,
-                                                                   Path(project))
-            trained[f"rung {rung}: {ladder.label(rung)}"] = f"rung{rung}"
+            shown, trained[shown] = f"rung {rung}: {ladder.label(rung)}", f"rung{rung}"
+            its[shown] = train_rate(trained[shown], settings, n, data_yaml, args, Path(project))
     print(f"\ndefault ladder (workers = {n}, threads = {os.cpu_count()}): {args.model}, imgsz {args.imgsz}, batch {args.batch}, "
           f"{args.images} images, epochs 2..{args.epochs}")
     report(its, "it/s", next(iter(its)))
