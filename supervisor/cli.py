@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check-config":
             from supervisor.decision.ladder import build_ladder
 
-            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None)
+            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None,
+                                  device=config.train.get("device"))
             print(f"{config.source}: ok; state_dir {config.state_dir}")
             for i in range(len(ladder)):
                 print(f"  rung {i}: {ladder.label(i)}")
