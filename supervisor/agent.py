@@ -52,7 +52,8 @@ PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor coun
 class Agent:
     def __init__(self, config: Config):
         self.config = config
-        self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None)
+        self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None,
+                                   device=config.train.get("device"))
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source)
@@ -229,7 +230,7 @@ class Agent:
             train={**self.config.train, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": True},
             trainer_args=rung.trainer_args, options=rung.options,
             patches=Patches(conv_fallback=self.config.conv_fallback, amp_check=self.config.amp_check),
-            resume=str(resume) if resume else None, checkpoint_every=self.config.checkpoint.every,
+            resume=str(resume) if resume else None, checkpoint_every=action.checkpoint_every,
             faults=tuple(f.to_dict() for f in self.config.faults),
             fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid())
         self.state_dir.launch_record.write_text(record.to_json())

@@ -70,8 +70,9 @@ class WatchdogConfig:
 class RestartConfig:
     """When to give up, and how fast to retry after a crash.
 
-    max_restarts, window: the restart budget: more than max_restarts restarts within window seconds
-        end the supervisor with exit status 1 instead of looping forever.
+    max_restarts, window: the restart budget: more than max_restarts restarts within window seconds, each after
+        an attempt that wrote no new checkpoint, end the supervisor with exit status 1 instead of looping forever.
+        An attempt that saved a checkpoint before it failed spends none: the run moved on.
     backoff_initial, backoff_max: the delay before restarting after a crash doubles from the first to
         the second with each consecutive crash; hangs restart at once (their stall was the wait).
     """
@@ -105,11 +106,15 @@ class CheckpointConfig:
     """How much training a hang may cost.
 
     every: seconds of training between the worker's checkpoints inside an epoch (written atomically at the next
-        batch boundary); a number, a duration such as "10m", or "epoch" (None) for Ultralytics' end-of-epoch
-        save only. The newest checkpoint bounds the work a hang loses: at most this much, plus detection.
+        batch boundary); "auto" (the default): chosen at every spawn from the measured checkpoint hold and this
+        run's hangs (supervisor/decision/checkpoint_interval.py), ``max`` while the run has not hung; a number or a
+        duration such as "10m" for a fixed interval; or "epoch" (None) for Ultralytics' end-of-epoch save only. The
+        newest checkpoint bounds the work a hang loses: at most this much, plus detection.
+    max: the longest interval "auto" chooses: the interval of a run that has not hung.
     """
 
-    every: float | None = 600.0
+    every: float | str | None = "auto"
+    max: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -248,7 +253,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     kernel_log = check.kernel_log(raw.get("kernel_log", {}))
     checkpoint = check.checkpoint(raw.get("checkpoint", {}))
     incidents = check.incidents(raw.get("incidents", {}))
-    if probe.probe_after is not None and checkpoint.every is not None and probe.probe_after < checkpoint.every:
+    if probe.probe_after is not None and isinstance(checkpoint.every, float) and probe.probe_after < checkpoint.every:
         check.fail("ladder.probe_after", f"at least [checkpoint] every ({checkpoint.every:.0f} s): a probe moves at a "
                                          f"checkpoint boundary", raw["ladder"]["probe_after"])
     patches = raw.get("patches", {})
@@ -622,7 +627,10 @@ class _Checker:
     def checkpoint(self, table: Any) -> CheckpointConfig:
         self.keys("checkpoint", table, {f.name for f in fields(CheckpointConfig)})
         every = table.get("every", CheckpointConfig.every)
-        return CheckpointConfig(every=None if every == "epoch" else self.duration("checkpoint.every", every, '"epoch"'))
+        most = self.duration("checkpoint.max", table.get("max", CheckpointConfig.max))
+        if every in ("auto", "epoch"):
+            return CheckpointConfig(every=None if every == "epoch" else every, max=most)
+        return CheckpointConfig(every=self.duration("checkpoint.every", every, '"auto"', '"epoch"'), max=most)
 
     def faults(self, value: Any) -> tuple[Fault, ...]:
         if isinstance(value, dict):

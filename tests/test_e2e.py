@@ -86,6 +86,11 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
     assert incident["settings"]["workers"] == 2  # rung 0 on the CPU: Ultralytics' forced workers=0 undone
     assert_gone([p["pid"] for p in incident["processes"]])
     assert status["rung"] == rung and status["attempt"] == 2
+    # [checkpoint] every = "auto": a run that has not hung checkpoints every max; the attempt after a hang gets the
+    # interval its hang rate asks for, and it is the one its worker was launched with.
+    launched = json.loads((state_dir / "worker-settings.json").read_text())
+    assert launched["checkpoint_every"] == status["checkpoint_every"]
+    assert (status["checkpoint_every"] < 600) is (reason == "hang")
     expected_workers = {0: 2, 1: 1}[rung]
     assert status["settings"]["workers"] == expected_workers
     # training goes on with the epoch it was in: nothing before that epoch is lost

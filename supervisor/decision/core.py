@@ -36,7 +36,8 @@ from enum import Enum
 from typing import Any
 
 from supervisor.config import Config
-from supervisor.decision import restart_budget, watchdog
+from supervisor.decision import checkpoint_interval, restart_budget, rung_choice, watchdog
+from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.vocabulary import After, KernelKind, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
@@ -151,6 +152,7 @@ class Spawn:
     attempt: int
     rung: int
     rung_settings: dict[str, Any]  # the rung's changes and the remedies in force, as the ladder spells them
+    checkpoint_every: float | None = None  # seconds of training between the worker's checkpoints; None: per epoch
 
 
 @dataclass(frozen=True)
@@ -234,6 +236,7 @@ class StopPlan:
     advice: str | None = None  # After.CONFIG_ERROR: what the user should change
     save_until: float | None = None  # monotonic: the worker was asked to save and exit by then
     saved: bool = False  # it did, and exited 0
+    point: HangPoint | None = None  # a hang: where it sat
 
 
 @dataclass
@@ -296,7 +299,8 @@ class Supervision:
     backoff_until: float | None = None
     consecutive_crashes: int = 0
     last_failure: str | None = None
-    restart_times: list[float] = field(default_factory=list)  # wall clock, for the budget
+    restart_times: list[float] = field(default_factory=list)  # wall clock, every restart after a failure
+    budget_times: list[float] = field(default_factory=list)  # wall clock, the restarts that spent the budget
     restarts_by_reason: dict[str, int] = field(default_factory=dict)
     hangs_by_phase: dict[str, int] = field(default_factory=dict)
     incidents: list[dict[str, Any]] = field(default_factory=list)
@@ -332,6 +336,9 @@ class Supervision:
     rung_speeds: dict[str, list[float]] = field(default_factory=dict)  # rung -> recent it/s samples
     startup_failure: str | None = None  # the last attempt's failure and last words, when it failed before a batch
     training_fingerprint: str | None = None  # the [train] table and ladder the rung was climbed under
+    # -- what the hangs taught: the ladder's choices and the checkpoint interval (hang_history.py) --
+    hang_history: HangHistory = field(default_factory=HangHistory)
+    checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
 
     # -- derived values, for the agent, status and metrics --
     def deadline(self) -> Deadline:
@@ -398,18 +405,29 @@ class Supervision:
     def probe_in(self) -> float | None:
         """Seconds of healthy training left before the rung below is tried; None when it will not be."""
         cfg = self.config.probe
-        if cfg.probe_after is None or self.rung == 0 or self.exit is not None:
-            return None
-        if self.rung_hangs.get(str(self.rung - 1), 0) >= cfg.give_up_after:
+        if cfg.probe_after is None or self.rung == 0 or self.exit is not None or self.probe_target() is None:
             return None
         return max(0.0, self.probation.get(str(self.rung), cfg.probe_after) - self.rung_trained())
 
+    def rung_facts(self) -> list[rung_choice.RungFacts]:
+        """What each rung has shown in this run, as the ladder's choices read it."""
+        return [rung_choice.RungFacts(self.rung_speed(k), self.hang_history.rung_seconds.get(k, 0.0),
+                                      self.rung_hangs.get(str(k), 0)) for k in range(len(self.ladder))]
+
+    def probe_target(self) -> int | None:
+        return rung_choice.probe_target(self.rung, self.rung_facts(), self.config.probe.give_up_after)
+
+    def mean_time_between_hangs(self) -> float | None:
+        h = self.hang_history
+        return checkpoint_interval.mean_time_between_hangs(h.hang_marks, h.window_start, self.trained())
+
     def budget_left(self, wall: float) -> int:
-        return restart_budget.budget_left(self.restart_times, wall, self.config.restart)
+        return restart_budget.budget_left(self.budget_times, wall, self.config.restart)
 
     # -- persistence: what a restarted supervisor needs to continue where it was --
     def persistent(self) -> dict[str, Any]:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
+                "budget_times": self.budget_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
                 "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value,
                 "kernel_events": self.kernel_events, "remedies": self.remedies,
@@ -419,12 +437,14 @@ class Supervision:
                 "startup_failure": self.startup_failure, "training_fingerprint": self.training_fingerprint,
                 "rung_entered_trained": self.rung_entered_trained, "probation": self.probation,
                 "rung_hangs": self.rung_hangs, "probing_from": self.probing_from, "rung_speeds": self.rung_speeds,
+                "hang_history": self.hang_history.to_dict(),
                 "checkpoint": None if self.checkpoint is None else asdict(self.checkpoint)}
 
     def restore(self, record: dict[str, Any]) -> None:
         self.rung = min(int(record.get("rung", 0)), len(self.ladder) - 1)
         self.attempt = int(record.get("attempt", 0))
         self.restart_times = [float(t) for t in record.get("restart_times", [])]
+        self.budget_times = [float(t) for t in record.get("budget_times", self.restart_times)]
         self.restarts_by_reason = dict(record.get("restarts_by_reason", {}))
         self.hangs_by_phase = dict(record.get("hangs_by_phase", {}))
         self.last_failure = record.get("last_failure")
@@ -443,6 +463,7 @@ class Supervision:
         self.probing_from = record.get("probing_from")
         self.rung_speeds = {str(k): [float(x) for x in v] for k, v in (record.get("rung_speeds") or {}).items()}
         self.training_fingerprint = record.get("training_fingerprint")
+        self.hang_history = HangHistory.from_dict(record.get("hang_history"))
         mark = record.get("checkpoint")
         if isinstance(mark, dict):
             self.checkpoint = CheckpointMark(**{**mark, "mono": -math.inf})  # its age is read from the wall clock
@@ -502,6 +523,7 @@ def _boot(s: Supervision, now: Now) -> list[Any]:
         note.append(Log("warning", f"[train] or the ladder changed since rung {s.rung} was reached: starting again at "
                                    f"rung 0 ({s.ladder.label(0)}) without the remedies {s.remedies or '{}'}"))
         s.remedies, s.startup_failure, s.probing_from, s.probation, s.rung_hangs = {}, None, None, {}, {}
+        s.hang_history = HangHistory()
         _move_to(s, 0)
     elif s.attempt:
         note.append(Log("info", f"continuing at rung {s.rung} ({s.ladder.label(s.rung)}) after {s.attempt} attempts"))
@@ -522,7 +544,11 @@ def _spawn(s: Supervision) -> Spawn:
     s.attempt += 1
     s.state = State.STARTING
     s.stop = None
-    return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies})
+    cfg = s.config.checkpoint
+    s.checkpoint_interval = checkpoint_interval.choose(cfg.every, cfg.max, s.hang_history.holds,
+                                                       s.mean_time_between_hangs())
+    return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
+                 checkpoint_every=s.checkpoint_interval.seconds)
 
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
@@ -614,15 +640,24 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
             s.startup_failure = None
             s.startup_seconds = now.mono - (s.spawned_at or now.mono)
             s.startup_seen = max(s.startup_seen or 0.0, s.startup_seconds)
+            s.hang_history.training_again(now.mono)
             if s.incidents and "restart_seconds" not in s.incidents[-1] and s.incidents[-1]["reason"] != "stop":
                 s.incidents[-1]["restart_seconds"] = round(now.wall - s.incidents[-1]["time"], 3)
             actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
                                        f"after spawn"))
             if s.config.standby and s.config.command is None:
-                actions.append(PrepareStandby({**s.ladder.settings(s.ladder.next(s.rung)), **s.remedies}))
+                actions.append(PrepareStandby({**s.ladder.settings(_rung_after_a_hang_now(s)), **s.remedies}))
         elif s.state == State.HEALTHY:
             actions += _probe_check(s, now)
     return actions
+
+
+def _rung_after_a_hang_now(s: Supervision) -> int:
+    """Where a hang now would move to, for the standby: the choice made with this rung's record and one more hang."""
+    facts = s.rung_facts()
+    here = facts[s.rung]
+    facts[s.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1)
+    return rung_choice.after_hang(s.rung, facts, s.hang_history.mean_hang_cost()).rung
 
 
 def _record_rung_speed(s: Supervision) -> None:
@@ -646,8 +681,9 @@ def _probe_check(s: Supervision, now: Now) -> list[Any]:
     s.state = State.STOPPING
     s.stop = StopPlan(Reason.PROBE, After.RESTART, incident={},
                       save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED))
-    return [Log("info", f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung {s.rung - 1} "
-                        f"({s.ladder.label(s.rung - 1)}) at this checkpoint"), RequestCheckpoint()]
+    target = s.probe_target()
+    return [Log("info", f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung {target} "
+                        f"({s.ladder.label(target)}) at this checkpoint"), RequestCheckpoint()]
 
 
 def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
@@ -672,6 +708,8 @@ def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any
         return []
     s.checkpoint = CheckpointMark(m.path, m.epoch or s.progress.epoch, m.batch or 0, now.wall, now.mono,
                                   m.seconds or 0.0)
+    if m.seconds is not None:
+        s.hang_history.checkpoint_hold(m.seconds)
     s.batches_since_checkpoint = 0
     return [KeepVerifiedCopy(m.path)]
 
@@ -883,12 +921,16 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
     }
     if kernel_events:
         incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
+    point = HangPoint(phase, s.progress.epoch, s.progress.batch) if reason in (Reason.HANG, Reason.KERNEL) else None
+    last_progress_at, lost_before = s.last_progress_at, s.lost_seconds
     # A stop that saves loses nothing, nor does a kill after training was done (then=SUCCEED).
     _close_attempt(s, incident, lost=(reason != Reason.STOP or save_until is None) and then != After.SUCCEED)
+    if point is not None and then in (None, After.RESTART):
+        s.hang_history.hang(point, s.trained(), last_progress_at, s.lost_seconds - lost_before)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
     s.stop = StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
-                      climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until)
+                      climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until, point=point)
     if reason == Reason.HANG:
         s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
     if reason == Reason.STOP:
@@ -901,6 +943,7 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
 def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> None:
     """Move this attempt's progress into the totals; when it ends without a save, what followed the newest
     checkpoint is lost (the next worker resumes from there) and the incident says how much."""
+    s.hang_history.trained_at(s.rung, s.trained() - s.trained_seconds)
     s.trained_seconds = s.trained()
     if s.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         _record_rung_speed(s)
@@ -952,20 +995,32 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     """After a failure: count it against the budget, apply the remedy or climb, then spawn or back off."""
     s.restarts_by_reason[plan.reason.value] = s.restarts_by_reason.get(plan.reason.value, 0) + 1
     if plan.reason == Reason.PROBE:  # planned, saved first: no budget, no backoff
+        target = s.probe_target()
         s.probing_from = s.rung
-        _move_to(s, s.rung - 1)
-        return [Log("warning", f"one rung faster: rung {s.rung} ({s.ladder.label(s.rung)}), probing; a hang returns "
+        _move_to(s, s.rung - 1 if target is None else target)
+        return [Log("warning", f"faster: rung {s.rung} ({s.ladder.label(s.rung)}), probing; a hang returns "
                                f"to rung {s.probing_from}"), _spawn(s)]
-    if plan.reason == Reason.HANG:
+    if plan.point is not None:
         s.rung_hangs[str(s.rung)] = s.rung_hangs.get(str(s.rung), 0) + 1
+        repeated = s.hang_history.repeated_point()
+        if repeated is not None and repeated.phase != "startup":
+            return _finish(s, State.FAILED, Exit(
+                EXIT_CONFIG, f"the same hang {len(s.hang_history.points)} times in a row at epoch {repeated.epoch}, "
+                             f"batch {repeated.batch} ({repeated.phase}), whatever the rung: a deterministic hang in "
+                             f"the model or the data, which no rung changes (last: {plan.incident.get('detail')}); "
+                             f"find what that batch does (yolo-train incidents shows the stacks), then run again to "
+                             f"resume"))
     s.restart_times.append(now.wall)
+    if not _saved_since_spawn(s):  # a loop saves nothing; a run that checkpoints between hangs still moves on
+        s.budget_times.append(now.wall)
     s.last_failure = plan.failure
     cfg = s.config.restart
-    used = restart_budget.restarts_in_window(s.restart_times, now.wall, cfg)
+    used = restart_budget.restarts_in_window(s.budget_times, now.wall, cfg)
     if used > cfg.max_restarts:
         return _finish(s, State.FAILED, Exit(
             EXIT_FAILED,
-            f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s (restart.max_restarts = "
+            f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s, none after a new checkpoint "
+            f"(restart.max_restarts = "
             f"{cfg.max_restarts}); last failure: {plan.incident.get('detail') or plan.failure}; "
             f"fix the cause, then run again to resume at rung {s.rung}"))
     actions: list[Any] = []
@@ -981,7 +1036,12 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         actions.append(Log("warning", f"the probed rung hung: back to rung {back} ({s.ladder.label(back)}), next probe "
                                       f"after {s.probation[key]:.0f} s" + (f"; rung {back - 1} hung "
                                       f"{s.config.probe.give_up_after} times and is not probed again" if gave_up else "")))
-    elif plan.climb:
+    elif plan.climb and plan.point is not None:  # a hang: the rung its record says
+        choice = rung_choice.after_hang(s.rung, s.rung_facts(), s.hang_history.mean_hang_cost())
+        if choice.rung != s.rung:
+            _move_to(s, choice.rung)
+        actions.append(Log("warning", f"rung {s.rung} ({s.ladder.label(s.rung)}): {choice.why}"))
+    elif plan.climb:  # the same crash again
         if s.ladder.exhausted(s.rung):
             actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
         else:
@@ -993,6 +1053,11 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         s.state, s.backoff_until, s.stop = State.BACKOFF, now.mono + delay, None
         return actions + [Log("info", f"restarting in {delay:.1f} s (crash {s.consecutive_crashes} in a row)")]
     return actions + [_spawn(s)]
+
+
+def _saved_since_spawn(s: Supervision) -> bool:
+    """The attempt that just failed wrote a complete checkpoint: the next one resumes past where this one began."""
+    return s.checkpoint is not None and s.spawned_at is not None and s.checkpoint.mono >= s.spawned_at
 
 
 def _finish(s: Supervision, state: State, exit: Exit) -> list[Any]:
@@ -1039,7 +1104,8 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "last_checkpoint": None if s.checkpoint is None else {
             "path": s.checkpoint.path, "epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch,
             "age_seconds": now.wall - s.checkpoint.wall, "seconds": s.checkpoint.seconds},
-        "checkpoint_every": s.config.checkpoint.every,
+        "checkpoint_every": None if s.checkpoint_interval is None else s.checkpoint_interval.seconds,
+        "checkpoint_interval": _interval_view(s),
         "trained_seconds": s.trained(), "lost_seconds": s.lost_seconds, "lost_batches": s.lost_batches,
         "goodput": s.goodput(now.wall), "run_started": s.run_started_wall,
         "rung_speed": s.rung_speed(s.rung), "rung0_speed": s.rung_speed(0),
@@ -1048,5 +1114,24 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
                    "seconds_since_progress": None if v.last_progress_at is None else now.mono - v.last_progress_at}
                   for r, v in sorted(s.ranks.items())],
         "probe": {"in_seconds": s.probe_in(), "from": s.probing_from, "probation": s.probation,
-                  "hangs_by_rung": s.rung_hangs},
+                  "hangs_by_rung": s.rung_hangs, "target": s.probe_target() if s.rung else None},
+        "ladder": _ladder_view(s),
     }
+
+
+def _interval_view(s: Supervision) -> dict[str, Any]:
+    """How the current interval was chosen ([checkpoint] every = "auto"), for status and metrics."""
+    chosen = s.checkpoint_interval
+    return {"auto": s.config.checkpoint.every == "auto", "max": s.config.checkpoint.max,
+            "hold_seconds": None if chosen is None else chosen.hold,
+            "mean_time_between_hangs": None if chosen is None else chosen.mean_time_between_hangs}
+
+
+def _ladder_view(s: Supervision) -> dict[str, Any]:
+    """What the ladder's next choice is made from (rung_choice.py): each tried rung's record and expected goodput."""
+    cost = s.hang_history.mean_hang_cost()
+    used = rung_choice.DEFAULT_HANG_COST if cost is None else cost
+    return {"hang_cost_seconds": cost,
+            "rungs": {str(k): {"speed": f.speed, "seconds": round(f.seconds, 3), "hangs": f.hangs,
+                               "expected_goodput": rung_choice.expected_goodput(f, used)}
+                      for k, f in enumerate(s.rung_facts()) if f.tried}}

@@ -1,0 +1,92 @@
+"""Which rung after a hang, and which rung a probe tries: the ladder's choices from what each rung has shown.
+
+A rung that has trained is known by its speed S (median it/s) and its mean time between hangs M (its training
+seconds over its hangs). A hang costs L seconds of training time: detection, kill and restart, plus the work thrown
+away (measured per hang, ``DEFAULT_HANG_COST`` until this run has measured one). A rung's expected goodput is the
+speed it keeps:
+
+    G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
+
+After a hang the next rung is, of two candidates, the better:
+
+- the known rung of the highest G (on a tie the lower, faster one): a rung that hung as often as the one below it
+  has a lower G (same M, lower S) and is left;
+- the lowest rung above every rung tried, when even its best case beats that G by ``EXPLORE_GAIN``: its best case is
+  curing every hang at the speed of the highest rung measured (a safer rung is seldom faster than the rungs below
+  it; the threads rung, faster than ``workers = 1``, is reached only while the rungs below it keep hanging).
+
+So a hang that recurs quickly (a deadlock the settings cause) climbs while climbing can pay, and the rung that cures it
+keeps the run (no hang, no choice); hangs that come as often whatever the rung (a driver's bad night) leave the run on
+the fastest rung, checkpointing often, instead of paying a slower rung for nothing. A probe goes straight to the
+fastest rung below worth retrying (``probe_target``), not one rung at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_HANG_COST = 30.0  # seconds not training per hang, until one is measured: detection, restart, work lost
+EXPLORE_GAIN = 1.1  # an untried rung must promise this much more goodput than the best known to be worth a try
+
+
+@dataclass(frozen=True)
+class RungFacts:
+    """What one rung has shown in this run."""
+    speed: float | None  # median it/s, None until measured
+    seconds: float  # training seconds spent at it
+    hangs: int
+
+    @property
+    def tried(self) -> bool:
+        return self.seconds > 0 or self.hangs > 0 or self.speed is not None
+
+
+@dataclass(frozen=True)
+class Choice:
+    rung: int
+    why: str
+
+
+def expected_goodput(facts: RungFacts, hang_cost: float) -> float:
+    """The it/s a rung keeps once its hangs are paid for."""
+    if facts.speed is None:
+        return 0.0  # it never trained long enough to be measured
+    if facts.hangs == 0:
+        return facts.speed
+    between = facts.seconds / facts.hangs
+    return facts.speed * between / (between + hang_cost)
+
+
+def after_hang(current: int, rungs: list[RungFacts], hang_cost: float | None) -> Choice:
+    """The rung to restart at after a hang at ``current``; ``rungs[k]`` is rung k's record, the hang included."""
+    cost = DEFAULT_HANG_COST if hang_cost is None else hang_cost
+    top = len(rungs) - 1
+    if rungs[current].speed is None:  # it hung before it trained: no evidence for any rung but a safer one
+        if current < top:
+            return Choice(current + 1, f"rung {current} hung before its speed was measured: one rung safer")
+        return Choice(current, "ladder exhausted: staying at the top rung")
+    tried = [k for k, facts in enumerate(rungs) if facts.tried]
+    goodput = {k: expected_goodput(rungs[k], cost) for k in tried}
+    best = max(tried, key=lambda k: (goodput[k], -k))
+    untried = max(tried) + 1
+    measured = [rungs[k].speed for k in tried if rungs[k].speed is not None]
+    if untried <= top and measured and measured[-1] > EXPLORE_GAIN * goodput[best]:
+        return Choice(untried, f"rung {best} keeps {goodput[best]:.2f} it/s of {rungs[best].speed:.2f} once its "
+                               f"hangs are paid for ({cost:.0f} s each); rung {untried} is untried and could keep up "
+                               f"to {measured[-1]:.2f}")
+    why = "the best known" if best != current else "still the best known"
+    return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for "
+                        f"({cost:.0f} s each); " + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried))
+
+
+def probe_target(current: int, rungs: list[RungFacts], give_up_after: int) -> int | None:
+    """The fastest rung below ``current`` worth retrying: the lowest that has not hung ``give_up_after`` times and,
+    where both are measured, is faster than ``current``; None when there is none."""
+    speed = rungs[current].speed
+    for k in range(current):
+        if rungs[k].hangs >= give_up_after:
+            continue
+        if speed is not None and rungs[k].speed is not None and rungs[k].speed <= speed:
+            continue
+        return k
+    return None

@@ -1,0 +1,208 @@
+"""Checkpoints and a ladder that learn from the hangs they see (issue 23), driven through the pure core."""
+
+import math
+
+import pytest
+
+from supervisor.config import ConfigError, parse
+from supervisor.decision import checkpoint_interval, core, rung_choice
+from supervisor.decision.rung_choice import RungFacts
+from supervisor.exit_codes import EXIT_CONFIG
+from test_core import PID, Driver, make
+
+
+class Night:
+    """A run on the Driver's clock: train at a rung's speed with checkpoints, hang, restart."""
+
+    def __init__(self, speeds: dict[int, float], hold: float = 0.5, every_batches: int = 10, **sections):
+        self.d = Driver(make(workers=8, **sections))
+        self.speeds, self.hold, self.every_batches = speeds, hold, every_batches
+        self.spawns = [self.d.boot_and_spawn()]
+        self.pid = PID
+        self.epoch, self.batch = 1, 0
+
+    def train(self, seconds: float) -> None:
+        """Train at the current rung's speed for ``seconds``, a checkpoint every ``every_batches`` batches."""
+        d, interval = self.d, 1.0 / self.speeds.get(self.d.s.rung, 1.0)
+        end = d.t + seconds
+        while d.t + interval <= end:
+            d.t += interval
+            self.batch += 1
+            d.beat(pid=self.pid, epoch=self.epoch, epochs=100, batch=self.batch, batches=10_000, samples=4)
+            if self.batch % self.every_batches == 0:
+                d.beat("train", kind="checkpoint", pid=self.pid, path="/s/last.pt", seconds=self.hold,
+                       epoch=self.epoch, batch=self.batch, progress=d.progress)
+
+    def hang(self) -> list:
+        """The worker stops; the stall timeout kills it; the next worker resumes from the newest checkpoint."""
+        d = self.d
+        actions = d.at(d.t + 10.01)(core.Tick())
+        assert d.s.stop is not None and d.s.stop.reason == core.Reason.HANG
+        actions += d(core.TreeKilled(killed=1))
+        spawns = [a for a in actions if isinstance(a, core.Spawn)]
+        if spawns:
+            self.spawns.append(spawns[0])
+            self.pid += 1
+            d.t += 3.0  # the restart
+            d(core.Spawned(self.pid, "/s/last.pt"))
+            self.batch -= self.batch % self.every_batches  # resumed from the newest checkpoint
+        return actions
+
+
+# The checkpoint interval ---------------------------------------------------------------------------------------
+
+def test_auto_is_the_default_and_a_run_that_has_not_hung_checkpoints_every_max():
+    night = Night({0: 2.0})
+    assert night.d.s.config.checkpoint.every == "auto" and night.spawns[0].checkpoint_every == 600.0
+    snap = core.snapshot(night.d.s, core.Now(night.d.t, 0))
+    assert snap["checkpoint_every"] == 600.0 and snap["checkpoint_interval"]["auto"] is True
+    assert snap["checkpoint_interval"]["mean_time_between_hangs"] is None
+
+
+def test_after_each_hang_the_interval_is_youngs_from_the_measured_hold_and_the_hang_rate():
+    night = Night({0: 2.0, 1: 2.0}, hold=0.5)
+    night.train(40)
+    night.hang()
+    # 40 s trained, one hang: sqrt(2 x 0.5 x 40) = 6.3 s, above the floor max(5, 10 x 0.5) = 5 s.
+    assert night.spawns[-1].checkpoint_every == pytest.approx(math.sqrt(2 * 0.5 * 40), rel=0.03)
+    night.train(20)
+    night.hang()
+    # Two hangs in 60 s of training (the 10 s stalls are no training): 30 s between hangs.
+    assert night.spawns[-1].checkpoint_every == pytest.approx(math.sqrt(2 * 0.5 * 30), rel=0.05)
+    view = core.snapshot(night.d.s, core.Now(night.d.t, 0))["checkpoint_interval"]
+    assert view["hold_seconds"] == 0.5 and view["mean_time_between_hangs"] == pytest.approx(30, rel=0.05)
+
+
+def test_the_interval_is_clamped_to_the_floor_and_to_max_and_a_fixed_one_never_changes():
+    assert checkpoint_interval.choose("auto", 600.0, [0.01], 1.0).seconds == checkpoint_interval.MIN_SECONDS
+    assert checkpoint_interval.choose("auto", 600.0, [2.0], 30.0).seconds == 20.0  # 10 holds: a tenth at most
+    assert checkpoint_interval.choose("auto", 120.0, [5.0], 86400.0).seconds == 120.0
+    assert checkpoint_interval.choose("auto", 600.0, [], 50.0).hold is None  # 1 s assumed until measured
+    night = Night({0: 2.0, 1: 2.0}, checkpoint={"every": "30s"})
+    night.train(40)
+    night.hang()
+    assert [s.checkpoint_every for s in night.spawns] == [30.0, 30.0]
+    epoch = Night({0: 2.0}, checkpoint={"every": "epoch"})
+    assert epoch.spawns[0].checkpoint_every is None
+
+
+def test_checkpoint_keys_are_validated_with_one_line_naming_the_key():
+    train = {"data": "demo"}
+    config = parse({"train": train, "checkpoint": {"every": "auto", "max": "5m"}}, "<test>")
+    assert (config.checkpoint.every, config.checkpoint.max) == ("auto", 300.0)
+    with pytest.raises(ConfigError, match=r"checkpoint\.max"):
+        parse({"train": train, "checkpoint": {"max": "soon"}}, "<test>")
+    with pytest.raises(ConfigError, match=r'checkpoint\.every.*"auto"'):
+        parse({"train": train, "checkpoint": {"every": "often"}}, "<test>")
+
+
+def test_what_the_hangs_taught_survives_a_supervisor_restart():
+    night = Night({0: 2.0, 1: 2.0}, hold=0.5)
+    night.train(40)
+    night.hang()
+    record = night.d.s.persistent()
+    again = make(workers=8)
+    again.restore(record)
+    assert again.hang_history.holds == night.d.s.hang_history.holds
+    assert again.hang_history.rung_seconds == night.d.s.hang_history.rung_seconds
+    assert again.mean_time_between_hangs() == pytest.approx(night.d.s.mean_time_between_hangs())
+
+
+# The ladder ------------------------------------------------------------------------------------------------------
+
+def test_hangs_that_come_as_often_whatever_the_rung_leave_the_run_on_the_fastest_rung():
+    # A driver's bad night: a hang every 30 s of training, whatever the settings; rung 1 trains at half the speed.
+    night = Night({0: 2.0, 1: 1.0, 2: 0.5})
+    rungs = [0]
+    for _ in range(5):
+        night.train(30)
+        night.hang()
+        rungs.append(night.d.s.rung)
+    # The first hang is no evidence yet: rung 1 is tried once, hangs as often, is left, and rung 2 is never paid for.
+    assert rungs == [0, 1, 0, 0, 0, 0]
+    facts = night.d.s.rung_facts()
+    assert facts[1].hangs == 1 and not facts[2].tried
+    ladder = core.snapshot(night.d.s, core.Now(night.d.t, 0))["ladder"]
+    assert set(ladder["rungs"]) == {"0", "1"} and ladder["rungs"]["0"]["expected_goodput"] > \
+        ladder["rungs"]["1"]["expected_goodput"]
+    assert night.d.s.exit is None  # no livelock up the ladder, no budget spent climbing
+
+
+def test_a_hang_the_settings_cause_still_climbs_to_the_rung_that_cures_it_and_stays():
+    # The seeds' pattern: a loader deadlock within seconds at every rung with worker processes, cured at rung 3.
+    night = Night({0: 2.0, 1: 1.8, 2: 1.6, 3: 1.4}, ladder={"probe_after": "off"})
+    for _ in range(3):
+        night.train(4)
+        night.hang()
+    assert night.d.s.rung == 3
+    night.train(300)  # cured: no hang, no choice to make
+    assert night.d.s.rung == 3 and night.d.s.state == core.State.HEALTHY
+
+
+def test_a_probe_goes_straight_to_the_fastest_rung_worth_retrying():
+    night = Night({0: 2.0, 1: 1.8, 2: 1.6, 3: 1.4}, ladder={"probe_after": 60, "give_up_after": 3})
+    for _ in range(3):
+        night.train(4)
+        night.hang()
+    assert night.d.s.rung == 3 and night.d.s.probe_target() == 0
+    for _ in range(200):  # a batch at a time, until the probe's save is asked for
+        night.train(1)
+        if night.d.s.state == core.State.STOPPING:
+            break
+    assert night.d.s.stop.reason == core.Reason.PROBE
+    night.d.beat("train", kind="checkpoint", pid=night.pid, path="/s/last.pt", epoch=1, batch=night.batch,
+                 progress=night.d.progress)
+    night.d(core.WorkerExited(0))
+    actions = night.d(core.TreeKilled(killed=1))
+    spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
+    assert spawn.rung == 0 and night.d.s.probing_from == 3  # not rung 2, then 1, then 0
+
+
+def test_rung_choice_worked_example_from_the_readme():
+    # Rung 0: 18.7 it/s, hung after 30 s; a hang costs 25 s. Rung 1: 9.9 it/s, hung after 30 s too.
+    after_first = rung_choice.after_hang(0, [RungFacts(18.7, 30, 1), RungFacts(None, 0, 0), RungFacts(None, 0, 0)],
+                                         25.0)
+    assert after_first.rung == 1  # 18.7 x 30 / 55 = 10.2 it/s kept; an untried rung might keep up to 18.7
+    after_second = rung_choice.after_hang(1, [RungFacts(18.7, 30, 1), RungFacts(9.9, 30, 1), RungFacts(None, 0, 0)],
+                                          25.0)
+    # Rung 1 keeps 9.9 x 30 / 55 = 5.4; rung 2 could keep at most 9.9, under 1.1 x 10.2: back to rung 0.
+    assert after_second.rung == 0 and "10.20" in after_second.why
+    assert rung_choice.expected_goodput(RungFacts(18.7, 30, 1), 25.0) == pytest.approx(10.2, abs=0.01)
+
+
+def test_the_same_hang_at_the_same_point_three_times_is_deterministic_and_ends_with_exit_78():
+    night = Night({0: 2.0, 1: 2.0, 2: 2.0}, ladder={"probe_after": "off"})
+    ends = []
+    for _ in range(3):
+        night.train(4)  # 8 batches after resuming at batch 0: every attempt stops at epoch 1, batch 8
+        ends.append(night.hang())
+    assert night.d.s.state == core.State.FAILED
+    exit_ = [a for a in ends[-1] if isinstance(a, core.Exit)][0]
+    assert exit_.code == EXIT_CONFIG and "epoch 1, batch 8" in exit_.text and "3 times in a row" in exit_.text
+    assert night.d.s.attempt == 3  # not a walk up the ladder
+
+
+def test_startup_hangs_at_the_resume_point_are_never_taken_for_a_deterministic_hang():
+    d = Driver(make(workers=8, watchdog={"startup_timeout": 5}))
+    d.boot_and_spawn()
+    for i in range(4):
+        d.at(d.t + 6)(core.Tick())
+        d(core.TreeKilled(killed=1))
+        d(core.Spawned(PID + i + 1, None))
+    assert d.s.exit is None and d.s.rung == 4 and d.s.hang_history.repeated_point() is not None
+
+
+def test_hangs_between_which_checkpoints_land_spend_no_restart_budget_and_a_loop_still_does():
+    night = Night({0: 2.0, 1: 1.0}, restart={"max_restarts": 2, "window": 3600})
+    for _ in range(6):  # a hang every 30 s, a checkpoint every 5 s: the run moves on between hangs
+        night.train(30)
+        night.hang()
+    s = night.d.s
+    assert s.exit is None and len(s.restart_times) == 6 and s.budget_left(1_700_000_000 + night.d.t) == 2
+    night.every_batches = 10**6  # from here on nothing is saved between hangs: a loop
+    exits = []
+    for seconds in (3, 4, 5):
+        night.train(seconds)
+        exits = [a for a in night.hang() if isinstance(a, core.Exit)]
+    assert len(exits) == 1 and "restart budget spent: 3 restarts" in exits[0].text
+    assert "none after a new checkpoint" in exits[0].text
