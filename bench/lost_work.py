@@ -82,12 +82,15 @@ def write_config(path: Path, data: str, every: float | str, epochs: int) -> Path
 class SupervisedRun:
     """``python -m supervisor run`` on a config, its log lines timestamped as they arrive, its state file read."""
 
-    def __init__(self, config: Path, state_dir: Path, log: Path):
+    def __init__(self, config: Path, state_dir: Path, log: Path, root: Path = ROOT):
+        """``root``: the checkout whose supervisor runs (another commit's, for a side-by-side bench)."""
         self.state_dir = state_dir
         self.log = log.open("w")
+        path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
         self.proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config),
-                                      "--state-dir", str(state_dir)], cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                      "--state-dir", str(state_dir)], cwd=root, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=env)
         self.started = time.time()
         self.first_batches: list[float] = []  # wall time the bench read each attempt's first-batch line
         self.changed = threading.Condition()
@@ -114,9 +117,9 @@ class SupervisedRun:
                 time.sleep(0.1)
         raise BenchError(f"no readable {self.state_dir / 'supervisor.json'}")
 
-    def wait_training(self, attempts_seen: int) -> tuple[int, float]:
+    def wait_training(self, attempts_seen: int, limit: float = START_LIMIT) -> tuple[int, float]:
         """The worker pid and first-batch time of the next attempt that reaches its first batch."""
-        deadline = time.monotonic() + START_LIMIT
+        deadline = time.monotonic() + limit
         with self.changed:
             while len(self.first_batches) <= attempts_seen:
                 if self.proc.poll() is not None or time.monotonic() > deadline:

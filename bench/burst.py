@@ -1,0 +1,188 @@
+"""A bad night compressed (issue 23): the whole worker tree frozen every 20-40 s, against the same training undisturbed.
+
+The real CLI (``python -m supervisor run``), default settings but the training, one run after the other:
+
+- undisturbed: the training to its end; its wall time is the reference;
+- a burst: the same training; ``--hang-every LO-HI`` seconds (seeded, uniform) after each attempt's first training
+  batch, every process of the worker's tree gets SIGSTOP (a real hang: nothing raised, nothing printed, the loader
+  workers frozen too). The supervisor detects it, kills the tree and resumes; the bench waits for the next attempt's
+  first batch and draws the next point;
+- with ``--baseline DIR``, the burst again with the code in DIR (a checkout of an earlier commit, e.g. ``git worktree
+  add /tmp/before fe7f68b``): what the run did before, with the same hang points.
+
+Goodput here is the undisturbed wall time over the burst's (a run that does not finish within ``--limit`` seconds
+has none: its progress is printed instead). Printed beside it: hangs, the rungs the run visited, the checkpoint
+interval of its last attempt, and the supervisor's exit.
+
+    .venv/bin/python bench/burst.py                                    # the CPU demo (2 workers, 64 px)
+    python3 bench/burst.py --gpu --hang-every 20-40 --baseline /tmp/before      # YOLOv8n 640 px on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.lost_work import BenchError, SupervisedRun  # noqa: E402
+from bench.recovery import free_port, to_toml  # noqa: E402
+
+POLL = 0.2  # seconds between looks at the run
+
+
+@dataclass
+class Night:
+    label: str
+    seconds: float | None = None  # wall time to the supervisor's exit; None: not finished within the limit
+    exit_code: int | None = None
+    hangs: int = 0
+    rungs: list[int] = field(default_factory=list)  # rung of each attempt
+    status: dict = field(default_factory=dict)
+
+
+def write_config(path: Path, args: argparse.Namespace) -> Path:
+    from worker.demo_data import ensure_demo_dataset
+
+    data = str(ensure_demo_dataset(train_images=args.images, val_images=8, size=args.imgsz))
+    train = {"data": data, "model": args.model, "epochs": args.epochs, "imgsz": args.imgsz, "batch": args.batch,
+             "workers": args.workers, "device": "0" if args.gpu else "cpu", "plots": False}
+    raw = {"name": path.stem, "train": train, "metrics": {"listen": f"127.0.0.1:{free_port()}"},
+           "kernel_log": {"source": "off", "gpu_events": "off"}}
+    path.write_text(to_toml(raw))
+    return path
+
+
+def freeze_tree(pid: int) -> int:
+    """SIGSTOP the worker and every process it started: how a driver hang leaves a training."""
+    import psutil
+
+    try:
+        processes = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    frozen = 0
+    for process in processes:
+        try:
+            os.kill(process.pid, signal.SIGSTOP)
+            frozen += 1
+        except ProcessLookupError:
+            pass
+    return frozen
+
+
+class Burst:
+    """Freezes each attempt at a seeded point after its first training batch."""
+
+    def __init__(self, low: float, high: float, seed: int):
+        self.low, self.high, self.rng = low, high, random.Random(seed)
+
+    def delay(self) -> float:
+        return self.rng.uniform(self.low, self.high)
+
+
+def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: Burst | None,
+          root: Path = ROOT) -> Night:
+    slug = label.replace(" ", "-")
+    run = SupervisedRun(config, tmp / f"state-{slug}", tmp / f"{slug}.log", root=root)
+    result = Night(label)
+    attempts = 0
+    try:
+        while run.proc.poll() is None and time.time() - run.started < args.limit:
+            try:
+                pid, first = run.wait_training(attempts, limit=args.limit - (time.time() - run.started))
+            except BenchError:
+                break  # finished, or out of time
+            attempts += 1
+            result.rungs.append(run.state().get("status", {}).get("rung", -1))
+            if burst is None:
+                continue
+            at = first + burst.delay()
+            while run.proc.poll() is None and time.time() < at:
+                time.sleep(POLL)
+            status = run.state().get("status", {})
+            if run.proc.poll() is None and status.get("worker_pid") == pid and status.get("state") == "healthy":
+                if freeze_tree(pid):
+                    result.hangs += 1
+        if run.proc.poll() is not None:
+            result.seconds, result.exit_code = time.time() - run.started, run.proc.returncode
+        result.status = run.state().get("status", {})
+    finally:
+        run.stop()
+    s = result.status
+    done = "not finished" if result.seconds is None else f"{result.seconds:.0f} s, exit {result.exit_code}"
+    print(f"  {label}: {done}; {result.hangs} hangs; rungs {result.rungs}; epoch {s.get('epoch')}/{s.get('epochs')}; "
+          f"checkpoint every {s.get('checkpoint_every')} s at the end", flush=True)
+    if result.exit_code:
+        print(f"    its exit: {(s.get('exit') or {}).get('text')}", flush=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", action="store_true", help="device 0, YOLOv8n at 640 px, batch 32, 8 workers")
+    parser.add_argument("--hang-every", default="20-40", help="LO-HI seconds after each first training batch")
+    parser.add_argument("--baseline", type=Path, help="a checkout of earlier code to run the same burst with")
+    parser.add_argument("--limit", type=float, default=None, help="seconds a run may take (default 6x undisturbed)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", default="undisturbed,burst,baseline", help="which runs, of these three")
+    parser.add_argument("--reference", type=float, help="the undisturbed run's seconds, measured earlier on the same "
+                        "machine: it is not run again")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--images", type=int)
+    parser.add_argument("--imgsz", type=int)
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--model", default="yolov8n.yaml")
+    args = parser.parse_args()
+    gpu = {"epochs": 10, "images": 4096, "imgsz": 640, "batch": 32, "workers": 8}
+    cpu = {"epochs": 6, "images": 800, "imgsz": 64, "batch": 4, "workers": 2}
+    for key, value in (gpu if args.gpu else cpu).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    low, high = (float(x) for x in args.hang_every.split("-"))
+    print("command: " + shlex.join([sys.executable, *sys.argv]), flush=True)
+    print(f"{args.model} {args.imgsz} px, batch {args.batch}, workers {args.workers}, {args.images} images "
+          f"({args.images // args.batch} batches an epoch), {args.epochs} epochs; the tree frozen {low:g}-{high:g} s "
+          f"after each first training batch", flush=True)
+    with tempfile.TemporaryDirectory(prefix="burst-") as tmp_name:
+        tmp = Path(tmp_name)
+        config = write_config(tmp / "burst.toml", args)
+        runs = args.runs.split(",")
+        limit, args.limit = args.limit, args.limit or 3600.0
+        if args.reference is None:
+            calm = night(tmp, "undisturbed", config, args, None)
+            if calm.seconds is None or calm.exit_code != 0:
+                raise SystemExit(f"burst.py: the undisturbed run did not finish ({calm.exit_code})")
+        else:
+            calm = Night("undisturbed (earlier)", seconds=args.reference, exit_code=0)
+        args.limit = limit or 6 * calm.seconds
+        rows = [calm]
+        if "burst" in runs:
+            rows.append(night(tmp, "burst", config, args, Burst(low, high, args.seed)))
+        if args.baseline and "baseline" in runs:
+            rows.append(night(tmp, "burst, baseline", config, args, Burst(low, high, args.seed), root=args.baseline))
+    print(f"\n{'run':<16} {'seconds':>8} {'goodput':>8} {'hangs':>5} {'exit':>4}  rungs; checkpoint interval at the end")
+    for r in rows:
+        goodput = "-" if r.seconds is None else f"{calm.seconds / r.seconds:.3f}"
+        seconds = f"> {args.limit:.0f}" if r.seconds is None else f"{r.seconds:.0f}"
+        print(f"{r.label:<16} {seconds:>8} {goodput:>8} {r.hangs:5d} {str(r.exit_code):>4}  {r.rungs}; "
+              f"{r.status.get('checkpoint_every')} s; epoch {r.status.get('epoch')}/{r.status.get('epochs')}")
+    for burst in rows[1:]:
+        if burst.seconds is not None and burst.exit_code == 0:
+            print(f"{burst.label}: goodput {calm.seconds / burst.seconds:.3f} (goal 0.5 at a hang every ~30 s: "
+                  f"{calm.seconds / burst.seconds / 0.5:.2f} of it)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
