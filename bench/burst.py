@@ -118,6 +118,8 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
         result.status = run.state().get("status", {})
     finally:
         run.stop()
+        if args.keep:
+            keep(run, slug, args.keep)
     s = result.status
     done = "not finished" if result.seconds is None else f"{result.seconds:.0f} s, exit {result.exit_code}"
     print(f"  {label}: {done}; {result.hangs} hangs; rungs {result.rungs}; epoch {s.get('epoch')}/{s.get('epochs')}; "
@@ -125,6 +127,19 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
     if result.exit_code:
         print(f"    its exit: {(s.get('exit') or {}).get('text')}", flush=True)
     return result
+
+
+def keep(run: SupervisedRun, slug: str, folder: Path) -> None:
+    """The run's incidents and the supervisor's own lines (not the worker's), for a look after the bench."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    incidents = run.state_dir / "incidents.jsonl"
+    if incidents.exists():
+        shutil.copy(incidents, folder / f"{slug}-incidents.jsonl")
+    lines = [line for line in Path(run.log.name).read_text(errors="replace").splitlines(True)
+             if line.startswith("yolo-train")]
+    (folder / f"{slug}-supervisor.log").write_text("".join(lines[-3000:]))
 
 
 def main() -> int:
@@ -143,6 +158,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--workers", type=int)
     parser.add_argument("--model", default="yolov8n.yaml")
+    parser.add_argument("--keep", type=Path, help="a folder for each run's incidents and supervisor lines")
     args = parser.parse_args()
     gpu = {"epochs": 10, "images": 4096, "imgsz": 640, "batch": 32, "workers": 8}
     cpu = {"epochs": 6, "images": 800, "imgsz": 64, "batch": 4, "workers": 2}

@@ -6,6 +6,7 @@ import pytest
 
 from supervisor.config import ConfigError, parse
 from supervisor.decision import checkpoint_interval, core, rung_choice
+from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.rung_choice import RungFacts
 from supervisor.exit_codes import EXIT_CONFIG
 from test_core import PID, Driver, make
@@ -159,15 +160,19 @@ def test_a_probe_goes_straight_to_the_fastest_rung_worth_retrying():
 
 
 def test_rung_choice_worked_example_from_the_readme():
-    # Rung 0: 18.7 it/s, hung after 30 s; a hang costs 25 s. Rung 1: 9.9 it/s, hung after 30 s too.
-    after_first = rung_choice.after_hang(0, [RungFacts(18.7, 30, 1), RungFacts(None, 0, 0), RungFacts(None, 0, 0)],
-                                         25.0)
-    assert after_first.rung == 1  # 18.7 x 30 / 55 = 10.2 it/s kept; an untried rung might keep up to 18.7
-    after_second = rung_choice.after_hang(1, [RungFacts(18.7, 30, 1), RungFacts(9.9, 30, 1), RungFacts(None, 0, 0)],
-                                          25.0)
-    # Rung 1 keeps 9.9 x 30 / 55 = 5.4; rung 2 could keep at most 9.9, under 1.1 x 10.2: back to rung 0.
+    # Rung 0: 18.7 it/s, starts in 10 s, hung after 30 s of training; 15 s from a hang to the next spawn.
+    untried = RungFacts(None, 0, 0)
+    after_first = rung_choice.after_hang(0, [RungFacts(18.7, 30, 1, 10.0), untried, untried], 15.0)
+    assert after_first.rung == 1  # 18.7 x 30 / (30 + 15 + 10) = 10.2 it/s kept; an untried rung might keep 18.7
+    after_second = rung_choice.after_hang(1, [RungFacts(18.7, 30, 1, 10.0), RungFacts(9.9, 30, 1, 10.0), untried],
+                                          15.0)
+    # Rung 1 keeps 9.9 x 30 / 55 = 5.4; rung 2 could keep at most 9.9, under 1.25 x 10.2: back to rung 0.
     assert after_second.rung == 0 and "10.20" in after_second.why
-    assert rung_choice.expected_goodput(RungFacts(18.7, 30, 1), 25.0) == pytest.approx(10.2, abs=0.01)
+    # A rung whose start is slow (spawned loader workers: 40 s) pays for it at every hang.
+    slow = RungFacts(18.7, 30, 1, 40.0)
+    assert rung_choice.expected_goodput(slow, rung_choice.hang_cost(slow, 15.0, [slow])) == pytest.approx(6.6, abs=0.05)
+    # A rung that never reached its first batch costs the mean start of those that did.
+    assert rung_choice.hang_cost(untried, 15.0, [slow, RungFacts(9.9, 30, 1, 10.0), untried]) == 40.0
 
 
 def test_the_same_hang_at_the_same_point_three_times_is_deterministic_and_ends_with_exit_78():
@@ -206,3 +211,12 @@ def test_hangs_between_which_checkpoints_land_spend_no_restart_budget_and_a_loop
         exits = [a for a in night.hang() if isinstance(a, core.Exit)]
     assert len(exits) == 1 and "restart budget spent: 3 restarts" in exits[0].text
     assert "none after a new checkpoint" in exits[0].text
+
+
+def test_a_hangs_cost_is_the_measured_stall_and_the_loss_the_interval_now_in_force_allows():
+    history = HangHistory()
+    assert history.stall_cost(10.0) is None  # nothing measured: the ladder assumes DEFAULT_STALL_COST
+    history.hang(HangPoint("train", 1, 50), trained=30.0, last_progress_at=100.0, lost=30.0)  # every = 10 min
+    history.spawned(112.0)  # 10 s to detect, 2 s to kill and spawn
+    assert history.stall_cost(None) == pytest.approx(12.0 + 30.0)
+    assert history.stall_cost(10.0) == pytest.approx(12.0 + 5.0)  # at a 10 s interval, 5 s are lost on average

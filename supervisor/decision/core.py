@@ -411,8 +411,9 @@ class Supervision:
 
     def rung_facts(self) -> list[rung_choice.RungFacts]:
         """What each rung has shown in this run, as the ladder's choices read it."""
-        return [rung_choice.RungFacts(self.rung_speed(k), self.hang_history.rung_seconds.get(k, 0.0),
-                                      self.rung_hangs.get(str(k), 0)) for k in range(len(self.ladder))]
+        h = self.hang_history
+        return [rung_choice.RungFacts(self.rung_speed(k), h.rung_seconds.get(k, 0.0), self.rung_hangs.get(str(k), 0),
+                                      h.start_of(k)) for k in range(len(self.ladder))]
 
     def probe_target(self) -> int | None:
         return rung_choice.probe_target(self.rung, self.rung_facts(), self.config.probe.give_up_after)
@@ -544,9 +545,7 @@ def _spawn(s: Supervision) -> Spawn:
     s.attempt += 1
     s.state = State.STARTING
     s.stop = None
-    cfg = s.config.checkpoint
-    s.checkpoint_interval = checkpoint_interval.choose(cfg.every, cfg.max, s.hang_history.holds,
-                                                       s.mean_time_between_hangs())
+    s.checkpoint_interval = _next_interval(s)
     return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
                  checkpoint_every=s.checkpoint_interval.seconds)
 
@@ -554,6 +553,7 @@ def _spawn(s: Supervision) -> Spawn:
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.worker_pid, s.spawned_at, s.spawned_wall, s.startup_seconds = event.pid, now.mono, now.wall, None
     s.resumed_from, s.exit_0_finishes = event.resumed_from, event.exit_0_finishes
+    s.hang_history.spawned(now.mono)
     s.progress_counter, s.last_progress_at, s.progress_pid, s.ranks = -1, None, None, {}
     s.progress = Progress()
     s.intervals, s.in_force, s.last_error = {}, {}, None
@@ -640,7 +640,7 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
             s.startup_failure = None
             s.startup_seconds = now.mono - (s.spawned_at or now.mono)
             s.startup_seen = max(s.startup_seen or 0.0, s.startup_seconds)
-            s.hang_history.training_again(now.mono)
+            s.hang_history.started(s.rung, s.startup_seconds)
             if s.incidents and "restart_seconds" not in s.incidents[-1] and s.incidents[-1]["reason"] != "stop":
                 s.incidents[-1]["restart_seconds"] = round(now.wall - s.incidents[-1]["time"], 3)
             actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
@@ -656,8 +656,18 @@ def _rung_after_a_hang_now(s: Supervision) -> int:
     """Where a hang now would move to, for the standby: the choice made with this rung's record and one more hang."""
     facts = s.rung_facts()
     here = facts[s.rung]
-    facts[s.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1)
-    return rung_choice.after_hang(s.rung, facts, s.hang_history.mean_hang_cost()).rung
+    facts[s.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1, here.start)
+    return rung_choice.after_hang(s.rung, facts, _stall_cost(s)).rung
+
+
+def _stall_cost(s: Supervision) -> float | None:
+    """What a hang costs before the next worker starts, at the checkpoint interval the next spawn would choose."""
+    return s.hang_history.stall_cost(_next_interval(s).seconds)
+
+
+def _next_interval(s: Supervision) -> checkpoint_interval.Interval:
+    cfg = s.config.checkpoint
+    return checkpoint_interval.choose(cfg.every, cfg.max, s.hang_history.holds, s.mean_time_between_hangs())
 
 
 def _record_rung_speed(s: Supervision) -> None:
@@ -1037,7 +1047,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
                                       f"after {s.probation[key]:.0f} s" + (f"; rung {back - 1} hung "
                                       f"{s.config.probe.give_up_after} times and is not probed again" if gave_up else "")))
     elif plan.climb and plan.point is not None:  # a hang: the rung its record says
-        choice = rung_choice.after_hang(s.rung, s.rung_facts(), s.hang_history.mean_hang_cost())
+        choice = rung_choice.after_hang(s.rung, s.rung_facts(), _stall_cost(s))
         if choice.rung != s.rung:
             _move_to(s, choice.rung)
         actions.append(Log("warning", f"rung {s.rung} ({s.ladder.label(s.rung)}): {choice.why}"))
@@ -1129,9 +1139,11 @@ def _interval_view(s: Supervision) -> dict[str, Any]:
 
 def _ladder_view(s: Supervision) -> dict[str, Any]:
     """What the ladder's next choice is made from (rung_choice.py): each tried rung's record and expected goodput."""
-    cost = s.hang_history.mean_hang_cost()
-    used = rung_choice.DEFAULT_HANG_COST if cost is None else cost
-    return {"hang_cost_seconds": cost,
-            "rungs": {str(k): {"speed": f.speed, "seconds": round(f.seconds, 3), "hangs": f.hangs,
-                               "expected_goodput": rung_choice.expected_goodput(f, used)}
-                      for k, f in enumerate(s.rung_facts()) if f.tried}}
+    stall = _stall_cost(s)
+    facts = s.rung_facts()
+    used = rung_choice.DEFAULT_STALL_COST if stall is None else stall
+    return {"stall_cost_seconds": stall,
+            "rungs": {str(k): {"speed": f.speed, "seconds": round(f.seconds, 3), "hangs": f.hangs, "start": f.start,
+                               "expected_goodput": rung_choice.expected_goodput(
+                                   f, rung_choice.hang_cost(f, used, facts))}
+                      for k, f in enumerate(facts) if f.tried}}

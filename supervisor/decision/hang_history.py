@@ -4,8 +4,10 @@ One record, kept across supervisor restarts (``to_dict``/``from_dict``), written
 
 - ``rung_seconds``: training seconds spent at each rung (first batch to last progress of each attempt), beside the
   hangs and speeds the core already counts per rung: a rung's hang rate is hangs over these seconds;
-- ``hang_costs``: what each recent hang cost in time not training: from the last progress before it to the first
-  training batch after the restart (detection, kill, restart), plus the training thrown away;
+- ``stalls``: what each recent hang cost up to the next spawn: from the last progress before it, the stall until
+  detection and the kill;
+- ``losses``: the training each recent hang threw away (after the newest checkpoint);
+- ``rung_starts``: each rung's recent starts, spawn to first training batch (the rest of a hang's cost);
 - ``hang_marks``/``window_start``: the run's trained seconds at each recent hang, behind the mean time between hangs;
 - ``holds``: how long the training loop waited for each recent checkpoint;
 - ``points``: where each recent hang sat (phase, epoch, batch), newest last, for "the same hang at the same point".
@@ -16,9 +18,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT
+from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT, median
 
 COSTS_KEPT = 8
+STARTS_KEPT = 5  # starts per rung behind its median
 POINTS_KEPT = 3  # a hang at the same point this many times in a row is deterministic
 
 
@@ -33,13 +36,14 @@ class HangPoint:
 @dataclass
 class HangHistory:
     rung_seconds: dict[int, float] = field(default_factory=dict)
-    hang_costs: list[float] = field(default_factory=list)
+    rung_starts: dict[int, list[float]] = field(default_factory=dict)
+    stalls: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
     hang_marks: list[float] = field(default_factory=list)
     window_start: float = 0.0
     holds: list[float] = field(default_factory=list)
     points: list[HangPoint] = field(default_factory=list)
-    cost_since: float | None = None  # monotonic: the last progress before the newest hang, until the next first batch
-    cost_lost: float = 0.0  # the training that hang threw away
+    stall_since: float | None = None  # monotonic: the last progress before the newest hang, until the next spawn
 
     def trained_at(self, rung: int, seconds: float) -> None:
         if seconds > 0:
@@ -50,19 +54,35 @@ class HangHistory:
         if len(self.hang_marks) > HANG_WINDOW:
             self.window_start = self.hang_marks.pop(0)
         self.points = (self.points + [point])[-POINTS_KEPT:]
-        self.cost_since, self.cost_lost = last_progress_at, lost
+        self.stall_since = last_progress_at
+        self.losses = (self.losses + [round(lost, 3)])[-COSTS_KEPT:]
 
-    def training_again(self, now_mono: float) -> None:
-        """The first training batch after a restart: the newest hang's cost is known now."""
-        if self.cost_since is not None:
-            self.hang_costs = (self.hang_costs + [round(now_mono - self.cost_since + self.cost_lost, 3)])[-COSTS_KEPT:]
-        self.cost_since = None
+    def spawned(self, now_mono: float) -> None:
+        """The next worker is up: the newest hang's cost up to here is known."""
+        if self.stall_since is not None:
+            self.stalls = (self.stalls + [round(now_mono - self.stall_since, 3)])[-COSTS_KEPT:]
+        self.stall_since = None
+
+    def started(self, rung: int, seconds: float) -> None:
+        """An attempt at ``rung`` reached its first training batch ``seconds`` after its spawn."""
+        self.rung_starts[rung] = (self.rung_starts.get(rung, []) + [round(seconds, 3)])[-STARTS_KEPT:]
+
+    def start_of(self, rung: int) -> float | None:
+        return median(self.rung_starts.get(rung, []))
 
     def checkpoint_hold(self, seconds: float) -> None:
         self.holds = (self.holds + [seconds])[-HOLDS_KEPT:]
 
-    def mean_hang_cost(self) -> float | None:
-        return sum(self.hang_costs) / len(self.hang_costs) if self.hang_costs else None
+    def stall_cost(self, interval: float | None) -> float | None:
+        """Seconds from a hang to the next spawn, work lost included (None until a hang was followed by a spawn):
+        the measured stall, plus the measured loss or half the ``interval`` between checkpoints now in force,
+        whichever is less (losses measured under a longer interval overstate what the next hang throws away)."""
+        if not self.stalls:
+            return None
+        lost = sum(self.losses) / len(self.losses) if self.losses else 0.0
+        if interval is not None:
+            lost = min(lost, interval / 2)
+        return sum(self.stalls) / len(self.stalls) + lost
 
     def repeated_point(self) -> HangPoint | None:
         """The point of the last ``POINTS_KEPT`` hangs, when they all sat at the same one."""
@@ -73,17 +93,19 @@ class HangHistory:
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
         record["rung_seconds"] = {str(k): v for k, v in self.rung_seconds.items()}
-        record.pop("cost_since")  # a monotonic time means nothing to the next supervisor
+        record["rung_starts"] = {str(k): v for k, v in self.rung_starts.items()}
+        record.pop("stall_since")  # a monotonic time means nothing to the next supervisor
         return record
 
     @classmethod
     def from_dict(cls, record: dict[str, Any] | None) -> HangHistory:
         record = record or {}
         return cls(rung_seconds={int(k): float(v) for k, v in (record.get("rung_seconds") or {}).items()},
-                   hang_costs=[float(x) for x in record.get("hang_costs") or []],
+                   rung_starts={int(k): [float(x) for x in v] for k, v in (record.get("rung_starts") or {}).items()},
+                   stalls=[float(x) for x in record.get("stalls") or []],
+                   losses=[float(x) for x in record.get("losses") or []],
                    hang_marks=[float(x) for x in record.get("hang_marks") or []],
                    window_start=float(record.get("window_start") or 0.0),
                    holds=[float(x) for x in record.get("holds") or []],
                    points=[HangPoint(str(p["phase"]), int(p["epoch"]), int(p["batch"]))
-                           for p in record.get("points") or []],
-                   cost_lost=float(record.get("cost_lost") or 0.0))
+                           for p in record.get("points") or []])

@@ -1,9 +1,10 @@
 """Which rung after a hang, and which rung a probe tries: the ladder's choices from what each rung has shown.
 
 A rung that has trained is known by its speed S (median it/s) and its mean time between hangs M (its training
-seconds over its hangs). A hang costs L seconds of training time: detection, kill and restart, plus the work thrown
-away (measured per hang, ``DEFAULT_HANG_COST`` until this run has measured one). A rung's expected goodput is the
-speed it keeps:
+seconds over its hangs). A hang at it costs L seconds of training time: the stall until detection, the kill and the
+work thrown away (measured, ``DEFAULT_STALL_COST`` until this run has measured one), plus the rung's own
+start to its first batch (measured per rung: spawned loader workers start far slower than forked ones). A rung's
+expected goodput is the speed it keeps:
 
     G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
 
@@ -25,8 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_HANG_COST = 30.0  # seconds not training per hang, until one is measured: detection, restart, work lost
-EXPLORE_GAIN = 1.1  # an untried rung must promise this much more goodput than the best known to be worth a try
+DEFAULT_STALL_COST = 15.0  # seconds from a hang to the next spawn, work lost included, until one is measured
+DEFAULT_START = 15.0  # seconds from a spawn to its first batch, for a rung whose start this run has not measured
+# An untried rung must promise this much more goodput than the best known: trying one costs a hang's worth of
+# training at a slower rung, and its promise is a best case.
+EXPLORE_GAIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class RungFacts:
     speed: float | None  # median it/s, None until measured
     seconds: float  # training seconds spent at it
     hangs: int
+    start: float | None = None  # median seconds from a spawn at it to the first batch, None until measured
 
     @property
     def tried(self) -> bool:
@@ -47,36 +52,45 @@ class Choice:
     why: str
 
 
-def expected_goodput(facts: RungFacts, hang_cost: float) -> float:
-    """The it/s a rung keeps once its hangs are paid for."""
+def hang_cost(facts: RungFacts, stall_cost: float, rungs: list[RungFacts]) -> float:
+    """Seconds a hang at this rung costs: the stall, kill and work lost, then this rung's start (where unmeasured,
+    the mean start of the rungs measured)."""
+    starts = [r.start for r in rungs if r.start is not None]
+    start = facts.start if facts.start is not None else sum(starts) / len(starts) if starts else DEFAULT_START
+    return stall_cost + start
+
+
+def expected_goodput(facts: RungFacts, cost: float) -> float:
+    """The it/s a rung keeps once its hangs, ``cost`` seconds each, are paid for."""
     if facts.speed is None:
         return 0.0  # it never trained long enough to be measured
     if facts.hangs == 0:
         return facts.speed
     between = facts.seconds / facts.hangs
-    return facts.speed * between / (between + hang_cost)
+    return facts.speed * between / (between + cost)
 
 
-def after_hang(current: int, rungs: list[RungFacts], hang_cost: float | None) -> Choice:
-    """The rung to restart at after a hang at ``current``; ``rungs[k]`` is rung k's record, the hang included."""
-    cost = DEFAULT_HANG_COST if hang_cost is None else hang_cost
+def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None) -> Choice:
+    """The rung to restart at after a hang at ``current``; ``rungs[k]`` is rung k's record, the hang included;
+    ``stall_cost``: the measured mean seconds from a hang to the next spawn (None: not measured yet)."""
+    stall = DEFAULT_STALL_COST if stall_cost is None else stall_cost
     top = len(rungs) - 1
     if rungs[current].speed is None:  # it hung before it trained: no evidence for any rung but a safer one
         if current < top:
             return Choice(current + 1, f"rung {current} hung before its speed was measured: one rung safer")
         return Choice(current, "ladder exhausted: staying at the top rung")
     tried = [k for k, facts in enumerate(rungs) if facts.tried]
-    goodput = {k: expected_goodput(rungs[k], cost) for k in tried}
+    goodput = {k: expected_goodput(rungs[k], hang_cost(rungs[k], stall, rungs)) for k in tried}
     best = max(tried, key=lambda k: (goodput[k], -k))
     untried = max(tried) + 1
     measured = [rungs[k].speed for k in tried if rungs[k].speed is not None]
     if untried <= top and measured and measured[-1] > EXPLORE_GAIN * goodput[best]:
         return Choice(untried, f"rung {best} keeps {goodput[best]:.2f} it/s of {rungs[best].speed:.2f} once its "
-                               f"hangs are paid for ({cost:.0f} s each); rung {untried} is untried and could keep up "
-                               f"to {measured[-1]:.2f}")
+                               f"hangs are paid for; rung {untried} is untried and could keep up to "
+                               f"{measured[-1]:.2f}")
     why = "the best known" if best != current else "still the best known"
-    return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for "
-                        f"({cost:.0f} s each); " + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried))
+    return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for; "
+                        + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried))
 
 
 def probe_target(current: int, rungs: list[RungFacts], give_up_after: int) -> int | None:
