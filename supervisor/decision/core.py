@@ -233,7 +233,8 @@ class StopPlan:
     remedy: dict[str, Any] | None = None  # settings added on top of the rung from the next attempt on
     advice: str | None = None  # After.CONFIG_ERROR: what the user should change
     save_until: float | None = None  # monotonic: the worker was asked to save and exit by then
-    saved: bool = False  # it did, and exited 0
+    saved: bool = False  # the checkpoint asked for came (our worker's word), or a command exited 0 on SIGTERM
+    at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
 
 
 @dataclass
@@ -283,6 +284,7 @@ class Supervision:
     startup_seconds: float | None = None  # spawn to the first training batch of this attempt
     resumed_from: str | None = None
     exit_0_finishes: bool = False  # this attempt's worker is a command: exit 0 means finished
+    trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1
     progress_pid: int | None = None  # whose counter progress_counter is: the worker, or rank 0 under DDP
     ranks: dict[int, RankView] = field(default_factory=dict)
@@ -527,7 +529,7 @@ def _spawn(s: Supervision) -> Spawn:
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.worker_pid, s.spawned_at, s.spawned_wall, s.startup_seconds = event.pid, now.mono, now.wall, None
-    s.resumed_from, s.exit_0_finishes = event.resumed_from, event.exit_0_finishes
+    s.resumed_from, s.exit_0_finishes, s.trained_through = event.resumed_from, event.exit_0_finishes, False
     s.progress_counter, s.last_progress_at, s.progress_pid, s.ranks = -1, None, None, {}
     s.progress = Progress()
     s.intervals, s.in_force, s.last_error = {}, {}, None
@@ -588,7 +590,13 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
         window = s.intervals.setdefault(phase, deque(maxlen=s.config.watchdog.auto_window))
         window.append(gap)
     s.train_resuming = s.state == State.HEALTHY and m.kind == MessageKind.PHASE and m.phase == Phase.TRAIN
-    s.progress_counter, s.last_progress_at, p.phase = m.progress, now.mono, phase
+    if s.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
+            and (p.batch or 0) >= p.batches:
+        # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
+        # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
+        s.trained_through = True
+    s.progress_counter, s.last_progress_at = m.progress, now.mono
+    p.phase = Phase.DONE.value if s.trained_through else phase
     actions: list[Any] = []
     if s.suspicion is not None:
         event = s.suspicion.event
@@ -643,11 +651,11 @@ def _probe_check(s: Supervision, now: Now) -> list[Any]:
     if left is None or left > 0:
         return []
     t = s.config.watchdog.save_timeout
-    s.state = State.STOPPING
-    s.stop = StopPlan(Reason.PROBE, After.RESTART, incident={},
-                      save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED))
-    return [Log("info", f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung {s.rung - 1} "
-                        f"({s.ladder.label(s.rung - 1)}) at this checkpoint"), RequestCheckpoint()]
+    # A record like any stop's: the attempt's time is closed into the totals, and a save that fails is a real incident.
+    return _begin_stop(s, now, Reason.PROBE, s.progress.phase, then=After.RESTART,
+                       detail=f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung "
+                              f"{s.rung - 1} ({s.ladder.label(s.rung - 1)}) at this checkpoint",
+                       save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED)) + [RequestCheckpoint()]
 
 
 def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
@@ -670,6 +678,8 @@ def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any
     """A complete checkpoint: the point a restart resumes from, so the work before it is safe."""
     if not m.path:
         return []
+    if _saving(s):
+        s.stop.saved = True
     s.checkpoint = CheckpointMark(m.path, m.epoch or s.progress.epoch, m.batch or 0, now.wall, now.mono,
                                   m.seconds or 0.0)
     s.batches_since_checkpoint = 0
@@ -683,10 +693,9 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     if due.kind == DeadlineKind.BACKOFF:
         return [_spawn(s)]
     if due.kind in (DeadlineKind.SAVE, DeadlineKind.SAVE_STALLED):
-        s.stop.save_until = None
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
-                KillTree(copy.deepcopy(s.stop.incident))]
+                *_save_failed(s, f"asked to save, the worker {why}", Reason.HANG)]
     phase = "startup" if s.state == State.STARTING else s.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         event = s.suspicion.event
@@ -727,10 +736,15 @@ def _remedy(s: Supervision, reason: Reason, phase: str) -> tuple[SignatureSeen, 
 def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     code = event.returncode
     if _saving(s):
-        s.stop.save_until = None  # saved and gone, as asked: clean up what is left of the tree
-        s.stop.saved = code == 0
         if code == 0 and s.progress.phase == Phase.DONE.value:
             s.stop.then = After.SUCCEED  # it finished training before it got to our request
+        elif not (s.stop.saved or code == 0 and s.exit_0_finishes):  # a command's exit 0 is its word it saved
+            # Our worker exits 0 after a failed save too (a full disk): only its checkpoint message says it saved.
+            how = describe_exit(code)
+            return [Log("error", f"the worker {how} without the checkpoint asked for")] + _save_failed(
+                s, f"asked to save, the worker {how} without writing a checkpoint", Reason.CRASH)
+        s.stop.save_until = None  # saved and gone, as asked: clean up what is left of the tree
+        s.stop.saved = True
         return [KillTree(None)]
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping
@@ -785,10 +799,15 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         return actions + [Log("info", "asking the worker to save a checkpoint and exit"), RequestCheckpoint()]
     if s.state == State.STOPPING and s.stop is not None:
         s.stop.then = After.STOP
+        if s.stop.reason == Reason.PROBE and s.stop.save_until is not None:
+            # The probe's save is under way: it serves the stop, which waits for it as a first request does.
+            s.stop.reason, s.stop.incident["reason"] = Reason.STOP, Reason.STOP.value
+            s.stop.incident["detail"] += f"; then {detail}"
+            return [Log("info", f"stop requested ({detail}) while the worker saves for a probe: that checkpoint "
+                                f"serves the stop")]
         if s.stop.save_until is not None:
-            s.stop.save_until = None
             return [Log("warning", f"{event.signal} again: killing the worker without waiting for its checkpoint"),
-                    KillTree(copy.deepcopy(s.stop.incident))]
+                    *_save_failed(s, f"{event.signal} again before the checkpoint came", Reason.STOP)]
         return []
     if s.state == State.BACKOFF:
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
@@ -883,37 +902,68 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
     }
     if kernel_events:
         incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
-    # A stop that saves loses nothing, nor does a kill after training was done (then=SUCCEED).
-    _close_attempt(s, incident, lost=(reason != Reason.STOP or save_until is None) and then != After.SUCCEED)
+    # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
+    at_risk = _close_attempt(s, incident, lost=save_until is None and then != After.SUCCEED)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
     s.stop = StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
-                      climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until)
+                      climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
+                      at_risk=at_risk if save_until is not None else (0.0, 0))
     if reason == Reason.HANG:
         s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
     if reason == Reason.STOP:
         log = Log("info", f"stop requested ({detail})")
+    elif reason == Reason.PROBE:
+        log = Log("info", detail)
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
     return [log] if save_until is not None else [log, KillTree(copy.deepcopy(incident))]
 
 
-def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> None:
+def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> tuple[float, int]:
     """Move this attempt's progress into the totals; when it ends without a save, what followed the newest
-    checkpoint is lost (the next worker resumes from there) and the incident says how much."""
+    checkpoint is lost (the next worker resumes from there) and the incident says how much. Returns that part
+    (seconds, batches) either way: a stop that waits for a save loses it if the save fails."""
     s.trained_seconds = s.trained()
     if s.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         _record_rung_speed(s)
+    unsaved = (0.0, 0)
     if s.healthy_since is not None and s.last_progress_at is not None:
         saved_at = s.checkpoint.mono if s.checkpoint is not None else -math.inf
-        lost_seconds = max(0.0, s.last_progress_at - max(s.healthy_since, saved_at)) if lost else 0.0
-        lost_batches = s.batches_since_checkpoint if lost else 0
-        s.lost_seconds += lost_seconds
-        s.lost_batches += lost_batches
-        incident["lost_seconds"], incident["lost_batches"] = round(lost_seconds, 3), lost_batches
+        unsaved = (max(0.0, s.last_progress_at - max(s.healthy_since, saved_at)), s.batches_since_checkpoint)
+        _count_lost(s, incident, *(unsaved if lost else (0.0, 0)))
     if s.checkpoint is not None:
         incident["resumes_from"] = {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch, "path": s.checkpoint.path}
     s.healthy_since = None
+    return unsaved
+
+
+def _count_lost(s: Supervision, incident: dict[str, Any], seconds: float, batches: int) -> None:
+    s.lost_seconds += seconds
+    s.lost_batches += batches
+    incident["lost_seconds"] = round(incident.get("lost_seconds", 0.0) + seconds, 3)
+    incident["lost_batches"] = incident.get("lost_batches", 0) + batches
+
+
+def _save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
+    """The checkpoint a stop or a probe asked for did not come: what followed the newest one is lost, and a probe
+    is what it turned into (a hang or crash while saving), a real incident and a restart at the rung it was to
+    leave, whose probation starts over."""
+    plan = s.stop
+    plan.save_until = None
+    _count_lost(s, plan.incident, *plan.at_risk)
+    plan.incident["detail"] += f"; {why}"
+    actions: list[Any] = []
+    if plan.reason == Reason.PROBE:
+        plan.reason, plan.failure = reason, f"{reason.value}:probe save"
+        plan.incident["reason"] = reason.value
+        if reason == Reason.HANG:
+            phase = plan.incident["phase"]
+            s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+        _move_to(s, s.rung)
+        actions.append(Log("warning", f"the probe is off: rung {s.rung} ({s.ladder.label(s.rung)}) goes on after the "
+                                      f"restart, its probation counted again"))
+    return actions + [KillTree(copy.deepcopy(plan.incident))]
 
 
 def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
@@ -940,6 +990,9 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
         return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if plan.then == After.STOP:
         saved = "after saving a checkpoint" if plan.saved else "without a new checkpoint"
+        if not plan.saved and plan.at_risk[1]:
+            saved += (f" (none was written: the {plan.at_risk[0]:.0f} s and {plan.at_risk[1]} batches trained after "
+                      f"the newest one are trained again)")
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped at rung {s.rung} {saved}; run again to resume"))
     return _restart(s, plan, now)
 
