@@ -261,14 +261,17 @@ class Agent:
 
     def _launch_standby(self, env: dict[str, str]) -> WorkerProcess | None:
         """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
-        standby, one that died, or one made for another environment (the rung's variables are read at import)."""
+        standby, one that died or is stopped (SIGSTOP), or one made for another environment (the rung's variables
+        are read at import)."""
         standby, self.standby = self.standby, None
         if standby is None:
             return None
         self._forget(standby.pidfd)
-        if standby.env != env or standby.popen.poll() is not None or not standby.launch(self.state_dir.launch_record):
-            log.info(f"standby worker pid {standby.pid} not used ("
-                     f"{'made for another environment' if standby.env != env else 'gone'}): starting cold")
+        why = ("made for another environment" if standby.env != env else "gone" if standby.popen.poll() is not None
+               else "stopped: frozen by a signal or a debugger" if process_tree.stopped(standby.pid)
+               else None if standby.launch(self.state_dir.launch_record) else "gone")
+        if why is not None:
+            log.info(f"standby worker pid {standby.pid} not used ({why}): starting cold")
             self._discard(standby)
             return None
         log.info(f"standby worker pid {standby.pid} takes the attempt: its imports are done")
