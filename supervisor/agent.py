@@ -27,7 +27,7 @@ from supervisor.decision.vocabulary import KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file
 from supervisor.outputs.incidents import one_line, stacks_path
-from supervisor.outputs.state_dir import StateDir
+from supervisor.outputs.state_dir import StateDir, StateDirTaken
 from supervisor.outputs.systemd_notify import Notifier, worker_environ
 from supervisor.sources import process_tree, stacks
 from supervisor.sources.gpu_metrics import sample_all
@@ -513,8 +513,11 @@ class Agent:
         if self.exporter is not None:
             self.exporter.publish(status)
         self.systemd.status(self.status_line(status))
-        self.state_dir.write_state({**self.s.persistent(), "status": status,
-                                    "kernel_log_position": self.kernel_log_position()})
+        try:
+            self.state_dir.write_state({**self.s.persistent(), "status": status,
+                                        "kernel_log_position": self.kernel_log_position()})
+        except StateDirTaken as e:  # raised once: nothing is written there after it
+            self.handle(core.StateDirTaken(str(e)))
 
 
 def run(config: Config) -> int:

@@ -846,3 +846,18 @@ def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
         d.at(d.t + 0.1).beat(epoch=1, epochs=3, batch=2, batches=32)
     assert max(d.s.intervals["train"]) == pytest.approx(0.1)
     assert d.s.deadline().at - d.t == 10.0  # the auto floor, not 35 s
+
+
+def test_a_state_directory_another_supervisor_took_stops_the_worker_without_a_save_and_exits_78():
+    taken = "c.toml: state_dir /s is now in use by another supervisor (pid 7)"
+    d = healthy()
+    d(core.StopRequested("SIGTERM"))  # saving: its checkpoint would land in the other one's training
+    assert kinds(d(core.StateDirTaken(taken))) == ["Log", "KillTree"]
+    exit = d(core.TreeKilled(killed=1))[0]
+    assert exit.code == 78 and exit.text.startswith(taken) and "its own state_dir" in exit.text
+    assert d.s.state == core.State.FAILED and d.s.lost_batches == 20
+    backing_off = healthy()
+    backing_off(core.WorkerExited(1))
+    backing_off(core.TreeKilled(killed=0))
+    assert backing_off.s.state == core.State.BACKOFF
+    assert backing_off(core.StateDirTaken(taken))[0].code == 78 and backing_off.s.state == core.State.FAILED

@@ -14,6 +14,7 @@ Life cycle (``State``)::
                           | SUCCEEDED (training finished) | FAILED (budget spent, reboot needed)
                           | STOPPED (asked to stop; the next run resumes)
     BACKOFF --delay over--> STARTING
+    any running state --another supervisor took the state directory--> STOPPING (no save) | FAILED (exit 78)
 
 A crash climbs the ladder only when the same failure repeats; a hang always climbs. Every restart
 counts against the restart budget; a worker that survives SIGKILL ends the supervisor with "reboot needed".
@@ -56,7 +57,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.HEALTHY: frozenset({State.HEALTHY, State.STOPPING}),
     State.STOPPING: frozenset({State.STOPPING, State.STARTING, State.BACKOFF, State.SUCCEEDED, State.FAILED,
                                State.STOPPED}),
-    State.BACKOFF: frozenset({State.BACKOFF, State.STARTING, State.STOPPED}),
+    State.BACKOFF: frozenset({State.BACKOFF, State.STARTING, State.STOPPED, State.FAILED}),
     State.SUCCEEDED: frozenset({State.SUCCEEDED}),
     State.FAILED: frozenset({State.FAILED}),
     State.STOPPED: frozenset({State.STOPPED}),
@@ -142,6 +143,13 @@ class Tick:
 class SupervisorPaused:
     """The supervisor itself did not run for ``seconds`` (SIGSTOP, a frozen VM): not the worker's time to answer for."""
     seconds: float
+
+
+@dataclass(frozen=True)
+class StateDirTaken:
+    """Another supervisor locked the state directory (this one's lock file was removed meanwhile): it trains there
+    now, so this one's worker stops at once, without a save that would overwrite the other's last.pt."""
+    detail: str  # one line: the config file, state_dir, and who holds it
 
 
 # Actions --------------------------------------------------------------------------------------------------
@@ -483,6 +491,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _signature(s, event)
     if isinstance(event, SupervisorPaused):
         return _paused(s, event)
+    if isinstance(event, StateDirTaken):
+        return _state_dir_taken(s, event, now)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -831,6 +841,22 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         s.stop.save_until += gap
     return [Log("warning", f"the supervisor itself did not run for {gap:.1f} s (stopped or suspended): its "
                            f"deadlines move by as much instead of blaming the worker")]
+
+
+def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any]:
+    advice = "this one stopped its worker; stop the other, or give each supervisor its own state_dir"
+    if s.state in (State.STARTING, State.HEALTHY):
+        phase = "startup" if s.state == State.STARTING else s.progress.phase
+        return _begin_stop(s, now, Reason.STOP, phase, detail=event.detail, then=After.CONFIG_ERROR, advice=advice)
+    if s.state == State.STOPPING and s.stop is not None:
+        s.stop.then, s.stop.advice = After.CONFIG_ERROR, advice
+        s.stop.incident["detail"] = f"{event.detail} (while stopping: {s.stop.incident['detail']})"
+        if s.stop.save_until is not None:  # its save would land in the other supervisor's training
+            return [Log("error", event.detail)] + _save_failed(s, "the state directory was taken", Reason.STOP)
+        return [Log("error", event.detail)]
+    if s.state == State.BACKOFF:
+        return _finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{event.detail}: {advice}; not restarting"))
+    return []
 
 
 def _signature(s: Supervision, event: SignatureSeen) -> list[Any]:
