@@ -7,7 +7,7 @@ import signal
 import psutil
 import pytest
 
-from tests.conftest import read_incidents, read_state
+from tests.conftest import read_incidents, read_state, worker_launcher
 from tests.test_e2e import demo_config, start_supervisor, status_of, wait_for  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.e2e
@@ -72,11 +72,6 @@ hb.phase("done")
 
 def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
     """A SIGSTOPped standby would take the attempt, never start, and cost a rung: it is started cold instead."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT, worker_launcher
-
     launcher = worker_launcher(tmp_path, HANG_THEN_FINISH)
     config = write_config(f"""
         [train]
@@ -92,8 +87,7 @@ def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
         gpu_events = "off"
     """)
     state_dir = tmp_path / "state"
-    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
-                             str(state_dir)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    proc = start_supervisor(config, state_dir)
     try:
         standby = wait_for(lambda: (s := status_of(state_dir)) and s["standby_pid"], 60, "the standby")
         psutil.Process(standby).send_signal(signal.SIGSTOP)
