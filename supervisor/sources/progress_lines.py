@@ -152,10 +152,10 @@ class ProgressCounter:
     postfix refresh, a spinning script reprinting its bar) is not progress; a new epoch starting again at batch 0
     is (the epoch grew). A bar counts only once it advances: its first draw, at 0 or at a resumed run's ``initial``
     (``10/40 [00:00<?, ?it/s]``), trained nothing in this process; a first draw that already shows a rate (a
-    one-batch validation bar drawn at its end) did. A bar that prints no epoch (a validation bar, Lightning's ``Training`` bar) is placed in
-    the latest epoch any bar printed, so the same ``1/1`` validation bar in the next epoch is progress. A bar
-    whose position fell (Lightning resetting its bar before the next epoch) starts again from there, and counts
-    from its next growth. A loss-only reading (a user regex with only ``loss``) has no position: it counts when
+    one-batch validation bar drawn at its end) did. A bar that prints no epoch (a validation bar, Lightning's
+    ``Training`` bar) is placed in the latest epoch any bar printed, so the same ``1/1`` validation bar in the next
+    epoch is progress. A bar whose position fell (Lightning resetting its bar before the next epoch) starts again
+    from there, and counts from its next growth. A loss-only reading (a user regex with only ``loss``) has no position: it counts when
     its loss differs from the previous loss-only reading's, the one sign of a new step it carries; the same
     value printed again is not progress.
     """
