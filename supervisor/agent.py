@@ -27,7 +27,7 @@ from supervisor.decision.vocabulary import KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file
 from supervisor.outputs.incidents import one_line, stacks_path
-from supervisor.outputs.state_dir import StateDir
+from supervisor.outputs.state_dir import StateDir, StateDirTaken
 from supervisor.outputs.systemd_notify import Notifier, worker_environ
 from supervisor.sources import process_tree, stacks
 from supervisor.sources.gpu_metrics import sample_all
@@ -262,14 +262,17 @@ class Agent:
 
     def _launch_standby(self, env: dict[str, str]) -> WorkerProcess | None:
         """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
-        standby, one that died, or one made for another environment (the rung's variables are read at import)."""
+        standby, one that died or is stopped (SIGSTOP), or one made for another environment (the rung's variables
+        are read at import)."""
         standby, self.standby = self.standby, None
         if standby is None:
             return None
         self._forget(standby.pidfd)
-        if standby.env != env or standby.popen.poll() is not None or not standby.launch(self.state_dir.launch_record):
-            log.info(f"standby worker pid {standby.pid} not used ("
-                     f"{'made for another environment' if standby.env != env else 'gone'}): starting cold")
+        why = ("made for another environment" if standby.env != env else "gone" if standby.popen.poll() is not None
+               else "stopped: frozen by a signal or a debugger" if process_tree.stopped(standby.pid)
+               else None if standby.launch(self.state_dir.launch_record) else "gone")
+        if why is not None:
+            log.info(f"standby worker pid {standby.pid} not used ({why}): starting cold")
             self._discard(standby)
             return None
         log.info(f"standby worker pid {standby.pid} takes the attempt: its imports are done")
@@ -511,8 +514,11 @@ class Agent:
         if self.exporter is not None:
             self.exporter.publish(status)
         self.systemd.status(self.status_line(status))
-        self.state_dir.write_state({**self.s.persistent(), "status": status,
-                                    "kernel_log_position": self.kernel_log_position()})
+        try:
+            self.state_dir.write_state({**self.s.persistent(), "status": status,
+                                        "kernel_log_position": self.kernel_log_position()})
+        except StateDirTaken as e:  # raised once: nothing is written there after it
+            self.handle(core.StateDirTaken(str(e)))
 
 
 def run(config: Config) -> int:

@@ -147,3 +147,38 @@ def test_a_disk_full_save_stops_with_free_space_advice_instead_of_a_safer_rung(t
     assert result.returncode == 78, result.stderr
     assert "the disk is full: free space" in result.stderr
     assert sorted(p.name for p in state.glob("seen-attempt-*")) == ["seen-attempt-1"]  # no retry on a safer rung
+
+
+def test_ultralytics_final_strip_replaces_last_pt_whole_while_the_supervisor_verifies_it(tmp_path):
+    """The end of every run: Ultralytics strips last.pt right after its last save, while the supervisor verifies that
+    save. A reader in a loop, as the supervisor's check, must never see it half written."""
+    import threading
+
+    from worker.train import supervised_trainer
+
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    last = weights / "last.pt"
+    torch.save({"model": torch.nn.Linear(1500, 1500), "train_args": {}, "optimizer": {"state": 1}}, last)
+    before = os.stat(last).st_ino
+    trainer = object.__new__(supervised_trainer("detect"))  # final_eval alone: no training set up
+    trainer.last, trainer.best = last, weights / "best.pt"  # no best.pt: no final validation
+    done, torn = threading.Event(), []
+
+    def supervisor_check():
+        while not done.is_set():
+            note = keep_verified_copy(tmp_path)
+            if note:
+                torn.append(note)
+
+    reader = threading.Thread(target=supervisor_check)
+    reader.start()
+    try:
+        trainer.final_eval()
+    finally:
+        done.set()
+        reader.join()
+    assert torn == []
+    assert os.stat(last).st_ino != before and verify(last) is None  # renamed over, not rewritten in place
+    assert torch.load(last, weights_only=False)["optimizer"] is None  # and stripped
+    assert [p.name for p in weights.iterdir() if p.name.startswith(".")] == []

@@ -265,10 +265,22 @@ def test_stop_asks_for_a_checkpoint_then_exits_zero_without_restart():
     d = healthy()
     actions = d(core.StopRequested("SIGTERM"))
     assert kinds(actions) == ["Log", "Log", "RequestCheckpoint"]
+    d.beat("save", kind="checkpoint", path="/x/last.pt", epoch=1, batch=20, progress=d.progress)
     assert d(core.WorkerExited(0)) == [core.KillTree(None)]  # saved and gone: clean up the rest
     actions = d(core.TreeKilled(killed=0))
     assert kinds(actions) == ["Exit"] and actions[0].code == EXIT_OK and "after saving a checkpoint" in actions[0].text
     assert d.s.state == core.State.STOPPED and d.s.restart_times == []
+
+
+def test_a_stop_whose_save_failed_says_no_checkpoint_was_written_and_counts_the_loss():
+    d = healthy()  # 20 batches in 9.5 s since the first, no checkpoint yet
+    d(core.StopRequested("SIGTERM"))
+    actions = d(core.WorkerExited(0))  # a full disk: our worker exits 0 after its save failed, no checkpoint said
+    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident["lost_batches"] == 20
+    exit = d(core.TreeKilled(killed=0))[0]
+    assert exit.code == EXIT_OK and "without a new checkpoint (none was written: the 10 s and 20 batches" in exit.text
+    assert d.s.lost_seconds == pytest.approx(9.5) and d.s.lost_batches == 20
+    assert d.s.incidents[-1]["lost_seconds"] == pytest.approx(9.5)
 
 
 def test_a_worker_that_finishes_while_asked_to_save_has_succeeded():
@@ -644,12 +656,14 @@ def test_after_probe_after_of_healthy_training_the_faster_rung_is_tried_at_a_che
     spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
     assert spawn.rung == 0 and d.s.probing_from == 1 and d.s.restarts_by_reason == {"hang": 1, "probe": 1}
     assert len(d.s.restart_times) == 1  # a probe is planned: it spends no restart budget
-    assert d.s.incidents[-1]["reason"] == "hang" and d.s.lost_seconds == pytest.approx(9.5)  # the probe lost nothing
+    assert d.s.incidents[-1]["reason"] == "probe" and d.s.incidents[-1]["lost_seconds"] == 0.0
+    assert d.s.lost_seconds == pytest.approx(9.5)  # the hang's; the probe lost nothing
 
 
 def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_that_hung_enough_is_left_alone():
     d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 2}, checkpoint={"every": 30})
     train(d, 70, PID + 1, SAFER)
+    d.beat("save", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
     d(core.WorkerExited(0))
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 2, "/s/last.pt"))
@@ -659,6 +673,73 @@ def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_
     assert d.s.rung == 1 and d.s.probing_from is None and d.s.probation == {"1": 120.0}
     assert d.s.rung_hangs == {"0": 2} and d.s.probe_in() is None  # rung 0 hung twice: never probed again
     assert any("not probed again" in a.text for a in actions if isinstance(a, core.Log))
+
+
+def probing(**sections) -> Driver:
+    """At rung 1 after a hang, probation served: the worker was just asked to save for the probe of rung 0."""
+    d = at_rung_1_after_a_hang(ladder={"probe_after": 60}, checkpoint={"every": 30}, **sections)
+    assert kinds(train(d, 70, PID + 1, SAFER))[-1] == "RequestCheckpoint" and d.s.stop.reason == core.Reason.PROBE
+    return d
+
+
+SHELL_FIELDS = {"id", "time", "reason", "phase", "rung", "epoch", "batch"}  # what the agent reads of an incident
+
+
+@pytest.mark.parametrize("fault", ["frozen", "slow to exit"])
+def test_a_probe_whose_save_goes_wrong_is_a_real_incident_and_training_goes_on_at_the_safer_rung(fault):
+    d = probing(watchdog={"save_timeout": 30})
+    asked = d.t
+    if fault == "slow to exit":  # a command's SIGTERM: it trains on and exits late
+        d.train_until(asked + 29, 0.5)
+    actions = d.at(asked + 30.01)(core.Tick())  # SIGSTOPped: its stall timeout (10 s) comes first
+    kill = [a for a in actions if isinstance(a, core.KillTree)][0]
+    assert SHELL_FIELDS <= kill.incident.keys() and kill.incident["reason"] == "hang"
+    assert "asked to save, the worker" in kill.incident["detail"] and kill.incident["lost_batches"] > 0
+    spawn = [a for a in d(core.TreeKilled(killed=2)) if isinstance(a, core.Spawn)][0]
+    assert spawn.rung == 1 and d.s.probing_from is None and d.s.restarts_by_reason == {"hang": 2}
+    assert d.s.probe_in() == 60  # its probation starts over: no probe at the restarted worker's first beats
+
+
+def test_a_first_sigterm_during_a_probes_save_waits_for_it_and_a_second_kills():
+    d = probing(watchdog={"save_timeout": 30})
+    actions = d(core.StopRequested("SIGTERM"))
+    assert kinds(actions) == ["Log"] and d.s.stop.reason == core.Reason.STOP  # the save under way serves the stop
+    d.beat("save", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
+    assert d(core.WorkerExited(0)) == [core.KillTree(None)]
+    exit = d(core.TreeKilled(killed=1))[0]
+    assert exit.code == EXIT_OK and "after saving a checkpoint" in exit.text and d.s.rung == 1
+    d2 = probing(watchdog={"save_timeout": 30})
+    d2(core.StopRequested("SIGTERM"))
+    actions = d2(core.StopRequested("SIGTERM"))
+    assert kinds(actions) == ["Log", "KillTree"] and SHELL_FIELDS <= actions[1].incident.keys()
+    assert d2(core.TreeKilled(killed=1))[0].code == EXIT_OK and d2.s.state == core.State.STOPPED
+
+
+def test_a_probe_keeps_the_attempts_training_time_and_the_probed_rung_is_kept_after_probe_after():
+    d = probing()
+    before = d.s.trained()
+    assert before == pytest.approx(9.5 + 60, abs=0.6)  # the attempt that hung, then probation at rung 1
+    d.beat("save", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
+    d(core.WorkerExited(0))
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 2, "/s/last.pt"))
+    actions = train(d, 62, PID + 2)
+    assert d.s.trained() == pytest.approx(before + 61, abs=0.6)
+    assert d.s.rung == 0 and d.s.probing_from is None  # kept after 60 s on it, not 60 s plus the attempt before
+    assert any("held for" in a.text for a in actions if isinstance(a, core.Log))
+
+
+def test_a_finished_command_whose_exit_hangs_ends_succeeded():
+    d = Driver(make(watchdog={"save_timeout": 20}))
+    d(core.Boot())
+    d(core.Spawned(PID, None, exit_0_finishes=True))
+    for batch in range(1, 41):
+        d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=batch, batches=40)  # its bar read from its output
+    assert d.s.deadline().at == d.t + 20  # its exit is due: watched as our worker's after "done"
+    actions = d.at(d.t + 20.01)(core.Tick())
+    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident["phase"] == "done"
+    assert d(core.TreeKilled(killed=1)) == [core.Exit(EXIT_OK, "training finished after 1 attempt(s)")]
+    assert d.s.state == core.State.SUCCEEDED and d.s.restart_times == []
 
 
 def test_probing_survives_a_supervisor_restart_and_off_keeps_the_ladder_one_way():
@@ -768,3 +849,18 @@ def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
         d.at(d.t + 0.1).beat(epoch=1, epochs=3, batch=2, batches=32)
     assert max(d.s.intervals["train"]) == pytest.approx(0.1)
     assert d.s.deadline().at - d.t == 10.0  # the auto floor, not 35 s
+
+
+def test_a_state_directory_another_supervisor_took_stops_the_worker_without_a_save_and_exits_78():
+    taken = "c.toml: state_dir /s is now in use by another supervisor (pid 7)"
+    d = healthy()
+    d(core.StopRequested("SIGTERM"))  # saving: its checkpoint would land in the other one's training
+    assert kinds(d(core.StateDirTaken(taken))) == ["Log", "KillTree"]
+    exit = d(core.TreeKilled(killed=1))[0]
+    assert exit.code == 78 and exit.text.startswith(taken) and "its own state_dir" in exit.text
+    assert d.s.state == core.State.FAILED and d.s.lost_batches == 20
+    backing_off = healthy()
+    backing_off(core.WorkerExited(1))
+    backing_off(core.TreeKilled(killed=0))
+    assert backing_off.s.state == core.State.BACKOFF
+    assert backing_off(core.StateDirTaken(taken))[0].code == 78 and backing_off.s.state == core.State.FAILED

@@ -49,6 +49,8 @@ def assert_gone(pids):
 
 def assert_finished(state_dir, result, epochs=3):
     assert result.returncode == 0, result.stderr[-3000:]
+    # The last save is verified while Ultralytics strips last.pt at its end: that rewrite must never look torn.
+    assert "not a usable checkpoint" not in result.stderr, result.stderr[-3000:]
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded"
     assert (status["epoch"], status["epochs"]) == (epochs, epochs)

@@ -109,6 +109,25 @@ def test_a_spinning_script_reprinting_its_bar_is_not_progress():
     assert counter.progress == before
 
 
+def test_a_resumed_bars_first_draw_at_its_initial_position_is_not_a_batch_trained():
+    # tqdm(total=40, initial=10), as a script resumed at step 10 draws it at once, before any step ran here.
+    tqdm = pytest.importorskip("tqdm")
+    import io
+
+    out = io.StringIO()
+    with tqdm.tqdm(total=40, initial=10, desc="Epoch 1/3", file=out, mininterval=0, ascii=True) as bar:
+        first = out.getvalue()
+        bar.update(1)
+        second = out.getvalue()[len(first):]
+    parser, counter = ProgressParser(), ProgressCounter()
+    [drawn] = parser.feed(first.encode() + b"\n")
+    assert (drawn.epoch, drawn.batch, drawn.batches) == (1, 10, 40) and not counter.observe(drawn)
+    assert [counter.observe(r) for r in parser.feed(second.encode() + b"\n")] == [True]  # once it advances
+    # A bar first seen at its end with a measured rate did advance (a one-batch validation bar drawn when done).
+    [val] = parser.feed(b"val: 100%|##########| 1/1 [00:00<00:00, 14.4it/s]\n")
+    assert counter.observe(val)
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
 def test_bytes_split_anywhere_give_the_same_readings(chunk):
     data = (FIXTURES / "ultralytics_train.bin").read_bytes() + (FIXTURES / "tqdm_plain_loop.bin").read_bytes()
@@ -124,7 +143,7 @@ def test_an_over_long_line_is_dropped_counted_and_the_next_line_read():
     assert parser.feed(b"y" * MAX_LINE_BYTES * 3) == []  # the same line, still going: counted once
     readings = parser.feed(b"tail\rEpoch 3/5:  40%|####      | 4/10 [00:01<00:01, 4.0it/s, loss=0.25]\n")
     assert parser.dropped_lines == 1
-    assert readings == [ProgressReading(3, 5, 4, 10, 0.25, Phase.TRAIN, "tqdm:Epoch #/#")]
+    assert readings == [ProgressReading(3, 5, 4, 10, 0.25, Phase.TRAIN, "tqdm:Epoch #/#", rate_shown=True)]
 
 
 def test_output_that_never_matches_is_lines_without_readings():

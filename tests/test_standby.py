@@ -7,7 +7,7 @@ import signal
 import psutil
 import pytest
 
-from tests.conftest import read_incidents, read_state
+from tests.conftest import read_incidents, read_state, worker_launcher
 from tests.test_e2e import demo_config, start_supervisor, status_of, wait_for  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.e2e
@@ -49,3 +49,55 @@ def test_a_hung_attempt_is_resumed_by_the_standby_its_kill_spared_and_a_dead_one
     assert len(standbys) == 3  # one per attempt that trained
     assert not [p for p in standbys if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert status["standby_pid"] is None
+
+
+HANG_THEN_FINISH = """
+import json, sys, time
+from pathlib import Path
+from worker.heartbeat import Heartbeat
+
+attempt = json.loads(Path(sys.argv[3]).read_text())["attempt"]
+hb = Heartbeat.from_env()
+hb.phase("train", epoch=1, epochs=1, batch=0, batches=400)
+for i in range(400):
+    time.sleep(0.05)
+    hb.beat(epoch=1, epochs=1, batch=i + 1, batches=400, samples=4)
+    if attempt == 1 and Path(__file__).with_name("hang").exists():
+        time.sleep(3600)  # attempt 1 hangs once the test froze the standby
+    if attempt > 1 and i == 20:
+        break
+hb.phase("done")
+"""
+
+
+def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
+    """A SIGSTOPped standby would take the attempt, never start, and cost a rung: it is started cold instead."""
+    launcher = worker_launcher(tmp_path, HANG_THEN_FINISH)
+    config = write_config(f"""
+        [train]
+        epochs = 1
+        [worker]
+        python = "{launcher}"
+        [watchdog]
+        auto_floor = 2
+        [metrics]
+        listen = "off"
+        [kernel_log]
+        source = "off"
+        gpu_events = "off"
+    """)
+    state_dir = tmp_path / "state"
+    proc = start_supervisor(config, state_dir)
+    try:
+        standby = wait_for(lambda: (s := status_of(state_dir)) and s["standby_pid"], 60, "the standby")
+        psutil.Process(standby).send_signal(signal.SIGSTOP)
+        (tmp_path / "hang").touch()
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert (status["state"], status["rung"], status["restarts"]) == ("succeeded", 1, 1)  # one hang, one rung
+    assert f"standby worker pid {standby} not used (stopped: frozen by a signal or a debugger): starting cold" in stderr
+    assert worker_pids(stderr)[2] != standby
+    assert not psutil.pid_exists(standby) or psutil.Process(standby).status() == psutil.STATUS_ZOMBIE

@@ -10,6 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from supervisor.outputs.state_dir import StateDir
 from tests.conftest import ROOT, sources_for_nobody, worker_launcher, yolo_train
 
@@ -112,3 +114,51 @@ def test_state_writes_leave_one_complete_file(tmp_path):
         state.write_state({"restarts": i})
     assert state.read_state()["restarts"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["supervisor.json", "supervisor.lock"]
+
+
+def other_network_namespace() -> list[str]:
+    """A command prefix that runs in a network namespace of its own, where the lock's abstract socket is not seen."""
+    for prefix in (["unshare", "--net"], ["unshare", "--map-root-user", "--net"]):
+        try:
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
+                return prefix
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    pytest.skip("no network namespace can be made here (unshare --net)")
+
+
+def test_a_supervisor_whose_directory_another_one_took_stops_its_worker_with_one_line(tmp_path):
+    """The lock file removed, a second supervisor in another network namespace locks a new one and trains: the first
+    stops its worker (two would write one last.pt) and says why in one line, exit 78."""
+    import psutil
+
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    command = [sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir", str(state)]
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        assert wait_for(lambda: json.loads((state / "supervisor.json").read_text())["status"]["worker_pid"]
+                        if (state / "supervisor.json").exists() else False)
+        worker = json.loads((state / "supervisor.json").read_text())["status"]["worker_pid"]
+        first.send_signal(signal.SIGSTOP)  # held while the second takes the directory, so it cannot re-lock first
+        (state / "supervisor.lock").unlink()
+        second = subprocess.Popen(other_network_namespace() + command, cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        assert wait_for(lambda: (state / "supervisor.lock").exists() and
+                        (state / "supervisor.lock").read_text() == str(second.pid))
+        first.send_signal(signal.SIGCONT)
+        _, err = first.communicate(timeout=60)
+        assert second.poll() is None  # the second trains on
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.kill()
+        if second is not None:
+            second.send_signal(signal.SIGTERM)
+            second.communicate(timeout=60)
+    assert first.returncode == 78, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert f"state_dir {state} is now in use by another supervisor (pid {second.pid})" in last
+    assert "this one stopped its worker; stop the other, or give each supervisor its own state_dir" in last
+    assert "free disk space" not in err
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE

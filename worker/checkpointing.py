@@ -16,9 +16,9 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from worker.durable_file import write_durably
+from worker.durable_file import sync_directory, write_durably
 
 EXACT_KEY = "yolo_train_exact"  # the mid-epoch position and fp32 state; Ultralytics ignores unknown keys
 IDENTITY_EXIT = 78  # EX_CONFIG: the supervisor treats it as a configuration error, not a crash to restart
@@ -46,6 +46,30 @@ class AtomicPath(type(Path())):
     def write_bytes(self, data: bytes) -> int:  # type: ignore[override]
         atomic_write(self, bytes(data))
         return len(data)
+
+
+def strip_atomically(strip: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Ultralytics' ``strip_optimizer`` made to write beside the file and rename over it: its own ``torch.save`` to
+    the path rewrites the file in place, where the supervisor, verifying the last save, would read it half written
+    (and a kill then would tear it)."""
+
+    def stripped(f: str | Path, s: str = "", updates: dict[str, Any] | None = None) -> dict[str, Any]:
+        if s:  # saved elsewhere: nothing is rewritten
+            return strip(f, s, updates)
+        path = Path(f)
+        tmp = path.with_name(f".{path.name}.stripped-{os.getpid()}")
+        try:
+            combined = strip(path, str(tmp), updates)
+            if tmp.exists():  # not when the file was no checkpoint: strip_optimizer warns and writes nothing
+                with open(tmp, "rb") as written:
+                    os.fsync(written.fileno())
+                os.replace(tmp, path)
+                sync_directory(path.parent)
+            return combined
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    return stripped
 
 
 def load_checkpoint_file(path: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.checkpoint_writer import BackgroundWriter
 from worker.checkpointing import (EXACT_KEY, IDENTITY_EXIT, AtomicPath, CheckpointWriteError, identity_mismatch,
-                                  identity_refusal, is_finished, readable_checkpoint)
+                                  identity_refusal, is_finished, readable_checkpoint, strip_atomically)
 from worker.contract import STANDBY_FLAG, LaunchRecord, LaunchRecordError, WorkerOptions
 from worker.exact_resume import ResumePoint
 from worker.faults import Fault, FaultInjector, faults_from_env
@@ -394,6 +394,17 @@ class SupervisedTrainerMixin:
             self.supervision.hb.checkpoint(str(self.last), time.monotonic() - started, epoch=self.epoch + 1,
                                            batch=len(self.train_loader))
         return saved
+
+    def final_eval(self) -> None:
+        """Ultralytics' final strip of last.pt and best.pt, each written beside and renamed over (strip_atomically)."""
+        from ultralytics.engine import trainer
+
+        strip = trainer.strip_optimizer
+        trainer.strip_optimizer = strip_atomically(strip)
+        try:
+            super().final_eval()
+        finally:
+            trainer.strip_optimizer = strip
 
     def save_mid_epoch(self, wait: bool = False) -> bool:
         """Write last.pt at the current batch boundary with all an exact resume needs. The loop waits only for the

@@ -14,6 +14,7 @@ Life cycle (``State``)::
                           | SUCCEEDED (training finished) | FAILED (budget spent, reboot needed)
                           | STOPPED (asked to stop; the next run resumes)
     BACKOFF --delay over--> STARTING
+    any running state --another supervisor took the state directory--> STOPPING (no save) | FAILED (exit 78)
 
 A crash climbs the ladder only when the same failure repeats; a hang always climbs. Every restart
 counts against the restart budget; a worker that survives SIGKILL ends the supervisor with "reboot needed".
@@ -57,7 +58,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.HEALTHY: frozenset({State.HEALTHY, State.STOPPING}),
     State.STOPPING: frozenset({State.STOPPING, State.STARTING, State.BACKOFF, State.SUCCEEDED, State.FAILED,
                                State.STOPPED}),
-    State.BACKOFF: frozenset({State.BACKOFF, State.STARTING, State.STOPPED}),
+    State.BACKOFF: frozenset({State.BACKOFF, State.STARTING, State.STOPPED, State.FAILED}),
     State.SUCCEEDED: frozenset({State.SUCCEEDED}),
     State.FAILED: frozenset({State.FAILED}),
     State.STOPPED: frozenset({State.STOPPED}),
@@ -143,6 +144,13 @@ class Tick:
 class SupervisorPaused:
     """The supervisor itself did not run for ``seconds`` (SIGSTOP, a frozen VM): not the worker's time to answer for."""
     seconds: float
+
+
+@dataclass(frozen=True)
+class StateDirTaken:
+    """Another supervisor locked the state directory (this one's lock file was removed meanwhile): it trains there
+    now, so this one's worker stops at once, without a save that would overwrite the other's last.pt."""
+    detail: str  # one line: the config file, state_dir, and who holds it
 
 
 # Actions --------------------------------------------------------------------------------------------------
@@ -235,7 +243,8 @@ class StopPlan:
     remedy: dict[str, Any] | None = None  # settings added on top of the rung from the next attempt on
     advice: str | None = None  # After.CONFIG_ERROR: what the user should change
     save_until: float | None = None  # monotonic: the worker was asked to save and exit by then
-    saved: bool = False  # it did, and exited 0
+    saved: bool = False  # the checkpoint asked for came (our worker's word), or a command exited 0 on SIGTERM
+    at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
     point: HangPoint | None = None  # a hang: where it sat
 
 
@@ -286,6 +295,7 @@ class Supervision:
     startup_seconds: float | None = None  # spawn to the first training batch of this attempt
     resumed_from: str | None = None
     exit_0_finishes: bool = False  # this attempt's worker is a command: exit 0 means finished
+    trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1
     progress_pid: int | None = None  # whose counter progress_counter is: the worker, or rank 0 under DDP
     ranks: dict[int, RankView] = field(default_factory=dict)
@@ -503,6 +513,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _signature(s, event)
     if isinstance(event, SupervisorPaused):
         return _paused(s, event)
+    if isinstance(event, StateDirTaken):
+        return _state_dir_taken(s, event, now)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -552,7 +564,7 @@ def _spawn(s: Supervision) -> Spawn:
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.worker_pid, s.spawned_at, s.spawned_wall, s.startup_seconds = event.pid, now.mono, now.wall, None
-    s.resumed_from, s.exit_0_finishes = event.resumed_from, event.exit_0_finishes
+    s.resumed_from, s.exit_0_finishes, s.trained_through = event.resumed_from, event.exit_0_finishes, False
     s.hang_history.spawned(now.mono)
     s.progress_counter, s.last_progress_at, s.progress_pid, s.ranks = -1, None, None, {}
     s.progress = Progress()
@@ -614,7 +626,13 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
         window = s.intervals.setdefault(phase, deque(maxlen=s.config.watchdog.auto_window))
         window.append(gap)
     s.train_resuming = s.state == State.HEALTHY and m.kind == MessageKind.PHASE and m.phase == Phase.TRAIN
-    s.progress_counter, s.last_progress_at, p.phase = m.progress, now.mono, phase
+    if s.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
+            and (p.batch or 0) >= p.batches:
+        # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
+        # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
+        s.trained_through = True
+    s.progress_counter, s.last_progress_at = m.progress, now.mono
+    p.phase = Phase.DONE.value if s.trained_through else phase
     actions: list[Any] = []
     if s.suspicion is not None:
         event = s.suspicion.event
@@ -688,12 +706,12 @@ def _probe_check(s: Supervision, now: Now) -> list[Any]:
     if left is None or left > 0:
         return []
     t = s.config.watchdog.save_timeout
-    s.state = State.STOPPING
-    s.stop = StopPlan(Reason.PROBE, After.RESTART, incident={},
-                      save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED))
+    # A record like any stop's: the attempt's time is closed into the totals, and a save that fails is a real incident.
     target = s.probe_target()
-    return [Log("info", f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung {target} "
-                        f"({s.ladder.label(target)}) at this checkpoint"), RequestCheckpoint()]
+    return _begin_stop(s, now, Reason.PROBE, s.progress.phase, then=After.RESTART,
+                       detail=f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung "
+                              f"{target} ({s.ladder.label(target)}) at this checkpoint",
+                       save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED)) + [RequestCheckpoint()]
 
 
 def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
@@ -716,6 +734,8 @@ def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any
     """A complete checkpoint: the point a restart resumes from, so the work before it is safe."""
     if not m.path:
         return []
+    if _saving(s):
+        s.stop.saved = True
     s.checkpoint = CheckpointMark(m.path, m.epoch or s.progress.epoch, m.batch or 0, now.wall, now.mono,
                                   m.seconds or 0.0)
     if m.seconds is not None:
@@ -731,10 +751,9 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     if due.kind == DeadlineKind.BACKOFF:
         return [_spawn(s)]
     if due.kind in (DeadlineKind.SAVE, DeadlineKind.SAVE_STALLED):
-        s.stop.save_until = None
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
-                KillTree(copy.deepcopy(s.stop.incident))]
+                *_save_failed(s, f"asked to save, the worker {why}", Reason.HANG)]
     phase = "startup" if s.state == State.STARTING else s.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         event = s.suspicion.event
@@ -775,10 +794,15 @@ def _remedy(s: Supervision, reason: Reason, phase: str) -> tuple[SignatureSeen, 
 def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     code = event.returncode
     if _saving(s):
-        s.stop.save_until = None  # saved and gone, as asked: clean up what is left of the tree
-        s.stop.saved = code == 0
         if code == 0 and s.progress.phase == Phase.DONE.value:
             s.stop.then = After.SUCCEED  # it finished training before it got to our request
+        elif not (s.stop.saved or code == 0 and s.exit_0_finishes):  # a command's exit 0 is its word it saved
+            # Our worker exits 0 after a failed save too (a full disk): only its checkpoint message says it saved.
+            how = describe_exit(code)
+            return [Log("error", f"the worker {how} without the checkpoint asked for")] + _save_failed(
+                s, f"asked to save, the worker {how} without writing a checkpoint", Reason.CRASH)
+        s.stop.save_until = None  # saved and gone, as asked: clean up what is left of the tree
+        s.stop.saved = True
         return [KillTree(None)]
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping
@@ -833,10 +857,15 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         return actions + [Log("info", "asking the worker to save a checkpoint and exit"), RequestCheckpoint()]
     if s.state == State.STOPPING and s.stop is not None:
         s.stop.then = After.STOP
+        if s.stop.reason == Reason.PROBE and s.stop.save_until is not None:
+            # The probe's save is under way: it serves the stop, which waits for it as a first request does.
+            s.stop.reason, s.stop.incident["reason"] = Reason.STOP, Reason.STOP.value
+            s.stop.incident["detail"] += f"; then {detail}"
+            return [Log("info", f"stop requested ({detail}) while the worker saves for a probe: that checkpoint "
+                                f"serves the stop")]
         if s.stop.save_until is not None:
-            s.stop.save_until = None
             return [Log("warning", f"{event.signal} again: killing the worker without waiting for its checkpoint"),
-                    KillTree(copy.deepcopy(s.stop.incident))]
+                    *_save_failed(s, f"{event.signal} again before the checkpoint came", Reason.STOP)]
         return []
     if s.state == State.BACKOFF:
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
@@ -860,6 +889,22 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         s.stop.save_until += gap
     return [Log("warning", f"the supervisor itself did not run for {gap:.1f} s (stopped or suspended): its "
                            f"deadlines move by as much instead of blaming the worker")]
+
+
+def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any]:
+    advice = "this one stopped its worker; stop the other, or give each supervisor its own state_dir"
+    if s.state in (State.STARTING, State.HEALTHY):
+        phase = "startup" if s.state == State.STARTING else s.progress.phase
+        return _begin_stop(s, now, Reason.STOP, phase, detail=event.detail, then=After.CONFIG_ERROR, advice=advice)
+    if s.state == State.STOPPING and s.stop is not None:
+        s.stop.then, s.stop.advice = After.CONFIG_ERROR, advice
+        s.stop.incident["detail"] = f"{event.detail} (while stopping: {s.stop.incident['detail']})"
+        if s.stop.save_until is not None:  # its save would land in the other supervisor's training
+            return [Log("error", event.detail)] + _save_failed(s, "the state directory was taken", Reason.STOP)
+        return [Log("error", event.detail)]
+    if s.state == State.BACKOFF:
+        return _finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{event.detail}: {advice}; not restarting"))
+    return []
 
 
 def _signature(s: Supervision, event: SignatureSeen) -> list[Any]:
@@ -933,40 +978,71 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
     point = HangPoint(phase, s.progress.epoch, s.progress.batch) if reason in (Reason.HANG, Reason.KERNEL) else None
     last_progress_at, lost_before = s.last_progress_at, s.lost_seconds
-    # A stop that saves loses nothing, nor does a kill after training was done (then=SUCCEED).
-    _close_attempt(s, incident, lost=(reason != Reason.STOP or save_until is None) and then != After.SUCCEED)
+    # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
+    at_risk = _close_attempt(s, incident, lost=save_until is None and then != After.SUCCEED)
     if point is not None and then in (None, After.RESTART):
         s.hang_history.hang(point, s.trained(), last_progress_at, s.lost_seconds - lost_before)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
     s.stop = StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
-                      climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until, point=point)
+                      climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
+                      at_risk=at_risk if save_until is not None else (0.0, 0), point=point)
     if reason == Reason.HANG:
         s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
     if reason == Reason.STOP:
         log = Log("info", f"stop requested ({detail})")
+    elif reason == Reason.PROBE:
+        log = Log("info", detail)
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
     return [log] if save_until is not None else [log, KillTree(copy.deepcopy(incident))]
 
 
-def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> None:
+def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> tuple[float, int]:
     """Move this attempt's progress into the totals; when it ends without a save, what followed the newest
-    checkpoint is lost (the next worker resumes from there) and the incident says how much."""
+    checkpoint is lost (the next worker resumes from there) and the incident says how much. Returns that part
+    (seconds, batches) either way: a stop that waits for a save loses it if the save fails."""
     s.hang_history.trained_at(s.rung, s.trained() - s.trained_seconds)
     s.trained_seconds = s.trained()
     if s.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         _record_rung_speed(s)
+    unsaved = (0.0, 0)
     if s.healthy_since is not None and s.last_progress_at is not None:
         saved_at = s.checkpoint.mono if s.checkpoint is not None else -math.inf
-        lost_seconds = max(0.0, s.last_progress_at - max(s.healthy_since, saved_at)) if lost else 0.0
-        lost_batches = s.batches_since_checkpoint if lost else 0
-        s.lost_seconds += lost_seconds
-        s.lost_batches += lost_batches
-        incident["lost_seconds"], incident["lost_batches"] = round(lost_seconds, 3), lost_batches
+        unsaved = (max(0.0, s.last_progress_at - max(s.healthy_since, saved_at)), s.batches_since_checkpoint)
+        _count_lost(s, incident, *(unsaved if lost else (0.0, 0)))
     if s.checkpoint is not None:
         incident["resumes_from"] = {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch, "path": s.checkpoint.path}
     s.healthy_since = None
+    return unsaved
+
+
+def _count_lost(s: Supervision, incident: dict[str, Any], seconds: float, batches: int) -> None:
+    s.lost_seconds += seconds
+    s.lost_batches += batches
+    incident["lost_seconds"] = round(incident.get("lost_seconds", 0.0) + seconds, 3)
+    incident["lost_batches"] = incident.get("lost_batches", 0) + batches
+
+
+def _save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
+    """The checkpoint a stop or a probe asked for did not come: what followed the newest one is lost, and a probe
+    is what it turned into (a hang or crash while saving), a real incident and a restart at the rung it was to
+    leave, whose probation starts over."""
+    plan = s.stop
+    plan.save_until = None
+    _count_lost(s, plan.incident, *plan.at_risk)
+    plan.incident["detail"] += f"; {why}"
+    actions: list[Any] = []
+    if plan.reason == Reason.PROBE:
+        plan.reason, plan.failure = reason, f"{reason.value}:probe save"
+        plan.incident["reason"] = reason.value
+        if reason == Reason.HANG:
+            phase = plan.incident["phase"]
+            s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+        _move_to(s, s.rung)
+        actions.append(Log("warning", f"the probe is off: rung {s.rung} ({s.ladder.label(s.rung)}) goes on after the "
+                                      f"restart, its probation counted again"))
+    return actions + [KillTree(copy.deepcopy(plan.incident))]
 
 
 def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
@@ -993,6 +1069,9 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
         return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if plan.then == After.STOP:
         saved = "after saving a checkpoint" if plan.saved else "without a new checkpoint"
+        if not plan.saved and plan.at_risk[1]:
+            saved += (f" (none was written: the {plan.at_risk[0]:.0f} s and {plan.at_risk[1]} batches trained after "
+                      f"the newest one are trained again)")
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped at rung {s.rung} {saved}; run again to resume"))
     return _restart(s, plan, now)
 

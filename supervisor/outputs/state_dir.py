@@ -34,6 +34,11 @@ log = logging.getLogger("yolo-train")
 LOCK_FILE = "supervisor.lock"
 
 
+class StateDirTaken(ConfigError):
+    """Another supervisor holds the state directory: at the start, or after this one's lock file was removed and
+    the other locked a new one (two supervisors in different network namespaces do not meet on the socket)."""
+
+
 def lock_address(path: Path) -> bytes:
     """The abstract socket that stands for ``path``: the same for every spelling of the path."""
     digest = hashlib.sha256(os.fsencode(os.path.realpath(path))).hexdigest()[:40]
@@ -47,6 +52,7 @@ class StateDir:
         self._lock_fd: int | None = None
         self._lock_socket: socket.socket | None = None
         self._write_failed = False
+        self.taken: str | None = None  # why the directory is no longer this supervisor's: nothing is written to it
 
     @property
     def run_dir(self) -> Path:
@@ -85,7 +91,8 @@ class StateDir:
 
     def lock_held(self) -> bool:
         """Whether the lock file is still the one this supervisor locked; re-creates it when the directory or the
-        file was removed (the socket still holds the lock, so no other supervisor can have started)."""
+        file was removed (the socket still holds the lock against any supervisor of this network namespace).
+        StateDirTaken when another supervisor locked the new file first."""
         if self._lock_fd is None:
             return False
         try:
@@ -94,12 +101,17 @@ class StateDir:
                 return True
         except FileNotFoundError:
             pass
-        log.error(f"state_dir {self.path}: {LOCK_FILE} was removed while this supervisor ran (pid {os.getpid()}); "
-                  f"re-creating it, this supervisor still holds the directory")
         os.close(self._lock_fd)
         self._lock_fd = None
         self._make_directory()
-        self._lock_fd = self._lock_file()
+        try:
+            self._lock_fd = self._lock_file()
+        except StateDirTaken:
+            self.taken = (f"{self.config_source}: state_dir {self.path} is now in use by another supervisor (pid "
+                          f"{self._holder()}): its {LOCK_FILE} was removed while this one (pid {os.getpid()}) ran")
+            raise StateDirTaken(self.taken) from None
+        log.error(f"state_dir {self.path}: {LOCK_FILE} was removed while this supervisor ran (pid {os.getpid()}); "
+                  f"re-created, this supervisor still holds the directory")
         return True
 
     def _make_directory(self) -> None:
@@ -121,7 +133,7 @@ class StateDir:
         except BlockingIOError:
             # Another network namespace's supervisor (the socket did not meet it), or an older version's.
             os.close(fd)
-            raise ConfigError(f"{self.config_source}: state_dir {self.path} is in use by another supervisor (pid "
+            raise StateDirTaken(f"{self.config_source}: state_dir {self.path} is in use by another supervisor (pid "
                               f"{self._holder()}); stop it or choose another state_dir") from None
         try:
             os.ftruncate(fd, 0)
@@ -155,11 +167,16 @@ class StateDir:
             raise ConfigError(f"{e}; make it readable by user {_user()}") from None
 
     def write_state(self, record: dict[str, Any]) -> None:
-        """Replace the state file; a failure is said once and supervision goes on (the previous file stays)."""
+        """Replace the state file; a failure is said once and supervision goes on (the previous file stays).
+        StateDirTaken, once, when another supervisor took the directory; nothing is written to it after that."""
+        if self.taken is not None:
+            return
         try:
             self.lock_held()
             state_file.write(self.path, record)
             self._write_failed = False
+        except StateDirTaken:
+            raise
         except (OSError, ConfigError) as e:
             if not self._write_failed:
                 why = e.strerror if isinstance(e, OSError) else str(e)
@@ -170,6 +187,8 @@ class StateDir:
     def append_incident(self, incident: dict[str, Any]) -> None:
         """One line, written by one write() and fsynced; after a torn last line (a crash mid-append) it starts on
         a line of its own, so the torn one stays the only unreadable line."""
+        if self.taken is not None:
+            return  # the other supervisor's record now; this one's incident is in its log
         line = (json.dumps(incident, default=str) + "\n").encode()
         try:
             fd = os.open(self.incidents, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

@@ -45,6 +45,14 @@ def tree(root_pid: int | None = None, spare: Collection[int] = ()) -> list[psuti
     return [p for p in members if _alive(p)]
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, a debugger): alive, yet it would run nothing it is given."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
 def _descendants(p: psutil.Process) -> list[psutil.Process]:
     try:
         return p.children(recursive=True)

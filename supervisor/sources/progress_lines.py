@@ -66,6 +66,7 @@ _SETUP_DESC = re.compile(r"scanning|caching|download", re.IGNORECASE)
 _LOSS = re.compile(rf"(?:^|[\s,(])\w*loss\w*\s*[=:]\s*(?P<loss>{_NUMBER})", re.IGNORECASE)
 _NUMBER_RUN = re.compile(rf"{_NUMBER}", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
+_RATE = re.compile(r"\d\s*(?:[A-Za-z]+/s|s/[A-Za-z]+)\b")  # tqdm's 41.2it/s or 1.50s/it, Ultralytics' 14.4it/s
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class ProgressReading:
     loss: float | None = None
     phase: Phase = Phase.TRAIN
     bar: str = ""
+    rate_shown: bool = False  # the bar prints a measured rate (``4.1it/s``, not tqdm's ``?it/s``): it has advanced
 
 
 def validate_regex(regex: str) -> str | None:
@@ -148,10 +150,12 @@ class ProgressCounter:
 
     A bar's position is (epoch, batch), compared in that order, per bar: a redraw of the same position (tqdm's
     postfix refresh, a spinning script reprinting its bar) is not progress; a new epoch starting again at batch 0
-    is (the epoch grew). A bar that prints no epoch (a validation bar, Lightning's ``Training`` bar) is placed in
-    the latest epoch any bar printed, so the same ``1/1`` validation bar in the next epoch is progress. A bar
-    whose position fell (Lightning resetting its bar before the next epoch) starts again from there, and counts
-    from its next growth. A loss-only reading (a user regex with only ``loss``) has no position: it counts when
+    is (the epoch grew). A bar counts only once it advances: its first draw, at 0 or at a resumed run's ``initial``
+    (``10/40 [00:00<?, ?it/s]``), trained nothing in this process; a first draw that already shows a rate (a
+    one-batch validation bar drawn at its end) did. A bar that prints no epoch (a validation bar, Lightning's
+    ``Training`` bar) is placed in the latest epoch any bar printed, so the same ``1/1`` validation bar in the next
+    epoch is progress. A bar whose position fell (Lightning resetting its bar before the next epoch) starts again
+    from there, and counts from its next growth. A loss-only reading (a user regex with only ``loss``) has no position: it counts when
     its loss differs from the previous loss-only reading's, the one sign of a new step it carries; the same
     value printed again is not progress.
     """
@@ -177,8 +181,8 @@ class ProgressCounter:
         self._positions[reading.bar] = position
         if len(self._positions) > MAX_BARS:
             self._positions.popitem(last=False)
-        if previous is None:  # a bar's first reading: progress once it shows a batch done
-            return position[1] > 0 and self._advance(reading)
+        if previous is None:  # where the bar starts (tqdm's initial= on a resume) unless it measured a rate since
+            return position[1] > 0 and reading.rate_shown and self._advance(reading)
         return position > previous and self._advance(reading)
 
     def _advance(self, reading: ProgressReading) -> bool:
@@ -201,23 +205,25 @@ def _from_bar(kind: str, m: re.Match) -> ProgressReading:
     batches = int(total) if total and total != "?" else None
     info = m.group("info") or ""
     label = f"{kind}:{_SPACES.sub(' ', _NUMBER_RUN.sub('#', desc))}"
+    rated = _RATE.search(info) is not None
     if row := _ULTRALYTICS_ROW.match(desc):
         losses = [float(x) for x in row.group("rest").split()[:-2]]  # the last two: instances, image size
         return ProgressReading(int(row.group("epoch")), int(row.group("epochs")), batch, batches,
-                               round(sum(losses), 6) if losses else None, Phase.TRAIN, label)
+                               round(sum(losses), 6) if losses else None, Phase.TRAIN, label, rated)
     loss = _loss(info) if (loss := _loss(desc)) is None else loss
     if _ULTRALYTICS_VAL.match(desc):
-        return ProgressReading(None, None, batch, batches, loss, Phase.VAL, label)
+        return ProgressReading(None, None, batch, batches, loss, Phase.VAL, label, rated)
     if lightning := _LIGHTNING.match(desc):
         if lightning.group("epoch") is not None:
-            return ProgressReading(int(lightning.group("epoch")) + 1, None, batch, batches, loss, Phase.TRAIN, label)
+            return ProgressReading(int(lightning.group("epoch")) + 1, None, batch, batches, loss, Phase.TRAIN, label,
+                                   rated)
         phase = Phase.TRAIN if lightning.group("train") else Phase.VAL
-        return ProgressReading(None, None, batch, batches, loss, phase, label)
+        return ProgressReading(None, None, batch, batches, loss, phase, label, rated)
     epoch = epochs = None
     if e := _EPOCH_IN_DESC.search(desc):
         epoch, epochs = _int(e.group("e1") or e.group("e2")), _int(e.group("t1") or e.group("t2"))
     phase = Phase.SETUP if _SETUP_DESC.search(desc) else Phase.VAL if _VAL_DESC.search(desc) else Phase.TRAIN
-    return ProgressReading(epoch, epochs, batch, batches, loss, phase, label)
+    return ProgressReading(epoch, epochs, batch, batches, loss, phase, label, rated)
 
 
 def _loss(text: str) -> float | None:
