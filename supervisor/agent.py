@@ -510,7 +510,7 @@ class Agent:
         if self.exporter is not None:
             self.exporter.publish(status)
         self.systemd.status(self.status_line(status))
-        self.state_dir.write_state({**self.s.persistent(), "status": status,
+        self.state_dir.write_state({**self.s.persistent(time.monotonic()), "status": status,
                                     "kernel_log_position": self.kernel_log_position()})
 
 

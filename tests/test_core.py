@@ -313,7 +313,7 @@ def test_a_restored_supervisor_continues_at_its_rung():
     first.boot_and_spawn()
     first.at(first.t + 6)(core.Tick())
     first(core.TreeKilled(killed=1))
-    record = first.s.persistent()
+    record = first.s.persistent(first.t)
     second = Driver(make())
     second.s.restore(record)
     spawn = [a for a in second(core.Boot()) if isinstance(a, core.Spawn)][0]
@@ -586,7 +586,7 @@ def test_a_changed_train_table_or_ladder_starts_again_at_rung_0():
     before = make()
     before.rung, before.attempt, before.remedies = 3, 4, {"batch": 8}
     before.training_fingerprint = core.training_fingerprint(before)
-    record = before.persistent()
+    record = before.persistent(0.0)
     same = make()
     same.restore(record)
     assert kinds(core.decide(same, core.Boot(), core.Now(0, 0))[1]) == ["Log", "Spawn"] and same.rung == 3
@@ -661,7 +661,7 @@ def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_
 def test_probing_survives_a_supervisor_restart_and_off_keeps_the_ladder_one_way():
     d = at_rung_1_after_a_hang(ladder={"probe_after": 60}, checkpoint={"every": 30})
     train(d, 40, PID + 1)
-    record = d.s.persistent()
+    record = d.s.persistent(d.t)
     again = make(ladder={"probe_after": 60}, checkpoint={"every": 30})
     again.restore(record)
     assert again.rung == 1 and again.probe_in() == pytest.approx(60 - 40, abs=0.6)
@@ -742,7 +742,7 @@ def test_an_oom_kill_names_only_the_exit_that_follows_it_soon():
 def test_a_finished_training_of_another_config_is_refused_not_called_done():
     before = make()
     before.state, before.training_fingerprint = core.State.SUCCEEDED, core.training_fingerprint(before)
-    record = before.persistent()
+    record = before.persistent(0.0)
     same = make()
     same.restore(record)
     core.decide(same, core.Boot(), core.Now(0, 0))
@@ -751,7 +751,7 @@ def test_a_finished_training_of_another_config_is_refused_not_called_done():
     other.restore(record)
     core.decide(other, core.Boot(), core.Now(0, 0))
     assert other.exit.code == 78 and "holds a finished training of another [train]" in other.exit.text
-    assert other.persistent()["training_fingerprint"] == record["training_fingerprint"]  # its record kept
+    assert other.persistent(0.0)["training_fingerprint"] == record["training_fingerprint"]  # its record kept
 
 
 def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
@@ -765,3 +765,16 @@ def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
         d.at(d.t + 0.1).beat(epoch=1, epochs=3, batch=2, batches=32)
     assert max(d.s.intervals["train"]) == pytest.approx(0.1)
     assert d.s.deadline().at - d.t == 10.0  # the auto floor, not 35 s
+
+
+def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervisor_restart():
+    """A wall clock set back gave goodput None (or above 1). Monotonic time does not survive the supervisor, so the
+    earlier supervisors' time is kept as a duration in the state file."""
+    d = healthy()  # booted at t=1000, 0.5 s batches from 1000.5 to 1010: 9.5 s trained
+    snap = core.snapshot(d.s, core.Now(d.t + 10, 1_700_000_000 - 3600))  # the wall clock set back an hour
+    assert snap["goodput"] == pytest.approx(9.5 / 20)
+    record = d.s.persistent(d.t + 10)  # then the supervisor dies
+    again = Driver(make())
+    again.s.restore(record)
+    again.at(5.0)(core.Boot())  # a new supervisor after a reboot: another monotonic origin
+    assert core.snapshot(again.s, core.Now(15.0, 0))["goodput"] == pytest.approx(9.5 / 30)

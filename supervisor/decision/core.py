@@ -311,6 +311,11 @@ class Supervision:
     exit: Exit | None = None
     # -- work kept and lost (goodput) --
     run_started_wall: float | None = None  # the first boot of this training, kept across supervisor restarts
+    # Goodput's denominator is monotonic time, which a wall clock's jump cannot bend but which does not survive a
+    # supervisor restart: the earlier supervisors' share is kept as a duration (persisted), this one's is counted
+    # from its Boot. Time with no supervisor running (stopped, the machine down) is nobody's training time.
+    earlier_run_seconds: float = 0.0
+    booted_at: float | None = None  # monotonic: this supervisor's Boot
     healthy_since: float | None = None  # monotonic: this attempt's first training batch
     trained_seconds: float = 0.0  # time spent progressing in earlier attempts (first batch to last progress)
     lost_seconds: float = 0.0  # the part of it after the checkpoint each failed attempt resumed from
@@ -380,11 +385,16 @@ class Supervision:
             current = max(0.0, self.last_progress_at - self.healthy_since)
         return self.trained_seconds + current
 
-    def goodput(self, wall: float) -> float | None:
-        """Training time kept (progress not thrown away by a restart) over wall time since the run began."""
-        if self.run_started_wall is None or wall <= self.run_started_wall:
+    def run_seconds(self, mono: float) -> float | None:
+        """Seconds the supervisors of this training have run, this one up to ``mono``."""
+        return None if self.booted_at is None else self.earlier_run_seconds + max(0.0, mono - self.booted_at)
+
+    def goodput(self, mono: float) -> float | None:
+        """Training time kept (progress not thrown away by a restart) over the time the supervisors ran."""
+        elapsed = self.run_seconds(mono)
+        if not elapsed:
             return None
-        return max(0.0, self.trained() - self.lost_seconds) / (wall - self.run_started_wall)
+        return max(0.0, self.trained() - self.lost_seconds) / elapsed
 
     def rung_trained(self) -> float:
         """Seconds of progress at the current rung since it was entered."""
@@ -408,12 +418,13 @@ class Supervision:
         return restart_budget.budget_left(self.restart_times, wall, self.config.restart)
 
     # -- persistence: what a restarted supervisor needs to continue where it was --
-    def persistent(self) -> dict[str, Any]:
+    def persistent(self, mono: float) -> dict[str, Any]:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
                 "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value,
                 "kernel_events": self.kernel_events, "remedies": self.remedies,
-                "run_started_wall": self.run_started_wall, "trained_seconds": self.trained(),
+                "run_started_wall": self.run_started_wall, "run_seconds": self.run_seconds(mono),
+                "trained_seconds": self.trained(),
                 "lost_seconds": self.lost_seconds, "lost_batches": self.lost_batches,
                 "startup_seen": self.startup_seen, "epoch_end_seen": self.epoch_end_seen,
                 "startup_failure": self.startup_failure, "training_fingerprint": self.training_fingerprint,
@@ -433,6 +444,8 @@ class Supervision:
         self.remedies = dict(record.get("remedies", {}))
         self.run_started_wall = record.get("run_started_wall")
         self.trained_seconds = float(record.get("trained_seconds") or 0.0)
+        # A state file from before run_seconds was kept: its training time is the one lower bound it holds.
+        self.earlier_run_seconds = float(record.get("run_seconds") or self.trained_seconds)
         self.lost_seconds = float(record.get("lost_seconds") or 0.0)
         self.lost_batches = int(record.get("lost_batches") or 0)
         self.startup_seen, self.epoch_end_seen = record.get("startup_seen"), record.get("epoch_end_seen")
@@ -487,6 +500,7 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
 def _boot(s: Supervision, now: Now) -> list[Any]:
     if s.run_started_wall is None:
         s.run_started_wall = now.wall
+    s.booted_at = now.mono
     if s.state == State.SUCCEEDED:
         if s.training_fingerprint not in (None, training_fingerprint(s)):
             # Another config pointed at a finished training's directory: its record stays as it is.
@@ -1041,7 +1055,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
             "age_seconds": now.wall - s.checkpoint.wall, "seconds": s.checkpoint.seconds},
         "checkpoint_every": s.config.checkpoint.every,
         "trained_seconds": s.trained(), "lost_seconds": s.lost_seconds, "lost_batches": s.lost_batches,
-        "goodput": s.goodput(now.wall), "run_started": s.run_started_wall,
+        "goodput": s.goodput(now.mono), "run_started": s.run_started_wall,
         "rung_speed": s.rung_speed(s.rung), "rung0_speed": s.rung_speed(0),
         "rung_speeds": {k: s.rung_speed(int(k)) for k in s.rung_speeds},
         "ranks": [{"rank": r, "pid": v.pid, "device": v.device,
