@@ -24,6 +24,7 @@ def test_beats_and_phases_carry_a_growing_progress_counter():
     assert [(m.kind.value, m.phase.value, m.progress) for m in messages] == [
         ("phase", "train", 1), ("beat", "train", 2), ("beat", "train", 2)]  # a ping is no progress
     assert messages[1].losses == {"box_loss": 1.5} and messages[1].pid == os.getpid()
+    assert 0 <= time.monotonic() - messages[1].sent < 5  # when it was sent, by the clock the supervisor reads too
 
 
 def test_a_full_pipe_drops_beats_instead_of_blocking():

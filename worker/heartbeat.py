@@ -24,7 +24,8 @@ Optional fields: ``epoch``, ``epochs`` (1-based epoch and total), ``batch``, ``b
 the epoch and batches per epoch), ``samples`` (images in the batch), ``losses`` (name -> float), ``lr``,
 ``settings`` (dict), ``error`` (str), ``path`` and ``seconds`` (a checkpoint's file and how long the loop
 waited for it), ``rank`` (the sender's distributed rank), ``dropped`` (messages this sender dropped so far because the pipe
-was full), ``t`` (sender's wall clock, seconds since the epoch).
+was full), ``t`` (sender's wall clock, seconds since the epoch), ``sent`` (sender's CLOCK_MONOTONIC, seconds: the
+supervisor times it/s by it, since the pipe delivers beats in bursts).
 
 Under DDP (``worker/ddp.py``) the ranks are not the worker's children but torch.distributed.run's, which closes
 inherited descriptors: a rank opens the same pipe by its ``/proc`` path, named in ``YOLO_TRAIN_HEARTBEAT_PATH``,
@@ -133,7 +134,8 @@ class Heartbeat:
         if self.fd is None:
             return False
         message = {"v": PROTOCOL_VERSION, "pid": _PID[0], "kind": kind, "phase": self.current_phase,
-                   "progress": self.progress, "dropped": self.dropped, "t": round(time.time(), 3), **fields}
+                   "progress": self.progress, "dropped": self.dropped, "t": round(time.time(), 3),
+                   "sent": round(time.monotonic(), 4), **fields}
         if self.rank is not None:
             message["rank"] = self.rank
         data = encode(message)

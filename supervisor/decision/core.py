@@ -290,7 +290,7 @@ class Supervision:
     progress: Progress = field(default_factory=Progress)
     in_force: dict[str, Any] = field(default_factory=dict)  # the settings the worker reports really in force
     intervals: dict[str, deque] = field(default_factory=dict)
-    throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (mono, samples)
+    throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (monotonic time sent, samples)
     last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
     stop: StopPlan | None = None  # set while STOPPING
     backoff_until: float | None = None
@@ -616,7 +616,8 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
             return actions + _begin_stop(s, now, Reason.NAN, "train", remedy={"amp": False}, failure="nan",
                                          detail=f"non-finite losses in {s.nan_beats} batches in a row ({p.losses})")
     if training:
-        s.throughput.append((now.mono, m.samples or 0))
+        # Timed when sent: beats read in a burst (a backlog, the pipe's rests) arrive together but were not made so.
+        s.throughput.append((now.mono if m.sent is None else m.sent, m.samples or 0))
         s.batches_since_checkpoint += 1
         s.train_beats += 1
         if s.train_beats % THROUGHPUT_WINDOW == 0:  # a fresh window of this rung's speed
