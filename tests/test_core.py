@@ -767,17 +767,28 @@ def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
     assert d.s.deadline().at - d.t == 10.0  # the auto floor, not 35 s
 
 
-def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervisor_restart():
-    """A wall clock set back gave goodput None (or above 1). Monotonic time does not survive the supervisor, so the
-    earlier supervisors' time is kept as a duration in the state file."""
-    d = healthy()  # booted at t=1000, 0.5 s batches from 1000.5 to 1010: 9.5 s trained
-    snap = core.snapshot(d.s, core.Now(d.t + 10, 1_700_000_000 - 3600))  # the wall clock set back an hour
-    assert snap["goodput"] == pytest.approx(9.5 / 20)
-    record = d.s.persistent(d.t + 10)  # then the supervisor dies
-    again = Driver(make())
-    again.s.restore(record)
-    again.at(5.0)(core.Boot())  # a new supervisor after a reboot: another monotonic origin
-    assert core.snapshot(again.s, core.Now(15.0, 0))["goodput"] == pytest.approx(9.5 / 30)
+def test_a_wrappers_script_speaks_for_the_worker_and_its_own_dataloader_workers_still_do_not():
+    """``command = ["./run.sh"]``: the worker's pid is the shell, the python it runs sends the beats; they were
+    ignored and every attempt was killed as hung. The first of the tree to speak is the one that counts."""
+    d = Driver(make())
+    d.boot_and_spawn()
+
+    def from_tree(pid: int, batch: int) -> list:
+        d.progress += 1
+        message = HeartbeatMessage.from_wire({"v": 1, "pid": pid, "kind": "beat", "phase": "train",
+                                              "progress": d.progress, "epoch": 1, "epochs": 3, "batch": batch,
+                                              "batches": 40})
+        return d(core.HeartbeatReceived(message, from_worker_tree=True))
+
+    script = PID + 1
+    for batch in range(1, 21):
+        d.at(d.t + 0.5)
+        from_tree(script, batch)
+    assert d.s.state == core.State.HEALTHY and d.s.progress.batch == 20 and d.s.messages_ignored == 0
+    from_tree(PID + 2, 39)  # the script's own DataLoader worker, also in the tree
+    d.beat(pid=PID + 3, progress=10_000, batch=40)  # a stranger
+    assert d.s.messages_ignored == 2 and d.s.progress.batch == 20
+    assert d.at(d.t + 9.9)(core.Tick()) == []
 
 
 def test_it_s_is_timed_by_when_beats_were_sent_not_when_a_burst_of_them_arrived():
@@ -794,3 +805,16 @@ def test_it_s_is_timed_by_when_beats_were_sent_not_when_a_burst_of_them_arrived(
             d.beat(epoch=1, epochs=3, batch=1, batches=40, sent=sent)
     assert d.s.batches_per_second() == pytest.approx(4.7)
     assert d.s.rung_speed(0) == pytest.approx(4.7, rel=1e-3)
+
+
+def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervisor_restart():
+    """A wall clock set back gave goodput None (or above 1). Monotonic time does not survive the supervisor, so the
+    earlier supervisors' time is kept as a duration in the state file."""
+    d = healthy()  # booted at t=1000, 0.5 s batches from 1000.5 to 1010: 9.5 s trained
+    snap = core.snapshot(d.s, core.Now(d.t + 10, 1_700_000_000 - 3600))  # the wall clock set back an hour
+    assert snap["goodput"] == pytest.approx(9.5 / 20)
+    record = d.s.persistent(d.t + 10)  # then the supervisor dies
+    again = Driver(make())
+    again.s.restore(record)
+    again.at(5.0)(core.Boot())  # a new supervisor after a reboot: another monotonic origin
+    assert core.snapshot(again.s, core.Now(15.0, 0))["goodput"] == pytest.approx(9.5 / 30)

@@ -90,6 +90,8 @@ class Spawned:
 @dataclass(frozen=True)
 class HeartbeatReceived:
     message: HeartbeatMessage
+    # The sender is a descendant of the worker's main process (the shell looked): the script a wrapper started.
+    from_worker_tree: bool = False
 
 
 @dataclass(frozen=True)
@@ -475,7 +477,7 @@ def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]
 
 def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
     if isinstance(event, HeartbeatReceived):
-        return _heartbeat(s, event.message, now)
+        return _heartbeat(s, event.message, now, event.from_worker_tree)
     if isinstance(event, Tick):
         return _tick(s, now)
     if isinstance(event, Boot):
@@ -559,14 +561,16 @@ def _saving(s: Supervision) -> bool:
     return s.state == State.STOPPING and s.stop is not None and s.stop.save_until is not None
 
 
-def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bool = False) -> list[Any]:
     if s.state not in (State.STARTING, State.HEALTHY) and not _saving(s):
         return []
     if m.rank is not None:
         if not _rank_alive(s, m, now):
             return []
-    elif m.pid != s.worker_pid:
-        s.messages_ignored += 1  # a DataLoader worker or a stray writer: never counts as progress
+    elif m.pid != s.worker_pid and not (from_worker_tree and s.progress_pid in (None, m.pid)):
+        # A DataLoader worker or a stray writer never counts as progress. A descendant does when it is the first of
+        # the tree to speak (``./run.sh`` running python): the worker's main process is then a wrapper.
+        s.messages_ignored += 1
         return []
     if m.pid != s.progress_pid:  # another sender (the launcher, then rank 0): its own counter
         s.progress_pid, s.progress_counter = m.pid, -1

@@ -45,6 +45,14 @@ def tree(root_pid: int | None = None, spare: Collection[int] = ()) -> list[psuti
     return [p for p in members if _alive(p)]
 
 
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``pid`` lives and ``ancestor`` is among its parents."""
+    try:
+        return any(p.pid == ancestor for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
+
+
 def _descendants(p: psutil.Process) -> list[psutil.Process]:
     try:
         return p.children(recursive=True)

@@ -53,6 +53,7 @@ class WorkerProcess:
     output_progress: OutputProgress | None = None  # a command that sends no heartbeat: progress from its output
     launch_fd: int | None = None  # a standby's stdin: the launch record's path is written there, once
     env: dict[str, str] = field(default_factory=dict)  # as spawned: a standby serves only a launch in the same one
+    descendants: dict[int, bool] = field(default_factory=dict)  # senders looked up: pid -> below the worker's pid
 
     @property
     def pid(self) -> int:
@@ -86,6 +87,14 @@ class WorkerProcess:
         for fd in (heartbeat_r, output_r):
             os.set_blocking(fd, False)
         return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r, launch_fd=launch_w, env=dict(env))
+
+    def in_tree(self, pid: int) -> bool:
+        """Whether ``pid`` is the worker's process or one of its descendants (looked up once per pid)."""
+        if pid == self.pid:
+            return True
+        if pid not in self.descendants:
+            self.descendants[pid] = process_tree.descends_from(pid, self.pid)
+        return self.descendants[pid]
 
     def launch(self, record_path: Path) -> bool:
         """Tell a standby what to train: the launch record's path, one line, and the end of its stdin. False when
