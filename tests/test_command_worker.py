@@ -195,3 +195,30 @@ def test_a_command_started_through_a_wrapper_is_judged_by_the_beats_of_the_scrip
     final = read_state(tmp_path / "state")["status"]
     assert (final["state"], final["batch"], final["restarts"]) == ("succeeded", 100, 0)
     assert read_incidents(tmp_path / "state") == []
+
+
+def test_a_command_and_what_it_started_die_with_a_supervisor_killed_by_sigkill(write_config, tmp_path):
+    """A command outlived its SIGKILLed supervisor, and the next supervisor trained a second copy beside it. The
+    command (here ``sleep``, which never ends by itself) dies by the parent-death signal; the script it runs,
+    a grandchild no such signal reaches, stops at its next beat (EPIPE)."""
+    config = wrapped_beats(write_config, tmp_path, '"$PYTHON" beats.py 100000 &\nexec sleep 600')
+    state_dir = tmp_path / "state"
+    supervisor = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config),
+                                   "--state-dir", str(state_dir)], cwd=ROOT, stderr=subprocess.DEVNULL)
+    tree = []
+    try:
+        status = wait_for(lambda: (s := status_of(state_dir)) and s["state"] == "healthy" and s, 60, "training")
+        command = psutil.Process(status["worker_pid"])
+        tree = [command, *command.children()]
+        assert [p.name() for p in tree] == ["sleep", Path(sys.executable).name]
+        supervisor.kill()
+        supervisor.wait()
+        gone, alive = psutil.wait_procs(tree, timeout=10)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    finally:
+        supervisor.kill()
+        for p in tree:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass

@@ -33,6 +33,10 @@ and every message it sends carries ``rank`` (from the ``RANK`` variable the laun
 
 Writes are non-blocking: when the pipe is full (the supervisor is not reading) the message is
 dropped and counted, never waited for. The supervisor must never be able to stall training.
+
+A write that finds no reader (EPIPE) means the supervisor is gone (it closes its end only after the worker's tree
+is dead): the sender SIGKILLs itself, as the supervisor's own worker dies with it (PR_SET_PDEATHSIG), since the
+supervisor that replaces it starts another copy of this training on the same checkpoints.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import errno
 import json
 import os
 import select
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,8 +150,10 @@ class Heartbeat:
             self.dropped += 1  # pipe full: the supervisor is behind; never wait for it
             return False
         except OSError as e:
-            if e.errno in (errno.EPIPE, errno.EBADF):
-                self.fd = None  # supervisor gone: keep training, stop sending
+            if e.errno == errno.EPIPE:  # the supervisor is gone: a script a wrapper started outlives it otherwise
+                os.kill(os.getpid(), signal.SIGKILL)
+            if e.errno == errno.EBADF:
+                self.fd = None  # the script closed it: keep training, stop sending
                 return False
             raise
         self.sent += 1

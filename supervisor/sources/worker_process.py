@@ -66,9 +66,9 @@ class WorkerProcess:
     @classmethod
     def spawn(cls, argv: list[str], env: dict[str, str], cwd: Path | None = None, standby: bool = False
               ) -> "WorkerProcess":
-        """Start ``argv`` in a session of its own, the heartbeat pipe's write end inherited (its number in the
-        environment), stdout and stderr into one pipe; a ``standby`` also gets a pipe on its stdin, to be told
-        what to train (``launch``)."""
+        """Start ``argv`` in a session of its own, killed by the kernel if the supervisor dies, the heartbeat pipe's
+        write end inherited (its number in the environment), stdout and stderr into one pipe; a ``standby`` also
+        gets a pipe on its stdin, to be told what to train (``launch``)."""
         heartbeat_r, heartbeat_w = os.pipe()
         output_r, output_w = os.pipe()
         launch_r, launch_w = os.pipe() if standby else (subprocess.DEVNULL, None)
@@ -77,7 +77,7 @@ class WorkerProcess:
         try:
             popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,), stdin=launch_r, stdout=output_w,
                                      stderr=output_w, env={**env, ENV_FD: str(heartbeat_w)}, cwd=cwd,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=process_tree.dies_with(os.getpid()))
         except OSError as e:
             for fd in (heartbeat_r, heartbeat_w, output_r, output_w) + ((launch_r, launch_w) if standby else ()):
                 os.close(fd)
