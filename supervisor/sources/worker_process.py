@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from supervisor.sources import process_tree
+from supervisor.sources.progress_lines import MAX_LINE_BYTES
 from supervisor.sources.worker_command import OutputProgress
 from worker.contract import HeartbeatMessage
 from worker.heartbeat import ENV_FD, Decoder, read_available
@@ -129,8 +130,10 @@ class WorkerProcess:
         if not data:
             return [], [], data == b""
         progress = self.output_progress.feed(data) if self.output_progress is not None else []
-        self.partial_line += data
-        *lines, self.partial_line = self.partial_line.split(b"\n")
+        *lines, partial = (self.partial_line + data).split(b"\n")
+        # Bounded, whatever the output: a bar redrawn with \r for a whole run never ends its line, and a terminal
+        # would show only what follows the last \r anyway.
+        self.partial_line = partial.rsplit(b"\r", 1)[-1][:MAX_LINE_BYTES]
         shown = [line.rsplit(b"\r", 1)[-1].decode(errors="replace") for line in lines]
         shown = [line for line in shown if line.strip()]
         self.output_tail.extend(shown)
