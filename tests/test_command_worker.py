@@ -170,20 +170,10 @@ def wrapped_beats(write_config, tmp_path: Path, wrapper: str, **watchdog: float)
     script = tmp_path / "run.sh"
     script.write_text(f"#!/bin/sh\nPYTHON={sys.executable}\n{wrapper}\n")
     script.chmod(0o755)
-    return write_config(f"""
-        [worker]
-        command = ["./run.sh"]
-        cwd = "."
-        [watchdog]
-        {" ".join(f"{k} = {v}" for k, v in watchdog.items())}
-        [restart]
-        max_restarts = 1
-        [metrics]
-        listen = "off"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
-    """)
+    settings = "".join(f"{key} = {value}\n" for key, value in watchdog.items())
+    return write_config(f'[worker]\ncommand = ["./run.sh"]\ncwd = "."\n[watchdog]\n{settings}'
+                        '[restart]\nmax_restarts = 1\n[metrics]\nlisten = "off"\n'
+                        '[kernel_log]\nsource = "off"\ngpu_events = "off"\n')
 
 
 def test_a_command_started_through_a_wrapper_is_judged_by_the_beats_of_the_script_it_runs(write_config, tmp_path):

@@ -31,8 +31,8 @@ def become_subreaper() -> bool:
 
 def dies_with(parent: int) -> Callable[[], None]:
     """A ``preexec_fn`` for a child of ``parent``: the kernel SIGKILLs it when the thread that forked it dies (the
-    supervisor's only one), so a supervisor killed with SIGKILL leaves no command training beside the next one; it
-    exits at once when ``parent`` died before the signal was armed."""
+    supervisor's main thread, whose loop spawns every worker), so a supervisor killed with SIGKILL leaves no command
+    training beside the next one; it exits at once when ``parent`` died before the signal was armed."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
 
     def arm() -> None:
