@@ -53,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _open_standard_streams() -> None:
-    """A closed stdin, stdout or stderr (``2>&-``) becomes /dev/null: Python left it None (the first write raised
-    and the supervisor exited 1 without a word), and the supervisor's own pipes must not take descriptors 0-2,
-    which its children inherit as theirs."""
+    """A closed stdin, stdout or stderr (``2>&-``) becomes /dev/null: Python leaves it None, on which the first
+    write raises, and the supervisor's own pipes must not take descriptors 0-2, which its children inherit as theirs."""
     for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
         try:
             os.fstat(fd)
