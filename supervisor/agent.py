@@ -330,11 +330,13 @@ class Agent:
         if worker is None or worker.closed:
             return
         messages, ended = worker.read_heartbeats(self.heartbeats)
-        if messages and worker.output_progress is not None:
-            worker.output_progress = None  # the script speaks for itself: the precise path wins over its output
-            log.info("the command sends heartbeats: progress is read from them, no longer from its output")
         for message in messages:
-            self.handle(core.HeartbeatReceived(message))
+            # A rank is known by its rank; any other sender may be the script a wrapper (./run.sh) started.
+            in_tree = message.rank is None and message.pid != worker.pid and worker.in_tree(message.pid)
+            if worker.output_progress is not None and (message.pid == worker.pid or in_tree):
+                worker.output_progress = None  # the script speaks for itself: the precise path wins over its output
+                log.info("the command sends heartbeats: progress is read from them, no longer from its output")
+            self.handle(core.HeartbeatReceived(message, from_worker_tree=in_tree))
             if self.worker is not worker:
                 return
         if ended:  # every writer is gone; the pidfd reports the exit
@@ -515,7 +517,7 @@ class Agent:
             self.exporter.publish(status)
         self.systemd.status(self.status_line(status))
         try:
-            self.state_dir.write_state({**self.s.persistent(), "status": status,
+            self.state_dir.write_state({**self.s.persistent(time.monotonic()), "status": status,
                                         "kernel_log_position": self.kernel_log_position()})
         except StateDirTaken as e:  # raised once: nothing is written there after it
             self.handle(core.StateDirTaken(str(e)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -39,6 +40,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _open_standard_streams()
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        if argv[:1] == ["run"]:
+            raise  # run prints nothing a reader could stop reading: this one is a bug to see
+        # The reader stopped early (`check-config | head`) and wants no more: no traceback, and stdout goes to
+        # /dev/null so the interpreter's flush at exit does not fail on it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _open_standard_streams() -> None:
+    """A closed stdin, stdout or stderr (``2>&-``) becomes /dev/null: Python leaves it None, on which the first
+    write raises, and the supervisor's own pipes must not take descriptors 0-2, which its children inherit as theirs."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["doctor"]:  # these two own their options
         from supervisor.doctor import doctor_main
 

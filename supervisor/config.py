@@ -236,9 +236,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     command = check.command(worker, raw.get("progress", {}), path)
     standby = check.standby(worker.get("standby", command is None), command is not None)
     check.rung_arguments(ladder, command is not None)
-    env = worker.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        check.fail("worker.env", "a table of strings, e.g. env = { OMP_NUM_THREADS = \"4\" }", env)
+    env = check.env("worker.env", worker.get("env", {}), 'env = { OMP_NUM_THREADS = "4" }')
     metrics = raw.get("metrics", {})
     check.keys("metrics", metrics, {"listen"})
     listen = metrics.get("listen", "127.0.0.1:10133")
@@ -414,7 +412,23 @@ class _Checker:
     def string(self, key: str, value: Any) -> str:
         if not isinstance(value, str):
             self.fail(key, "a string", value)
+        self.no_nul(key, [value])
         return value
+
+    def no_nul(self, key: str, values: Any) -> None:
+        """No process can be given a NUL character in an argument, a path or the environment: refused here."""
+        if any("\0" in v for v in values):
+            self.fail(key, "text without a NUL character (\\u0000)", values if len(values) > 1 else values[0])
+
+    def env(self, key: str, table: Any, example: str) -> dict[str, str]:
+        """Environment variables: names an environment can hold, string values."""
+        if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+            self.fail(key, f"a table of strings, e.g. {example}", table)
+        for name in table:
+            if not name or "=" in name or "\0" in name:
+                self.fail(key, f'variable names without "=" or a NUL character, e.g. {example}', name)
+        self.no_nul(key, list(table.values()))
+        return dict(table)
 
     def train(self, table: Any) -> dict[str, Any]:
         known = ultralytics_train_args()
@@ -507,6 +521,7 @@ class _Checker:
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
             self.fail("worker.command", 'a list of strings, e.g. command = ["python", "train.py", "--epochs", "50"]',
                       argv)
+        self.no_nul("worker.command", argv)
         base = path.parent if path else Path.cwd()
         cwd = worker.get("cwd")
         if cwd is not None:
@@ -520,6 +535,7 @@ class _Checker:
         if not isinstance(resume_args, list) or not all(isinstance(a, str) for a in resume_args):
             self.fail("worker.resume_args", 'a list of strings, e.g. resume_args = ["--resume", "{checkpoint}"]',
                       resume_args)
+        self.no_nul("worker.resume_args", resume_args)
         if resume_args and checkpoint is None:
             self.fail("worker.resume_args", "a [worker] checkpoint glob beside it", resume_args)
         regex = progress.get("regex")
@@ -538,6 +554,7 @@ class _Checker:
                         self.fail(f"ladder.rungs[{i}].args", "only with [worker] command", value)
                     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                         self.fail(f"ladder.rungs[{i}].args", 'a table of strings, e.g. { "--workers" = "0" }', value)
+                    self.no_nul(f"ladder.rungs[{i}].args", [*value, *value.values()])
                 elif command and key != "env":
                     raise ConfigError(f"{self.label}: ladder.rungs[{i}]: {key!r} changes nothing for a [worker] "
                                       f"command; use env = {{ ... }} or args = {{ \"--flag\" = \"value\" }}")
@@ -588,9 +605,8 @@ class _Checker:
                     if key == "threads" and value < 1:
                         self.fail(f"ladder.rungs[{i}].threads", "a whole number >= 1 (threads of the loader)",
                                   value)
-                    if key == "env" and not all(isinstance(v, str) for v in value.values()):
-                        self.fail(f"ladder.rungs[{i}].env", 'a table of strings, e.g. { MIOPEN_FIND_MODE = "FAST" }',
-                                  value)
+                    if key == "env":
+                        self.env(f"ladder.rungs[{i}].env", value, '{ MIOPEN_FIND_MODE = "FAST" }')
                 elif known and key not in known:
                     raise ConfigError(f"{self.label}: ladder.rungs[{i}]: unknown setting {key!r}; expected an "
                                       f"Ultralytics train argument or one of {', '.join(OPTION_TYPES)}")

@@ -101,3 +101,30 @@ def test_check_config_and_the_logs_show_a_rungs_environment_by_name_only(write_c
     result = yolo_train("check-config", "--config", str(config))
     assert result.returncode == 0 and "rung 1: env=WANDB_API_KEY" in result.stdout
     assert "s3cr3t-value" not in result.stdout + result.stderr
+
+
+def test_a_supervisor_started_with_its_standard_streams_closed_trains_to_the_end(write_config, tmp_path):
+    """`yolo-train run ... 2>&-`: Python leaves sys.stderr None, the first line forwarded raised, and the
+    supervisor exited 1 without a word."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "steps.py").write_text('import time\nfor i in range(3):\n    print(f"step {i + 1}/3", flush=True)\n'
+                                       '    time.sleep(0.2)\n')
+    config = write_config(f"""
+        [worker]
+        command = ["python", "{tmp_path / 'steps.py'}"]
+        [progress]
+        regex = 'step (?P<batch>\\d+)/(?P<batches>\\d+)'
+        [metrics]
+        listen = "off"
+        [kernel_log]
+        source = "off"
+        gpu_events = "off"
+    """)
+    result = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                             str(tmp_path / "state")], cwd=ROOT, timeout=60,
+                            preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+    assert result.returncode == 0
+    assert read_state(tmp_path / "state")["status"]["state"] == "succeeded"

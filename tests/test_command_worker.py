@@ -149,3 +149,66 @@ def test_output_that_never_matches_hits_the_startup_timeout_and_the_incident_say
     incident = read_incidents(tmp_path / "state")[0]
     assert incident["phase"] == "startup" and "no progress line was ever seen in 1 lines of output" in incident["detail"]
     assert incident["output_tail"] == ["loading a dataset that never ends"]
+
+
+BEATS = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from worker.heartbeat import Heartbeat
+hb = Heartbeat.from_env()
+hb.phase("train")
+steps = int(sys.argv[1])
+for step in range(1, steps + 1):
+    time.sleep(0.05)
+    hb.beat(epoch=1, epochs=1, batch=step, batches=steps)
+"""
+
+
+def wrapped_beats(write_config, tmp_path: Path, wrapper: str, **watchdog: float) -> Path:
+    """``command = ["./run.sh"]``: a shell script that runs python with the heartbeat client (BEATS)."""
+    (tmp_path / "beats.py").write_text(BEATS)
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/sh\nPYTHON={sys.executable}\n{wrapper}\n")
+    script.chmod(0o755)
+    settings = "".join(f"{key} = {value}\n" for key, value in watchdog.items())
+    return write_config(f'[worker]\ncommand = ["./run.sh"]\ncwd = "."\n[watchdog]\n{settings}'
+                        '[restart]\nmax_restarts = 1\n[metrics]\nlisten = "off"\n'
+                        '[kernel_log]\nsource = "off"\ngpu_events = "off"\n')
+
+
+def test_a_command_started_through_a_wrapper_is_judged_by_the_beats_of_the_script_it_runs(write_config, tmp_path):
+    """The beats came from a child of the worker's pid (the shell): they were ignored, output parsing was switched
+    off, and every attempt was killed as hung."""
+    config = wrapped_beats(write_config, tmp_path, '"$PYTHON" beats.py 100', startup_timeout=3)
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = read_state(tmp_path / "state")["status"]
+    assert (final["state"], final["batch"], final["restarts"]) == ("succeeded", 100, 0)
+    assert read_incidents(tmp_path / "state") == []
+
+
+def test_a_command_and_what_it_started_die_with_a_supervisor_killed_by_sigkill(write_config, tmp_path):
+    """A command outlived its SIGKILLed supervisor, and the next supervisor trained a second copy beside it. The
+    command (here ``sleep``, which never ends by itself) dies by the parent-death signal; the script it runs,
+    a grandchild no such signal reaches, stops at its next beat (EPIPE)."""
+    config = wrapped_beats(write_config, tmp_path, '"$PYTHON" beats.py 100000 &\nexec sleep 600')
+    state_dir = tmp_path / "state"
+    supervisor = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config),
+                                   "--state-dir", str(state_dir)], cwd=ROOT, stderr=subprocess.DEVNULL)
+    tree = []
+    try:
+        status = wait_for(lambda: (s := status_of(state_dir)) and s["state"] == "healthy" and s, 60, "training")
+        command = psutil.Process(status["worker_pid"])
+        tree = [command, *command.children()]
+        assert [p.name() for p in tree] == ["sleep", Path(sys.executable).name]
+        supervisor.kill()
+        supervisor.wait()
+        gone, alive = psutil.wait_procs(tree, timeout=10)
+        assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    finally:
+        supervisor.kill()
+        for p in tree:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass

@@ -102,6 +102,15 @@ TRAIN = '[train]\ndata = "demo"\nmodel = "yolov8n.yaml"\n'
     (TRAIN + '[metrics]\nlisten = "local host:9000"\n', "[metrics] listen = 'local host:9000': expected"),
     (TRAIN + "[watchdog]\nkill_grace = 100000\n", "watchdog.kill_grace + watchdog.kill_timeout: expected at most "
                                                  "30 s together, got 100000 + 10"),
+    # Each passed check-config, then crashed run with a traceback at the spawn.
+    ('[worker]\ncommand = ["python", "x.py"]\nenv = { "A=B" = "1" }\n',
+     'worker.env: expected variable names without "=" or a NUL character, e.g. env = { OMP_NUM_THREADS = "4" }, '
+     "got 'A=B'"),
+    ('[worker]\ncommand = ["python", "x.py"]\nenv = { A = "1\\u0000" }\n',
+     "worker.env: expected text without a NUL character (\\u0000), got '1\\x00'"),
+    ('[worker]\ncommand = ["python", "x\\u0000.py"]\n',
+     "worker.command: expected text without a NUL character (\\u0000), got ['python', 'x\\x00.py']"),
+    (TRAIN + '[ladder]\nrungs = [{ env = { "" = "1" } }]\n', "ladder.rungs[0].env: expected variable names"),
 ])
 def test_check_config_refuses_what_run_refuses_with_the_same_line(write_config, body, message):
     path = write_config(body)

@@ -101,7 +101,7 @@ def test_what_the_hangs_taught_survives_a_supervisor_restart():
     night = Night({0: 2.0, 1: 2.0}, hold=0.5)
     night.train(40)
     night.hang()
-    record = night.d.s.persistent()
+    record = night.d.s.persistent(night.d.t)
     again = make(workers=8)
     again.restore(record)
     assert again.hang_history.holds == night.d.s.hang_history.holds

@@ -2,10 +2,14 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
+from tests.conftest import ROOT
 from worker.heartbeat import MAX_MESSAGE_BYTES, Decoder, Heartbeat, encode, parse, read_available
 
 
@@ -24,6 +28,7 @@ def test_beats_and_phases_carry_a_growing_progress_counter():
     assert [(m.kind.value, m.phase.value, m.progress) for m in messages] == [
         ("phase", "train", 1), ("beat", "train", 2), ("beat", "train", 2)]  # a ping is no progress
     assert messages[1].losses == {"box_loss": 1.5} and messages[1].pid == os.getpid()
+    assert 0 <= time.monotonic() - messages[1].sent < 5  # when it was sent, by the clock the supervisor reads too
 
 
 def test_a_full_pipe_drops_beats_instead_of_blocking():
@@ -38,12 +43,35 @@ def test_a_full_pipe_drops_beats_instead_of_blocking():
     assert len(messages) == hb.sent and Decoder().malformed == 0
 
 
-def test_a_vanished_supervisor_is_survived():
+SENDER = """
+import sys, time
+from worker.heartbeat import Heartbeat
+hb = Heartbeat(int(sys.argv[1]))
+while True:
+    hb.beat()
+    time.sleep(0.01)
+"""
+
+
+def test_a_sender_whose_supervisor_is_gone_stops_instead_of_training_beside_the_next_one():
     r, w = os.pipe()
-    os.close(r)
+    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(w)], pass_fds=(w,), cwd=ROOT)
+    os.close(w)
+    try:
+        assert os.read(r, 100)  # it beats
+        os.close(r)  # the supervisor is gone
+        assert sender.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        sender.kill()
+
+
+def test_a_descriptor_the_script_closed_only_stops_the_beats():
+    r, w = os.pipe()
     hb = Heartbeat(w)
+    os.close(w)
     assert hb.beat() is False and hb.enabled is False
     assert hb.beat() is False  # and training goes on
+    os.close(r)
 
 
 def test_unsupervised_heartbeat_is_a_no_op(monkeypatch):

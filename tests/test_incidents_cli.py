@@ -127,3 +127,29 @@ def test_cli_bad_config_is_one_line(tmp_path):
     result = cli("incidents", "--config", str(bad))
     assert result.returncode == 78
     assert len(result.stderr.strip().splitlines()) == 1 and str(bad) in result.stderr
+
+
+def test_an_incident_line_with_a_time_no_clock_can_show_is_shown_with_a_question_mark(tmp_path):
+    """A bad "time" (edited by hand, another tool's line) made `yolo-train incidents` a traceback."""
+    lines = [{**incident(1), "time": "yesterday"}, {**incident(2), "time": 1e300}, {**incident(3), "time": [1]},
+             incident(4)]
+    (tmp_path / "incidents.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines)
+                                              + '{"id": "5-5-0", "time": NaN, "reason": "hang"}\n')
+    result = cli("incidents", "--state-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"5 incidents in {tmp_path} (? to 2023-11-14 22:13:20)")
+    assert "newest: 5-5-0 at ?, hang in ?" in result.stdout
+    assert json.loads(cli("incidents", "--json", "--state-dir", str(tmp_path)).stdout)["count"] == 5
+
+
+@pytest.mark.parametrize("verb", ["incidents", "check-config"])
+def test_a_reader_that_stops_early_is_no_traceback(tmp_path, verb):
+    """`yolo-train check-config | head`: the reader gone, the next print raised BrokenPipeError."""
+    (tmp_path / "incidents.jsonl").write_text(json.dumps(incident(1)) + "\n")
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first line
+    with os.fdopen(w, "w") as gone:
+        result = subprocess.run([sys.executable, "-m", "supervisor", verb, "--state-dir", str(tmp_path)]
+                                if verb == "incidents" else [sys.executable, "-m", "supervisor", verb], stdout=gone,
+                                stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT)
+    assert (result.returncode, result.stderr) == (0, "")

@@ -180,3 +180,38 @@ def test_a_bad_regex_is_refused_with_the_problem(regex, problem):
 
 def test_a_good_regex_is_accepted():
     assert validate_regex(r"\[(?P<epoch>\d+)/(?P<epochs>\d+)\]") is None
+
+
+ONE_BAR = r"""
+import sys
+for n in range(1, 100_001):  # one tqdm bar for the whole run: ~9 MB of \r redraws, never a \n
+    sys.stdout.write(f"\rtrain: {n // 1000:3d}%|####      | {n}/100000 [00:10<00:14, 41.2it/s, loss=0.3]")
+sys.stdout.write("\ndone\n")
+"""
+
+
+def test_a_bar_redrawn_with_carriage_returns_for_a_whole_run_keeps_the_supervisors_buffer_bounded():
+    """One tqdm bar for a whole run grew the supervisor from 37 to 146 MB in 90 s: its line never ended."""
+    import select
+    import sys
+
+    from supervisor.sources.worker_command import OutputProgress
+    from supervisor.sources.worker_process import WorkerProcess
+
+    worker = WorkerProcess.spawn([sys.executable, "-c", ONE_BAR], {})
+    worker.output_progress = OutputProgress(worker.pid, None)
+    largest, beats, ended = 0, [], False
+    try:
+        while not ended:
+            select.select([worker.output_fd], [], [], 30)
+            _, progress, ended = worker.read_output()
+            beats += progress
+            largest = max(largest, len(worker.partial_line))
+    finally:
+        worker.popen.kill()
+        worker.wait()
+        worker.close()
+    assert 0 < largest <= MAX_LINE_BYTES
+    assert list(worker.output_tail)[-2:] == [
+        "train: 100%|####      | 100000/100000 [00:10<00:14, 41.2it/s, loss=0.3]", "done"]
+    assert beats and beats[-1].batch == 100_000  # the bar is still read

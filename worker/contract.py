@@ -163,6 +163,7 @@ class HeartbeatMessage:
     seconds: float | None = None  # kind CHECKPOINT: how long the training loop was held up by the save
     dropped: int | None = None  # messages this sender dropped so far (pipe full)
     rank: int | None = None  # the sender's distributed rank, when it has one
+    sent: float | None = None  # the sender's CLOCK_MONOTONIC (system-wide) when it sent this; None: unknown
 
     @classmethod
     def from_wire(cls, m: dict[str, Any]) -> "HeartbeatMessage | None":
@@ -187,4 +188,5 @@ class HeartbeatMessage:
                    epochs=_int(m.get("epochs")), batch=_int(m.get("batch")), batches=_int(m.get("batches")),
                    samples=_int(m.get("samples")), losses=losses, lr=lr,
                    settings=settings, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
-                   seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")))
+                   seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")),
+                   sent=_float(m.get("sent")))

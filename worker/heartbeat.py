@@ -24,7 +24,8 @@ Optional fields: ``epoch``, ``epochs`` (1-based epoch and total), ``batch``, ``b
 the epoch and batches per epoch), ``samples`` (images in the batch), ``losses`` (name -> float), ``lr``,
 ``settings`` (dict), ``error`` (str), ``path`` and ``seconds`` (a checkpoint's file and how long the loop
 waited for it), ``rank`` (the sender's distributed rank), ``dropped`` (messages this sender dropped so far because the pipe
-was full), ``t`` (sender's wall clock, seconds since the epoch).
+was full), ``t`` (sender's wall clock, seconds since the epoch), ``sent`` (sender's CLOCK_MONOTONIC, seconds: the
+supervisor times it/s by it, since the pipe delivers beats in bursts).
 
 Under DDP (``worker/ddp.py``) the ranks are not the worker's children but torch.distributed.run's, which closes
 inherited descriptors: a rank opens the same pipe by its ``/proc`` path, named in ``YOLO_TRAIN_HEARTBEAT_PATH``,
@@ -32,6 +33,10 @@ and every message it sends carries ``rank`` (from the ``RANK`` variable the laun
 
 Writes are non-blocking: when the pipe is full (the supervisor is not reading) the message is
 dropped and counted, never waited for. The supervisor must never be able to stall training.
+
+A write that finds no reader (EPIPE) means the supervisor is gone (it closes its end only after the worker's tree
+is dead): the sender SIGKILLs itself, as the supervisor's own worker dies with it (PR_SET_PDEATHSIG), since the
+supervisor that replaces it starts another copy of this training on the same checkpoints.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import errno
 import json
 import os
 import select
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,7 +139,8 @@ class Heartbeat:
         if self.fd is None:
             return False
         message = {"v": PROTOCOL_VERSION, "pid": _PID[0], "kind": kind, "phase": self.current_phase,
-                   "progress": self.progress, "dropped": self.dropped, "t": round(time.time(), 3), **fields}
+                   "progress": self.progress, "dropped": self.dropped, "t": round(time.time(), 3),
+                   "sent": round(time.monotonic(), 4), **fields}
         if self.rank is not None:
             message["rank"] = self.rank
         data = encode(message)
@@ -143,8 +150,10 @@ class Heartbeat:
             self.dropped += 1  # pipe full: the supervisor is behind; never wait for it
             return False
         except OSError as e:
-            if e.errno in (errno.EPIPE, errno.EBADF):
-                self.fd = None  # supervisor gone: keep training, stop sending
+            if e.errno == errno.EPIPE:  # the supervisor is gone: a script a wrapper started outlives it otherwise
+                os.kill(os.getpid(), signal.SIGKILL)
+            if e.errno == errno.EBADF:
+                self.fd = None  # the script closed it: keep training, stop sending
                 return False
             raise
         self.sent += 1

@@ -92,6 +92,8 @@ class Spawned:
 @dataclass(frozen=True)
 class HeartbeatReceived:
     message: HeartbeatMessage
+    # The sender is a descendant of the worker's main process (the shell looked): the script a wrapper started.
+    from_worker_tree: bool = False
 
 
 @dataclass(frozen=True)
@@ -303,7 +305,7 @@ class Supervision:
     progress: Progress = field(default_factory=Progress)
     in_force: dict[str, Any] = field(default_factory=dict)  # the settings the worker reports really in force
     intervals: dict[str, deque] = field(default_factory=dict)
-    throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (mono, samples)
+    throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (monotonic time sent, samples)
     last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
     stop: StopPlan | None = None  # set while STOPPING
     backoff_until: float | None = None
@@ -325,6 +327,11 @@ class Supervision:
     exit: Exit | None = None
     # -- work kept and lost (goodput) --
     run_started_wall: float | None = None  # the first boot of this training, kept across supervisor restarts
+    # Goodput's denominator is monotonic time, which a wall clock's jump cannot bend but which does not survive a
+    # supervisor restart: the earlier supervisors' share is kept as a duration (persisted), this one's is counted
+    # from its Boot. Time with no supervisor running (stopped, the machine down) is nobody's training time.
+    earlier_run_seconds: float = 0.0
+    booted_at: float | None = None  # monotonic: this supervisor's Boot
     healthy_since: float | None = None  # monotonic: this attempt's first training batch
     trained_seconds: float = 0.0  # time spent progressing in earlier attempts (first batch to last progress)
     lost_seconds: float = 0.0  # the part of it after the checkpoint each failed attempt resumed from
@@ -397,11 +404,16 @@ class Supervision:
             current = max(0.0, self.last_progress_at - self.healthy_since)
         return self.trained_seconds + current
 
-    def goodput(self, wall: float) -> float | None:
-        """Training time kept (progress not thrown away by a restart) over wall time since the run began."""
-        if self.run_started_wall is None or wall <= self.run_started_wall:
+    def run_seconds(self, mono: float) -> float | None:
+        """Seconds the supervisors of this training have run, this one up to ``mono``."""
+        return None if self.booted_at is None else self.earlier_run_seconds + max(0.0, mono - self.booted_at)
+
+    def goodput(self, mono: float) -> float | None:
+        """Training time kept (progress not thrown away by a restart) over the time the supervisors ran."""
+        elapsed = self.run_seconds(mono)
+        if not elapsed:
             return None
-        return max(0.0, self.trained() - self.lost_seconds) / (wall - self.run_started_wall)
+        return max(0.0, self.trained() - self.lost_seconds) / elapsed
 
     def rung_trained(self) -> float:
         """Seconds of progress at the current rung since it was entered."""
@@ -436,13 +448,14 @@ class Supervision:
         return restart_budget.budget_left(self.budget_times, wall, self.config.restart)
 
     # -- persistence: what a restarted supervisor needs to continue where it was --
-    def persistent(self) -> dict[str, Any]:
+    def persistent(self, mono: float) -> dict[str, Any]:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
                 "budget_times": self.budget_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
                 "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value,
                 "kernel_events": self.kernel_events, "remedies": self.remedies,
-                "run_started_wall": self.run_started_wall, "trained_seconds": self.trained(),
+                "run_started_wall": self.run_started_wall, "run_seconds": self.run_seconds(mono),
+                "trained_seconds": self.trained(),
                 "lost_seconds": self.lost_seconds, "lost_batches": self.lost_batches,
                 "startup_seen": self.startup_seen, "epoch_end_seen": self.epoch_end_seen,
                 "startup_failure": self.startup_failure, "training_fingerprint": self.training_fingerprint,
@@ -464,6 +477,8 @@ class Supervision:
         self.remedies = dict(record.get("remedies", {}))
         self.run_started_wall = record.get("run_started_wall")
         self.trained_seconds = float(record.get("trained_seconds") or 0.0)
+        # A state file from before run_seconds was kept: its training time is the one lower bound it holds.
+        self.earlier_run_seconds = float(record.get("run_seconds") or self.trained_seconds)
         self.lost_seconds = float(record.get("lost_seconds") or 0.0)
         self.lost_batches = int(record.get("lost_batches") or 0)
         self.startup_seen, self.epoch_end_seen = record.get("startup_seen"), record.get("epoch_end_seen")
@@ -494,7 +509,7 @@ def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]
 
 def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
     if isinstance(event, HeartbeatReceived):
-        return _heartbeat(s, event.message, now)
+        return _heartbeat(s, event.message, now, event.from_worker_tree)
     if isinstance(event, Tick):
         return _tick(s, now)
     if isinstance(event, Boot):
@@ -521,6 +536,7 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
 def _boot(s: Supervision, now: Now) -> list[Any]:
     if s.run_started_wall is None:
         s.run_started_wall = now.wall
+    s.booted_at = now.mono
     if s.state == State.SUCCEEDED:
         if s.training_fingerprint not in (None, training_fingerprint(s)):
             # Another config pointed at a finished training's directory: its record stays as it is.
@@ -583,14 +599,16 @@ def _saving(s: Supervision) -> bool:
     return s.state == State.STOPPING and s.stop is not None and s.stop.save_until is not None
 
 
-def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bool = False) -> list[Any]:
     if s.state not in (State.STARTING, State.HEALTHY) and not _saving(s):
         return []
     if m.rank is not None:
         if not _rank_alive(s, m, now):
             return []
-    elif m.pid != s.worker_pid:
-        s.messages_ignored += 1  # a DataLoader worker or a stray writer: never counts as progress
+    elif m.pid != s.worker_pid and not (from_worker_tree and s.progress_pid in (None, m.pid)):
+        # A DataLoader worker or a stray writer never counts as progress. A descendant does when it is the first of
+        # the tree to speak (``./run.sh`` running python): the worker's main process is then a wrapper.
+        s.messages_ignored += 1
         return []
     if m.pid != s.progress_pid:  # another sender (the launcher, then rank 0): its own counter
         s.progress_pid, s.progress_counter = m.pid, -1
@@ -646,7 +664,8 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
             return actions + _begin_stop(s, now, Reason.NAN, "train", remedy={"amp": False}, failure="nan",
                                          detail=f"non-finite losses in {s.nan_beats} batches in a row ({p.losses})")
     if training:
-        s.throughput.append((now.mono, m.samples or 0))
+        # Timed when sent: beats read in a burst (a backlog, the pipe's rests) arrive together but were not made so.
+        s.throughput.append((now.mono if m.sent is None else m.sent, m.samples or 0))
         s.batches_since_checkpoint += 1
         s.train_beats += 1
         if s.train_beats % THROUGHPUT_WINDOW == 0:  # a fresh window of this rung's speed
@@ -1196,7 +1215,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "checkpoint_every": None if s.checkpoint_interval is None else s.checkpoint_interval.seconds,
         "checkpoint_interval": _interval_view(s),
         "trained_seconds": s.trained(), "lost_seconds": s.lost_seconds, "lost_batches": s.lost_batches,
-        "goodput": s.goodput(now.wall), "run_started": s.run_started_wall,
+        "goodput": s.goodput(now.mono), "run_started": s.run_started_wall,
         "rung_speed": s.rung_speed(s.rung), "rung0_speed": s.rung_speed(0),
         "rung_speeds": {k: s.rung_speed(int(k)) for k in s.rung_speeds},
         "ranks": [{"rank": r, "pid": v.pid, "device": v.device,

@@ -19,6 +19,7 @@ from supervisor.sources.stacks import STACKS_FILE
 
 INCIDENTS_FILE = "incidents.jsonl"
 INCIDENTS_DIR = "incidents"
+LATEST_TIME = 32503680000.0  # 3000-01-01: a later "time" is no wall time a clock can show
 
 
 def stacks_path(state_dir: Path, incident_id: str) -> Path:
@@ -84,7 +85,7 @@ def group_by_where(incidents: list[dict[str, Any]]) -> list[Group]:
     """Groups, most frequent first (the newest first among equals)."""
     groups: dict[str, Group] = {}
     for incident in incidents:
-        when = float(incident.get("time") or 0.0)
+        when = _time(incident)
         group = groups.setdefault(where_of(incident), Group(where_of(incident), first=when, last=when))
         group.count += 1
         group.first, group.last = min(group.first, when), max(group.last, when)
@@ -96,7 +97,17 @@ def group_by_where(incidents: list[dict[str, Any]]) -> list[Group]:
     return sorted(groups.values(), key=lambda g: (-g.count, -g.last))
 
 
+def _time(incident: dict[str, Any]) -> float:
+    """The incident's wall time; 0 (shown as "?") when its line holds no time a clock can show (edited by hand)."""
+    when = incident.get("time")
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or not 0 < when < LATEST_TIME:
+        return 0.0
+    return float(when)
+
+
 def _clock(wall: float, with_date: bool = False) -> str:
+    if not wall:
+        return "?"
     return time.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S", time.localtime(wall))
 
 
@@ -118,7 +129,7 @@ def render(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group]
         lines.append(f"  {'':>{width}}  {span}   phase {_counts(g.phases)}   rung "
                      f"{', '.join(map(str, g.rungs)) or '?'}   {_counts(g.reasons)}")
     newest = incidents[-1]
-    lines += ["", f"newest: {newest.get('id', '?')} at {_clock(float(newest.get('time') or 0), True)}, "
+    lines += ["", f"newest: {newest.get('id', '?')} at {_clock(_time(newest), True)}, "
                   f"{newest.get('reason', '?')} in {newest.get('phase', '?')} ({newest.get('detail', '')}), "
                   f"rung {newest.get('rung', '?')} ({newest.get('rung_label', '')}), epoch {newest.get('epoch', '?')} "
                   f"batch {newest.get('batch', '?')}"]

@@ -18,6 +18,7 @@ from typing import Callable, Collection
 import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 
 
 def become_subreaper() -> bool:
@@ -26,6 +27,19 @@ def become_subreaper() -> bool:
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except OSError:
         return False
+
+
+def dies_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` for a child of ``parent``: the kernel SIGKILLs it when the thread that forked it dies (the
+    supervisor's main thread, whose loop spawns every worker), so a supervisor killed with SIGKILL leaves no command
+    training beside the next one; it exits at once when ``parent`` died before the signal was armed."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return arm
 
 
 def tree(root_pid: int | None = None, spare: Collection[int] = ()) -> list[psutil.Process]:
@@ -49,6 +63,14 @@ def stopped(pid: int) -> bool:
     """Whether ``pid`` is stopped (SIGSTOP, a debugger): alive, yet it would run nothing it is given."""
     try:
         return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``pid`` lives and ``ancestor`` is among its parents."""
+    try:
+        return any(p.pid == ancestor for p in psutil.Process(pid).parents())
     except psutil.Error:
         return False
 

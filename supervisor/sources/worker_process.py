@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Collection
 
 from supervisor.sources import process_tree
+from supervisor.sources.progress_lines import MAX_LINE_BYTES
 from supervisor.sources.worker_command import OutputProgress
 from worker.contract import HeartbeatMessage
 from worker.heartbeat import ENV_FD, Decoder, read_available
@@ -53,6 +54,7 @@ class WorkerProcess:
     output_progress: OutputProgress | None = None  # a command that sends no heartbeat: progress from its output
     launch_fd: int | None = None  # a standby's stdin: the launch record's path is written there, once
     env: dict[str, str] = field(default_factory=dict)  # as spawned: a standby serves only a launch in the same one
+    descendants: dict[int, bool] = field(default_factory=dict)  # senders looked up: pid -> below the worker's pid
 
     @property
     def pid(self) -> int:
@@ -65,9 +67,9 @@ class WorkerProcess:
     @classmethod
     def spawn(cls, argv: list[str], env: dict[str, str], cwd: Path | None = None, standby: bool = False
               ) -> "WorkerProcess":
-        """Start ``argv`` in a session of its own, the heartbeat pipe's write end inherited (its number in the
-        environment), stdout and stderr into one pipe; a ``standby`` also gets a pipe on its stdin, to be told
-        what to train (``launch``)."""
+        """Start ``argv`` in a session of its own, killed by the kernel if the supervisor dies, the heartbeat pipe's
+        write end inherited (its number in the environment), stdout and stderr into one pipe; a ``standby`` also
+        gets a pipe on its stdin, to be told what to train (``launch``)."""
         heartbeat_r, heartbeat_w = os.pipe()
         output_r, output_w = os.pipe()
         launch_r, launch_w = os.pipe() if standby else (subprocess.DEVNULL, None)
@@ -76,7 +78,7 @@ class WorkerProcess:
         try:
             popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,), stdin=launch_r, stdout=output_w,
                                      stderr=output_w, env={**env, ENV_FD: str(heartbeat_w)}, cwd=cwd,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=process_tree.dies_with(os.getpid()))
         except OSError as e:
             for fd in (heartbeat_r, heartbeat_w, output_r, output_w) + ((launch_r, launch_w) if standby else ()):
                 os.close(fd)
@@ -86,6 +88,14 @@ class WorkerProcess:
         for fd in (heartbeat_r, output_r):
             os.set_blocking(fd, False)
         return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r, launch_fd=launch_w, env=dict(env))
+
+    def in_tree(self, pid: int) -> bool:
+        """Whether ``pid`` is the worker's process or one of its descendants (looked up once per pid)."""
+        if pid == self.pid:
+            return True
+        if pid not in self.descendants:
+            self.descendants[pid] = process_tree.descends_from(pid, self.pid)
+        return self.descendants[pid]
 
     def launch(self, record_path: Path) -> bool:
         """Tell a standby what to train: the launch record's path, one line, and the end of its stdin. False when
@@ -120,8 +130,10 @@ class WorkerProcess:
         if not data:
             return [], [], data == b""
         progress = self.output_progress.feed(data) if self.output_progress is not None else []
-        self.partial_line += data
-        *lines, self.partial_line = self.partial_line.split(b"\n")
+        *lines, partial = (self.partial_line + data).split(b"\n")
+        # Bounded, whatever the output: a bar redrawn with \r for a whole run never ends its line, and a terminal
+        # would show only what follows the last \r anyway.
+        self.partial_line = partial.rsplit(b"\r", 1)[-1][:MAX_LINE_BYTES]
         shown = [line.rsplit(b"\r", 1)[-1].decode(errors="replace") for line in lines]
         shown = [line for line in shown if line.strip()]
         self.output_tail.extend(shown)
