@@ -139,7 +139,8 @@ class Agent:
             self._metrics_retry_at = time.monotonic() + METRICS_RETRY
             return
         self._metrics_retry_at = None
-        log.info(f"metrics: http://{self.config.metrics_listen}/metrics"
+        host, _ = self.config.metrics_address  # the port bound, not the one asked for: port 0 picks a free one
+        log.info(f"metrics: http://{host}:{self.exporter.port}/metrics"
                  + (f" (after {self.metrics_bind_failures} failed tries)" if self.metrics_bind_failures else ""))
 
     def now(self) -> core.Now:

@@ -1,5 +1,6 @@
 """The agent's own duties around the core, with a real supervisor and a stand-in worker: metrics stay optional."""
 
+import re
 import socket
 
 from tests.conftest import ROOT, read_state, worker_launcher, yolo_train
@@ -101,3 +102,22 @@ def test_check_config_and_the_logs_show_a_rungs_environment_by_name_only(write_c
     result = yolo_train("check-config", "--config", str(config))
     assert result.returncode == 0 and "rung 1: env=WANDB_API_KEY" in result.stdout
     assert "s3cr3t-value" not in result.stdout + result.stderr
+
+
+def test_listen_on_port_0_logs_the_port_bound(write_config, tmp_path):
+    config = write_config(f"""
+        [train]
+        epochs = 1
+        [worker]
+        python = "{worker_launcher(tmp_path, QUICK_LOOP)}"
+        [metrics]
+        listen = "127.0.0.1:0"
+        [kernel_log]
+        source = "off"
+        gpu_events = "off"
+    """)
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"),
+                        env={"PYTHONPATH": str(ROOT)}, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    [port] = re.findall(r"metrics: http://127\.0\.0\.1:(\d+)/metrics", result.stderr)
+    assert int(port) > 0
