@@ -6,8 +6,9 @@ import pytest
 
 from supervisor.decision import core
 from supervisor.config import parse
-from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.decision.ladder import build_ladder
+from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import KernelKind
 from worker.contract import HeartbeatMessage
 
@@ -573,7 +574,7 @@ def test_the_same_failure_before_the_first_batch_twice_is_a_configuration_error_
 def test_a_different_failure_before_the_first_batch_is_retried_and_a_batch_forgets_the_first():
     d = Driver(make(restart={"backoff_initial": 1}))
     d.boot_and_spawn()
-    d(core.WorkerExited(1, "OSError: [Errno 28] No space left on device"))
+    d(core.WorkerExited(1, "OSError: [Errno 5] Input/output error"))
     d(core.TreeKilled(killed=1))
     d.at(d.t + 1.01)(core.Tick())
     d(core.Spawned(PID + 1, None))
@@ -765,3 +766,20 @@ def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
         d.at(d.t + 0.1).beat(epoch=1, epochs=3, batch=2, batches=32)
     assert max(d.s.intervals["train"]) == pytest.approx(0.1)
     assert d.s.deadline().at - d.t == 10.0  # the auto floor, not 35 s
+
+
+def test_a_signature_acts_only_on_the_failure_that_ended_the_worker():
+    for line in ("ModuleNotFoundError: No module named 'wandb'", "OSError: [Errno 28] No space left on device: 'x'"):
+        d = healthy()
+        found = scan(line)
+        d(core.SignatureSeen(found.name, found.remedy, found.advice, line))  # harmless: training went on
+        d.train_until(d.t + 2, 0.5)
+        d(core.WorkerExited(1, last_words="RuntimeError: boom"))  # a later crash of its own cause
+        d(core.TreeKilled(killed=1))
+        assert d.s.exit is None and d.s.state == core.State.BACKOFF, line
+        assert d.s.incidents[-1]["reason"] == "crash"
+    d = healthy()
+    d.beat(kind="error", progress=d.progress, error="ModuleNotFoundError: No module named 'polars'")
+    d(core.WorkerExited(1, last_words="    import polars"))
+    d(core.TreeKilled(killed=1))
+    assert d.s.exit.code == EXIT_CONFIG and "missing from its Python environment" in d.s.exit.text

@@ -38,6 +38,7 @@ from typing import Any
 from supervisor.config import Config
 from supervisor.decision import restart_budget, watchdog
 from supervisor.decision.ladder import Ladder
+from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import After, KernelKind, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from worker.contract import HeartbeatMessage, MessageKind, Phase
@@ -710,9 +711,11 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     return _begin_stop(s, now, Reason.HANG, phase, detail=detail, climb=True, failure=f"hang:{phase}")
 
 
-def _remedy(s: Supervision, reason: Reason, phase: str) -> tuple[SignatureSeen, dict[str, Any]] | None:
-    """The one place a failure signature seen in this attempt becomes a change of settings."""
-    for seen in s.signatures.values():
+def _remedy(s: Supervision, reason: Reason, phase: str, ending: SignatureSeen | None = None
+            ) -> tuple[SignatureSeen, dict[str, Any]] | None:
+    """The one place a failure signature becomes a change of settings: for a hang, any seen in this attempt (a
+    warning before it); for a crash, only the one of the failure that ended the worker (``ending``)."""
+    for seen in s.signatures.values() if reason == Reason.HANG else [ending] if ending else []:
         if seen.remedy == Remedy.CONV_FALLBACK and reason == Reason.HANG and phase == "startup" \
                 and s.remedies.get("conv_fallback") != "on":
             return seen, {"conv_fallback": "on"}
@@ -744,10 +747,10 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return _begin_stop(s, now, Reason.CRASH, s.progress.phase, failure="worker:config", then=After.CONFIG_ERROR,
                            advice="fix the configuration or the state directory, then run again",
                            detail=f"{how}: {(event.last_words or 'the worker refused its configuration')[:300]}")
-    for seen in s.signatures.values():
-        if seen.remedy == Remedy.CONFIG_ERROR:
-            return _begin_stop(s, now, Reason.CRASH, s.progress.phase, failure=seen.name, then=After.CONFIG_ERROR,
-                               advice=seen.advice, detail=f"{how}: {seen.line.strip()[:200]}")
+    ending = _ending_signature(s, event.last_words)
+    if ending is not None and ending.remedy == Remedy.CONFIG_ERROR:
+        return _begin_stop(s, now, Reason.CRASH, s.progress.phase, failure=ending.name, then=After.CONFIG_ERROR,
+                           advice=ending.advice, detail=f"{how}: {ending.line.strip()[:200]}")
     reason, failure = Reason.CRASH, f"crash:{s.last_error.split(':')[0]}" if s.last_error else f"crash:{how}"
     if s.state == State.STARTING:  # before its first batch: no rung changes that, and a repeat is deterministic
         words = s.last_error or event.last_words or how
@@ -760,7 +763,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     detail = "exited with status 0 before training finished" if code == 0 else \
         how + (f": {s.last_error}" if s.last_error else "")
     change = None
-    remedy = _remedy(s, Reason.CRASH, s.progress.phase)
+    remedy = _remedy(s, Reason.CRASH, s.progress.phase, ending)
     if remedy is not None:  # out of GPU memory
         seen, change = remedy
         reason, failure, detail = Reason.OOM, seen.name, f"{how}: out of GPU memory ({seen.line.strip()[:160]})"
@@ -771,6 +774,17 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     return _begin_stop(s, now, reason, s.progress.phase, detail=detail, failure=failure, remedy=change or None,
                        climb=failure == s.last_failure and not change and s.state == State.HEALTHY,
                        kernel_events=kernel_events)
+
+
+def _ending_signature(s: Supervision, last_words: str | None) -> SignatureSeen | None:
+    """The signature of the failure that ended the worker, read from its own last error, else its last line of
+    output. A line seen earlier (an optional logger's ModuleNotFoundError, one write that hit a full disk) says
+    nothing about a later crash of another cause."""
+    for words in (s.last_error, last_words):
+        found = scan(words) if words else None
+        if found is not None:
+            return SignatureSeen(found.name, found.remedy, found.advice, words)
+    return None
 
 
 def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
@@ -815,7 +829,7 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
 
 
 def _signature(s: Supervision, event: SignatureSeen) -> list[Any]:
-    """Remembered for this attempt; acted on when the worker crashes or hangs (see signatures.py)."""
+    """Remembered for this attempt; acted on if the worker then hangs (a crash is judged by its own last words)."""
     if s.state in (State.STARTING, State.HEALTHY) and event.name not in s.signatures:
         s.signatures[event.name] = event
         return [Log("warning", f"worker output shows {event.name}: {event.line[:200]}")]
