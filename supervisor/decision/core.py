@@ -27,16 +27,16 @@ ensuing crash an ``oom`` one.
 
 from __future__ import annotations
 
-import copy
 import math
 import signal
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from supervisor.config import Config
 from supervisor.decision import restart_budget, watchdog
+from supervisor.decision.incident import Incident, Kill, Loss, Stacks
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import After, KernelKind, Reason, Remedy, State
@@ -108,6 +108,16 @@ class TreeKilled:
 
 
 @dataclass(frozen=True)
+class IncidentEnriched:
+    """What the shell saw of the worker's tree just before killing it, for the incident being stopped."""
+    incident_id: str
+    processes: tuple[dict[str, Any], ...]
+    output_tail: tuple[str, ...] = ()
+    output_note: str | None = None  # a command's output parser: why no line was ever progress
+    stacks: Stacks | None = None  # captured for a hang
+
+
+@dataclass(frozen=True)
 class KernelMessage:
     """A classified kernel log line or GPU device event (see sources/kernel_messages.KernelEvent)."""
     kind: KernelKind
@@ -175,9 +185,15 @@ class KeepVerifiedCopy:
 
 @dataclass(frozen=True)
 class KillTree:
-    """Kill the worker's tree. ``incident`` is a copy of the core's record for the shell to enrich and write
-    (process list, output tail, kill report); the core learns the outcome from ``TreeKilled``."""
-    incident: dict[str, Any] | None  # None: cleaning up after a normal exit
+    """Kill the worker's tree. For an incident, the shell first says what it sees of the tree
+    (``IncidentEnriched``); the core learns the kill's outcome from ``TreeKilled``."""
+    incident: Incident | None  # None: cleaning up after a normal exit
+
+
+@dataclass(frozen=True)
+class RecordIncident:
+    """The incident is complete: append it to incidents.jsonl."""
+    incident: Incident
 
 
 @dataclass(frozen=True)
@@ -228,7 +244,7 @@ class StopPlan:
     """Why the worker's tree is going away, and what follows once it is gone."""
     reason: Reason
     then: After
-    incident: dict[str, Any]
+    incident: Incident | None  # None: a planned stop (a finished run, a probe)
     climb: bool = False  # one rung safer before the next attempt
     failure: str | None = None  # names the failure, so a repeat can be told from a first time
     remedy: dict[str, Any] | None = None  # settings added on top of the rung from the next attempt on
@@ -300,7 +316,7 @@ class Supervision:
     restart_times: list[float] = field(default_factory=list)  # wall clock, for the budget
     restarts_by_reason: dict[str, int] = field(default_factory=dict)
     hangs_by_phase: dict[str, int] = field(default_factory=dict)
-    incidents: list[dict[str, Any]] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
     messages_ignored: int = 0  # from pids other than the worker's main process
     kernel_events: dict[str, int] = field(default_factory=dict)  # by kind, every classified message
     suspicion: Suspicion | None = None
@@ -412,7 +428,8 @@ class Supervision:
     def persistent(self) -> dict[str, Any]:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
-                "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value,
+                "last_failure": self.last_failure, "state": self.state.value,
+                "incidents": [{**i.to_dict(), "recorded": i.recorded} for i in self.incidents],
                 "kernel_events": self.kernel_events, "remedies": self.remedies,
                 "run_started_wall": self.run_started_wall, "trained_seconds": self.trained(),
                 "lost_seconds": self.lost_seconds, "lost_batches": self.lost_batches,
@@ -429,7 +446,7 @@ class Supervision:
         self.restarts_by_reason = dict(record.get("restarts_by_reason", {}))
         self.hangs_by_phase = dict(record.get("hangs_by_phase", {}))
         self.last_failure = record.get("last_failure")
-        self.incidents = list(record.get("incidents", []))[-INCIDENTS_KEPT:]
+        self.incidents = [Incident.from_dict(i) for i in record.get("incidents", [])][-INCIDENTS_KEPT:]
         self.kernel_events = dict(record.get("kernel_events", {}))
         self.remedies = dict(record.get("remedies", {}))
         self.run_started_wall = record.get("run_started_wall")
@@ -474,6 +491,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _exited(s, event, now)
     if isinstance(event, TreeKilled):
         return _tree_killed(s, event, now)
+    if isinstance(event, IncidentEnriched):
+        return _enriched(s, event)
     if isinstance(event, StopRequested):
         return _stop(s, event, now)
     if isinstance(event, KernelMessage):
@@ -615,8 +634,10 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
             s.startup_failure = None
             s.startup_seconds = now.mono - (s.spawned_at or now.mono)
             s.startup_seen = max(s.startup_seen or 0.0, s.startup_seconds)
-            if s.incidents and "restart_seconds" not in s.incidents[-1] and s.incidents[-1]["reason"] != "stop":
-                s.incidents[-1]["restart_seconds"] = round(now.wall - s.incidents[-1]["time"], 3)
+            last = s.incidents[-1] if s.incidents else None
+            if last is not None and not last.recorded and last.reason != Reason.STOP:
+                _amend(s, last, restart_seconds=round(now.wall - last.time, 3))
+            actions += _record_complete(s)
             actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
                                        f"after spawn"))
             if s.config.standby and s.config.command is None:
@@ -645,7 +666,7 @@ def _probe_check(s: Supervision, now: Now) -> list[Any]:
         return []
     t = s.config.watchdog.save_timeout
     s.state = State.STOPPING
-    s.stop = StopPlan(Reason.PROBE, After.RESTART, incident={},
+    s.stop = StopPlan(Reason.PROBE, After.RESTART, incident=None,
                       save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED))
     return [Log("info", f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung {s.rung - 1} "
                         f"({s.ladder.label(s.rung - 1)}) at this checkpoint"), RequestCheckpoint()]
@@ -686,8 +707,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     if due.kind in (DeadlineKind.SAVE, DeadlineKind.SAVE_STALLED):
         s.stop.save_until = None
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
-        return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
-                KillTree(copy.deepcopy(s.stop.incident))]
+        return [Log("error", f"the worker {why}; killing it without a new checkpoint"), KillTree(s.stop.incident)]
     phase = "startup" if s.state == State.STARTING else s.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         event = s.suspicion.event
@@ -739,8 +759,8 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return []  # an exit we caused while stopping
     if code == 0 and (s.progress.phase == Phase.DONE.value or s.exit_0_finishes):
         s.state = State.STOPPING
-        s.stop = StopPlan(Reason.STOP, After.SUCCEED, incident={})
-        _close_attempt(s, {}, lost=False)
+        s.stop = StopPlan(Reason.STOP, After.SUCCEED, incident=None)
+        _close_attempt(s, lost=False)
         return [KillTree(None)]
     how = describe_exit(code)
     if code == EXIT_CONFIG:  # the worker's own verdict: restarting cannot help (a checkpoint of another training)
@@ -802,7 +822,7 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         if s.stop.save_until is not None:
             s.stop.save_until = None
             return [Log("warning", f"{event.signal} again: killing the worker without waiting for its checkpoint"),
-                    KillTree(copy.deepcopy(s.stop.incident))]
+                    KillTree(s.stop.incident)]
         return []
     if s.state == State.BACKOFF:
         return _finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
@@ -879,26 +899,19 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
                 failure: str | None = None, then: After | None = None, remedy: dict[str, Any] | None = None,
                 advice: str | None = None, kernel_events: list[KernelMessage] | None = None,
                 save_until: float | None = None) -> list[Any]:
-    """Record the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
-    incident = {
-        "id": f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}",
-        "time": now.wall,
-        "reason": reason.value,
-        "phase": phase,
-        "detail": detail,
-        "attempt": s.attempt,
-        "rung": s.rung,
-        "rung_label": s.ladder.label(s.rung),
-        "worker_pid": s.worker_pid,
-        "epoch": s.progress.epoch,
-        "batch": s.progress.batch,
-        "seconds_since_progress": None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
-        "last_progress_wall": None if s.last_progress_at is None else now.wall - (now.mono - s.last_progress_at),
-    }
-    if kernel_events:
-        incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
+    """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
+    earlier = _record_complete(s)  # the one before, if its restart never reached a batch
     # A stop that saves loses nothing, nor does a kill after training was done (then=SUCCEED).
-    _close_attempt(s, incident, lost=(reason != Reason.STOP or save_until is None) and then != After.SUCCEED)
+    loss, resumes_from = _close_attempt(s, lost=(reason != Reason.STOP or save_until is None)
+                                        and then != After.SUCCEED)
+    incident = Incident(
+        id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
+        detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=s.worker_pid,
+        epoch=s.progress.epoch, batch=s.progress.batch,
+        seconds_since_progress=None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
+        last_progress_wall=None if s.last_progress_at is None else now.wall - (now.mono - s.last_progress_at),
+        kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
+        loss=loss, resumes_from=resumes_from)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
     s.stop = StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
@@ -909,25 +922,56 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         log = Log("info", f"stop requested ({detail})")
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
-    return [log] if save_until is not None else [log, KillTree(copy.deepcopy(incident))]
+    return earlier + ([log] if save_until is not None else [log, KillTree(incident)])
 
 
-def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> None:
+def _close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, Any] | None]:
     """Move this attempt's progress into the totals; when it ends without a save, what followed the newest
-    checkpoint is lost (the next worker resumes from there) and the incident says how much."""
+    checkpoint is lost (the next worker resumes from there). Returns the loss and that checkpoint, for the incident."""
     s.trained_seconds = s.trained()
     if s.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         _record_rung_speed(s)
+    loss = None
     if s.healthy_since is not None and s.last_progress_at is not None:
         saved_at = s.checkpoint.mono if s.checkpoint is not None else -math.inf
         lost_seconds = max(0.0, s.last_progress_at - max(s.healthy_since, saved_at)) if lost else 0.0
         lost_batches = s.batches_since_checkpoint if lost else 0
         s.lost_seconds += lost_seconds
         s.lost_batches += lost_batches
-        incident["lost_seconds"], incident["lost_batches"] = round(lost_seconds, 3), lost_batches
-    if s.checkpoint is not None:
-        incident["resumes_from"] = {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch, "path": s.checkpoint.path}
+        loss = Loss(round(lost_seconds, 3), lost_batches)
     s.healthy_since = None
+    if s.checkpoint is None:
+        return loss, None
+    return loss, {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch, "path": s.checkpoint.path}
+
+
+def _amend(s: Supervision, incident: Incident, **changes: Any) -> Incident:
+    """The one way the core's incident changes: a new record in the list (and in the stop plan) for the old."""
+    amended = replace(incident, **changes)
+    s.incidents = [amended if i is incident else i for i in s.incidents]
+    if s.stop is not None and s.stop.incident is incident:
+        s.stop.incident = amended
+    return amended
+
+
+def _record_complete(s: Supervision) -> list[Any]:
+    """Ask for every incident not written yet to be written: called once nothing more can be learnt of them."""
+    actions = []
+    for incident in [i for i in s.incidents if not i.recorded]:
+        actions.append(RecordIncident(_amend(s, incident, recorded=True)))
+    return actions
+
+
+def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
+    incident = s.stop.incident if s.stop is not None else None
+    if incident is None or incident.id != event.incident_id:
+        return []
+    detail = incident.detail
+    if event.output_note and incident.phase == "startup":
+        detail += f"; {event.output_note}"
+    _amend(s, incident, processes=event.processes, output_tail=event.output_tail, stacks=event.stacks,
+           detail=detail)
+    return []
 
 
 def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
@@ -935,9 +979,9 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
         return []
     plan = s.stop
     s.worker_pid = None
-    if plan.incident:
-        plan.incident["kill"] = {"processes": event.killed, "seconds": round(event.seconds, 3),
-                                 "survivors": list(event.survivors), "confirmed_wall": event.confirmed_wall}
+    if plan.incident is not None:
+        _amend(s, plan.incident, last_error=s.last_error, settings=dict(s.in_force),
+               kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
     if event.survivors:
         s.reboot_needed = True
         return _finish(s, State.FAILED, Exit(
@@ -946,10 +990,10 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
             f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
     if plan.then == After.REBOOT:
         return _finish(s, State.FAILED, Exit(
-            EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.get('detail', 'gpu_lost')}); no new worker is "
+            EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.detail}); no new worker is "
                                 f"started on it; reboot the machine, then run again to resume"))
     if plan.then == After.CONFIG_ERROR:
-        return _finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{plan.incident['detail']}: {plan.advice}; not restarting"))
+        return _finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{plan.incident.detail}: {plan.advice}; not restarting"))
     if plan.then == After.SUCCEED:
         return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if plan.then == After.STOP:
@@ -980,7 +1024,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         return _finish(s, State.FAILED, Exit(
             EXIT_FAILED,
             f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s (restart.max_restarts = "
-            f"{cfg.max_restarts}); last failure: {plan.incident.get('detail') or plan.failure}; "
+            f"{cfg.max_restarts}); last failure: {plan.incident.detail if plan.incident else plan.failure}; "
             f"fix the cause, then run again to resume at rung {s.rung}"))
     actions: list[Any] = []
     if plan.remedy:
@@ -1010,8 +1054,9 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
 
 
 def _finish(s: Supervision, state: State, exit: Exit) -> list[Any]:
+    recorded = _record_complete(s)
     s.state, s.exit, s.stop = state, exit, None
-    return [exit]
+    return recorded + [exit]
 
 
 def describe_exit(code: int) -> str:
@@ -1048,7 +1093,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "worker_spawned": s.spawned_wall, "startup_seconds": s.startup_seconds,
         "watchdog": {"timeout": due.label, "fires_in": None if due.at is None else due.at - now.mono},
         "last_restart": s.restart_times[-1] if s.restart_times else None,
-        "last_incident": s.incidents[-1] if s.incidents else None,
+        "last_incident": s.incidents[-1].to_dict() if s.incidents else None,
         "exit": asdict(s.exit) if s.exit else None,
         "last_checkpoint": None if s.checkpoint is None else {
             "path": s.checkpoint.path, "epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch,

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from supervisor.decision.incident import Stacks
+
 STACKS_FILE = "stacks.json"
 PYTHON_FRAMES_SHOWN = 3
 NATIVE_FRAMES_SHOWN = 2
@@ -271,6 +273,14 @@ class TreeCapture:
                 "culprit": culprit.summary_line() if culprit else None, "gpu": self.gpu,
                 "processes": [{**{k: v for k, v in asdict(p).items() if k != "stage"}, "waited_in": p.waited_in()}
                               for p in self.processes]}
+
+
+def as_incident_stacks(capture: TreeCapture, state_dir: Path) -> Stacks:
+    """What the incident keeps of a capture; the rest is in its stacks.json."""
+    culprit = capture.culprit()
+    return Stacks(where=capture.where(), summary=tuple(capture.summary_lines()),
+                  culprit=culprit.summary_line() if culprit else None, seconds=round(capture.seconds, 3),
+                  path=str(capture.path.relative_to(state_dir)) if capture.path else None)
 
 
 def find_py_spy() -> str | None:
