@@ -825,3 +825,26 @@ def test_an_incident_not_written_yet_is_written_by_the_next_supervisor_or_at_the
     actions = restored(core.TreeKilled(killed=1))
     assert kinds(actions) == ["RecordIncident", "Exit"] and actions[0].incident.reason == "stop"
     assert all(i.recorded for i in restored.s.incidents)
+
+
+def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_or_unknown():
+    d = Driver(make())
+    d(core.Boot())
+    d(core.Spawned(PID, None, exit_0_finishes=True))  # a command: its checkpoints are its own
+    for batch in range(1, 47):  # 46 batches, the last checkpoint (unseen by us) after batch 44
+        d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=batch, batches=50)
+    [kill] = [a for a in d.at(d.t + 20)(core.Tick()) if isinstance(a, core.KillTree)]
+    assert kill.incident.loss == Loss(None, None) and kill.incident.to_dict()["lost_batches"] is None  # unknown yet
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 1, "/run/ck/step-94.ckpt", exit_0_finishes=True))
+    [record] = [a for a in d.at(d.t + 2).beat(pid=PID + 1, progress=1, epoch=2, epochs=3, batch=44, batches=50)
+                if isinstance(a, core.RecordIncident)]
+    assert record.incident.loss == Loss(seconds=1.0, batches=2)  # 2 batches at the measured 2 it/s
+    assert (d.s.lost_batches, d.s.lost_seconds) == (2, 1.0)
+    # the next attempt never shows a position: its loss stays unknown, counted nowhere
+    d.at(d.t + 20)(core.Tick())
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 2, None, exit_0_finishes=True))
+    actions = d.at(d.t + 2).beat(pid=PID + 2, progress=1, epoch=None, batch=None)
+    assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, core.RecordIncident)] == [None]
+    assert d.s.lost_batches == 2

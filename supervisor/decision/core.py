@@ -334,6 +334,7 @@ class Supervision:
     lost_batches: int = 0
     checkpoint: CheckpointMark | None = None
     batches_since_checkpoint: int = 0  # this attempt's training batches after the newest checkpoint
+    lost_from: int | None = None  # batches done when a command's attempt failed: lost down to where the next resumes
     train_beats: int = 0  # this attempt's training batches
     # -- what this run has observed, to bound the phases that have no batch rhythm --
     startup_seen: float | None = None  # the longest spawn-to-first-batch of this run
@@ -636,7 +637,9 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
             s.startup_seen = max(s.startup_seen or 0.0, s.startup_seconds)
             last = s.incidents[-1] if s.incidents else None
             if last is not None and not last.recorded and last.reason != Reason.STOP:
-                _amend(s, last, restart_seconds=round(now.wall - last.time, 3))
+                last = _amend(s, last, restart_seconds=round(now.wall - last.time, 3))
+            if last is not None and not last.recorded and s.lost_from is not None:
+                _amend(s, last, loss=_resumed_loss(s, last.rung))
             actions += _record_complete(s)
             actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
                                        f"after spawn"))
@@ -931,8 +934,12 @@ def _close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, A
     s.trained_seconds = s.trained()
     if s.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         _record_rung_speed(s)
-    loss = None
-    if s.healthy_since is not None and s.last_progress_at is not None:
+    loss, s.lost_from = None, None  # an earlier attempt's loss not resolved by now stays unknown
+    if lost and s.exit_0_finishes and s.checkpoint is None and s.healthy_since is not None:
+        # A command resumes from its own checkpoint, which we do not see: the next attempt's first position tells.
+        s.lost_from = _batches_done(s.progress)
+        loss = Loss(None, None)
+    elif s.healthy_since is not None and s.last_progress_at is not None:
         saved_at = s.checkpoint.mono if s.checkpoint is not None else -math.inf
         lost_seconds = max(0.0, s.last_progress_at - max(s.healthy_since, saved_at)) if lost else 0.0
         lost_batches = s.batches_since_checkpoint if lost else 0
@@ -943,6 +950,24 @@ def _close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, A
     if s.checkpoint is None:
         return loss, None
     return loss, {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch, "path": s.checkpoint.path}
+
+
+def _batches_done(p: Progress) -> int | None:
+    return (max(0, p.epoch - 1) * p.batches + p.batch) if p.batches else None
+
+
+def _resumed_loss(s: Supervision, rung: int) -> Loss:
+    """A command's lost work, from where it was when it failed down to where its next attempt resumed: the first
+    position it shows (a resumed bar draws its initial position before any batch). Unknown without positions."""
+    lost_from, resumed_at, s.lost_from = s.lost_from, _batches_done(s.progress), None
+    if lost_from is None or resumed_at is None:
+        return Loss(None, None)
+    batches = max(0, lost_from - resumed_at)
+    speed = s.rung_speed(rung)  # the failed attempt's
+    seconds = round(batches / speed, 3) if speed else None
+    s.lost_batches += batches
+    s.lost_seconds += seconds or 0.0
+    return Loss(seconds, batches)
 
 
 def _amend(s: Supervision, incident: Incident, **changes: Any) -> Incident:
