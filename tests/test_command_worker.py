@@ -107,6 +107,7 @@ def test_ddp_over_gloo_one_rank_frozen_kills_every_rank_and_resumes(tmp_path):
     assert code == 0, stderr[-3000:]
     incident = read_incidents(state_dir)[0]
     assert incident["reason"] == "hang"
+    assert incident["culprit"].startswith("rank 1 (pid ") and ") stopped" in incident["culprit"], incident["summary"]
     killed = [p["pid"] for p in incident["processes"]]
     assert len(killed) >= 3  # torchrun and both ranks
     assert not [p for p in killed if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -251,13 +251,15 @@ class TreeCapture:
 
     def culprit(self) -> ProcessStacks | None:
         """The process the hang is best described by: a DataLoader worker stuck inside a sample, else a
-        process in uninterruptible sleep, else the main process."""
+        process in uninterruptible sleep, else a stopped one (a frozen DDP rank: the launcher above it only waits
+        for its children, the other ranks for their peer), else the main process."""
         busy = [p for p in self.processes if p.busy_dataloader_worker]
         if busy:
             return min(busy, key=lambda p: (p.dataloader_worker_id is None, p.dataloader_worker_id or 0, p.pid))
-        stuck = [p for p in self.processes if p.state == "D"]
-        if stuck:
-            return stuck[0]
+        for states in ("D", "Tt"):
+            stuck = [p for p in self.processes if p.state in states]
+            if stuck:
+                return stuck[0]
         return next((p for p in self.processes if p.pid == self.main_pid), self.processes[0] if self.processes
                     else None)
 
