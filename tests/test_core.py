@@ -825,6 +825,7 @@ def test_an_incident_not_written_yet_is_written_by_the_next_supervisor_or_at_the
     actions = restored(core.TreeKilled(killed=1))
     assert kinds(actions) == ["RecordIncident", "Exit"] and actions[0].incident.reason == "stop"
     assert all(i.recorded for i in restored.s.incidents)
+    assert [i["reason"] for i in restored.s.persistent()["incidents"]] == ["stop"]  # the rest: incidents.jsonl
 
 
 def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_or_unknown():

@@ -430,7 +430,9 @@ class Supervision:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
                 "last_failure": self.last_failure, "state": self.state.value,
-                "incidents": [{**i.to_dict(), "recorded": i.recorded} for i in self.incidents],
+                # the newest and any not written yet: the rest are in incidents.jsonl, not rewritten every second
+                "incidents": [{**i.to_dict(), "recorded": i.recorded} for i in self.incidents
+                              if not i.recorded or i is self.incidents[-1]],
                 "kernel_events": self.kernel_events, "remedies": self.remedies,
                 "run_started_wall": self.run_started_wall, "trained_seconds": self.trained(),
                 "lost_seconds": self.lost_seconds, "lost_batches": self.lost_batches,
