@@ -256,7 +256,7 @@ class TreeCapture:
         busy = [p for p in self.processes if p.busy_dataloader_worker]
         if busy:
             return min(busy, key=lambda p: (p.dataloader_worker_id is None, p.dataloader_worker_id or 0, p.pid))
-        for states in ("D", "Tt"):
+        for states in (("D",), ("T", "t")):
             stuck = [p for p in self.processes if p.state in states]
             if stuck:
                 return stuck[0]
