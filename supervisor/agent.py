@@ -21,6 +21,7 @@ from typing import Any
 
 from supervisor.config import Config, ConfigError
 from supervisor.decision import core
+from supervisor.decision.incident import Incident, Stacks
 from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import KernelKind, Reason
@@ -33,7 +34,7 @@ from supervisor.sources import process_tree, stacks
 from supervisor.sources.gpu_metrics import sample_all
 from supervisor.sources.kernel_log import KernelLogSource
 from supervisor.sources.worker_command import OutputProgress, command_argv, newest_checkpoint
-from supervisor.sources.worker_process import HeartbeatCounts, SpawnError, WorkerProcess, forward, now_iso
+from supervisor.sources.worker_process import HeartbeatCounts, SpawnError, WorkerProcess, forward
 from worker.contract import STANDBY_FLAG, LaunchRecord, Patches, RungSplit, split_rung
 from worker.heartbeat import read_available
 
@@ -140,7 +141,8 @@ class Agent:
             self._metrics_retry_at = time.monotonic() + METRICS_RETRY
             return
         self._metrics_retry_at = None
-        log.info(f"metrics: http://{self.config.metrics_listen}/metrics"
+        host, _ = self.config.metrics_address  # the port bound, not the one asked for: port 0 picks a free one
+        log.info(f"metrics: http://{host}:{self.exporter.port}/metrics"
                  + (f" (after {self.metrics_bind_failures} failed tries)" if self.metrics_bind_failures else ""))
 
     def now(self) -> core.Now:
@@ -150,15 +152,15 @@ class Agent:
         _, actions = core.decide(self.s, event, self.now())
         for action in actions:
             self._execute(action)
-        if not isinstance(event, (core.HeartbeatReceived, core.Tick)) or actions:
+        if not isinstance(event, (core.HeartbeatReceived, core.Tick, core.IncidentEnriched)) or actions:
             self._write_state(force=True)
 
     def _execute(self, action: Any) -> None:
         if isinstance(action, core.Log):
             fields = {"RUNG": self.s.rung, "ATTEMPT": self.s.attempt, "EPOCH": self.s.progress.epoch,
                       "BATCH": self.s.progress.batch}
-            if self.s.stop is not None and self.s.stop.incident:
-                fields["INCIDENT_ID"] = self.s.stop.incident["id"]  # journalctl INCIDENT_ID=... finds the story
+            if self.s.stop is not None and self.s.stop.incident is not None:
+                fields["INCIDENT_ID"] = self.s.stop.incident.id  # journalctl INCIDENT_ID=... finds the story
             log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
         elif isinstance(action, core.Spawn):
             self._spawn(action)
@@ -166,6 +168,8 @@ class Agent:
             self._prepare_standby(action)
         elif isinstance(action, core.KillTree):
             self._kill(action.incident)
+        elif isinstance(action, core.RecordIncident):
+            self.state_dir.append_incident(action.incident.to_dict())
         elif isinstance(action, core.RequestCheckpoint):
             if self.worker is not None:
                 # Our worker saves and exits on SIGUSR1; a command knows nothing of it (its default action would
@@ -378,23 +382,15 @@ class Agent:
         self._forget(worker.pidfd)
         self.handle(core.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
 
-    def _kill(self, incident: dict[str, Any] | None) -> None:
-        """Kill the worker's tree; ``incident`` is the core's copy to enrich and record (None after a clean exit)."""
+    def _kill(self, incident: Incident | None) -> None:
+        """Kill the worker's tree; for an incident, tell the core first what the tree looks like (None after a
+        clean exit)."""
         worker, self.worker = self.worker, None
         if incident is not None:
-            incident["time_iso"] = now_iso(incident["time"])
-            incident["processes"] = (worker.tree_snapshot(self._spare()) if worker
-                                     else process_tree.snapshot(process_tree.tree(spare=self._spare())))
-            if worker:
-                incident["output_tail"] = list(worker.output_tail)
-                never = worker.output_progress.never_seen() if worker.output_progress is not None else None
-                if never and incident["phase"] == "startup":
-                    incident["detail"] += f"; {never}"
-                    log.error(f"{never}; its last lines: {' | '.join(list(worker.output_tail)[-3:])}")
-            if worker and self.config.incidents.stacks and incident["reason"] in (Reason.HANG.value, Reason.KERNEL.value):
-                self._capture_stacks(worker, incident)  # only a hung tree is worth looking at before the kill
-            incident["last_error"] = self.s.last_error
-            incident["settings"] = self.s.in_force  # what the worker reported in force: the rung's proof
+            seen = self._what_the_tree_shows(worker, incident)
+            self.handle(seen)
+            if seen.stacks is not None:  # where it hung, in the journal before the kill's own lines
+                log.info(one_line(self.s.stop.incident.to_dict()), extra={"INCIDENT_ID": incident.id})
         w = self.config.watchdog
         if worker is not None:
             for fd in worker.fds:
@@ -403,29 +399,36 @@ class Agent:
         else:
             report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd,
                                             spare=self._spare())
-        confirmed = time.time()
         if incident is not None:
-            incident["kill"] = {"processes": len(report.killed), "seconds": round(report.seconds, 3),
-                                "survivors": report.survivors, "confirmed_wall": confirmed}
             log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
-                     extra={"INCIDENT_ID": incident["id"], "RUNG": incident["rung"], "EPOCH": incident["epoch"],
-                            "BATCH": incident["batch"]})
-            self.state_dir.append_incident(incident)
-        self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, confirmed))
+                     extra={"INCIDENT_ID": incident.id, "RUNG": incident.rung, "EPOCH": incident.epoch,
+                            "BATCH": incident.batch})
+        self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, time.time()))
 
-    def _capture_stacks(self, worker: WorkerProcess, incident: dict[str, Any]) -> None:
+    def _what_the_tree_shows(self, worker: WorkerProcess | None, incident: Incident) -> core.IncidentEnriched:
+        """The processes, the output tail and, for a hung tree, the stacks: only this moment, before the kill,
+        can see them."""
+        processes = (worker.tree_snapshot(self._spare()) if worker
+                     else process_tree.snapshot(process_tree.tree(spare=self._spare())))
+        if worker is None:
+            return core.IncidentEnriched(incident.id, tuple(processes))
+        never = worker.output_progress.never_seen() if worker.output_progress is not None else None
+        if never and incident.phase == "startup":
+            log.error(f"{never}; its last lines: {' | '.join(list(worker.output_tail)[-3:])}")
+        found = None
+        if self.config.incidents.stacks and incident.reason in (Reason.HANG, Reason.KERNEL):
+            found = self._capture_stacks(worker, incident, [p["pid"] for p in processes])
+        return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found)
+
+    def _capture_stacks(self, worker: WorkerProcess, incident: Incident, pids: list[int]) -> Stacks:
         """Where each process of the tree waits, before it is killed: bounded by [incidents] stacks_budget, never
         raises."""
         readers = self.exporter.gpu_readers if self.exporter is not None else []
         capture = stacks.capture_tree(
-            worker.pid, [p["pid"] for p in incident["processes"]], stacks_path(self.config.state_dir, incident["id"]).parent,
+            worker.pid, pids, stacks_path(self.config.state_dir, incident.id).parent,
             budget=self.config.incidents.stacks_budget,
             gpu_sample=(lambda: [asdict(s) for s in sample_all(readers)]) if readers else None)
-        culprit = capture.culprit()
-        incident.update(where=capture.where(), summary=capture.summary_lines(),
-                        culprit=culprit.summary_line() if culprit else None, stacks_seconds=round(capture.seconds, 3),
-                        stacks=str(capture.path.relative_to(self.config.state_dir)) if capture.path else None)
-        log.info(one_line(incident), extra={"INCIDENT_ID": incident["id"]})
+        return stacks.as_incident_stacks(capture, self.config.state_dir)
 
     # -- the kernel --
     def _open_kernel_sources(self, record: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """The agent's own duties around the core, with a real supervisor and a stand-in worker: metrics stay optional."""
 
+import re
 import socket
 
 from tests.conftest import ROOT, read_state, worker_launcher, yolo_train
@@ -18,29 +19,33 @@ hb.phase("done")
 QUICK_LOOP = LOOP.format(batches=30, step=0.02)
 
 
+def run_quick_loop(write_config, tmp_path, listen: str):
+    """A short training under a real supervisor whose metrics listen on ``listen``."""
+    config = write_config(f"""
+        [train]
+        epochs = 1
+        [worker]
+        python = "{worker_launcher(tmp_path, QUICK_LOOP)}"
+        [metrics]
+        listen = "{listen}"
+        [kernel_log]
+        source = "off"
+        gpu_events = "off"
+    """)
+    return yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"),
+                      env={"PYTHONPATH": str(ROOT)}, timeout=120)
+
+
 def test_a_busy_metrics_port_is_a_warning_and_training_goes_on(write_config, tmp_path):
     holder = socket.create_server(("127.0.0.1", 0))  # someone else listens on the configured port
     port = holder.getsockname()[1]
     try:
-        config = write_config(f"""
-            [train]
-            epochs = 1
-            [worker]
-            python = "{worker_launcher(tmp_path, QUICK_LOOP)}"
-            [metrics]
-            listen = "127.0.0.1:{port}"
-            [kernel_log]
-            source = "off"
-            gpu_events = "off"
-        """)
-        state_dir = tmp_path / "state"
-        result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
-                            env={"PYTHONPATH": str(ROOT)}, timeout=120)
+        result = run_quick_loop(write_config, tmp_path, f"127.0.0.1:{port}")
     finally:
         holder.close()
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"127.0.0.1:{port}': cannot listen" in result.stderr and "training goes on without metrics" in result.stderr
-    status = read_state(state_dir)["status"]
+    status = read_state(tmp_path / "state")["status"]
     assert status["state"] == "succeeded" and status["metrics_bind_failures"] >= 1
 
 
@@ -128,3 +133,10 @@ def test_a_supervisor_started_with_its_standard_streams_closed_trains_to_the_end
                             preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
     assert result.returncode == 0
     assert read_state(tmp_path / "state")["status"]["state"] == "succeeded"
+
+
+def test_listen_on_port_0_logs_the_port_bound(write_config, tmp_path):
+    result = run_quick_loop(write_config, tmp_path, "127.0.0.1:0")
+    assert result.returncode == 0, result.stderr[-2000:]
+    [port] = re.findall(r"metrics: http://127\.0\.0\.1:(\d+)/metrics", result.stderr)
+    assert int(port) > 0

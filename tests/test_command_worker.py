@@ -34,14 +34,17 @@ def copy_example(name: str, tmp_path: Path, extra: str = "", step_delay: float =
     return config
 
 
-def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, argv_extra=()) -> tuple[int, str, dict]:
-    """Run the supervisor; once the script has a checkpoint and trains, SIGSTOP the process `frozen` picks."""
+def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, argv_extra=(),
+                             after_batches: int = 0) -> tuple[int, str, dict]:
+    """Run the supervisor; once the script has a checkpoint and trains (past ``after_batches`` batches of the run),
+    SIGSTOP the process `frozen` picks."""
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(state_dir), *argv_extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         checkpoints = config.parent / "checkpoints"
         status = wait_for(lambda: (s := status_of(state_dir)) and s["state"] == "healthy" and s["batch"]
+                          and (s["epoch"] - 1) * s["batches"] + s["batch"] > after_batches
                           and any(checkpoints.glob("*ckpt")) and s, 120, "training with a checkpoint")
         target = frozen(psutil.Process(status["worker_pid"]))
         target.send_signal(signal.SIGSTOP)
@@ -55,12 +58,15 @@ def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resu
     config = copy_example("plain_loop", tmp_path, step_delay=0.05)
     config.write_text(config.read_text().replace("[watchdog]\n", "[watchdog]\nauto_floor = 20\n"))
     state_dir = tmp_path / "state"
-    code, stderr, before = freeze_when_checkpointed(config, state_dir, lambda main: main)
+    code, stderr, before = freeze_when_checkpointed(config, state_dir, lambda main: main, after_batches=25)
     assert code == 0, stderr[-3000:]
     first, *later = read_incidents(state_dir)
     assert (first["reason"], first["phase"], first["rung"]) == ("hang", "train", 0)
     assert "(train auto 20.0 s)" in first["detail"]
     assert before["worker_pid"] in [p["pid"] for p in first["processes"]]
+    # lost: from where it froze down to where it resumed, at most the 10 steps between its checkpoints (not the
+    # 25 and more it trained in that attempt)
+    assert first["lost_batches"] is not None and 0 <= first["lost_batches"] <= 10, first["lost_batches"]
     final = read_state(state_dir)["status"]
     assert final["resumed_from"].endswith(".ckpt") and "at rung 1 (args=--workers 1)" in stderr
     assert "training 3 epochs x 40 steps, workers=1" in stderr  # the script's own line: the rung reached its argv
@@ -101,6 +107,7 @@ def test_ddp_over_gloo_one_rank_frozen_kills_every_rank_and_resumes(tmp_path):
     assert code == 0, stderr[-3000:]
     incident = read_incidents(state_dir)[0]
     assert incident["reason"] == "hang"
+    assert incident["culprit"].startswith("rank 1 (pid ") and ") stopped" in incident["culprit"], incident["summary"]
     killed = [p["pid"] for p in incident["processes"]]
     assert len(killed) >= 3  # torchrun and both ranks
     assert not [p for p in killed if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

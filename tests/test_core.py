@@ -6,8 +6,10 @@ import pytest
 
 from supervisor.decision import core
 from supervisor.config import parse
-from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.decision.incident import Loss, Stacks
 from supervisor.decision.ladder import build_ladder
+from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import KernelKind
 from worker.contract import HeartbeatMessage
 
@@ -77,7 +79,7 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     actions = d.at(last + 10.01)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"]
     incident = actions[1].incident
-    assert (incident["reason"], incident["phase"], incident["rung"]) == ("hang", "train", 0)
+    assert (incident.reason, incident.phase, incident.rung) == ("hang", "train", 0)
     assert d.s.state == core.State.STOPPING
     actions = d(core.TreeKilled(killed=3))
     spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
@@ -137,7 +139,7 @@ def test_startup_timeout_covers_spawn_to_first_training_batch():
     d.at(1031).beat("train", kind="phase")
     assert d.at(1059)(core.Tick()) == []
     actions = d.at(1060.1)(core.Tick())
-    assert actions[-1].incident["phase"] == "startup"
+    assert actions[-1].incident.phase == "startup"
 
 
 def test_validation_uses_val_intervals_and_falls_back_to_training_ones():
@@ -149,7 +151,7 @@ def test_validation_uses_val_intervals_and_falls_back_to_training_ones():
     last = d.t
     assert d.at(last + 19)(core.Tick()) == []  # no val interval yet: the training ones decide
     actions = d.at(last + 20.1)(core.Tick())
-    assert actions[-1].incident["phase"] == "val"
+    assert actions[-1].incident.phase == "val"
 
 
 def test_numeric_stall_timeout_overrides_auto():
@@ -167,8 +169,8 @@ def test_crash_restarts_after_backoff_at_the_same_rung_and_climbs_when_it_repeat
     d.train_until(1005, 0.5)
     d.beat(kind="error", progress=d.progress, error="RuntimeError: boom")
     assert "KillTree" in kinds(d(core.WorkerExited(1)))
-    assert d.s.incidents[-1]["reason"] == "crash"
-    assert "RuntimeError: boom" in d.s.incidents[-1]["detail"]
+    assert d.s.incidents[-1].reason == "crash"
+    assert "RuntimeError: boom" in d.s.incidents[-1].detail
     d(core.TreeKilled(killed=1))
     assert d.s.state == core.State.BACKOFF and d.s.rung == 0
     assert d.at(d.t + 1.9)(core.Tick()) == []
@@ -187,7 +189,7 @@ def test_signal_deaths_are_named():
     d = Driver(make())
     d.boot_and_spawn()
     d(core.WorkerExited(-11))
-    assert d.s.incidents[-1]["detail"] == "killed by SIGSEGV"
+    assert d.s.incidents[-1].detail == "killed by SIGSEGV"
 
 
 def test_restart_budget_ends_the_supervisor_with_a_clear_error():
@@ -221,8 +223,8 @@ def test_survivors_of_sigkill_mean_reboot_and_no_new_worker():
     d.boot_and_spawn()
     d.at(d.t + 6)(core.Tick())
     actions = d(core.TreeKilled(killed=2, survivors=("pid 77 (python, disk-sleep)",)))
-    assert kinds(actions) == ["Exit"]
-    assert actions[0].code == EXIT_REBOOT_NEEDED and "reboot" in actions[0].text and "pid 77" in actions[0].text
+    assert kinds(actions) == ["RecordIncident", "Exit"]
+    assert actions[1].code == EXIT_REBOOT_NEEDED and "reboot" in actions[1].text and "pid 77" in actions[1].text
 
 
 def test_normal_completion_exits_zero():
@@ -247,9 +249,9 @@ def test_a_worker_that_never_exits_after_done_is_killed_and_the_run_succeeds_wit
     actions = d.at(d.t + 2)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"]
     incident = actions[1].incident
-    assert (incident["reason"], incident["phase"]) == ("hang", "done") and "nothing is lost" in incident["detail"]
-    assert incident["lost_seconds"] == 0.0 and d.s.lost_seconds == 0.0
-    assert d(core.TreeKilled(killed=3)) == [core.Exit(EXIT_OK, "training finished after 1 attempt(s)")]
+    assert (incident.reason, incident.phase) == ("hang", "done") and "nothing is lost" in incident.detail
+    assert incident.loss.seconds == 0.0 and d.s.lost_seconds == 0.0
+    assert d(core.TreeKilled(killed=3))[-1] == core.Exit(EXIT_OK, "training finished after 1 attempt(s)")
     assert (d.s.state, d.s.rung, d.s.restarts_by_reason, d.s.hangs_by_phase) == (
         core.State.SUCCEEDED, 0, {}, {"done": 1})
 
@@ -258,7 +260,7 @@ def test_exit_zero_before_done_is_a_crash():
     d = Driver(make())
     d.boot_and_spawn()
     d(core.WorkerExited(0))
-    assert d.s.incidents[-1]["reason"] == "crash"
+    assert d.s.incidents[-1].reason == "crash"
 
 
 def test_stop_asks_for_a_checkpoint_then_exits_zero_without_restart():
@@ -268,7 +270,8 @@ def test_stop_asks_for_a_checkpoint_then_exits_zero_without_restart():
     d.beat("save", kind="checkpoint", path="/x/last.pt", epoch=1, batch=20, progress=d.progress)
     assert d(core.WorkerExited(0)) == [core.KillTree(None)]  # saved and gone: clean up the rest
     actions = d(core.TreeKilled(killed=0))
-    assert kinds(actions) == ["Exit"] and actions[0].code == EXIT_OK and "after saving a checkpoint" in actions[0].text
+    assert kinds(actions) == ["RecordIncident", "Exit"] and actions[1].code == EXIT_OK
+    assert "after saving a checkpoint" in actions[1].text
     assert d.s.state == core.State.STOPPED and d.s.restart_times == []
 
 
@@ -276,11 +279,11 @@ def test_a_stop_whose_save_failed_says_no_checkpoint_was_written_and_counts_the_
     d = healthy()  # 20 batches in 9.5 s since the first, no checkpoint yet
     d(core.StopRequested("SIGTERM"))
     actions = d(core.WorkerExited(0))  # a full disk: our worker exits 0 after its save failed, no checkpoint said
-    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident["lost_batches"] == 20
-    exit = d(core.TreeKilled(killed=0))[0]
+    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.loss.batches == 20
+    exit = d(core.TreeKilled(killed=0))[-1]
     assert exit.code == EXIT_OK and "without a new checkpoint (none was written: the 10 s and 20 batches" in exit.text
     assert d.s.lost_seconds == pytest.approx(9.5) and d.s.lost_batches == 20
-    assert d.s.incidents[-1]["lost_seconds"] == pytest.approx(9.5)
+    assert d.s.incidents[-1].loss.seconds == pytest.approx(9.5)
 
 
 def test_a_worker_that_finishes_while_asked_to_save_has_succeeded():
@@ -288,7 +291,7 @@ def test_a_worker_that_finishes_while_asked_to_save_has_succeeded():
     d(core.StopRequested("SIGTERM"))
     d.beat("done", kind="phase")
     d(core.WorkerExited(0))
-    assert d(core.TreeKilled(killed=0))[0].code == EXIT_OK and d.s.state == core.State.SUCCEEDED
+    assert d(core.TreeKilled(killed=0))[-1].code == EXIT_OK and d.s.state == core.State.SUCCEEDED
 
 
 def test_a_second_stop_or_the_save_timeout_kills_without_waiting():
@@ -301,7 +304,7 @@ def test_a_second_stop_or_the_save_timeout_kills_without_waiting():
     d2.train_until(asked + 59, 0.5)  # it trains on but never saves
     assert d2(core.Tick()) == []
     assert kinds(d2.at(asked + 60.1)(core.Tick())) == ["Log", "KillTree"]
-    assert "without a new checkpoint" in d2(core.TreeKilled(killed=3))[0].text
+    assert "without a new checkpoint" in d2(core.TreeKilled(killed=3))[-1].text
 
 
 def test_a_hung_worker_asked_to_save_is_killed_at_its_stall_timeout_not_the_save_timeout():
@@ -317,7 +320,7 @@ def test_stop_before_the_first_batch_kills_at_once():
     d = Driver(make())
     d.boot_and_spawn()  # still starting: its checkpoint is the one it resumed from
     assert kinds(d(core.StopRequested("SIGTERM"))) == ["Log", "KillTree"]
-    assert d(core.TreeKilled(killed=2))[0].code == EXIT_OK and d.s.state == core.State.STOPPED
+    assert d(core.TreeKilled(killed=2))[-1].code == EXIT_OK and d.s.state == core.State.STOPPED
 
 
 def test_a_restored_supervisor_continues_at_its_rung():
@@ -397,7 +400,7 @@ def test_a_stall_line_without_progress_kills_within_the_confirm_window():
     assert d.at(t0 + 9.9)(core.Tick()) == []
     actions = d.at(t0 + 10.0)(core.Tick())
     incident = actions[-1].incident
-    assert incident["reason"] == "kernel" and incident["kernel_events"][0]["message"] == SEEDS_LINE
+    assert incident.reason == "kernel" and incident.kernel_events[0]["message"] == SEEDS_LINE
     d(core.TreeKilled(killed=3))
     assert d.s.rung == 1 and d.s.kernel_events == {"stall": 1}
 
@@ -422,8 +425,8 @@ def test_gpu_lost_kills_and_ends_with_reboot_needed():
     actions = d(kernel("gpu_lost", message="amdgpu 0000:03:00.0: amdgpu: GPU reset(2) failed"))
     assert kinds(actions) == ["Log", "KillTree"]
     actions = d(core.TreeKilled(killed=3))
-    assert kinds(actions) == ["Exit"] and actions[0].code == EXIT_REBOOT_NEEDED
-    assert "GPU is lost" in actions[0].text and d.s.reboot_needed
+    assert kinds(actions) == ["RecordIncident", "Exit"] and actions[1].code == EXIT_REBOOT_NEEDED
+    assert "GPU is lost" in actions[1].text and d.s.reboot_needed
 
 
 def test_oom_kill_of_a_worker_process_names_the_crash():
@@ -431,7 +434,7 @@ def test_oom_kill_of_a_worker_process_names_the_crash():
     d(kernel("oom", pid=4300, in_tree=True, message="Out of memory: Killed process 4300 (python)"))
     d(core.WorkerExited(-9))
     incident = d.s.incidents[-1]
-    assert incident["reason"] == "oom" and "OOM killer took pid 4300" in incident["detail"]
+    assert incident.reason == "oom" and "OOM killer took pid 4300" in incident.detail
     d(core.TreeKilled(killed=1))
     assert d.s.restarts_by_reason == {"oom": 1} and d.s.rung == 0
 
@@ -446,14 +449,14 @@ def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_inci
     d.train_until(1014, 0.5)  # 8 more batches, 4 s of training after the checkpoint
     actions = d.at(d.t + 10.01)(core.Tick())
     incident = actions[1].incident
-    assert (incident["lost_batches"], incident["lost_seconds"]) == (8, 4.0)
-    assert incident["resumes_from"] == {"epoch": 1, "batch": 20, "path": "/s/train/weights/last.pt"}
+    assert incident.loss == Loss(seconds=4.0, batches=8)
+    assert incident.resumes_from == {"epoch": 1, "batch": 20, "path": "/s/train/weights/last.pt"}
     assert d.s.lost_seconds == 4.0 and d.s.trained() == pytest.approx(13.5)  # first batch at 1000.5
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 1, "/s/train/weights/last.pt"))
     d.at(d.t + 3)
     d.beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=21, batches=40)
-    assert d.s.incidents[-1]["restart_seconds"] == pytest.approx(3.0)  # detection to the first new batch
+    assert d.s.incidents[-1].restart_seconds == pytest.approx(3.0)  # detection to the first new batch
     snap = core.snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
     assert snap["lost_seconds"] == 4.0 and snap["lost_batches"] == 8
     # kept 9.5 s of the 27 s since the boot at t=1000
@@ -463,8 +466,8 @@ def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_inci
 def test_without_any_checkpoint_the_whole_attempt_is_lost():
     d = healthy()
     incident = d.at(d.t + 10.01)(core.Tick())[1].incident
-    assert incident["lost_batches"] == 20 and incident["lost_seconds"] == pytest.approx(9.5)
-    assert "resumes_from" not in incident
+    assert incident.loss.batches == 20 and incident.loss.seconds == pytest.approx(9.5)
+    assert incident.resumes_from is None
 
 
 def test_a_stop_that_saves_loses_nothing():
@@ -473,7 +476,7 @@ def test_a_stop_that_saves_loses_nothing():
     d.beat("train", kind="checkpoint", path="/x/last.pt", epoch=1, batch=19, progress=d.progress)
     d(core.WorkerExited(0))
     d(core.TreeKilled(killed=1))
-    assert d.s.lost_seconds == 0.0 and d.s.incidents[-1]["lost_seconds"] == 0.0
+    assert d.s.lost_seconds == 0.0 and d.s.incidents[-1].loss.seconds == 0.0
     assert d.s.exit.code == EXIT_OK and "after saving a checkpoint" in d.s.exit.text
 
 
@@ -503,7 +506,7 @@ def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one
     due = d.s.deadline()
     assert (due.at - d.t, due.label) == (25.0, "save auto")
     actions = d.at(d.t + 25.01)(core.Tick())
-    assert actions[1].incident["phase"] == "save" and actions[1].incident["reason"] == "hang"
+    assert actions[1].incident.phase == "save" and actions[1].incident.reason == "hang"
 
 
 def test_later_startups_are_bounded_by_the_startup_this_run_saw():
@@ -525,7 +528,7 @@ def test_a_kernel_stall_line_during_startup_opens_the_confirm_window():
     d.at(d.t + 5)(kernel(in_tree=None))
     assert d.s.deadline().label == "kernel confirm window" and d.s.deadline().at == d.t + 10
     actions = d.at(d.t + 10.01)(core.Tick())
-    assert actions[1].incident["reason"] == "kernel" and actions[1].incident["phase"] == "startup"
+    assert actions[1].incident.reason == "kernel" and actions[1].incident.phase == "startup"
 
 
 def test_a_worker_that_exits_78_is_a_configuration_error_not_a_restart():
@@ -585,7 +588,7 @@ def test_the_same_failure_before_the_first_batch_twice_is_a_configuration_error_
 def test_a_different_failure_before_the_first_batch_is_retried_and_a_batch_forgets_the_first():
     d = Driver(make(restart={"backoff_initial": 1}))
     d.boot_and_spawn()
-    d(core.WorkerExited(1, "OSError: [Errno 28] No space left on device"))
+    d(core.WorkerExited(1, "OSError: [Errno 5] Input/output error"))
     d(core.TreeKilled(killed=1))
     d.at(d.t + 1.01)(core.Tick())
     d(core.Spawned(PID + 1, None))
@@ -656,7 +659,7 @@ def test_after_probe_after_of_healthy_training_the_faster_rung_is_tried_at_a_che
     spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
     assert spawn.rung == 0 and d.s.probing_from == 1 and d.s.restarts_by_reason == {"hang": 1, "probe": 1}
     assert len(d.s.restart_times) == 1  # a probe is planned: it spends no restart budget
-    assert d.s.incidents[-1]["reason"] == "probe" and d.s.incidents[-1]["lost_seconds"] == 0.0
+    assert d.s.incidents[-1].reason == "probe" and d.s.incidents[-1].loss.seconds == 0.0
     assert d.s.lost_seconds == pytest.approx(9.5)  # the hang's; the probe lost nothing
 
 
@@ -693,8 +696,8 @@ def test_a_probe_whose_save_goes_wrong_is_a_real_incident_and_training_goes_on_a
         d.train_until(asked + 29, 0.5)
     actions = d.at(asked + 30.01)(core.Tick())  # SIGSTOPped: its stall timeout (10 s) comes first
     kill = [a for a in actions if isinstance(a, core.KillTree)][0]
-    assert SHELL_FIELDS <= kill.incident.keys() and kill.incident["reason"] == "hang"
-    assert "asked to save, the worker" in kill.incident["detail"] and kill.incident["lost_batches"] > 0
+    assert SHELL_FIELDS <= kill.incident.to_dict().keys() and kill.incident.reason == "hang"
+    assert "asked to save, the worker" in kill.incident.detail and kill.incident.loss.batches > 0
     spawn = [a for a in d(core.TreeKilled(killed=2)) if isinstance(a, core.Spawn)][0]
     assert spawn.rung == 1 and d.s.probing_from is None and d.s.restarts_by_reason == {"hang": 2}
     assert d.s.probe_in() == 60  # its probation starts over: no probe at the restarted worker's first beats
@@ -706,13 +709,13 @@ def test_a_first_sigterm_during_a_probes_save_waits_for_it_and_a_second_kills():
     assert kinds(actions) == ["Log"] and d.s.stop.reason == core.Reason.STOP  # the save under way serves the stop
     d.beat("save", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
     assert d(core.WorkerExited(0)) == [core.KillTree(None)]
-    exit = d(core.TreeKilled(killed=1))[0]
+    exit = d(core.TreeKilled(killed=1))[-1]
     assert exit.code == EXIT_OK and "after saving a checkpoint" in exit.text and d.s.rung == 1
     d2 = probing(watchdog={"save_timeout": 30})
     d2(core.StopRequested("SIGTERM"))
     actions = d2(core.StopRequested("SIGTERM"))
-    assert kinds(actions) == ["Log", "KillTree"] and SHELL_FIELDS <= actions[1].incident.keys()
-    assert d2(core.TreeKilled(killed=1))[0].code == EXIT_OK and d2.s.state == core.State.STOPPED
+    assert kinds(actions) == ["Log", "KillTree"] and SHELL_FIELDS <= actions[1].incident.to_dict().keys()
+    assert d2(core.TreeKilled(killed=1))[-1].code == EXIT_OK and d2.s.state == core.State.STOPPED
 
 
 def test_a_probe_keeps_the_attempts_training_time_and_the_probed_rung_is_kept_after_probe_after():
@@ -737,8 +740,8 @@ def test_a_finished_command_whose_exit_hangs_ends_succeeded():
         d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=batch, batches=40)  # its bar read from its output
     assert d.s.deadline().at == d.t + 20  # its exit is due: watched as our worker's after "done"
     actions = d.at(d.t + 20.01)(core.Tick())
-    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident["phase"] == "done"
-    assert d(core.TreeKilled(killed=1)) == [core.Exit(EXIT_OK, "training finished after 1 attempt(s)")]
+    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.phase == "done"
+    assert d(core.TreeKilled(killed=1))[-1] == core.Exit(EXIT_OK, "training finished after 1 attempt(s)")
     assert d.s.state == core.State.SUCCEEDED and d.s.restart_times == []
 
 
@@ -790,7 +793,7 @@ def test_a_command_that_exits_0_has_finished_and_ours_must_say_done_first():
     ours.boot_and_spawn()
     ours.beat(epoch=3, epochs=3, batch=40, batches=40)
     ours(core.WorkerExited(0))
-    assert ours.s.incidents[-1]["detail"] == "exited with status 0 before training finished"
+    assert ours.s.incidents[-1].detail == "exited with status 0 before training finished"
 
 
 def test_an_epochs_slow_first_batch_and_a_save_stretch_no_batch_interval():
@@ -815,12 +818,12 @@ def test_an_oom_kill_names_only_the_exit_that_follows_it_soon():
     soon = healthy()
     soon(core.KernelMessage(KernelKind.OOM, line, "kmsg", "oom_killed_process", pid=4343, in_worker_tree=True))
     soon.at(soon.t + 2)(core.WorkerExited(1))
-    assert soon.s.incidents[-1]["reason"] == "oom"
+    assert soon.s.incidents[-1].reason == "oom"
     late = healthy()
     late(core.KernelMessage(KernelKind.OOM, line, "kmsg", "oom_killed_process", pid=4343, in_worker_tree=True))
     late.train_until(late.t + core.OOM_EXIT_WINDOW + 5, 0.5)  # the worker trained on after losing a loader process
     late(core.WorkerExited(1))
-    assert late.s.incidents[-1]["reason"] == "crash"  # a later crash is its own, not the old OOM's
+    assert late.s.incidents[-1].reason == "crash"  # a later crash is its own, not the old OOM's
 
 
 def test_a_finished_training_of_another_config_is_refused_not_called_done():
@@ -856,14 +859,14 @@ def test_a_state_directory_another_supervisor_took_stops_the_worker_without_a_sa
     d = healthy()
     d(core.StopRequested("SIGTERM"))  # saving: its checkpoint would land in the other one's training
     assert kinds(d(core.StateDirTaken(taken))) == ["Log", "KillTree"]
-    exit = d(core.TreeKilled(killed=1))[0]
+    exit = d(core.TreeKilled(killed=1))[-1]
     assert exit.code == 78 and exit.text.startswith(taken) and "its own state_dir" in exit.text
     assert d.s.state == core.State.FAILED and d.s.lost_batches == 20
     backing_off = healthy()
     backing_off(core.WorkerExited(1))
     backing_off(core.TreeKilled(killed=0))
     assert backing_off.s.state == core.State.BACKOFF
-    assert backing_off(core.StateDirTaken(taken))[0].code == 78 and backing_off.s.state == core.State.FAILED
+    assert backing_off(core.StateDirTaken(taken))[-1].code == 78 and backing_off.s.state == core.State.FAILED
 
 
 def test_a_wrappers_script_speaks_for_the_worker_and_its_own_dataloader_workers_still_do_not():
@@ -917,3 +920,84 @@ def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervi
     again.s.restore(record)
     again.at(5.0)(core.Boot())  # a new supervisor after a reboot: another monotonic origin
     assert core.snapshot(again.s, core.Now(15.0, 0))["goodput"] == pytest.approx(9.5 / 30)
+
+
+def test_a_signature_acts_only_on_the_failure_that_ended_the_worker():
+    for line in ("ModuleNotFoundError: No module named 'wandb'", "OSError: [Errno 28] No space left on device: 'x'"):
+        d = healthy()
+        found = scan(line)
+        d(core.SignatureSeen(found.name, found.remedy, found.advice, line))  # harmless: training went on
+        d.train_until(d.t + 2, 0.5)
+        d(core.WorkerExited(1, last_words="RuntimeError: boom"))  # a later crash of its own cause
+        d(core.TreeKilled(killed=1))
+        assert d.s.exit is None and d.s.state == core.State.BACKOFF, line
+        assert d.s.incidents[-1].reason == "crash"
+    d = healthy()
+    d.beat(kind="error", progress=d.progress, error="ModuleNotFoundError: No module named 'polars'")
+    d(core.WorkerExited(1, last_words="    import polars"))
+    d(core.TreeKilled(killed=1))
+    assert d.s.exit.code == EXIT_CONFIG and "missing from its Python environment" in d.s.exit.text
+
+
+def test_the_incident_is_one_record_enriched_by_the_shell_and_written_once_when_complete():
+    d = healthy()
+    kill = d.at(d.t + 10.01)(core.Tick())[-1]
+    where = Stacks("DataLoader worker in sleep at faults.py hang_forever", ("main (pid 4242) in poll",),
+                   "DataLoader worker 1 (pid 77) in sleep, faults.py:87 hang_forever", 0.4, "incidents/x/stacks.json")
+    assert d(core.IncidentEnriched("another-id", ({"pid": 1},))) == []  # not the incident being stopped
+    d(core.IncidentEnriched(kill.incident.id, ({"pid": PID, "state": "sleeping"},), ("last line",), stacks=where))
+    assert "RecordIncident" not in kinds(d(core.TreeKilled(killed=2, seconds=0.5, confirmed_wall=1.0)))
+    status = core.snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))["last_incident"]
+    assert status["culprit"] == where.culprit and status["kill"]["processes"] == 2
+    assert status["output_tail"] == ["last line"] and "restart_seconds" not in status  # not complete yet
+    d(core.Spawned(PID + 1, None))
+    actions = d.at(d.t + 4).beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=1, batches=10)
+    [record] = [a for a in actions if isinstance(a, core.RecordIncident)]
+    assert d.beat(pid=PID + 1, epoch=1, epochs=3, batch=2, batches=10) == []  # written once
+    line = record.incident.to_dict()
+    assert line == core.snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))["last_incident"]  # the same record
+    assert line["restart_seconds"] == pytest.approx(4.0) and line["culprit"] == where.culprit
+    assert line["settings"] == {} and line["time_iso"].endswith("Z")
+    restored = make()
+    restored.restore(d.s.persistent(d.t))
+    assert restored.incidents == d.s.incidents  # recorded: a restarted supervisor does not write it again
+
+
+def test_an_incident_not_written_yet_is_written_by_the_next_supervisor_or_at_the_exit():
+    d = healthy()
+    d.at(d.t + 10.01)(core.Tick())
+    d(core.TreeKilled(killed=1))  # the supervisor dies here: the incident is in the state file only
+    restored = Driver(make())
+    restored.s.restore(d.s.persistent(d.t))
+    assert not restored.s.incidents[-1].recorded
+    restored.t = d.t
+    restored(core.Boot())
+    actions = restored(core.StopRequested())  # still starting: stopped at once, a second incident
+    assert kinds(actions)[:1] == ["RecordIncident"] and actions[0].incident.reason == "hang"
+    actions = restored(core.TreeKilled(killed=1))
+    assert kinds(actions) == ["RecordIncident", "Exit"] and actions[0].incident.reason == "stop"
+    assert all(i.recorded for i in restored.s.incidents)
+    assert [i["reason"] for i in restored.s.persistent(d.t)["incidents"]] == ["stop"]  # the rest: incidents.jsonl
+
+
+def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_or_unknown():
+    d = Driver(make())
+    d(core.Boot())
+    d(core.Spawned(PID, None, exit_0_finishes=True))  # a command: its checkpoints are its own
+    for batch in range(1, 47):  # 46 batches, the last checkpoint (unseen by us) after batch 44
+        d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=batch, batches=50)
+    [kill] = [a for a in d.at(d.t + 20)(core.Tick()) if isinstance(a, core.KillTree)]
+    assert kill.incident.loss == Loss(None, None) and kill.incident.to_dict()["lost_batches"] is None  # unknown yet
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 1, "/run/ck/step-94.ckpt", exit_0_finishes=True))
+    [record] = [a for a in d.at(d.t + 2).beat(pid=PID + 1, progress=1, epoch=2, epochs=3, batch=44, batches=50)
+                if isinstance(a, core.RecordIncident)]
+    assert record.incident.loss == Loss(seconds=1.0, batches=2)  # 2 batches at the measured 2 it/s
+    assert (d.s.lost_batches, d.s.lost_seconds) == (2, 1.0)
+    # the next attempt never shows a position: its loss stays unknown, counted nowhere
+    d.at(d.t + 20)(core.Tick())
+    d(core.TreeKilled(killed=1))
+    d(core.Spawned(PID + 2, None, exit_0_finishes=True))
+    actions = d.at(d.t + 2).beat(pid=PID + 2, progress=1, epoch=None, batch=None)
+    assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, core.RecordIncident)] == [None]
+    assert d.s.lost_batches == 2

@@ -82,6 +82,8 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
     assert len(incidents) == 1, [i["detail"] for i in incidents]
     incident = incidents[0]
     assert (incident["reason"], incident["phase"], incident["rung"]) == (reason, phase, 0)
+    assert incident == status["last_incident"]  # one record: incidents.jsonl and status --json agree
+    assert 0 < incident["restart_seconds"] < 120  # from the verdict to the next attempt's first batch
     assert incident["kill"]["survivors"] == []
     # a hung tree is killed; a crashed worker's DataLoader workers die with it (parent-death signal)
     assert incident["kill"]["processes"] >= (1 if reason == "hang" else 0)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.decision.incident import Incident, Kill, Loss
+from supervisor.decision.vocabulary import Reason
 from supervisor.outputs.incidents import group_by_where, load_incidents, one_line, stacks_path
 from supervisor.sources.stacks import capture_tree, find_py_spy
 
@@ -26,16 +28,15 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def incident(n: int, *, reason: str = "hang", phase: str = "train", rung: int = 0, when: float = NIGHT) -> dict:
-    """An incident line with the fields supervisor/agent.py's _kill writes today."""
-    return {"id": f"{n}-{n}-{int(when)}", "time": when, "reason": reason, "phase": phase,
-            "detail": "no progress for 30 s", "attempt": n, "rung": rung, "rung_label": f"workers={8 >> rung}",
-            "worker_pid": 1000 + n, "epoch": 2, "batch": 17, "seconds_since_progress": 30.1,
-            "last_progress_wall": when - 30.1,
-            "time_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
-            "processes": [{"pid": 1000 + n, "ppid": 1, "name": "python", "state": "sleeping", "cpu_percent": 0.0,
-                           "rss_bytes": 1 << 20, "cmdline": "python -m worker"}],
-            "output_tail": ["Epoch 2/3 ..."], "last_error": None, "settings": {"workers": 8 >> rung},
-            "kill": {"processes": 1, "seconds": 0.05, "survivors": [], "confirmed_wall": when + 1}}
+    """An incident line as the supervisor writes it: the core's record, enriched by the shell, complete."""
+    return Incident(
+        id=f"{n}-{n}-{int(when)}", time=when, reason=Reason(reason), phase=phase, detail="no progress for 30 s",
+        attempt=n, rung=rung, rung_label=f"workers={8 >> rung}", worker_pid=1000 + n, epoch=2, batch=17,
+        seconds_since_progress=30.1, last_progress_wall=when - 30.1, loss=Loss(12.5, 25),
+        processes=({"pid": 1000 + n, "ppid": 1, "name": "python", "state": "sleeping", "cpu_percent": 0.0,
+                    "rss_bytes": 1 << 20, "cmdline": "python -m worker"},),
+        output_tail=("Epoch 2/3 ...",), settings={"workers": 8 >> rung}, kill=Kill(1, 0.05, (), when + 1),
+        restart_seconds=41.25).to_dict()
 
 
 def hung_main_loop(state_dir: Path, record: dict, kind: str) -> None:
@@ -97,7 +98,7 @@ def test_cli_text_shows_groups_and_the_newest_in_full(night):
     assert "  1  hang in val (no stacks)" in out
     newest = out.split("newest: ", 1)[1]
     assert newest.startswith(f"{records[4]['id']} at 2023-11-15 01:13:20, hang in train (no progress for 30 s), "
-                             "rung 2 (workers=2), epoch 2 batch 17")
+                             "rung 2 (workers=2), epoch 2 batch 17, lost 25 batches, training again 41.2 s later")
     assert "\n  main (pid " in newest and ") running on CPU, " in newest and "spin_forever" in newest
     assert f"stacks: {stacks_path(state_dir, records[4]['id'])}" in newest
 

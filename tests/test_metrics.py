@@ -21,8 +21,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dashboards.queries import GPU_METRIC_NAMES, METRIC_NAMES
-from supervisor.config import Config, ConfigError
+from supervisor.config import Config, ConfigError, parse
+from supervisor.decision import core
+from supervisor.decision.ladder import build_ladder
 from supervisor.sources.gpu_metrics import AmdgpuSysfsReader
+from supervisor.sources.stacks import as_incident_stacks, capture_tree
 from supervisor.outputs.metrics import (
     CachedGpuSamples,
     TrainingCollector,
@@ -47,8 +50,7 @@ STATUS = {
     "settings": {"workers": 1, "versions": {"ultralytics": "8.3.99", "torch": "2.14.1", "python": "3.11.2"}},
     "seconds_since_progress": 0.5, "worker_uptime": 30.0, "last_restart": NOW - 40,
     "heartbeats": {"malformed": 1, "oversized": 2, "dropped": 3}, "exit": None, "updated": NOW - 1.0,
-    "last_incident": {"reason": "hang", "phase": "train", "rung": 0,
-                      "culprit": "DataLoader worker 1 (pid 77) in sleep, faults.py:87 hang_forever"},
+    "last_incident": {"reason": "hang", "phase": "train", "rung": 0},  # where it hung: see the real path below
     "rung_speeds": {"0": 4.0, "1": 2.5},
     "ranks": [{"rank": 0, "pid": 10, "device": "cuda:0", "seconds_since_progress": 0.25},
               {"rank": 1, "pid": 11, "device": "cuda:1", "seconds_since_progress": 0.5}],
@@ -298,3 +300,38 @@ def test_a_killed_tree_reads_as_empty(worker_tree):
     worker_tree.wait()
     assert sample_worker_tree(worker_tree.pid).processes == 0
     assert sample_worker_tree(None).processes == 0
+
+
+HUNG = """
+import time
+def hang_forever():
+    print("hanging", flush=True)
+    time.sleep(600)
+hang_forever()
+"""
+
+
+def test_the_last_incident_info_says_where_a_really_hung_worker_waited(tmp_path):
+    """The restart annotation's text through the real path: a hung process's stacks as the agent captures them,
+    the core's incident enriched with them, the status it publishes."""
+    hung = subprocess.Popen([sys.executable, "-c", HUNG], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hung.stdout.readline().strip() == "hanging"
+        config = parse({"train": {"epochs": 1}, "watchdog": {"startup_timeout": 5}}, "<test>", state_dir=tmp_path)
+        s = core.Supervision(config, build_ladder(config.ladder, 8))
+        core.decide(s, core.Boot(), core.Now(0.0, NOW))
+        core.decide(s, core.Spawned(hung.pid, None), core.Now(0.0, NOW))
+        _, [*_, kill] = core.decide(s, core.Tick(), core.Now(6.0, NOW + 6))
+        capture = capture_tree(hung.pid, [hung.pid], tmp_path / "incidents" / kill.incident.id)
+        core.decide(s, core.IncidentEnriched(kill.incident.id, (), stacks=as_incident_stacks(capture, tmp_path)),
+                    core.Now(6.5, NOW + 6.5))
+    finally:
+        hung.kill()
+        hung.wait()
+    core.decide(s, core.TreeKilled(killed=1), core.Now(7.0, NOW + 7))
+    status = {**STATUS, **core.snapshot(s, core.Now(7.0, NOW + 7))}
+    [sample] = [x for f in registry_for(status).collect() for x in f.samples
+                if x.name == "yolo_train_last_incident_info"]
+    assert sample.labels["reason"] == "hang"
+    assert sample.labels["summary"].startswith(f"hang in startup at rung 0: main (pid {hung.pid}) in sleep")
+    assert "hang_forever" in sample.labels["summary"], sample.labels["summary"]

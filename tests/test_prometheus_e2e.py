@@ -144,6 +144,9 @@ def test_dashboard_and_alerts_read_live_series_through_a_hang_and_recovery(prome
     assert largest("yolo_train_rung") == 1
     assert largest("yolo_train_worker_dataloader_processes") >= 2  # rung 0: workers = 2
     assert largest('yolo_train_state{state="healthy"}') == 1
+    # the restart annotation's text says where it hung: the stacks reach the status, not only incidents.jsonl
+    summaries = {s["metric"]["summary"] for s in over_the_run("yolo_train_last_incident_info")}
+    assert summaries and all("hang_forever" in text for text in summaries), summaries
 
     has_gpu = bool(sample_all(discover_gpu_readers()))
     empty = []

@@ -26,6 +26,8 @@ if attempt == 1 and mode == "miopen":
           "Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package",
           file=sys.stderr, flush=True)
     time.sleep(3600)
+if attempt == 1 and mode == "optional_logger":  # harmless: an optional logger says why it is off
+    print("wandb: ModuleNotFoundError: No module named 'wandb'", file=sys.stderr, flush=True)
 batch = settings["trainer_args"].get("batch", settings["train"].get("batch", 16))
 hb.settings({"batch": batch, "amp": settings["trainer_args"].get("amp", True), "workers": 0})
 hb.phase("train", epoch=1, epochs=1, batch=0, batches=20)
@@ -33,9 +35,10 @@ for i in range(20):
     time.sleep(0.05)
     loss = float("nan") if (attempt == 1 and mode == "nan" and i >= 5) else 1.0 / (i + 1)
     hb.beat(epoch=1, epochs=1, batch=i + 1, batches=20, samples=batch, losses={"box_loss": loss})
-    if attempt == 1 and i == 8 and mode in ("rocm_mismatch", "gpu_oom"):
+    if attempt == 1 and i == 8 and mode in ("rocm_mismatch", "gpu_oom", "optional_logger"):
         print("Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>", file=sys.stderr)
         print({"rocm_mismatch": "RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`",
+               "optional_logger": "RuntimeError: a crash of its own cause",
                "gpu_oom": "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
                           "total capacity of 5.98 GiB of which 0 bytes is free. Of the allocated memory 5.12 GiB "
                           "is allocated by PyTorch, and 301.66 MiB is reserved by PyTorch but unallocated."}[mode],
@@ -86,6 +89,13 @@ def test_gpu_out_of_memory_restarts_with_half_the_batch(run_fake):
     status = read_state(state_dir)["status"]
     assert status["restarts_by_reason"] == {"oom": 1} and status["rung"] == 0 and status["remedies"] == {"batch": 8}
     assert read_incidents(state_dir)[0]["reason"] == "oom"
+
+
+def test_a_harmless_signature_line_earlier_does_not_make_a_later_crash_a_configuration_error(run_fake):
+    result, state_dir, seen = run_fake("optional_logger")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "worker output shows missing_module" in result.stderr and sorted(seen) == [1, 2]  # seen and said, then restarted
+    assert read_state(state_dir)["status"]["restarts_by_reason"] == {"crash": 1}
 
 
 def test_nan_losses_restart_from_last_checkpoint_with_amp_off(run_fake):

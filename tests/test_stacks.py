@@ -244,3 +244,28 @@ def test_failures_become_notes_never_exceptions(tmp_path):
     assert cap.gpu.startswith("GPU sample failed: ZeroDivisionError")
     cap = capture_tree(os.getpid(), [], tmp_path, py_spy=str(tmp_path / "no-such-py-spy"))
     assert "py-spy failed" in cap.processes[0].note and "cannot run" in cap.processes[0].note
+
+
+# A launcher (torchrun's place) waiting for two ranks, each waiting in a poll as a rank waits for its peers.
+RANKS = """
+import os, subprocess, sys
+child = "import select, sys\\nprint('rank hanging', flush=True)\\nselect.select([sys.stdin], [], [])"
+ranks = [subprocess.Popen([sys.executable, "-c", child], env={**os.environ, "RANK": str(r)}, stdin=subprocess.PIPE)
+         for r in range(2)]
+for rank in ranks:
+    rank.wait()
+"""
+
+
+def test_a_stopped_rank_is_the_culprit_not_the_launcher_that_waits_for_it(start, tmp_path):
+    proc = start(RANKS, ready="rank hanging", count=2)
+    rank_1 = max(psutil.Process(proc.pid).children(), key=lambda p: p.pid)
+    rank_1.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while rank_1.status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "the rank never stopped"
+        time.sleep(0.01)
+    cap = capture(proc, tmp_path)
+    assert cap.culprit().pid == rank_1.pid, cap.summary_lines()
+    assert cap.culprit().summary_line().startswith(f"rank 1 (pid {rank_1.pid}) stopped"), cap.summary_lines()
+    assert cap.where().startswith("rank stopped")

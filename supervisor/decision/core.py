@@ -28,18 +28,19 @@ ensuing crash an ``oom`` one.
 
 from __future__ import annotations
 
-import copy
 import math
 import signal
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from supervisor.config import Config
 from supervisor.decision import checkpoint_interval, restart_budget, rung_choice, watchdog
 from supervisor.decision.hang_history import HangHistory, HangPoint
+from supervisor.decision.incident import Incident, Kill, Loss, Stacks
 from supervisor.decision.ladder import Ladder
+from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import After, KernelKind, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from worker.contract import HeartbeatMessage, MessageKind, Phase
@@ -108,6 +109,16 @@ class TreeKilled:
     survivors: tuple[str, ...] = ()  # "pid 123 (python, disk-sleep)" for each process SIGKILL did not end
     seconds: float = 0.0  # from the first signal to the tree confirmed gone
     confirmed_wall: float | None = None
+
+
+@dataclass(frozen=True)
+class IncidentEnriched:
+    """What the shell saw of the worker's tree just before killing it, for the incident being stopped."""
+    incident_id: str
+    processes: tuple[dict[str, Any], ...]
+    output_tail: tuple[str, ...] = ()
+    output_note: str | None = None  # a command's output parser: why no line was ever progress
+    stacks: Stacks | None = None  # captured for a hang
 
 
 @dataclass(frozen=True)
@@ -186,9 +197,15 @@ class KeepVerifiedCopy:
 
 @dataclass(frozen=True)
 class KillTree:
-    """Kill the worker's tree. ``incident`` is a copy of the core's record for the shell to enrich and write
-    (process list, output tail, kill report); the core learns the outcome from ``TreeKilled``."""
-    incident: dict[str, Any] | None  # None: cleaning up after a normal exit
+    """Kill the worker's tree. For an incident, the shell first says what it sees of the tree
+    (``IncidentEnriched``); the core learns the kill's outcome from ``TreeKilled``."""
+    incident: Incident | None  # None: cleaning up after a normal exit
+
+
+@dataclass(frozen=True)
+class RecordIncident:
+    """The incident is complete: append it to incidents.jsonl."""
+    incident: Incident
 
 
 @dataclass(frozen=True)
@@ -239,7 +256,7 @@ class StopPlan:
     """Why the worker's tree is going away, and what follows once it is gone."""
     reason: Reason
     then: After
-    incident: dict[str, Any]
+    incident: Incident | None  # None: a planned stop (a finished run, a probe)
     climb: bool = False  # one rung safer before the next attempt
     failure: str | None = None  # names the failure, so a repeat can be told from a first time
     remedy: dict[str, Any] | None = None  # settings added on top of the rung from the next attempt on
@@ -315,7 +332,7 @@ class Supervision:
     budget_times: list[float] = field(default_factory=list)  # wall clock, the restarts that spent the budget
     restarts_by_reason: dict[str, int] = field(default_factory=dict)
     hangs_by_phase: dict[str, int] = field(default_factory=dict)
-    incidents: list[dict[str, Any]] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
     messages_ignored: int = 0  # from pids other than the worker's main process
     kernel_events: dict[str, int] = field(default_factory=dict)  # by kind, every classified message
     suspicion: Suspicion | None = None
@@ -338,6 +355,7 @@ class Supervision:
     lost_batches: int = 0
     checkpoint: CheckpointMark | None = None
     batches_since_checkpoint: int = 0  # this attempt's training batches after the newest checkpoint
+    lost_from: int | None = None  # batches done when a command's attempt failed: lost down to where the next resumes
     train_beats: int = 0  # this attempt's training batches
     # -- what this run has observed, to bound the phases that have no batch rhythm --
     startup_seen: float | None = None  # the longest spawn-to-first-batch of this run
@@ -452,7 +470,10 @@ class Supervision:
         return {"rung": self.rung, "attempt": self.attempt, "restart_times": self.restart_times,
                 "budget_times": self.budget_times,
                 "restarts_by_reason": self.restarts_by_reason, "hangs_by_phase": self.hangs_by_phase,
-                "last_failure": self.last_failure, "incidents": self.incidents, "state": self.state.value,
+                "last_failure": self.last_failure, "state": self.state.value,
+                # the newest and any not written yet: the rest are in incidents.jsonl, not rewritten every second
+                "incidents": [{**i.to_dict(), "recorded": i.recorded} for i in self.incidents
+                              if not i.recorded or i is self.incidents[-1]],
                 "kernel_events": self.kernel_events, "remedies": self.remedies,
                 "run_started_wall": self.run_started_wall, "run_seconds": self.run_seconds(mono),
                 "trained_seconds": self.trained(),
@@ -472,7 +493,7 @@ class Supervision:
         self.restarts_by_reason = dict(record.get("restarts_by_reason", {}))
         self.hangs_by_phase = dict(record.get("hangs_by_phase", {}))
         self.last_failure = record.get("last_failure")
-        self.incidents = list(record.get("incidents", []))[-INCIDENTS_KEPT:]
+        self.incidents = [Incident.from_dict(i) for i in record.get("incidents", [])][-INCIDENTS_KEPT:]
         self.kernel_events = dict(record.get("kernel_events", {}))
         self.remedies = dict(record.get("remedies", {}))
         self.run_started_wall = record.get("run_started_wall")
@@ -520,6 +541,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _exited(s, event, now)
     if isinstance(event, TreeKilled):
         return _tree_killed(s, event, now)
+    if isinstance(event, IncidentEnriched):
+        return _enriched(s, event)
     if isinstance(event, StopRequested):
         return _stop(s, event, now)
     if isinstance(event, KernelMessage):
@@ -678,8 +701,12 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: 
             s.startup_seconds = now.mono - (s.spawned_at or now.mono)
             s.startup_seen = max(s.startup_seen or 0.0, s.startup_seconds)
             s.hang_history.started(s.rung, s.startup_seconds)
-            if s.incidents and "restart_seconds" not in s.incidents[-1] and s.incidents[-1]["reason"] != "stop":
-                s.incidents[-1]["restart_seconds"] = round(now.wall - s.incidents[-1]["time"], 3)
+            last = s.incidents[-1] if s.incidents else None
+            if last is not None and not last.recorded and last.reason != Reason.STOP:
+                last = _amend(s, last, restart_seconds=round(now.wall - last.time, 3))
+            if last is not None and not last.recorded and s.lost_from is not None:
+                _amend(s, last, loss=_resumed_loss(s, last.rung))
+            actions += _record_complete(s)
             actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
                                        f"after spawn"))
             if s.config.standby and s.config.command is None:
@@ -796,9 +823,11 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     return _begin_stop(s, now, Reason.HANG, phase, detail=detail, climb=True, failure=f"hang:{phase}")
 
 
-def _remedy(s: Supervision, reason: Reason, phase: str) -> tuple[SignatureSeen, dict[str, Any]] | None:
-    """The one place a failure signature seen in this attempt becomes a change of settings."""
-    for seen in s.signatures.values():
+def _remedy(s: Supervision, reason: Reason, phase: str, ending: SignatureSeen | None = None
+            ) -> tuple[SignatureSeen, dict[str, Any]] | None:
+    """The one place a failure signature becomes a change of settings: for a hang, any seen in this attempt (a
+    warning before it); for a crash, only the one of the failure that ended the worker (``ending``)."""
+    for seen in s.signatures.values() if reason == Reason.HANG else [ending] if ending else []:
         if seen.remedy == Remedy.CONV_FALLBACK and reason == Reason.HANG and phase == "startup" \
                 and s.remedies.get("conv_fallback") != "on":
             return seen, {"conv_fallback": "on"}
@@ -827,18 +856,18 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return []  # an exit we caused while stopping
     if code == 0 and (s.progress.phase == Phase.DONE.value or s.exit_0_finishes):
         s.state = State.STOPPING
-        s.stop = StopPlan(Reason.STOP, After.SUCCEED, incident={})
-        _close_attempt(s, {}, lost=False)
+        s.stop = StopPlan(Reason.STOP, After.SUCCEED, incident=None)
+        _close_attempt(s, lost=False)
         return [KillTree(None)]
     how = describe_exit(code)
     if code == EXIT_CONFIG:  # the worker's own verdict: restarting cannot help (a checkpoint of another training)
         return _begin_stop(s, now, Reason.CRASH, s.progress.phase, failure="worker:config", then=After.CONFIG_ERROR,
                            advice="fix the configuration or the state directory, then run again",
                            detail=f"{how}: {(event.last_words or 'the worker refused its configuration')[:300]}")
-    for seen in s.signatures.values():
-        if seen.remedy == Remedy.CONFIG_ERROR:
-            return _begin_stop(s, now, Reason.CRASH, s.progress.phase, failure=seen.name, then=After.CONFIG_ERROR,
-                               advice=seen.advice, detail=f"{how}: {seen.line.strip()[:200]}")
+    ending = _ending_signature(s, event.last_words)
+    if ending is not None and ending.remedy == Remedy.CONFIG_ERROR:
+        return _begin_stop(s, now, Reason.CRASH, s.progress.phase, failure=ending.name, then=After.CONFIG_ERROR,
+                           advice=ending.advice, detail=f"{how}: {ending.line.strip()[:200]}")
     reason, failure = Reason.CRASH, f"crash:{s.last_error.split(':')[0]}" if s.last_error else f"crash:{how}"
     if s.state == State.STARTING:  # before its first batch: no rung changes that, and a repeat is deterministic
         words = s.last_error or event.last_words or how
@@ -851,7 +880,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     detail = "exited with status 0 before training finished" if code == 0 else \
         how + (f": {s.last_error}" if s.last_error else "")
     change = None
-    remedy = _remedy(s, Reason.CRASH, s.progress.phase)
+    remedy = _remedy(s, Reason.CRASH, s.progress.phase, ending)
     if remedy is not None:  # out of GPU memory
         seen, change = remedy
         reason, failure, detail = Reason.OOM, seen.name, f"{how}: out of GPU memory ({seen.line.strip()[:160]})"
@@ -862,6 +891,17 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     return _begin_stop(s, now, reason, s.progress.phase, detail=detail, failure=failure, remedy=change or None,
                        climb=failure == s.last_failure and not change and s.state == State.HEALTHY,
                        kernel_events=kernel_events)
+
+
+def _ending_signature(s: Supervision, last_words: str | None) -> SignatureSeen | None:
+    """The signature of the failure that ended the worker, read from its own last error, else its last line of
+    output. A line seen earlier (an optional logger's ModuleNotFoundError, one write that hit a full disk) says
+    nothing about a later crash of another cause."""
+    for words in (s.last_error, last_words):
+        found = scan(words) if words else None
+        if found is not None:
+            return SignatureSeen(found.name, found.remedy, found.advice, words)
+    return None
 
 
 def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
@@ -878,8 +918,8 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         s.stop.then = After.STOP
         if s.stop.reason == Reason.PROBE and s.stop.save_until is not None:
             # The probe's save is under way: it serves the stop, which waits for it as a first request does.
-            s.stop.reason, s.stop.incident["reason"] = Reason.STOP, Reason.STOP.value
-            s.stop.incident["detail"] += f"; then {detail}"
+            s.stop.reason = Reason.STOP
+            _amend(s, s.stop.incident, reason=Reason.STOP, detail=f"{s.stop.incident.detail}; then {detail}")
             return [Log("info", f"stop requested ({detail}) while the worker saves for a probe: that checkpoint "
                                 f"serves the stop")]
         if s.stop.save_until is not None:
@@ -917,7 +957,8 @@ def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any
         return _begin_stop(s, now, Reason.STOP, phase, detail=event.detail, then=After.CONFIG_ERROR, advice=advice)
     if s.state == State.STOPPING and s.stop is not None:
         s.stop.then, s.stop.advice = After.CONFIG_ERROR, advice
-        s.stop.incident["detail"] = f"{event.detail} (while stopping: {s.stop.incident['detail']})"
+        if s.stop.incident is not None:
+            _amend(s, s.stop.incident, detail=f"{event.detail} (while stopping: {s.stop.incident.detail})")
         if s.stop.save_until is not None:  # its save would land in the other supervisor's training
             return [Log("error", event.detail)] + _save_failed(s, "the state directory was taken", Reason.STOP)
         return [Log("error", event.detail)]
@@ -927,7 +968,7 @@ def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any
 
 
 def _signature(s: Supervision, event: SignatureSeen) -> list[Any]:
-    """Remembered for this attempt; acted on when the worker crashes or hangs (see signatures.py)."""
+    """Remembered for this attempt; acted on if the worker then hangs (a crash is judged by its own last words)."""
     if s.state in (State.STARTING, State.HEALTHY) and event.name not in s.signatures:
         s.signatures[event.name] = event
         return [Log("warning", f"worker output shows {event.name}: {event.line[:200]}")]
@@ -977,30 +1018,22 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
                 failure: str | None = None, then: After | None = None, remedy: dict[str, Any] | None = None,
                 advice: str | None = None, kernel_events: list[KernelMessage] | None = None,
                 save_until: float | None = None) -> list[Any]:
-    """Record the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
-    incident = {
-        "id": f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}",
-        "time": now.wall,
-        "reason": reason.value,
-        "phase": phase,
-        "detail": detail,
-        "attempt": s.attempt,
-        "rung": s.rung,
-        "rung_label": s.ladder.label(s.rung),
-        "worker_pid": s.worker_pid,
-        "epoch": s.progress.epoch,
-        "batch": s.progress.batch,
-        "seconds_since_progress": None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
-        "last_progress_wall": None if s.last_progress_at is None else now.wall - (now.mono - s.last_progress_at),
-    }
-    if kernel_events:
-        incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
+    """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
+    earlier = _record_complete(s)  # the one before, if its restart never reached a batch
     point = HangPoint(phase, s.progress.epoch, s.progress.batch) if reason in (Reason.HANG, Reason.KERNEL) else None
     last_progress_at, lost_before = s.last_progress_at, s.lost_seconds
     # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
-    at_risk = _close_attempt(s, incident, lost=save_until is None and then != After.SUCCEED)
+    loss, resumes_from, at_risk = _close_attempt(s, lost=save_until is None and then != After.SUCCEED)
     if point is not None and then in (None, After.RESTART):
         s.hang_history.hang(point, s.trained(), last_progress_at, s.lost_seconds - lost_before)
+    incident = Incident(
+        id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
+        detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=s.worker_pid,
+        epoch=s.progress.epoch, batch=s.progress.batch,
+        seconds_since_progress=None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
+        last_progress_wall=None if s.last_progress_at is None else now.wall - (now.mono - s.last_progress_at),
+        kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
+        loss=loss, resumes_from=resumes_from)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
     s.stop = StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
@@ -1014,33 +1047,44 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         log = Log("info", detail)
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
-    return [log] if save_until is not None else [log, KillTree(copy.deepcopy(incident))]
+    return earlier + ([log] if save_until is not None else [log, KillTree(incident)])
 
 
-def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> tuple[float, int]:
+def _close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, Any] | None, tuple[float, int]]:
     """Move this attempt's progress into the totals; when it ends without a save, what followed the newest
-    checkpoint is lost (the next worker resumes from there) and the incident says how much. Returns that part
-    (seconds, batches) either way: a stop that waits for a save loses it if the save fails."""
+    checkpoint is lost (the next worker resumes from there). Returns the loss and that checkpoint, for the incident,
+    and the part after the checkpoint (seconds, batches) either way: a stop that waits for a save loses it if the
+    save fails."""
     s.hang_history.trained_at(s.rung, s.trained() - s.trained_seconds)
     s.trained_seconds = s.trained()
     if s.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         _record_rung_speed(s)
-    unsaved = (0.0, 0)
-    if s.healthy_since is not None and s.last_progress_at is not None:
+    loss, s.lost_from, unsaved = None, None, (0.0, 0)  # an earlier attempt's loss not resolved by now stays unknown
+    if lost and s.exit_0_finishes and s.checkpoint is None and s.healthy_since is not None:
+        # A command resumes from its own checkpoint, which we do not see: the next attempt's first position tells.
+        s.lost_from = _batches_done(s.progress)
+        loss = Loss(None, None)
+    elif s.healthy_since is not None and s.last_progress_at is not None:
         saved_at = s.checkpoint.mono if s.checkpoint is not None else -math.inf
         unsaved = (max(0.0, s.last_progress_at - max(s.healthy_since, saved_at)), s.batches_since_checkpoint)
-        _count_lost(s, incident, *(unsaved if lost else (0.0, 0)))
-    if s.checkpoint is not None:
-        incident["resumes_from"] = {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch, "path": s.checkpoint.path}
+        lost_seconds, lost_batches = unsaved if lost else (0.0, 0)
+        s.lost_seconds += lost_seconds
+        s.lost_batches += lost_batches
+        loss = Loss(round(lost_seconds, 3), lost_batches)
     s.healthy_since = None
-    return unsaved
+    resumes_from = None if s.checkpoint is None else {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch,
+                                                        "path": s.checkpoint.path}
+    return loss, resumes_from, unsaved
 
 
-def _count_lost(s: Supervision, incident: dict[str, Any], seconds: float, batches: int) -> None:
+def _count_lost(s: Supervision, seconds: float, batches: int) -> None:
+    """A save asked for did not come: the stop's at-risk training is lost after all, in the totals and its incident."""
     s.lost_seconds += seconds
     s.lost_batches += batches
-    incident["lost_seconds"] = round(incident.get("lost_seconds", 0.0) + seconds, 3)
-    incident["lost_batches"] = incident.get("lost_batches", 0) + batches
+    incident = s.stop.incident
+    if incident is not None:
+        before = incident.loss or Loss(0.0, 0)
+        _amend(s, incident, loss=Loss(round((before.seconds or 0.0) + seconds, 3), (before.batches or 0) + batches))
 
 
 def _save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
@@ -1049,19 +1093,65 @@ def _save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
     leave, whose probation starts over."""
     plan = s.stop
     plan.save_until = None
-    _count_lost(s, plan.incident, *plan.at_risk)
-    plan.incident["detail"] += f"; {why}"
+    _count_lost(s, *plan.at_risk)
+    changes: dict[str, Any] = {"detail": f"{plan.incident.detail}; {why}"}
     actions: list[Any] = []
     if plan.reason == Reason.PROBE:
         plan.reason, plan.failure = reason, f"{reason.value}:probe save"
-        plan.incident["reason"] = reason.value
+        changes["reason"] = reason
         if reason == Reason.HANG:
-            phase = plan.incident["phase"]
+            phase = plan.incident.phase
             s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
         _move_to(s, s.rung)
         actions.append(Log("warning", f"the probe is off: rung {s.rung} ({s.ladder.label(s.rung)}) goes on after the "
                                       f"restart, its probation counted again"))
-    return actions + [KillTree(copy.deepcopy(plan.incident))]
+    _amend(s, plan.incident, **changes)
+    return actions + [KillTree(plan.incident)]
+def _batches_done(p: Progress) -> int | None:
+    return (max(0, p.epoch - 1) * p.batches + p.batch) if p.batches else None
+
+
+def _resumed_loss(s: Supervision, rung: int) -> Loss:
+    """A command's lost work, from where it was when it failed down to where its next attempt resumed: the first
+    position it shows (a resumed bar draws its initial position before any batch). Unknown without positions."""
+    lost_from, resumed_at, s.lost_from = s.lost_from, _batches_done(s.progress), None
+    if lost_from is None or resumed_at is None:
+        return Loss(None, None)
+    batches = max(0, lost_from - resumed_at)
+    speed = s.rung_speed(rung)  # the failed attempt's
+    seconds = round(batches / speed, 3) if speed else None
+    s.lost_batches += batches
+    s.lost_seconds += seconds or 0.0
+    return Loss(seconds, batches)
+
+
+def _amend(s: Supervision, incident: Incident, **changes: Any) -> Incident:
+    """The one way the core's incident changes: a new record in the list (and in the stop plan) for the old."""
+    amended = replace(incident, **changes)
+    s.incidents = [amended if i is incident else i for i in s.incidents]
+    if s.stop is not None and s.stop.incident is incident:
+        s.stop.incident = amended
+    return amended
+
+
+def _record_complete(s: Supervision) -> list[Any]:
+    """Ask for every incident not written yet to be written: called once nothing more can be learnt of them."""
+    actions = []
+    for incident in [i for i in s.incidents if not i.recorded]:
+        actions.append(RecordIncident(_amend(s, incident, recorded=True)))
+    return actions
+
+
+def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
+    incident = s.stop.incident if s.stop is not None else None
+    if incident is None or incident.id != event.incident_id:
+        return []
+    detail = incident.detail
+    if event.output_note and incident.phase == "startup":
+        detail += f"; {event.output_note}"
+    _amend(s, incident, processes=event.processes, output_tail=event.output_tail, stacks=event.stacks,
+           detail=detail)
+    return []
 
 
 def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
@@ -1069,9 +1159,9 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
         return []
     plan = s.stop
     s.worker_pid = None
-    if plan.incident:
-        plan.incident["kill"] = {"processes": event.killed, "seconds": round(event.seconds, 3),
-                                 "survivors": list(event.survivors), "confirmed_wall": event.confirmed_wall}
+    if plan.incident is not None:
+        _amend(s, plan.incident, last_error=s.last_error, settings=dict(s.in_force),
+               kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
     if event.survivors:
         s.reboot_needed = True
         return _finish(s, State.FAILED, Exit(
@@ -1080,10 +1170,10 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
             f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
     if plan.then == After.REBOOT:
         return _finish(s, State.FAILED, Exit(
-            EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.get('detail', 'gpu_lost')}); no new worker is "
+            EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.detail}); no new worker is "
                                 f"started on it; reboot the machine, then run again to resume"))
     if plan.then == After.CONFIG_ERROR:
-        return _finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{plan.incident['detail']}: {plan.advice}; not restarting"))
+        return _finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{plan.incident.detail}: {plan.advice}; not restarting"))
     if plan.then == After.SUCCEED:
         return _finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if plan.then == After.STOP:
@@ -1115,7 +1205,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
             return _finish(s, State.FAILED, Exit(
                 EXIT_CONFIG, f"the same hang {len(s.hang_history.points)} times in a row at epoch {repeated.epoch}, "
                              f"batch {repeated.batch} ({repeated.phase}), whatever the rung: a deterministic hang in "
-                             f"the model or the data, which no rung changes (last: {plan.incident.get('detail')}); "
+                             f"the model or the data, which no rung changes (last: {plan.incident.detail}); "
                              f"find what that batch does (yolo-train incidents shows the stacks), then run again to "
                              f"resume"))
     s.restart_times.append(now.wall)
@@ -1129,7 +1219,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
             EXIT_FAILED,
             f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s, none after a new checkpoint "
             f"(restart.max_restarts = "
-            f"{cfg.max_restarts}); last failure: {plan.incident.get('detail') or plan.failure}; "
+            f"{cfg.max_restarts}); last failure: {plan.incident.detail if plan.incident else plan.failure}; "
             f"fix the cause, then run again to resume at rung {s.rung}"))
     actions: list[Any] = []
     if plan.remedy:
@@ -1169,8 +1259,9 @@ def _saved_since_spawn(s: Supervision) -> bool:
 
 
 def _finish(s: Supervision, state: State, exit: Exit) -> list[Any]:
+    recorded = _record_complete(s)
     s.state, s.exit, s.stop = state, exit, None
-    return [exit]
+    return recorded + [exit]
 
 
 def describe_exit(code: int) -> str:
@@ -1207,7 +1298,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "worker_spawned": s.spawned_wall, "startup_seconds": s.startup_seconds,
         "watchdog": {"timeout": due.label, "fires_in": None if due.at is None else due.at - now.mono},
         "last_restart": s.restart_times[-1] if s.restart_times else None,
-        "last_incident": s.incidents[-1] if s.incidents else None,
+        "last_incident": s.incidents[-1].to_dict() if s.incidents else None,
         "exit": asdict(s.exit) if s.exit else None,
         "last_checkpoint": None if s.checkpoint is None else {
             "path": s.checkpoint.path, "epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch,

@@ -12,6 +12,10 @@ The seeds lost days to failures that are recognisable from one line. Each signat
   first batch is searching kernels forever. The next attempt turns the Conv2d fallback on.
 - NaN or inf losses come through the heartbeat, not the output: restart from last.pt with AMP off.
 
+A crash acts only on the signature of the failure that ended the worker (its last error, else its last line):
+an optional logger's ModuleNotFoundError or one failed write earlier in the output does not make a later crash
+of another cause a configuration error. A hang has no last words: a warning seen before it counts.
+
 Patterns are the real messages of PyTorch, HIP and MIOpen (cited per entry); they are searched per line,
 only in lines the worker prints, so the cost is one regex scan per output line.
 """

@@ -115,6 +115,17 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def _aftermath(incident: dict[str, Any]) -> str:
+    """What the incident cost: the training lost (unknown where no checkpoint tells) and the time to train again."""
+    text = ""
+    if "lost_batches" in incident:
+        lost = incident["lost_batches"]
+        text += f", lost {lost} batch{'' if lost == 1 else 'es'}" if lost is not None else ", lost work unknown"
+    if incident.get("restart_seconds") is not None:
+        text += f", training again {incident['restart_seconds']:.1f} s later"
+    return text
+
+
 def render(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group]) -> str:
     if not incidents:
         return f"no incidents in {state_dir}"
@@ -132,7 +143,7 @@ def render(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group]
     lines += ["", f"newest: {newest.get('id', '?')} at {_clock(_time(newest), True)}, "
                   f"{newest.get('reason', '?')} in {newest.get('phase', '?')} ({newest.get('detail', '')}), "
                   f"rung {newest.get('rung', '?')} ({newest.get('rung_label', '')}), epoch {newest.get('epoch', '?')} "
-                  f"batch {newest.get('batch', '?')}"]
+                  f"batch {newest.get('batch', '?')}{_aftermath(newest)}"]
     summary = newest.get("summary") or []
     lines += [f"  {line}" for line in summary]
     if not summary:

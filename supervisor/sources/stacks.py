@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from supervisor.decision.incident import Stacks
+
 STACKS_FILE = "stacks.json"
 PYTHON_FRAMES_SHOWN = 3
 NATIVE_FRAMES_SHOWN = 2
@@ -249,13 +251,15 @@ class TreeCapture:
 
     def culprit(self) -> ProcessStacks | None:
         """The process the hang is best described by: a DataLoader worker stuck inside a sample, else a
-        process in uninterruptible sleep, else the main process."""
+        process in uninterruptible sleep, else a stopped one (a frozen DDP rank: the launcher above it only waits
+        for its children, the other ranks for their peer), else the main process."""
         busy = [p for p in self.processes if p.busy_dataloader_worker]
         if busy:
             return min(busy, key=lambda p: (p.dataloader_worker_id is None, p.dataloader_worker_id or 0, p.pid))
-        stuck = [p for p in self.processes if p.state == "D"]
-        if stuck:
-            return stuck[0]
+        for states in (("D",), ("T", "t")):
+            stuck = [p for p in self.processes if p.state in states]
+            if stuck:
+                return stuck[0]
         return next((p for p in self.processes if p.pid == self.main_pid), self.processes[0] if self.processes
                     else None)
 
@@ -271,6 +275,14 @@ class TreeCapture:
                 "culprit": culprit.summary_line() if culprit else None, "gpu": self.gpu,
                 "processes": [{**{k: v for k, v in asdict(p).items() if k != "stage"}, "waited_in": p.waited_in()}
                               for p in self.processes]}
+
+
+def as_incident_stacks(capture: TreeCapture, state_dir: Path) -> Stacks:
+    """What the incident keeps of a capture; the rest is in its stacks.json."""
+    culprit = capture.culprit()
+    return Stacks(where=capture.where(), summary=tuple(capture.summary_lines()),
+                  culprit=culprit.summary_line() if culprit else None, seconds=round(capture.seconds, 3),
+                  path=str(capture.path.relative_to(state_dir)) if capture.path else None)
 
 
 def find_py_spy() -> str | None:

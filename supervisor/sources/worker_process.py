@@ -13,7 +13,6 @@ import fcntl
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection
@@ -185,7 +184,3 @@ def forward(lines: list[str]) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-
-
-def now_iso(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
