@@ -388,7 +388,7 @@ class Agent:
             if worker and self.config.incidents.stacks and incident["reason"] in (Reason.HANG.value, Reason.KERNEL.value):
                 self._capture_stacks(worker, incident)  # only a hung tree is worth looking at before the kill
             incident["last_error"] = self.s.last_error
-            incident["settings"] = self.s.in_force  # what the worker reported in force: the rung's proof
+            incident["settings"] = self.s.in_force_shown()  # what the worker reported in force: the rung's proof
         w = self.config.watchdog
         if worker is not None:
             for fd in worker.fds:

@@ -40,7 +40,7 @@ from supervisor.decision import restart_budget, watchdog
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.vocabulary import After, KernelKind, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.contract import HeartbeatMessage, InForce, MessageKind, Phase
 
 INCIDENTS_KEPT = 20
 MIN_BATCH = 1  # halving the batch after GPU OOM stops here
@@ -288,7 +288,7 @@ class Supervision:
     ranks: dict[int, RankView] = field(default_factory=dict)
     last_progress_at: float | None = None  # monotonic
     progress: Progress = field(default_factory=Progress)
-    in_force: dict[str, Any] = field(default_factory=dict)  # the settings the worker reports really in force
+    in_force: InForce | None = None  # what the worker reports really in force; None before its report
     intervals: dict[str, deque] = field(default_factory=dict)
     throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (mono, samples)
     last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
@@ -360,6 +360,10 @@ class Supervision:
             if due.at is None or confirm < due.at:
                 return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
         return due
+
+    def in_force_shown(self) -> dict[str, Any]:
+        """What the worker reported in force, as status and incidents show it ("settings"): {} before its report."""
+        return self.in_force.to_wire() if self.in_force else {}
 
     def batches_per_second(self) -> float | None:
         if len(self.throughput) < 2:
@@ -530,7 +534,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.resumed_from, s.exit_0_finishes = event.resumed_from, event.exit_0_finishes
     s.progress_counter, s.last_progress_at, s.progress_pid, s.ranks = -1, None, None, {}
     s.progress = Progress()
-    s.intervals, s.in_force, s.last_error = {}, {}, None
+    s.intervals, s.in_force, s.last_error = {}, None, None
     s.suspicion = s.oom = None
     s.signatures, s.nan_beats = {}, 0
     s.throughput.clear()
@@ -559,8 +563,8 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     if m.kind == MessageKind.ERROR:
         s.last_error = (m.error or "")[:500]
         return []
-    if m.kind == MessageKind.SETTINGS:
-        s.in_force = dict(m.settings or {})
+    if m.kind == MessageKind.IN_FORCE:
+        s.in_force = m.in_force
         return []
     if m.kind == MessageKind.CHECKPOINT:
         return _checkpoint_saved(s, m, now)
@@ -598,7 +602,8 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     training = m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN
     if training and p.losses:
         s.nan_beats = s.nan_beats + 1 if not all(math.isfinite(v) for v in p.losses.values()) else 0
-        if s.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and s.in_force.get("amp", True) is not False:
+        amp = s.in_force.amp if s.in_force else None
+        if s.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and amp is not False:
             return actions + _begin_stop(s, now, Reason.NAN, "train", remedy={"amp": False}, failure="nan",
                                          detail=f"non-finite losses in {s.nan_beats} batches in a row ({p.losses})")
     if training:
@@ -657,8 +662,8 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     if view.pid != m.pid:
         s.messages_ignored += 1
         return False
-    if m.kind == MessageKind.SETTINGS and m.settings:
-        view.device = str(m.settings.get("device", "")) or None
+    if m.kind == MessageKind.IN_FORCE and m.in_force:
+        view.device = m.in_force.device or None
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
     if m.progress > view.progress:
@@ -717,7 +722,7 @@ def _remedy(s: Supervision, reason: Reason, phase: str) -> tuple[SignatureSeen, 
                 and s.remedies.get("conv_fallback") != "on":
             return seen, {"conv_fallback": "on"}
         if seen.remedy == Remedy.HALVE_BATCH and reason == Reason.CRASH:
-            batch = s.in_force.get("batch") or s.config.train.get("batch", 16)
+            batch = (s.in_force.batch if s.in_force else None) or s.config.train.get("batch", 16)
             if isinstance(batch, (int, float)) and batch >= 1 and max(MIN_BATCH, int(batch) // 2) < batch:
                 return seen, {"batch": max(MIN_BATCH, int(batch) // 2)}
             return seen, {}
@@ -1028,7 +1033,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "hangs_by_phase": s.hangs_by_phase, "budget_left": s.budget_left(now.wall),
         "kernel_events": s.kernel_events, "reboot_needed": s.reboot_needed,
         "suspicion": None if s.suspicion is None else s.suspicion.event.message[:200],
-        "worker_pid": s.worker_pid, "resumed_from": s.resumed_from, "settings": s.in_force,
+        "worker_pid": s.worker_pid, "resumed_from": s.resumed_from, "settings": s.in_force_shown(),
         "seconds_since_progress": None if s.last_progress_at is None else now.mono - s.last_progress_at,
         "worker_uptime": None if s.spawned_at is None or s.worker_pid is None else now.mono - s.spawned_at,
         "worker_spawned": s.spawned_wall, "startup_seconds": s.startup_seconds,
