@@ -23,7 +23,7 @@ from supervisor.config import Config, ConfigError
 from supervisor.decision import core
 from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
-from supervisor.decision.vocabulary import KernelKind, Reason
+from supervisor.decision.vocabulary import STARTUP_PHASE, KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file
 from supervisor.outputs.incidents import one_line, stacks_path
@@ -382,7 +382,7 @@ class Agent:
             if worker:
                 incident["output_tail"] = list(worker.output_tail)
                 never = worker.output_progress.never_seen() if worker.output_progress is not None else None
-                if never and incident["phase"] == "startup":
+                if never and incident["phase"] == STARTUP_PHASE:
                     incident["detail"] += f"; {never}"
                     log.error(f"{never}; its last lines: {' | '.join(list(worker.output_tail)[-3:])}")
             if worker and self.config.incidents.stacks and incident["reason"] in (Reason.HANG.value, Reason.KERNEL.value):

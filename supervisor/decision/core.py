@@ -38,7 +38,7 @@ from typing import Any
 from supervisor.config import Config
 from supervisor.decision import restart_budget, watchdog
 from supervisor.decision.ladder import Ladder
-from supervisor.decision.vocabulary import After, KernelKind, Reason, Remedy, State
+from supervisor.decision.vocabulary import STARTUP_PHASE, After, KernelKind, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from worker.contract import HeartbeatMessage, InForce, MessageKind, Phase
 
@@ -692,7 +692,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
                 KillTree(copy.deepcopy(s.stop.incident))]
-    phase = "startup" if s.state == State.STARTING else s.progress.phase
+    phase = STARTUP_PHASE if s.state == State.STARTING else s.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         event = s.suspicion.event
         detail = (f"kernel {event.kind.value} ({event.pattern}) and no progress within "
@@ -718,7 +718,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
 def _remedy(s: Supervision, reason: Reason, phase: str) -> tuple[SignatureSeen, dict[str, Any]] | None:
     """The one place a failure signature seen in this attempt becomes a change of settings."""
     for seen in s.signatures.values():
-        if seen.remedy == Remedy.CONV_FALLBACK and reason == Reason.HANG and phase == "startup" \
+        if seen.remedy == Remedy.CONV_FALLBACK and reason == Reason.HANG and phase == STARTUP_PHASE \
                 and s.remedies.get("conv_fallback") != "on":
             return seen, {"conv_fallback": "on"}
         if seen.remedy == Remedy.HALVE_BATCH and reason == Reason.CRASH:
@@ -757,7 +757,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if s.state == State.STARTING:  # before its first batch: no rung changes that, and a repeat is deterministic
         words = s.last_error or event.last_words or how
         if s.startup_failure == f"{failure}|{words}":
-            return _begin_stop(s, now, Reason.CRASH, "startup", failure=failure, then=After.CONFIG_ERROR,
+            return _begin_stop(s, now, Reason.CRASH, STARTUP_PHASE, failure=failure, then=After.CONFIG_ERROR,
                                advice="it failed the same way before its first batch on two attempts in a row, "
                                       "whatever the rung; fix the cause, then run again",
                                detail=f"{how}: {words[:300]}")
@@ -782,7 +782,7 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
     """A first stop request lets the worker save a checkpoint (within save_timeout); a second one kills."""
     detail = f"{event.signal} received"
     if s.state == State.STARTING:  # no batch since the checkpoint it resumed from: nothing new to save
-        return _begin_stop(s, now, Reason.STOP, "startup", detail=detail, then=After.STOP)
+        return _begin_stop(s, now, Reason.STOP, STARTUP_PHASE, detail=detail, then=After.STOP)
     if s.state == State.HEALTHY:
         t = s.config.watchdog.save_timeout
         actions = _begin_stop(s, now, Reason.STOP, s.progress.phase, detail=detail, then=After.STOP,
