@@ -166,7 +166,9 @@ def _dict(value: Any) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class InForce:
     """What a worker reports really in force, once per attempt: the proof of what its rung changed, shown by
-    ``status`` (its ``settings``) and kept in every incident. A field not reported, or of another type, is None."""
+    ``status`` and kept in every incident. A field not reported, or of another type, is None. The wire, ``status
+    --json`` and incidents spell it "settings" (their readers script against that); in code, settings are a rung's
+    (``split_rung``) and this is what is in force."""
 
     workers: int | None = None  # DataLoader worker processes: 0 on the threads loader
     persistent_workers: bool | None = None
