@@ -38,7 +38,7 @@ GOAL_US = 20.0
 GOAL_STEP_FRACTION = 0.001
 PACE_SECONDS = 0.0002  # between beats into the drained pipe: the reader keeps up, as it does in training
 
-# The worker's fields after a training batch (worker/train.py, on_train_batch_end).
+# The worker's fields after a training batch (worker/trainer.py, on_train_batch_end).
 FIELDS = {"epoch": 3, "epochs": 50, "batch": 5, "batches": 8, "samples": 4,
           "losses": {"box_loss": 3.14159, "cls_loss": 4.26535, "dfl_loss": 1.89793}, "lr": 0.0016670000000000001}
 

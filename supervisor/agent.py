@@ -24,7 +24,7 @@ from supervisor.decision import core
 from supervisor.decision.incident import Incident, Stacks
 from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
-from supervisor.decision.vocabulary import KernelKind, Reason
+from supervisor.decision.vocabulary import STARTUP_PHASE, KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file
 from supervisor.outputs.incidents import one_line, stacks_path
@@ -413,7 +413,7 @@ class Agent:
         if worker is None:
             return core.IncidentEnriched(incident.id, tuple(processes))
         never = worker.output_progress.never_seen() if worker.output_progress is not None else None
-        if never and incident.phase == "startup":
+        if never and incident.phase == STARTUP_PHASE:
             log.error(f"{never}; its last lines: {' | '.join(list(worker.output_tail)[-3:])}")
         found = None
         if self.config.incidents.stacks and incident.reason in (Reason.HANG, Reason.KERNEL):

@@ -18,7 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from worker.contract import LOADERS, OPTION_TYPES, START_METHODS
+from supervisor.sources.kernel_log import SOURCE_CHOICES
+from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
 
 AUTO = "auto"
@@ -256,8 +257,8 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                                          f"checkpoint boundary", raw["ladder"]["probe_after"])
     patches = raw.get("patches", {})
     check.keys("patches", patches, {"conv_fallback", "amp_check"})
-    if patches.get("conv_fallback", "auto") not in ("auto", "on", "off"):
-        check.fail("patches.conv_fallback", '"auto", "on" or "off"', patches["conv_fallback"])
+    if patches.get("conv_fallback", "auto") not in CONV_FALLBACK_MODES:
+        check.fail("patches.conv_fallback", _one_of(CONV_FALLBACK_MODES), patches["conv_fallback"])
     if patches.get("amp_check", "local") not in ("local", "off", "ultralytics"):
         check.fail("patches.amp_check", '"local", "off" or "ultralytics"', patches["amp_check"])
     chosen_dir = state_dir or raw.get("state_dir") or default_state_dir(name)
@@ -380,6 +381,11 @@ def ultralytics_value_kinds() -> dict[str, Any]:
                 except ValueError:
                     continue
     return kinds
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    """'"auto", "on" or "off"': the expected form of a key that takes one of ``choices``."""
+    return ", ".join(f'"{c}"' for c in choices[:-1]) + f' or "{choices[-1]}"'
 
 
 class _Checker:
@@ -595,8 +601,8 @@ class _Checker:
                     expected = OPTION_TYPES[key]
                     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                         self.fail(f"ladder.rungs[{i}].{key}", expected.__name__, value)
-                    if key == "conv_fallback" and value not in ("auto", "on", "off"):
-                        self.fail(f"ladder.rungs[{i}].conv_fallback", '"auto", "on" or "off"', value)
+                    if key == "conv_fallback" and value not in CONV_FALLBACK_MODES:
+                        self.fail(f"ladder.rungs[{i}].conv_fallback", _one_of(CONV_FALLBACK_MODES), value)
                     if key == "loader" and value not in LOADERS:
                         self.fail(f"ladder.rungs[{i}].loader", " or ".join(f'"{v}"' for v in LOADERS), value)
                     if key == "start_method" and value not in START_METHODS:
@@ -619,8 +625,8 @@ class _Checker:
 
         self.keys("kernel_log", table, {f.name for f in fields(KernelLogConfig)})
         source = table.get("source", "auto")
-        if source not in ("auto", "kmsg", "journal", "off"):
-            self.fail("kernel_log.source", '"auto", "kmsg", "journal" or "off"', source)
+        if source not in SOURCE_CHOICES:
+            self.fail("kernel_log.source", _one_of(SOURCE_CHOICES), source)
         gpu_events = table.get("gpu_events", "auto")
         if gpu_events not in ("auto", "off"):
             self.fail("kernel_log.gpu_events", '"auto" or "off"', gpu_events)

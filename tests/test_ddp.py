@@ -114,7 +114,7 @@ def test_the_supervised_trainer_classes_are_importable_by_module_and_name():
     """Ultralytics' DDP script imports the trainer class by reference in every rank."""
     import pickle
 
-    from worker.train import supervised_trainer
+    from worker.trainers import supervised_trainer
 
     for task in ("detect", "segment", "pose", "obb", "classify"):
         cls = supervised_trainer(task)

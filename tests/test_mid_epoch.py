@@ -12,7 +12,8 @@ import torch
 
 from tests.conftest import ROOT
 from tests.test_resume_identity import launch, messages
-from worker.checkpointing import EXACT_KEY, IDENTITY_EXIT, readable_checkpoint
+from worker.checkpointing import EXACT_KEY, readable_checkpoint
+from worker.contract import EXIT_CONFIG as IDENTITY_EXIT
 from worker.contract import MessageKind
 
 

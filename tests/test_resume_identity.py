@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 from worker.checkpointing import EXACT_KEY
 from worker.contract import LaunchRecord, MessageKind, Phase
 from worker.heartbeat import Decoder
-from worker.train import RECORD_FED_ENV
+from worker.trainer import RECORD_FED_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.decision import core
-from supervisor.decision.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
+from supervisor.decision.vocabulary import (FINAL_STATES, HANG_PHASES, PHASE_LABELS, STARTUP_PHASE, KernelKind, Reason,
+                                            State)
 from supervisor.outputs import metrics
 from supervisor.sources.kernel_messages import BUILTIN
 from worker.contract import Phase
@@ -53,3 +54,27 @@ def test_every_state_has_a_row_in_the_transition_table_and_a_wrong_move_raises(m
     monkeypatch.setattr(core, "_dispatch", jump_to_backoff)
     with pytest.raises(core.TransitionError, match="healthy -> backoff on Tick"):
         core.decide(d.s, core.Tick(), core.Now(0.0, 0.0))
+
+
+def test_a_label_and_a_list_of_choices_are_spelled_once_where_they_are_named():
+    """The startup phase, the final states, the conv-fallback modes and the kernel log sources: each a name that the
+    other modules import, never a copied string or list."""
+    import ast
+
+    lists = {frozenset({"auto", "on", "off"}): "worker/contract.py",
+             frozenset({"auto", "kmsg", "journal", "off"}): "supervisor/sources/kernel_log.py",
+             frozenset(s.value for s in FINAL_STATES): None}
+    spelled = []
+    for path in sorted([*(ROOT / "supervisor").rglob("*.py"), *(ROOT / "worker").rglob("*.py")]):
+        tree = ast.parse(path.read_text())
+        named = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)}  # NAME = "startup"
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value == STARTUP_PHASE and id(node) not in named:
+                spelled.append((where, node.lineno, node.value))
+            if isinstance(node, (ast.Tuple, ast.Set, ast.List)) and node.elts \
+                    and all(isinstance(e, ast.Constant) for e in node.elts):
+                values = frozenset(e.value for e in node.elts)
+                if values in lists and lists[values] != where:
+                    spelled.append((where, node.lineno, sorted(values)))
+    assert spelled == []

@@ -21,7 +21,6 @@ from typing import Any, Callable
 from worker.durable_file import sync_directory, write_durably
 
 EXACT_KEY = "yolo_train_exact"  # the mid-epoch position and fp32 state; Ultralytics ignores unknown keys
-IDENTITY_EXIT = 78  # EX_CONFIG: the supervisor treats it as a configuration error, not a crash to restart
 
 
 class CheckpointWriteError(OSError):

@@ -1,6 +1,10 @@
 """The supervisor-to-worker contract: what the supervisor asks a worker to run, and what a worker says back.
 
-Both sides import this module and nothing else of each other's, so it is free of torch and of the supervisor.
+This module is free of torch and of the supervisor. The worker imports nothing of ``supervisor/``; the supervisor
+imports this module for the contract itself and, besides it, only helpers that are not the worker's training:
+``worker.heartbeat`` (the wire decoder), ``worker.faults`` (fault specs, checked in the config),
+``worker.durable_file`` (the state file's durable write) and ``worker.patches.miopen_db`` (``doctor``'s lookup).
+``tests/test_worker_imports.py`` holds both sides to this.
 
 Launch record (version 1): a JSON file whose path is the worker's one argument (``python -m worker FILE``). It
 says what to train (``train``: the ``[train]`` table plus where to write), how safely (the current rung, split by
@@ -13,7 +17,10 @@ one line on stdin, the launch record's path, and goes on as ``python -m worker F
 without a line it exits 0, having started nothing.
 
 Heartbeat message: one line of JSON on the heartbeat pipe (wire format in ``worker/heartbeat.py``); the supervisor
-reads it as a ``HeartbeatMessage`` and never as a dict.
+reads it as a ``HeartbeatMessage`` and never as a dict, and a report of what is in force as an ``InForce``.
+
+Exit status ``EXIT_CONFIG`` (78): a worker that refuses its launch for good (a checkpoint of another training) exits
+with it, and ``yolo-train run`` exits with it on a configuration error: the one number both sides mean the same by.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 
 LAUNCH_VERSION = 1
 STANDBY_FLAG = "--standby"
+EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h: the configuration is wrong; restarting cannot help
 
 
 class Phase(str, Enum):
@@ -39,7 +47,7 @@ class Phase(str, Enum):
 class MessageKind(str, Enum):
     BEAT = "beat"  # a step done (or, without a progress increase, a liveness ping)
     PHASE = "phase"  # entered a phase
-    SETTINGS = "settings"  # the settings really in force, once per attempt
+    IN_FORCE = "settings"  # what is really in force (an ``InForce``), once per attempt
     ERROR = "error"  # dying of an exception: its last words
     CHECKPOINT = "checkpoint"  # a checkpoint was written completely (atomically) at a position
 
@@ -47,6 +55,7 @@ class MessageKind(str, Enum):
 # Per-rung settings that are ours, not Ultralytics train() arguments, with their types: one table that the
 # config's validation and ``split_rung`` both read.
 LOADERS = ("process", "threads")
+CONV_FALLBACK_MODES = ("auto", "on", "off")  # a rung's conv_fallback and [patches] conv_fallback
 START_METHODS = ("fork", "spawn", "forkserver")  # multiprocessing's own names, as torch's DataLoader takes them
 OPTION_TYPES: dict[str, type] = {"persistent_workers": bool, "conv_fallback": str, "loader": str, "threads": int,
                                  "start_method": str, "env": dict, "args": dict}
@@ -142,6 +151,55 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    return dict(value) if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class InForce:
+    """What a worker reports really in force, once per attempt: the proof of what its rung changed, shown by
+    ``status`` and kept in every incident. A field not reported, or of another type, is None. The wire, ``status
+    --json`` and incidents spell it "settings" (their readers script against that); in code, settings are a rung's
+    (``split_rung``) and this is what is in force."""
+
+    workers: int | None = None  # DataLoader worker processes: 0 on the threads loader
+    persistent_workers: bool | None = None
+    loader: str | None = None  # one of LOADERS
+    threads: int | None = None  # the threads loader's pool; None on the process loader
+    start_method: str | None = None  # one of START_METHODS
+    val: bool | None = None
+    amp: bool | None = None
+    batch: int | None = None
+    imgsz: Any = None  # as Ultralytics holds it: an int or [h, w]
+    device: str | None = None
+    resumed: bool | None = None
+    start_epoch: int | None = None  # 1-based
+    forced: dict[str, Any] | None = None  # the rung's Ultralytics arguments as the trainer holds them
+    conv_fallback: bool | None = None  # whether the Conv2d fallback is on
+    versions: dict[str, Any] | None = None  # ultralytics, torch, hip, cuda, python
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, m: dict[str, Any]) -> "InForce":
+        return cls(workers=_int(m.get("workers")), persistent_workers=_bool(m.get("persistent_workers")),
+                   loader=_str(m.get("loader")), threads=_int(m.get("threads")),
+                   start_method=_str(m.get("start_method")), val=_bool(m.get("val")), amp=_bool(m.get("amp")),
+                   batch=_int(m.get("batch")), imgsz=m.get("imgsz"), device=_str(m.get("device")),
+                   resumed=_bool(m.get("resumed")), start_epoch=_int(m.get("start_epoch")),
+                   forced=_dict(m.get("forced")), conv_fallback=_bool(m.get("conv_fallback")),
+                   versions=_dict(m.get("versions")))
+
+
 @dataclass(frozen=True)
 class HeartbeatMessage:
     """One heartbeat as the supervisor reads it; every field but the first four is optional."""
@@ -157,7 +215,7 @@ class HeartbeatMessage:
     samples: int | None = None  # images in the batch
     losses: dict[str, float] | None = None
     lr: float | None = None
-    settings: dict[str, Any] | None = None  # kind SETTINGS: what is in force
+    in_force: InForce | None = None  # kind IN_FORCE (its wire field is "settings")
     error: str | None = None  # kind ERROR: the exception
     path: str | None = None  # kind CHECKPOINT: the file written
     seconds: float | None = None  # kind CHECKPOINT: how long the training loop was held up by the save
@@ -181,12 +239,12 @@ class HeartbeatMessage:
         else:
             losses = None
         lr = _float(m.get("lr"))
-        settings = m.get("settings") if isinstance(m.get("settings"), dict) else None
+        in_force = InForce.from_wire(m["settings"]) if isinstance(m.get("settings"), dict) else None
         error = str(m["error"])[:1000] if m.get("error") is not None else None
         seconds = _float(m.get("seconds"))
         return cls(pid=pid, kind=kind, phase=phase, progress=progress, epoch=_int(m.get("epoch")),
                    epochs=_int(m.get("epochs")), batch=_int(m.get("batch")), batches=_int(m.get("batches")),
                    samples=_int(m.get("samples")), losses=losses, lr=lr,
-                   settings=settings, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
+                   in_force=in_force, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
                    seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")),
                    sent=_float(m.get("sent")))

@@ -5,7 +5,8 @@ model and callbacks, writes a script that rebuilds the trainer from them, runs i
 torch.distributed.run --nproc_per_node N`` and waits. Three things in that path stop a supervised trainer, and this
 module is where each is answered:
 
-- the script imports the trainer class by module and name, so the supervised classes live here, at module level;
+- the script imports the trainer class by module and name, so the supervised classes live at module level, in
+  ``worker/trainers.py``;
 - the script rebuilds the trainer with only ``cfg``, ``overrides`` and ``_callbacks``, and torch.distributed.run
   closes every inherited descriptor: the launching worker leaves the launch record's path and the heartbeat pipe's
   ``/proc`` path in the environment its ranks inherit (``prepare_ranks``), and each rank's trainer builds its own
@@ -32,12 +33,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from ultralytics.models import yolo
+from ultralytics.engine import validator
+from ultralytics.utils import LOCAL_RANK, RANK
 
+from worker.contract import LaunchRecord
 from worker.exact_resume import ResumePoint
-from worker.heartbeat import ENV_FD, ENV_PATH
-from worker.train import SupervisedTrainerMixin, SupervisorLink
+from worker.heartbeat import ENV_FD, ENV_PATH, Heartbeat
+from worker.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
+from worker.loaders import die_with_parent, drop_ambient_capabilities
 
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
 ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES:SAMPLES" of a mid-epoch checkpoint, for the ranks
@@ -54,31 +60,6 @@ NCCL_ENV = {
     "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "60",
     "OMP_NUM_THREADS": "1",  # torch.distributed.run's own default, said here so it does not warn about it
 }
-
-
-class SupervisedDetectionTrainer(SupervisedTrainerMixin, yolo.detect.DetectionTrainer):
-    pass
-
-
-class SupervisedSegmentationTrainer(SupervisedTrainerMixin, yolo.segment.SegmentationTrainer):
-    pass
-
-
-class SupervisedPoseTrainer(SupervisedTrainerMixin, yolo.pose.PoseTrainer):
-    pass
-
-
-class SupervisedOBBTrainer(SupervisedTrainerMixin, yolo.obb.OBBTrainer):
-    pass
-
-
-class SupervisedClassificationTrainer(SupervisedTrainerMixin, yolo.classify.ClassificationTrainer):
-    pass
-
-
-TRAINERS: dict[str, type] = {"detect": SupervisedDetectionTrainer, "segment": SupervisedSegmentationTrainer,
-                             "pose": SupervisedPoseTrainer, "obb": SupervisedOBBTrainer,
-                             "classify": SupervisedClassificationTrainer}
 
 
 def collective_timeout() -> timedelta:
@@ -119,11 +100,6 @@ def prepare_ranks(record_path: str, heartbeat_fd: int | None, resume_point: Resu
 
 def rank_link() -> SupervisorLink:
     """A rank's supervision, rebuilt from what the launching worker left in the environment."""
-    from worker.contract import LaunchRecord
-    from worker.heartbeat import Heartbeat
-    from worker.loaders import die_with_parent, drop_ambient_capabilities
-    from worker.train import STOP_REQUESTED, apply_patches, link_from_record
-
     path = os.environ.get(ENV_LAUNCH_RECORD)
     if not path:
         raise RuntimeError(f"a supervised trainer without a SupervisorLink is a DDP rank, but {ENV_LAUNCH_RECORD} "
@@ -150,8 +126,6 @@ def resume_point_from_env() -> ResumePoint | None:
 
 def adopt_cpu_drill(trainer: Any) -> None:
     """After BaseTrainer.__init__: with the CPU drill on, a CPU trainer takes the DDP branch with its ranks."""
-    from ultralytics.utils import LOCAL_RANK
-
     n = cpu_ranks()
     if n and trainer.device.type == "cpu":
         trainer.world_size = n
@@ -160,10 +134,6 @@ def adopt_cpu_drill(trainer: Any) -> None:
 
 def setup_process_group(trainer: Any, ultralytics_setup: Callable[[], None]) -> None:
     """Ultralytics' ``_setup_ddp`` with our collective timeout (it asks for 3 hours), or the CPU drill's gloo."""
-    import torch
-    import torch.distributed as dist
-    from ultralytics.utils import RANK
-
     timeout = collective_timeout()
     if trainer.device.type == "cpu":
         torch.set_num_threads(1)  # N ranks on a few cores: one thread each, or they fight over them
@@ -212,9 +182,6 @@ def _children(pid: int) -> list[int]:
 
 def _final_validation_on_cpu() -> None:
     """Ultralytics' validator puts a DDP rank's final validation on ``cuda:<current device>``: the drill's is cpu."""
-    import torch
-    from ultralytics.engine import validator
-
     auto_backend = validator.AutoBackend
     validator.get_torch_device_backend = lambda _type: SimpleNamespace(current_device=lambda: 0)  # no CUDA init
     validator.AutoBackend = lambda *args, device=None, **kwargs: auto_backend(*args, device=torch.device("cpu"),

@@ -20,6 +20,8 @@ from typing import Any, Callable
 import torch
 from ultralytics.data.build import InfiniteDataLoader
 
+from worker.thread_loader import in_loader_thread
+
 PR_SET_PDEATHSIG = 1
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
@@ -115,8 +117,6 @@ def worker_start_method(loader: Any) -> str | None:
 
 
 def _hooked_getitem(self, index):
-    from worker.thread_loader import in_loader_thread
-
     if torch.utils.data.get_worker_info() is not None or in_loader_thread():
         self._sample_hook()
     return self._dataset_class.__getitem__(self, index)

@@ -41,9 +41,9 @@ from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.incident import Incident, Kill, Loss, Stacks
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.signatures import scan
-from supervisor.decision.vocabulary import After, KernelKind, Reason, Remedy, State
+from supervisor.decision.vocabulary import STARTUP_PHASE, After, KernelKind, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.contract import HeartbeatMessage, InForce, MessageKind, Phase
 
 INCIDENTS_KEPT = 20
 MIN_BATCH = 1  # halving the batch after GPU OOM stops here
@@ -320,7 +320,7 @@ class Supervision:
     ranks: dict[int, RankView] = field(default_factory=dict)
     last_progress_at: float | None = None  # monotonic
     progress: Progress = field(default_factory=Progress)
-    in_force: dict[str, Any] = field(default_factory=dict)  # the settings the worker reports really in force
+    in_force: InForce | None = None  # what the worker reports really in force; None before its report
     intervals: dict[str, deque] = field(default_factory=dict)
     throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (monotonic time sent, samples)
     last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
@@ -402,6 +402,10 @@ class Supervision:
             if due.at is None or confirm < due.at:
                 return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
         return due
+
+    def in_force_shown(self) -> dict[str, Any]:
+        """What the worker reported in force, as status and incidents show it ("settings"): {} before its report."""
+        return self.in_force.to_wire() if self.in_force else {}
 
     def batches_per_second(self) -> float | None:
         if len(self.throughput) < 2:
@@ -607,7 +611,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.hang_history.spawned(now.mono)
     s.progress_counter, s.last_progress_at, s.progress_pid, s.ranks = -1, None, None, {}
     s.progress = Progress()
-    s.intervals, s.in_force, s.last_error = {}, {}, None
+    s.intervals, s.in_force, s.last_error = {}, None, None
     s.suspicion = s.oom = None
     s.signatures, s.nan_beats = {}, 0
     s.throughput.clear()
@@ -638,8 +642,8 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: 
     if m.kind == MessageKind.ERROR:
         s.last_error = (m.error or "")[:500]
         return []
-    if m.kind == MessageKind.SETTINGS:
-        s.in_force = dict(m.settings or {})
+    if m.kind == MessageKind.IN_FORCE:
+        s.in_force = m.in_force
         return []
     if m.kind == MessageKind.CHECKPOINT:
         return _checkpoint_saved(s, m, now)
@@ -683,7 +687,8 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: 
     training = m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN
     if training and p.losses:
         s.nan_beats = s.nan_beats + 1 if not all(math.isfinite(v) for v in p.losses.values()) else 0
-        if s.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and s.in_force.get("amp", True) is not False:
+        amp = s.in_force.amp if s.in_force else None
+        if s.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and amp is not False:
             return actions + _begin_stop(s, now, Reason.NAN, "train", remedy={"amp": False}, failure="nan",
                                          detail=f"non-finite losses in {s.nan_beats} batches in a row ({p.losses})")
     if training:
@@ -767,8 +772,8 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     if view.pid != m.pid:
         s.messages_ignored += 1
         return False
-    if m.kind == MessageKind.SETTINGS and m.settings:
-        view.device = str(m.settings.get("device", "")) or None
+    if m.kind == MessageKind.IN_FORCE and m.in_force:
+        view.device = m.in_force.device or None
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
     if m.progress > view.progress:
@@ -800,7 +805,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
                 *_save_failed(s, f"asked to save, the worker {why}", Reason.HANG)]
-    phase = "startup" if s.state == State.STARTING else s.progress.phase
+    phase = STARTUP_PHASE if s.state == State.STARTING else s.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         event = s.suspicion.event
         detail = (f"kernel {event.kind.value} ({event.pattern}) and no progress within "
@@ -828,11 +833,11 @@ def _remedy(s: Supervision, reason: Reason, phase: str, ending: SignatureSeen | 
     """The one place a failure signature becomes a change of settings: for a hang, any seen in this attempt (a
     warning before it); for a crash, only the one of the failure that ended the worker (``ending``)."""
     for seen in s.signatures.values() if reason == Reason.HANG else [ending] if ending else []:
-        if seen.remedy == Remedy.CONV_FALLBACK and reason == Reason.HANG and phase == "startup" \
+        if seen.remedy == Remedy.CONV_FALLBACK and reason == Reason.HANG and phase == STARTUP_PHASE \
                 and s.remedies.get("conv_fallback") != "on":
             return seen, {"conv_fallback": "on"}
         if seen.remedy == Remedy.HALVE_BATCH and reason == Reason.CRASH:
-            batch = s.in_force.get("batch") or s.config.train.get("batch", 16)
+            batch = (s.in_force.batch if s.in_force else None) or s.config.train.get("batch", 16)
             if isinstance(batch, (int, float)) and batch >= 1 and max(MIN_BATCH, int(batch) // 2) < batch:
                 return seen, {"batch": max(MIN_BATCH, int(batch) // 2)}
             return seen, {}
@@ -872,7 +877,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if s.state == State.STARTING:  # before its first batch: no rung changes that, and a repeat is deterministic
         words = s.last_error or event.last_words or how
         if s.startup_failure == f"{failure}|{words}":
-            return _begin_stop(s, now, Reason.CRASH, "startup", failure=failure, then=After.CONFIG_ERROR,
+            return _begin_stop(s, now, Reason.CRASH, STARTUP_PHASE, failure=failure, then=After.CONFIG_ERROR,
                                advice="it failed the same way before its first batch on two attempts in a row, "
                                       "whatever the rung; fix the cause, then run again",
                                detail=f"{how}: {words[:300]}")
@@ -908,7 +913,7 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
     """A first stop request lets the worker save a checkpoint (within save_timeout); a second one kills."""
     detail = f"{event.signal} received"
     if s.state == State.STARTING:  # no batch since the checkpoint it resumed from: nothing new to save
-        return _begin_stop(s, now, Reason.STOP, "startup", detail=detail, then=After.STOP)
+        return _begin_stop(s, now, Reason.STOP, STARTUP_PHASE, detail=detail, then=After.STOP)
     if s.state == State.HEALTHY:
         t = s.config.watchdog.save_timeout
         actions = _begin_stop(s, now, Reason.STOP, s.progress.phase, detail=detail, then=After.STOP,
@@ -953,7 +958,7 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
 def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any]:
     advice = "this one stopped its worker; stop the other, or give each supervisor its own state_dir"
     if s.state in (State.STARTING, State.HEALTHY):
-        phase = "startup" if s.state == State.STARTING else s.progress.phase
+        phase = STARTUP_PHASE if s.state == State.STARTING else s.progress.phase
         return _begin_stop(s, now, Reason.STOP, phase, detail=event.detail, then=After.CONFIG_ERROR, advice=advice)
     if s.state == State.STOPPING and s.stop is not None:
         s.stop.then, s.stop.advice = After.CONFIG_ERROR, advice
@@ -1147,7 +1152,7 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     if incident is None or incident.id != event.incident_id:
         return []
     detail = incident.detail
-    if event.output_note and incident.phase == "startup":
+    if event.output_note and incident.phase == STARTUP_PHASE:
         detail += f"; {event.output_note}"
     _amend(s, incident, processes=event.processes, output_tail=event.output_tail, stacks=event.stacks,
            detail=detail)
@@ -1160,7 +1165,7 @@ def _tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
     plan = s.stop
     s.worker_pid = None
     if plan.incident is not None:
-        _amend(s, plan.incident, last_error=s.last_error, settings=dict(s.in_force),
+        _amend(s, plan.incident, last_error=s.last_error, settings=s.in_force_shown(),
                kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
     if event.survivors:
         s.reboot_needed = True
@@ -1201,7 +1206,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     if plan.point is not None:
         s.rung_hangs[str(s.rung)] = s.rung_hangs.get(str(s.rung), 0) + 1
         repeated = s.hang_history.repeated_point()
-        if repeated is not None and repeated.phase != "startup":
+        if repeated is not None and repeated.phase != STARTUP_PHASE:
             return _finish(s, State.FAILED, Exit(
                 EXIT_CONFIG, f"the same hang {len(s.hang_history.points)} times in a row at epoch {repeated.epoch}, "
                              f"batch {repeated.batch} ({repeated.phase}), whatever the rung: a deterministic hang in "
@@ -1292,7 +1297,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "hangs_by_phase": s.hangs_by_phase, "budget_left": s.budget_left(now.wall),
         "kernel_events": s.kernel_events, "reboot_needed": s.reboot_needed,
         "suspicion": None if s.suspicion is None else s.suspicion.event.message[:200],
-        "worker_pid": s.worker_pid, "resumed_from": s.resumed_from, "settings": s.in_force,
+        "worker_pid": s.worker_pid, "resumed_from": s.resumed_from, "settings": s.in_force_shown(),
         "seconds_since_progress": None if s.last_progress_at is None else now.mono - s.last_progress_at,
         "worker_uptime": None if s.spawned_at is None or s.worker_pid is None else now.mono - s.spawned_at,
         "worker_spawned": s.spawned_wall, "startup_seconds": s.startup_seconds,

@@ -60,9 +60,11 @@ class Remedy(str, Enum):
     CONV_FALLBACK = "conv_fallback"  # a hang before the first batch after MIOpen's warning: the Conv2d fallback on
 
 
-# Where a hang can be detected: before the first batch ("startup"), in a phase of training, or after training was
+# The phase of an incident before the worker's first training batch (its own phase is setup, or none yet).
+STARTUP_PHASE = "startup"
+# Where a hang can be detected: before the first batch (STARTUP_PHASE), in a phase of training, or after training was
 # done and the worker never exited ("done": killed, the run ends as succeeded).
-HANG_PHASES = ("startup",) + tuple(p.value for p in Phase if p != Phase.SETUP)
+HANG_PHASES = (STARTUP_PHASE,) + tuple(p.value for p in Phase if p != Phase.SETUP)
 # The phase label of the metrics: a worker's phase, or "none" while no worker runs.
 NO_PHASE = "none"
 PHASE_LABELS = tuple(p.value for p in Phase) + (NO_PHASE,)

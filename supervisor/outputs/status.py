@@ -11,8 +11,8 @@ import psutil
 from supervisor.sources import process_tree
 from supervisor.outputs import state_file
 from supervisor.config import Config
+from supervisor.decision.vocabulary import FINAL_STATES
 
-FINAL_STATES = {"succeeded", "failed", "stopped"}
 STALE_AFTER = 10.0  # seconds without a state write (the supervisor writes every second) before it counts as stuck
 LIVE_FIGURES = ("it_s", "samples_s", "eta_seconds")  # what only a live supervisor can vouch for
 

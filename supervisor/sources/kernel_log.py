@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from supervisor.sources.kernel_messages import DEFAULT, Catalogue, KernelEvent
 
 KMSG_PATH = "/dev/kmsg"
+SOURCE_CHOICES = ("auto", "kmsg", "journal", "off")  # [kernel_log] source: auto reads kmsg, else the journal
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # The kernel formats at most CONSOLE_EXT_LOG_MAX (8 KiB) per record; a smaller buffer gets EINVAL.
 READ_SIZE = 16384
@@ -384,8 +385,9 @@ def open_kernel_log(
     ``preferred``: ``auto`` (/dev/kmsg if readable, else the journal), ``kmsg``, ``journal`` or ``off``.
     With no source the watchdog goes on without kernel messages; the report says how to fix it.
     """
-    if preferred not in ("auto", "kmsg", "journal", "off"):
-        raise ValueError(f"kernel log source {preferred!r}: expected auto, kmsg, journal or off")
+    if preferred not in SOURCE_CHOICES:
+        raise ValueError(f"kernel log source {preferred!r}: expected {', '.join(SOURCE_CHOICES[:-1])} or "
+                         f"{SOURCE_CHOICES[-1]}")
     if preferred == "off":
         return None, "kernel log: off (configured); stalls are caught by the progress timeouts only"
     kmsg_problem = journal_problem = None

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.utils import _pair
 
+from worker.contract import CONV_FALLBACK_MODES
 from worker.patches.miopen_db import find_kernel_db, gpu_arch_seen_by_runtime, miopen_db_dirs
 
 Pads = tuple[int, int, int, int]  # top, bottom, left, right
@@ -253,9 +254,6 @@ def is_enabled() -> bool:
 
 # -- deciding -----------------------------------------------------------------------------------
 
-MODES = ("auto", "on", "off")
-
-
 def should_enable(
     mode: str,
     env: Mapping[str, str] = os.environ,
@@ -270,8 +268,8 @@ def should_enable(
     kfd topology under ``root``): that is when MIOpen compiles kernels at run time, the case in
     which runs were seen to hang before their first batch.
     """
-    if mode not in MODES:
-        raise ValueError(f"[patches] conv_fallback = {mode!r}: expected one of {', '.join(MODES)}")
+    if mode not in CONV_FALLBACK_MODES:
+        raise ValueError(f"[patches] conv_fallback = {mode!r}: expected one of {', '.join(CONV_FALLBACK_MODES)}")
     if mode == "on":
         return True, "conv_fallback = 'on' in the configuration"
     if mode == "off":
