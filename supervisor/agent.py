@@ -13,6 +13,7 @@ import math
 import os
 import selectors
 import signal
+import socket
 import sys
 import time
 from dataclasses import asdict
@@ -32,6 +33,7 @@ from supervisor.outputs.systemd_notify import Notifier, worker_environ
 from supervisor.sources import process_tree, stacks
 from supervisor.sources.gpu_metrics import sample_all
 from supervisor.sources.kernel_log import KernelLogSource
+from supervisor.sources.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
 from supervisor.sources.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.sources.worker_process import HeartbeatCounts, SpawnError, WorkerProcess, forward, now_iso
 from worker.contract import STANDBY_FLAG, LaunchRecord, Patches, RungSplit, split_rung
@@ -55,7 +57,7 @@ class Agent:
         self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None)
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
-        self.state_dir = StateDir(config.state_dir, config.source)
+        self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
         self.worker: WorkerProcess | None = None
         self.standby: WorkerProcess | None = None  # imported and waiting to be the next attempt ([worker] standby)
         self.heartbeats = HeartbeatCounts()
@@ -185,7 +187,8 @@ class Agent:
 
     # -- the worker --
     def _worker_env(self, rung: RungSplit) -> dict[str, str]:
-        return {**worker_environ(os.environ), **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
+        bounds = {ENV_COLLECTIVE_TIMEOUT: f"{self.config.distributed.collective_timeout:g}"}
+        return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
                 "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
 
     def _spawn(self, action: core.Spawn) -> None:
@@ -231,7 +234,8 @@ class Agent:
             patches=Patches(conv_fallback=self.config.conv_fallback, amp_check=self.config.amp_check),
             resume=str(resume) if resume else None, checkpoint_every=self.config.checkpoint.every,
             faults=tuple(f.to_dict() for f in self.config.faults),
-            fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid())
+            fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid(),
+            rendezvous=rendezvous_of(self.config))
         self.state_dir.launch_record.write_text(record.to_json())
         worker = self._launch_standby(env)
         if worker is None:
@@ -377,6 +381,8 @@ class Agent:
         worker, self.worker = self.worker, None
         if incident is not None:
             incident["time_iso"] = now_iso(incident["time"])
+            if "node_rank" in incident:
+                incident["host"] = socket.gethostname()
             incident["processes"] = (worker.tree_snapshot(self._spare()) if worker
                                      else process_tree.snapshot(process_tree.tree(spare=self._spare())))
             if worker:

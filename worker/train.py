@@ -113,10 +113,14 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
         args["model"] = resume
     trainer_cls = supervised_trainer(task)
     link = link_from_record(record, hb, resume_point=resume_point)
+    if record.rendezvous is not None:
+        from worker import multinode
+
+        multinode.install(record.rendezvous, record_path or ".")
     trainer = trainer_cls(overrides=args, supervision=link)
     CLOCK.mark("trainer (checkpoint read, arguments)")
     if trainer.ddp:  # Ultralytics will train in ranks under torch.distributed.run: tell them where we are
-        return train_in_ranks(trainer, record_path, hb)
+        return train_in_ranks(trainer, record_path, hb, record)
     try:
         trainer.train()
     except StopForSupervisor:
@@ -126,25 +130,35 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
     return 0
 
 
-def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat) -> int:
+def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record: LaunchRecord) -> int:
     """Ultralytics' own DDP launch, each rank supervised (worker/ddp.py). A rank that fails fails the launch; after
     the supervisor's "save and exit" that is rank 0 stopping as asked."""
     import subprocess
 
-    from worker import ddp
+    from worker import ddp, multinode
 
     if record_path is None:
         raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
     ddp.prepare_ranks(record_path, hb.fd, trainer.supervision.resume_point)
     signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))
+    began = time.monotonic()
     try:
         trainer.train()
     except subprocess.CalledProcessError as e:
         if STOP_REQUESTED:
             return 0
+        if record.rendezvous is not None:
+            code, line = multinode.launch_failure(record.rendezvous, multinode.started_dir(), began)
+            print(line, file=sys.stderr, flush=True)
+            return code
         print(f"yolo-train worker: a rank failed (torch.distributed.run exited with {e.returncode})",
               file=sys.stderr, flush=True)
         return 1
+    finally:
+        if record.rendezvous is not None:
+            import shutil
+
+            shutil.rmtree(multinode.started_dir(), ignore_errors=True)
     hb.phase("done")
     trainer.supervision.faults.after_done()
     return 0
@@ -250,7 +264,9 @@ class SupervisedTrainerMixin:
         if supervision is None:  # a DDP rank: Ultralytics' script rebuilds us with its arguments only
             from worker.ddp import rank_link
             from worker.exact_resume import patch_training_loop_enumerate
+            from worker.multinode import mark_rank_started
 
+            mark_rank_started()
             supervision = rank_link()
             patch_training_loop_enumerate()
         self.supervision = supervision  # set first: BaseTrainer.__init__ calls check_resume
@@ -261,8 +277,10 @@ class SupervisedTrainerMixin:
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         super().__init__(*args, **kwargs)
         from worker.ddp import adopt_cpu_drill
+        from worker.multinode import adopt_world
 
         adopt_cpu_drill(self)
+        adopt_world(self)
         # BaseTrainer.__init__ forces workers=0 on CPU, which would make DataLoader-worker hangs impossible
         # to reproduce there; honour what was asked.
         requested = supervision.forced.get("workers", kwargs.get("overrides", {}).get("workers"))
@@ -283,8 +301,10 @@ class SupervisedTrainerMixin:
 
     def _setup_ddp(self) -> None:
         from worker.ddp import setup_process_group
+        from worker.multinode import check_hosts_agree
 
         setup_process_group(self, super()._setup_ddp)
+        check_hosts_agree()
 
     def check_resume(self, overrides: dict[str, Any]) -> None:
         super().check_resume(overrides)

@@ -266,6 +266,7 @@ class RankView:
     """One rank of a distributed worker, as its own heartbeats show it."""
     pid: int
     device: str | None = None
+    local_rank: int | None = None  # its rank on this host, where hosts are several
     progress: int = -1
     last_progress_at: float | None = None  # monotonic
 
@@ -651,9 +652,10 @@ def _probe_check(s: Supervision, now: Now) -> list[Any]:
 
 
 def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
-    """Every rank's beats keep its own liveness; only rank 0's go on to count as the run's progress. A rank is the
-    pid that first spoke for it: its DataLoader workers inherit RANK and must not speak for it."""
-    view = s.ranks.setdefault(m.rank, RankView(pid=m.pid))
+    """Every rank's beats keep its own liveness; only this host's first rank's (rank 0, or local rank 0 of a host
+    among several) go on to count as the run's progress. A rank is the pid that first spoke for it: its DataLoader
+    workers inherit RANK and must not speak for it."""
+    view = s.ranks.setdefault(m.rank, RankView(pid=m.pid, local_rank=m.local_rank))
     if view.pid != m.pid:
         s.messages_ignored += 1
         return False
@@ -663,7 +665,13 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
         s.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
     if m.progress > view.progress:
         view.progress, view.last_progress_at = m.progress, now.mono
-    return m.rank == 0
+    return (m.rank if m.local_rank is None else m.local_rank) == 0
+
+
+def _stopped_first(s: Supervision) -> int | None:
+    """The rank whose progress is the oldest: under a collective the others wait for it, so it stopped first."""
+    seen = [(v.last_progress_at, r) for r, v in s.ranks.items() if v.last_progress_at is not None]
+    return min(seen)[1] if len(seen) > 1 else None
 
 
 def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -881,6 +889,10 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         "seconds_since_progress": None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
         "last_progress_wall": None if s.last_progress_at is None else now.wall - (now.mono - s.last_progress_at),
     }
+    if s.ranks:
+        incident["stopped_first_rank"] = _stopped_first(s)
+    if s.config.distributed.several_hosts:
+        incident["node_rank"] = s.config.distributed.node_rank
     if kernel_events:
         incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
     # A stop that saves loses nothing, nor does a kill after training was done (then=SUCCEED).
@@ -1044,7 +1056,8 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "goodput": s.goodput(now.wall), "run_started": s.run_started_wall,
         "rung_speed": s.rung_speed(s.rung), "rung0_speed": s.rung_speed(0),
         "rung_speeds": {k: s.rung_speed(int(k)) for k in s.rung_speeds},
-        "ranks": [{"rank": r, "pid": v.pid, "device": v.device,
+        "node_rank": s.config.distributed.node_rank if s.config.distributed.several_hosts else None,
+        "ranks": [{"rank": r, "local_rank": v.local_rank, "pid": v.pid, "device": v.device,
                    "seconds_since_progress": None if v.last_progress_at is None else now.mono - v.last_progress_at}
                   for r, v in sorted(s.ranks.items())],
         "probe": {"in_seconds": s.probe_in(), "from": s.probing_from, "probation": s.probation,

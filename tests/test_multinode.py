@@ -1,0 +1,215 @@
+"""Several hosts: each host's supervisor launches its ranks through torch.distributed.run's c10d rendezvous.
+
+On one machine, two supervisors play two hosts (127.0.0.1, gloo, one CPU rank each) sharing one run directory.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from supervisor.config import ConfigError, parse
+from tests.conftest import ROOT, read_incidents, read_state
+
+HOST = """
+name = "host-{node_rank}"
+[train]
+data = "demo"
+model = "yolov8n.yaml"
+epochs = 2
+imgsz = 64
+batch = 4
+workers = 0
+device = "cpu"
+plots = false
+[distributed]
+nnodes = 2
+node_rank = {node_rank}
+rdzv_endpoint = "127.0.0.1:{port}"
+rdzv_id = "{rdzv_id}"
+run_dir = "{run_dir}"
+collective_timeout = 120
+join_timeout = {join_timeout}
+[worker]
+standby = false
+[metrics]
+listen = "off"
+[kernel_log]
+source = "off"
+gpu_events = "off"
+[watchdog]
+startup_timeout = 240
+stall_timeout = 20                          # B notices its frozen rank well before A's collective times out
+[restart]
+backoff_initial = 0.5
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: float = 300) -> subprocess.Popen:
+    config = tmp_path / f"host-{node_rank}.toml"
+    config.write_text(HOST.format(node_rank=node_rank, port=port, rdzv_id=rdzv_id, run_dir=tmp_path / "shared",
+                                  join_timeout=join_timeout))
+    log = open(tmp_path / f"host-{node_rank}.log", "w")
+    return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                             str(tmp_path / f"state-{node_rank}")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def ours(tmp_path, rdzv_id: str) -> list[psutil.Process]:
+    """Processes of either host's tree still alive: launchers (the rdzv id in their arguments), ranks (their start
+    markers under tmp_path in their environment) and supervisors."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            text = " ".join(p.cmdline()) + " " + p.environ().get("YOLO_TRAIN_RANKS_STARTED", "")
+        except (psutil.Error, OSError):
+            continue
+        if rdzv_id in text or str(tmp_path) in text:
+            found.append(p)
+    return found
+
+
+@pytest.mark.e2e
+def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_and_both_finish(tmp_path):
+    port, rdzv_id = free_port(), f"job-{os.getpid()}"
+    hosts = [start_host(tmp_path, 0, port, rdzv_id), start_host(tmp_path, 1, port, rdzv_id)]
+    try:
+        b_state = tmp_path / "state-1"
+        deadline = time.monotonic() + 400
+        frozen = None
+        while frozen is None:  # host B's rank, training epoch 2 of 2, after epoch 1's last.pt
+            assert time.monotonic() < deadline and all(h.poll() is None for h in hosts), \
+                (tmp_path / "host-1.log").read_text()[-3000:]
+            time.sleep(0.5)
+            try:
+                status = read_state(b_state)["status"]
+            except (OSError, ValueError, KeyError):
+                continue
+            # a batch of epoch 2 trained (at an epoch's start, before its first batch, the epoch end's timeout holds)
+            if status["state"] == "healthy" and status["epoch"] == 2 and status["phase"] == "train" \
+                    and 1 <= status["batch"] <= status["batches"] - 3 and status["ranks"]:
+                frozen = status["ranks"][0]["pid"]
+        os.kill(frozen, signal.SIGSTOP)
+        codes = [h.wait(timeout=max(60.0, deadline - time.monotonic())) for h in hosts]
+    finally:
+        for h in hosts:
+            if h.poll() is None:
+                h.kill()
+                h.wait()
+    logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
+    assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
+
+    a, b = (read_state(tmp_path / f"state-{n}")["status"] for n in (0, 1))
+    for host in (a, b):
+        assert host["state"] == "succeeded" and (host["epoch"], host["epochs"]) == (2, 2)
+        assert host["attempt"] >= 2 and host["resumed_from"] == str(tmp_path / "shared" / "weights" / "last.pt")
+        assert host["settings"]["resumed"] is True
+    assert (tmp_path / "shared" / "weights" / "best.pt").exists()
+    # the same checkpoint: both hosts' last attempts began at the same epoch of it
+    assert a["settings"]["start_epoch"] == b["settings"]["start_epoch"] == 2
+    assert a["node_rank"] == 0 and b["node_rank"] == 1
+    assert sorted(r["rank"] for r in a["ranks"] + b["ranks"]) == [0, 1]
+
+    hang = read_incidents(tmp_path / "state-1")[0]
+    assert (hang["reason"], hang["phase"], hang["node_rank"]) == ("hang", "train", 1)
+    assert hang["host"] == socket.gethostname() and "stopped_first_rank" in hang
+    assert frozen in [p["pid"] for p in hang["processes"]]
+    peer = read_incidents(tmp_path / "state-0")
+    assert peer and peer[0]["node_rank"] == 0  # host A's ranks failed with their peer and were restarted
+    assert ours(tmp_path, rdzv_id) == []
+
+
+def distributed(**table):
+    base = {"nnodes": 2, "node_rank": 0, "rdzv_endpoint": "10.0.0.1:29400", "rdzv_id": "job", "run_dir": "/shared"}
+    return {"train": {"data": "demo"}, "distributed": {**base, **table}}
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"nnodes": 0}, r"distributed\.nnodes: expected the number of hosts, a whole number >= 1, got 0"),
+    ({"nnodes": True}, r"distributed\.nnodes: expected .* got true"),
+    ({"node_rank": 2}, r"distributed\.node_rank: expected this host's number, a whole number from 0 to 1"),
+    ({"node_rank": -1}, r"distributed\.node_rank: expected"),
+    ({"rdzv_endpoint": "10.0.0.1"}, r"distributed\.rdzv_endpoint: expected \"HOST:PORT\""),
+    ({"rdzv_endpoint": "10.0.0.1:0"}, r"distributed\.rdzv_endpoint: expected"),
+    ({"rdzv_endpoint": "bad host:29400"}, r"distributed\.rdzv_endpoint: expected"),
+    ({"rdzv_id": ""}, r"distributed\.rdzv_id: expected the job's name"),
+    ({"run_dir": None}, r"distributed\.run_dir: expected a directory on storage every host shares"),
+    ({"collective_timeout": 0}, r"distributed\.collective_timeout: expected seconds"),
+    ({"join_timeout": "10m"}, r"distributed\.join_timeout: expected seconds"),
+    ({"hosts": 2}, r"\[distributed\]: unknown key 'hosts'"),
+])
+def test_a_bad_distributed_table_is_one_line_naming_the_key(table, message):
+    raw = distributed(**table)
+    raw["distributed"] = {k: v for k, v in raw["distributed"].items() if v is not None}
+    with pytest.raises(ConfigError, match=message) as e:
+        parse(raw, "host.toml")
+    assert "\n" not in str(e.value) and str(e.value).startswith("host.toml: ")
+
+
+def test_a_bad_distributed_table_exits_78_from_the_cli(tmp_path):
+    config = tmp_path / "host.toml"
+    config.write_text('[train]\ndata = "demo"\n[distributed]\nnnodes = 2\nnode_rank = 5\n'
+                      'rdzv_endpoint = "127.0.0.1:29400"\nrdzv_id = "job"\nrun_dir = "/shared"\n')
+    result = subprocess.run([sys.executable, "-m", "supervisor", "check-config", "--config", str(config)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 78
+    assert result.stderr.strip().count("\n") == 0 and "distributed.node_rank" in result.stderr
+
+
+def test_a_good_table_gives_the_launcher_its_rendezvous_and_every_host_the_same_fingerprint():
+    from supervisor.sources.rendezvous import rendezvous_of
+    from worker.multinode import launcher_argv
+
+    a, b = (parse(distributed(node_rank=n), "host.toml") for n in (0, 1))
+    assert a.distributed.collective_timeout == 600 and a.distributed.join_timeout == 600
+    ra, rb = rendezvous_of(a), rendezvous_of(b)
+    assert ra.fingerprint == rb.fingerprint and (ra.node_rank, rb.node_rank) == (0, 1)
+    other = rendezvous_of(parse({**distributed(node_rank=1), "train": {"data": "demo", "epochs": 5}}, "host.toml"))
+    assert other.fingerprint != ra.fingerprint
+    argv = launcher_argv("python", 2, rb, "script.py")
+    assert argv[:3] == ["python", "-m", "torch.distributed.run"] and argv[-1] == "script.py"
+    flags = dict(zip(argv[3:-1:2], argv[4:-1:2]))
+    assert flags == {"--nnodes": "2", "--nproc-per-node": "2", "--node-rank": "1", "--rdzv-backend": "c10d",
+                     "--rdzv-endpoint": "10.0.0.1:29400", "--rdzv-id": "job", "--max-restarts": "0",
+                     "--rdzv-conf": "is_host=false,join_timeout=600,read_timeout=600"}
+    assert rendezvous_of(parse({"train": {"data": "demo"}}, "one.toml")) is None
+
+
+def test_the_collective_timeout_variable_is_the_one_the_ranks_read():
+    from supervisor.sources import rendezvous
+    from worker import ddp
+
+    assert rendezvous.ENV_COLLECTIVE_TIMEOUT == ddp.ENV_COLLECTIVE_TIMEOUT
+
+
+def test_a_host_among_several_reports_progress_through_its_local_rank_0():
+    """Global rank 0 trains on one host only: the other's supervisor reads its own first rank's batches."""
+    from supervisor.decision import core
+    from supervisor.decision.ladder import build_ladder
+    from worker.contract import HeartbeatMessage, MessageKind, Phase
+
+    config = parse(distributed(node_rank=1), "host.toml")
+    s = core.Supervision(config, build_ladder(None, 2))
+    now = core.Now(mono=100.0, wall=1000.0)
+    core.decide(s, core.Boot(), now)
+    core.decide(s, core.Spawned(pid=10, resumed_from=None), now)
+    beat = HeartbeatMessage(pid=12, kind=MessageKind.BEAT, phase=Phase.TRAIN, progress=3, epoch=1, epochs=3,
+                            batch=1, batches=4, rank=1, local_rank=0)
+    core.decide(s, core.HeartbeatReceived(beat), now)
+    assert s.state.value == "healthy" and s.progress.batch == 1
+    view = core.snapshot(s, now)
+    assert view["node_rank"] == 1 and view["ranks"] == [
+        {"rank": 1, "local_rank": 0, "pid": 12, "device": None, "seconds_since_progress": 0.0}]
