@@ -28,6 +28,7 @@ from supervisor.decision.vocabulary import KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file
 from supervisor.outputs.incidents import one_line, stacks_path
+from supervisor.outputs.job_ladder import JobLadderFile
 from supervisor.outputs.state_dir import StateDir
 from supervisor.outputs.systemd_notify import Notifier, worker_environ
 from supervisor.sources import process_tree, stacks
@@ -58,6 +59,8 @@ class Agent:
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
+        self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
+            if config.distributed.several_hosts else None
         self.worker: WorkerProcess | None = None
         self.standby: WorkerProcess | None = None  # imported and waiting to be the next attempt ([worker] standby)
         self.heartbeats = HeartbeatCounts()
@@ -148,6 +151,10 @@ class Agent:
         return core.Now(mono=time.monotonic(), wall=time.time())
 
     def handle(self, event: Any) -> None:
+        if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead)):
+            decision = self.job_ladder.read_if_changed()  # another host's, before this event is judged
+            if decision is not None:
+                self.handle(decision)
         _, actions = core.decide(self.s, event, self.now())
         for action in actions:
             self._execute(action)
@@ -180,6 +187,12 @@ class Agent:
             note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
             if note:
                 log.error(note)
+        elif isinstance(action, core.PublishLadder):
+            try:
+                self.job_ladder.publish(action)
+            except OSError as e:
+                log.error(f"cannot write the job-wide ladder decision to {self.job_ladder.path} ({e.strerror}): the "
+                          f"other hosts stay on their rung")
         elif isinstance(action, core.Exit):
             pass  # the loop ends on s.exit
         else:

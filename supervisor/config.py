@@ -182,7 +182,7 @@ class DistributedConfig:
     rdzv_id: str | None = None
     run_dir: Path | None = None
     collective_timeout: float = 600.0
-    join_timeout: float = 600.0
+    join_timeout: float = 300.0
 
     @property
     def several_hosts(self) -> bool:
@@ -249,7 +249,8 @@ def load(path: Path | None, state_dir: Path | None = None) -> Config:
 def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: Path | None = None) -> Config:
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
-                         "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents", "distributed"})
+                         "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents",
+                         "distributed"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -289,6 +290,11 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     if patches.get("amp_check", "local") not in ("local", "off", "ultralytics"):
         check.fail("patches.amp_check", '"local", "off" or "ultralytics"', patches["amp_check"])
     distributed = check.distributed(raw.get("distributed", {}), command is not None, path)
+    if distributed.several_hosts and watchdog.startup_timeout is not None \
+            and distributed.join_timeout >= watchdog.startup_timeout:
+        check.fail("distributed.join_timeout", f"less than watchdog.startup_timeout ({watchdog.startup_timeout:g} s), "
+                                               f"which bounds a start including the wait for the other hosts",
+                   distributed.join_timeout)
     chosen_dir = state_dir or raw.get("state_dir") or default_state_dir(name)
     config = Config(path=path, name=name, state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute(),
                     train=train, watchdog=watchdog, restart=restart, ladder=ladder, probe=probe, incidents=incidents,

@@ -45,7 +45,7 @@ source = "off"
 gpu_events = "off"
 [watchdog]
 startup_timeout = 240
-stall_timeout = 20                          # B notices its frozen rank well before A's collective times out
+stall_timeout = {stall_timeout}
 [restart]
 backoff_initial = 0.5
 """
@@ -57,10 +57,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: float = 300) -> subprocess.Popen:
+def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: float = 180,
+               stall_timeout: float = 90) -> subprocess.Popen:
     config = tmp_path / f"host-{node_rank}.toml"
     config.write_text(HOST.format(node_rank=node_rank, port=port, rdzv_id=rdzv_id, run_dir=tmp_path / "shared",
-                                  join_timeout=join_timeout))
+                                  join_timeout=join_timeout, stall_timeout=stall_timeout))
     log = open(tmp_path / f"host-{node_rank}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(tmp_path / f"state-{node_rank}")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -85,7 +86,9 @@ def ours(tmp_path, rdzv_id: str) -> list[psutil.Process]:
 @pytest.mark.e2e
 def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_and_both_finish(tmp_path):
     port, rdzv_id = free_port(), f"job-{os.getpid()}"
-    hosts = [start_host(tmp_path, 0, port, rdzv_id), start_host(tmp_path, 1, port, rdzv_id)]
+    # B's own watchdog notices its frozen rank first; A's rank only waits on it in a collective: A learns through
+    # its ranks' failure once B's are killed (A's stall timeout is longer than B's detection and kill)
+    hosts = [start_host(tmp_path, 0, port, rdzv_id), start_host(tmp_path, 1, port, rdzv_id, stall_timeout=15)]
     try:
         b_state = tmp_path / "state-1"
         deadline = time.monotonic() + 400
@@ -101,7 +104,7 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
             # a batch of epoch 2 trained (at an epoch's start, before its first batch, the epoch end's timeout holds)
             if status["state"] == "healthy" and status["epoch"] == 2 and status["phase"] == "train" \
                     and 1 <= status["batch"] <= status["batches"] - 3 and status["ranks"]:
-                frozen = status["ranks"][0]["pid"]
+                frozen, frozen_rank = status["ranks"][0]["pid"], status["ranks"][0]["rank"]
         os.kill(frozen, signal.SIGSTOP)
         codes = [h.wait(timeout=max(60.0, deadline - time.monotonic())) for h in hosts]
     finally:
@@ -123,12 +126,18 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     assert a["node_rank"] == 0 and b["node_rank"] == 1
     assert sorted(r["rank"] for r in a["ranks"] + b["ranks"]) == [0, 1]
 
-    hang = read_incidents(tmp_path / "state-1")[0]
+    [hang] = read_incidents(tmp_path / "state-1")
     assert (hang["reason"], hang["phase"], hang["node_rank"]) == ("hang", "train", 1)
-    assert hang["host"] == socket.gethostname() and "stopped_first_rank" in hang
+    assert hang["host"] == socket.gethostname() and hang["stopped_first_rank"] == frozen_rank
     assert frozen in [p["pid"] for p in hang["processes"]]
-    peer = read_incidents(tmp_path / "state-0")
-    assert peer and peer[0]["node_rank"] == 0  # host A's ranks failed with their peer and were restarted
+    [peer] = read_incidents(tmp_path / "state-0")  # host A's rank failed with its peer, and A restarted
+    assert (peer["reason"], peer["node_rank"]) == ("crash", 0), peer["detail"]
+    # and its incident names the host and rank that stopped first
+    assert {k: peer["caused_by"][k] for k in ("node_rank", "stopped_first_rank", "reason", "id")} == \
+        {"node_rank": 1, "stopped_first_rank": frozen_rank, "reason": "hang", "id": hang["id"]}
+    # the ladder decision is the job's: B's hang moved both hosts one rung safer
+    assert a["rung"] == b["rung"] == 1
+    assert json.loads((tmp_path / "shared" / "job-ladder.json").read_text())["node_rank"] == 1
     assert ours(tmp_path, rdzv_id) == []
 
 
@@ -150,6 +159,7 @@ def distributed(**table):
     ({"collective_timeout": 0}, r"distributed\.collective_timeout: expected seconds"),
     ({"join_timeout": "10m"}, r"distributed\.join_timeout: expected seconds"),
     ({"hosts": 2}, r"\[distributed\]: unknown key 'hosts'"),
+    ({"join_timeout": 600}, r"distributed\.join_timeout: expected less than watchdog\.startup_timeout \(600 s\)"),
 ])
 def test_a_bad_distributed_table_is_one_line_naming_the_key(table, message):
     raw = distributed(**table)
@@ -174,7 +184,7 @@ def test_a_good_table_gives_the_launcher_its_rendezvous_and_every_host_the_same_
     from worker.multinode import launcher_argv
 
     a, b = (parse(distributed(node_rank=n), "host.toml") for n in (0, 1))
-    assert a.distributed.collective_timeout == 600 and a.distributed.join_timeout == 600
+    assert a.distributed.collective_timeout == 600 and a.distributed.join_timeout == 300
     ra, rb = rendezvous_of(a), rendezvous_of(b)
     assert ra.fingerprint == rb.fingerprint and (ra.node_rank, rb.node_rank) == (0, 1)
     other = rendezvous_of(parse({**distributed(node_rank=1), "train": {"data": "demo", "epochs": 5}}, "host.toml"))
@@ -184,7 +194,7 @@ def test_a_good_table_gives_the_launcher_its_rendezvous_and_every_host_the_same_
     flags = dict(zip(argv[3:-1:2], argv[4:-1:2]))
     assert flags == {"--nnodes": "2", "--nproc-per-node": "2", "--node-rank": "1", "--rdzv-backend": "c10d",
                      "--rdzv-endpoint": "10.0.0.1:29400", "--rdzv-id": "job", "--max-restarts": "0",
-                     "--rdzv-conf": "is_host=false,join_timeout=600,read_timeout=600"}
+                     "--rdzv-conf": "is_host=false,join_timeout=300,read_timeout=300"}
     assert rendezvous_of(parse({"train": {"data": "demo"}}, "one.toml")) is None
 
 
@@ -213,3 +223,84 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
     view = core.snapshot(s, now)
     assert view["node_rank"] == 1 and view["ranks"] == [
         {"rank": 1, "local_rank": 0, "pid": 12, "device": None, "seconds_since_progress": 0.0}]
+
+
+def several_hosts(node_rank: int):
+    from supervisor.decision import core
+    from supervisor.decision.ladder import build_ladder
+
+    s = core.Supervision(parse(distributed(node_rank=node_rank), "host.toml"), build_ladder(None, 2))
+    core.decide(s, core.Boot(), core.Now(mono=0.0, wall=1000.0))
+    core.decide(s, core.Spawned(pid=10, resumed_from=None), core.Now(mono=0.0, wall=1000.0))
+    return s
+
+
+def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host_restarts_on_that_rung():
+    from supervisor.decision import core
+    from worker.contract import HeartbeatMessage, MessageKind, Phase
+
+    b = several_hosts(1)
+    for i, t in enumerate((1.0, 2.0, 3.0)):
+        beat = HeartbeatMessage(pid=12, kind=MessageKind.BEAT, phase=Phase.TRAIN, progress=i + 1, epoch=1,
+                                epochs=2, batch=i + 1, batches=8, rank=0)
+        core.decide(b, core.HeartbeatReceived(beat), core.Now(mono=t, wall=1000.0 + t))
+    _, actions = core.decide(b, core.Tick(), core.Now(mono=600.0, wall=1600.0))
+    kinds = [type(a).__name__ for a in actions]
+    assert kinds.index("PublishLadder") < kinds.index("KillTree")
+    [decision] = [a for a in actions if isinstance(a, core.PublishLadder)]
+    assert (decision.seq, decision.rung) == (1, 1)
+    [hang] = b.incidents
+    assert decision.cause == {"id": hang["id"], "reason": "hang", "phase": "train", "stopped_first_rank": 0}
+    _, actions = core.decide(b, core.TreeKilled(3), core.Now(mono=601.0, wall=1601.0))
+    assert b.rung == 1 and [a.rung for a in actions if isinstance(a, core.Spawn)] == [1]
+
+    a = several_hosts(0)
+    read = core.JobLadderRead(seq=decision.seq, rung=decision.rung, remedies=decision.remedies, node_rank=1,
+                              host="b", cause=decision.cause)
+    _, actions = core.decide(a, read, core.Now(mono=5.0, wall=1005.0))
+    assert a.rung == 1 and a.job_seq == 1 and "host 1 moved the job to rung 1" in actions[0].text
+    core.decide(a, core.WorkerExited(1), core.Now(mono=6.0, wall=1006.0))  # its rank failed with B's
+    [crash] = a.incidents
+    assert crash["caused_by"] == {**decision.cause, "node_rank": 1, "host": "b"}
+    _, actions = core.decide(a, core.TreeKilled(0), core.Now(mono=7.0, wall=1007.0))
+    assert a.rung == 1 and a.state.value == "backoff"  # a crash: the same rung, the job's
+    assert not any(isinstance(x, core.PublishLadder) for x in actions)
+    # an older decision, or its own, moves nothing; one host alone ignores the file
+    assert core.decide(a, core.JobLadderRead(0, 3, {}, 1), core.Now(mono=8.0, wall=1008.0))[1] == []
+    assert core.decide(a, core.JobLadderRead(2, 3, {}, 0), core.Now(mono=8.0, wall=1008.0))[1] == []
+    assert a.rung == 1 and core.Supervision(a.config, a.ladder).persistent()["job_seq"] == 0
+    assert a.persistent()["job_seq"] == 1
+
+
+def test_the_job_ladder_file_is_read_once_per_change(tmp_path):
+    from supervisor.decision import core
+    from supervisor.outputs.job_ladder import JobLadderFile
+
+    a, b = JobLadderFile(tmp_path / "shared", 0), JobLadderFile(tmp_path / "shared", 1)
+    assert a.read_if_changed() is None
+    b.publish(core.PublishLadder(seq=2, rung=3, remedies={"batch": 2}, cause={"reason": "hang"}))
+    assert a.read_if_changed() == core.JobLadderRead(seq=2, rung=3, remedies={"batch": 2}, node_rank=1,
+                                                     host=socket.gethostname(), cause={"reason": "hang"})
+    assert a.read_if_changed() is None
+    (tmp_path / "shared" / "job-ladder.json").write_text("{torn")
+    assert a.read_if_changed() is None
+
+
+@pytest.mark.e2e
+def test_a_host_alone_waits_join_timeout_then_exits_78_in_one_line(tmp_path):
+    """Host 0 alone hosts the store and nobody joins; host 1 alone finds no store at the endpoint."""
+    hosts = [start_host(tmp_path, n, free_port(), f"alone-{n}-{os.getpid()}", join_timeout=15) for n in (0, 1)]
+    try:
+        codes = [h.wait(timeout=240) for h in hosts]
+    finally:
+        for h in hosts:
+            if h.poll() is None:
+                h.kill()
+                h.wait()
+    logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
+    assert codes == [78, 78], "\n".join(log[-3000:] for log in logs)
+    for n, log in enumerate(logs):
+        [line] = [x for x in log.splitlines() if "did not complete in" in x and x.startswith("yolo-train worker:")]
+        assert f"host {n} of 2: the rendezvous at 127.0.0.1:" in line and "join_timeout 15 s" in line
+        assert read_state(tmp_path / f"state-{n}")["status"]["attempt"] == 1  # no restart loop
+    assert ours(tmp_path, "alone-") == []

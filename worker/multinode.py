@@ -46,6 +46,9 @@ def install(rendezvous: Rendezvous, record_path: str) -> Path:
         from ultralytics.utils.dist import generate_ddp_file
 
         file = generate_ddp_file(trainer)
+        print(f"yolo-train worker: host {rendezvous.node_rank} of {rendezvous.nnodes}: {trainer.world_size} local "
+              f"rank(s) meet the other hosts at {rendezvous.endpoint} (rdzv_id {rendezvous.rdzv_id!r}), waiting up "
+              f"to {rendezvous.join_timeout:g} s for all of them", flush=True)
         return launcher_argv(sys.executable, trainer.world_size, rendezvous, file), file
 
     engine.generate_ddp_command = through_the_rendezvous

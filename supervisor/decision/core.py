@@ -134,6 +134,18 @@ class StopRequested:
 
 
 @dataclass(frozen=True)
+class JobLadderRead:
+    """Several hosts: the job-wide ladder decision as the shared run directory holds it (outputs/job_ladder.py),
+    read before every event but heartbeats whenever the file changed."""
+    seq: int  # decisions made so far, job-wide: a newer one wins
+    rung: int
+    remedies: dict[str, Any]
+    node_rank: int  # the host that made it
+    host: str = ""
+    cause: dict[str, Any] = field(default_factory=dict)  # its incident: id, reason, phase, the rank that stopped first
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed; deadlines are checked."""
 
@@ -159,6 +171,16 @@ class PrepareStandby:
     does not pay for them. Asked for once the attempt trains (never beside a start, whose CPU it would take), with
     the settings of the rung a hang would move to: a standby serves only a launch in the environment it began in."""
     rung_settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PublishLadder:
+    """Several hosts: this host decided where the job goes on the ladder; said before its tree is killed, so the
+    other hosts, whose ranks fail with it, restart on the same rung."""
+    seq: int
+    rung: int
+    remedies: dict[str, Any]
+    cause: dict[str, Any] = field(default_factory=dict)  # the incident behind it, for the other hosts' incidents
 
 
 @dataclass(frozen=True)
@@ -333,6 +355,8 @@ class Supervision:
     rung_speeds: dict[str, list[float]] = field(default_factory=dict)  # rung -> recent it/s samples
     startup_failure: str | None = None  # the last attempt's failure and last words, when it failed before a batch
     training_fingerprint: str | None = None  # the [train] table and ladder the rung was climbed under
+    job_seq: int = 0  # several hosts: the newest job-wide ladder decision this host knows (JobLadderRead)
+    peer_cause: dict[str, Any] | None = None  # another host's decision in this attempt: why this host's ranks fail
 
     # -- derived values, for the agent, status and metrics --
     def deadline(self) -> Deadline:
@@ -420,6 +444,7 @@ class Supervision:
                 "startup_failure": self.startup_failure, "training_fingerprint": self.training_fingerprint,
                 "rung_entered_trained": self.rung_entered_trained, "probation": self.probation,
                 "rung_hangs": self.rung_hangs, "probing_from": self.probing_from, "rung_speeds": self.rung_speeds,
+                "job_seq": self.job_seq,
                 "checkpoint": None if self.checkpoint is None else asdict(self.checkpoint)}
 
     def restore(self, record: dict[str, Any]) -> None:
@@ -444,6 +469,7 @@ class Supervision:
         self.probing_from = record.get("probing_from")
         self.rung_speeds = {str(k): [float(x) for x in v] for k, v in (record.get("rung_speeds") or {}).items()}
         self.training_fingerprint = record.get("training_fingerprint")
+        self.job_seq = int(record.get("job_seq") or 0)
         mark = record.get("checkpoint")
         if isinstance(mark, dict):
             self.checkpoint = CheckpointMark(**{**mark, "mono": -math.inf})  # its age is read from the wall clock
@@ -482,6 +508,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _signature(s, event)
     if isinstance(event, SupervisorPaused):
         return _paused(s, event)
+    if isinstance(event, JobLadderRead):
+        return _job_ladder(s, event)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -532,7 +560,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.progress_counter, s.last_progress_at, s.progress_pid, s.ranks = -1, None, None, {}
     s.progress = Progress()
     s.intervals, s.in_force, s.last_error = {}, {}, None
-    s.suspicion = s.oom = None
+    s.suspicion = s.oom = s.peer_cause = None
     s.signatures, s.nan_beats = {}, 0
     s.throughput.clear()
     s.healthy_since, s.batches_since_checkpoint, s.epoch_end_gap, s.train_beats = None, 0, 0.0, 0
@@ -648,7 +676,8 @@ def _probe_check(s: Supervision, now: Now) -> list[Any]:
     s.stop = StopPlan(Reason.PROBE, After.RESTART, incident={},
                       save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED))
     return [Log("info", f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung {s.rung - 1} "
-                        f"({s.ladder.label(s.rung - 1)}) at this checkpoint"), RequestCheckpoint()]
+                        f"({s.ladder.label(s.rung - 1)}) at this checkpoint"),
+            *_publish(s, s.rung - 1, s.remedies, {"reason": Reason.PROBE.value}), RequestCheckpoint()]
 
 
 def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
@@ -671,7 +700,7 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
 def _stopped_first(s: Supervision) -> int | None:
     """The rank whose progress is the oldest: under a collective the others wait for it, so it stopped first."""
     seen = [(v.last_progress_at, r) for r, v in s.ranks.items() if v.last_progress_at is not None]
-    return min(seen)[1] if len(seen) > 1 else None
+    return min(seen)[1] if seen else None
 
 
 def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -893,6 +922,8 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         incident["stopped_first_rank"] = _stopped_first(s)
     if s.config.distributed.several_hosts:
         incident["node_rank"] = s.config.distributed.node_rank
+        if s.peer_cause is not None:
+            incident["caused_by"] = s.peer_cause
     if kernel_events:
         incident["kernel_events"] = [{**asdict(e), "kind": e.kind.value} for e in kernel_events]
     # A stop that saves loses nothing, nor does a kill after training was done (then=SUCCEED).
@@ -907,7 +938,43 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         log = Log("info", f"stop requested ({detail})")
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
-    return [log] if save_until is not None else [log, KillTree(copy.deepcopy(incident))]
+    cause = {k: incident.get(k) for k in ("id", "reason", "phase", "stopped_first_rank")}
+    publish = _publish(s, _climb_target(s) if climb else s.rung, {**s.remedies, **(remedy or {})}, cause) \
+        if climb or remedy else []
+    return [log, *publish] if save_until is not None else [log, *publish, KillTree(copy.deepcopy(incident))]
+
+
+def _climb_target(s: Supervision) -> int:
+    """Where a climb goes: back to the rung a failed probe left, else one rung safer (the top rung stays)."""
+    return s.probing_from if s.probing_from is not None else s.ladder.next(s.rung)
+
+
+def _publish(s: Supervision, rung: int, remedies: dict[str, Any], cause: dict[str, Any]) -> list[Any]:
+    """Several hosts: a ladder decision of this host is the job's (PublishLadder)."""
+    if not s.config.distributed.several_hosts:
+        return []
+    s.job_seq += 1
+    return [PublishLadder(s.job_seq, rung, dict(remedies), cause)]
+
+
+def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
+    """Another host's ladder decision: this host's next attempt goes where it says. Two decisions with the same
+    number (made at once) resolve to the one the file kept, which every host reads."""
+    own = event.node_rank == s.config.distributed.node_rank
+    if not s.config.distributed.several_hosts or event.seq < s.job_seq or own:
+        return []
+    s.job_seq = event.seq
+    if s.state in (State.STARTING, State.HEALTHY):
+        s.peer_cause = {**event.cause, "node_rank": event.node_rank, "host": event.host}
+    if (event.rung, event.remedies) == (s.rung, s.remedies) or not 0 <= event.rung < len(s.ladder):
+        return []
+    _move_to(s, event.rung)
+    s.remedies, s.probing_from = dict(event.remedies), None
+    if s.stop is not None:  # this host's own climb, decided at the same moment, is the job's decision's to replace
+        s.stop.climb = False
+    return [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {s.rung} "
+                           f"({s.ladder.label(s.rung)})" + (f" with {s.remedies}" if s.remedies else "")
+                           + "; this host's next attempt starts there")]
 
 
 def _close_attempt(s: Supervision, incident: dict[str, Any], lost: bool) -> None:
@@ -985,7 +1052,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         s.remedies.update(plan.remedy)
         actions.append(Log("warning", "from now on: " + ", ".join(f"{k}={v}" for k, v in plan.remedy.items())))
     if plan.climb and s.probing_from is not None:  # the probed rung failed: back to where it was safe, for longer
-        back, s.probing_from = s.probing_from, None
+        back, s.probing_from = _climb_target(s), None
         key = str(back)
         s.probation[key] = 2 * s.probation.get(key, s.config.probe.probe_after or 0.0)
         gave_up = s.rung_hangs.get(str(s.rung), 0) >= s.config.probe.give_up_after
@@ -997,7 +1064,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         if s.ladder.exhausted(s.rung):
             actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
         else:
-            _move_to(s, s.ladder.next(s.rung))
+            _move_to(s, _climb_target(s))
             actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})"))
     if plan.reason in (Reason.CRASH, Reason.OOM):
         s.consecutive_crashes += 1
