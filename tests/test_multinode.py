@@ -22,7 +22,7 @@ name = "host-{node_rank}"
 [train]
 data = "demo"
 model = "yolov8n.yaml"
-epochs = 2
+epochs = {epochs}
 imgsz = 64
 batch = 4
 workers = 0
@@ -58,10 +58,10 @@ def free_port() -> int:
 
 
 def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: float = 180,
-               stall_timeout: float = 90) -> subprocess.Popen:
+               stall_timeout: float = 90, epochs: int = 2) -> subprocess.Popen:
     config = tmp_path / f"host-{node_rank}.toml"
     config.write_text(HOST.format(node_rank=node_rank, port=port, rdzv_id=rdzv_id, run_dir=tmp_path / "shared",
-                                  join_timeout=join_timeout, stall_timeout=stall_timeout))
+                                  join_timeout=join_timeout, stall_timeout=stall_timeout, epochs=epochs))
     log = open(tmp_path / f"host-{node_rank}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(tmp_path / f"state-{node_rank}")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -304,3 +304,24 @@ def test_a_host_alone_waits_join_timeout_then_exits_78_in_one_line(tmp_path):
         assert f"host {n} of 2: the rendezvous at 127.0.0.1:" in line and "join_timeout 15 s" in line
         assert read_state(tmp_path / f"state-{n}")["status"]["attempt"] == 1  # no restart loop
     assert ours(tmp_path, "alone-") == []
+
+
+@pytest.mark.e2e
+def test_hosts_with_different_train_tables_stop_with_exit_78_in_one_line(tmp_path):
+    port, rdzv_id = free_port(), f"differ-{os.getpid()}"
+    hosts = [start_host(tmp_path, 0, port, rdzv_id), start_host(tmp_path, 1, port, rdzv_id, epochs=3)]
+    try:
+        codes = [h.wait(timeout=240) for h in hosts]
+    finally:
+        for h in hosts:
+            if h.poll() is None:
+                h.kill()
+                h.wait()
+    logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
+    assert codes == [78, 78], "\n".join(log[-3000:] for log in logs)
+    for n, log in enumerate(logs):
+        last = log.strip().splitlines()[-1]
+        assert "hosts_disagree" in last or "configurations differ" in last, last
+        assert "give every host the same [train], [ladder] and [distributed]" in last
+        assert read_state(tmp_path / f"state-{n}")["status"]["attempt"] == 1
+    assert ours(tmp_path, rdzv_id) == []
