@@ -26,7 +26,7 @@ from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.outputs import checkpoints, state_file
+from supervisor.outputs import checkpoints, hosts, state_file
 from supervisor.outputs.incidents import one_line, stacks_path
 from supervisor.outputs.job_ladder import JobLadderFile
 from supervisor.outputs.state_dir import StateDir
@@ -531,6 +531,12 @@ class Agent:
         self.systemd.status(self.status_line(status))
         self.state_dir.write_state({**self.s.persistent(), "status": status,
                                     "kernel_log_position": self.kernel_log_position()})
+        if self.job_ladder is not None:
+            try:
+                hosts.publish(self.state_dir.run_dir, self.config.distributed.node_rank, status)
+            except OSError as e:
+                if self.s.attempt <= 1:
+                    log.warning(f"cannot write this host's view to {self.state_dir.run_dir} ({e.strerror})")
 
 
 def run(config: Config) -> int:

@@ -138,6 +138,13 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     # the ladder decision is the job's: B's hang moved both hosts one rung safer
     assert a["rung"] == b["rung"] == 1
     assert json.loads((tmp_path / "shared" / "job-ladder.json").read_text())["node_rank"] == 1
+    # status on either host shows every host's ranks
+    shown = subprocess.run([sys.executable, "-m", "supervisor", "status", "--json", "--config",
+                            str(tmp_path / "host-0.toml"), "--state-dir", str(tmp_path / "state-0")],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+    every = json.loads(shown.stdout)["hosts"]
+    assert [(h["node_rank"], h["state"], h["rung"]) for h in every] == [(0, "succeeded", 1), (1, "succeeded", 1)]
+    assert sorted(r["rank"] for h in every for r in h["ranks"]) == [0, 1]
     assert ours(tmp_path, rdzv_id) == []
 
 
@@ -325,3 +332,17 @@ def test_hosts_with_different_train_tables_stop_with_exit_78_in_one_line(tmp_pat
         assert "give every host the same [train], [ladder] and [distributed]" in last
         assert read_state(tmp_path / f"state-{n}")["status"]["attempt"] == 1
     assert ours(tmp_path, rdzv_id) == []
+
+
+def test_status_renders_every_hosts_ranks():
+    from supervisor.outputs.status import render
+
+    status = {"state": "healthy", "hosts": [
+        {"node_rank": 0, "host": "a", "state": "healthy", "rung": 1, "attempt": 2, "updated": 990.0,
+         "ranks": [{"rank": 0, "pid": 11, "seconds_since_progress": 0.5}]},
+        {"node_rank": 1, "host": "b", "state": "healthy", "rung": 1, "attempt": 2, "updated": 960.0,
+         "ranks": [{"rank": 1, "pid": 21, "seconds_since_progress": 42.0}]}]}
+    lines = render(status, now=1000.0).splitlines()
+    assert lines[-2] == "host 0 (a): healthy, rung 1, attempt 2: rank 0 pid 11 0m00s since progress"
+    assert lines[-1] == "host 1 (b): healthy (not updated for 0m40s), rung 1, attempt 2: rank 1 pid 21 0m42s since " \
+                        "progress"
