@@ -67,6 +67,17 @@ def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: 
                              str(tmp_path / f"state-{node_rank}")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
+def wait_all(hosts: list[subprocess.Popen], timeout: float) -> list[int]:
+    """Every host's exit status; none is left running, whatever happens."""
+    try:
+        return [h.wait(timeout=timeout) for h in hosts]
+    finally:
+        for h in hosts:
+            if h.poll() is None:
+                h.kill()
+                h.wait()
+
+
 def ours(tmp_path, rdzv_id: str) -> list[psutil.Process]:
     """Processes of either host's tree still alive: launchers (the rdzv id in their arguments), ranks (their start
     markers under tmp_path in their environment) and supervisors."""
@@ -106,12 +117,8 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
                     and 1 <= status["batch"] <= status["batches"] - 3 and status["ranks"]:
                 frozen, frozen_rank = status["ranks"][0]["pid"], status["ranks"][0]["rank"]
         os.kill(frozen, signal.SIGSTOP)
-        codes = [h.wait(timeout=max(60.0, deadline - time.monotonic())) for h in hosts]
     finally:
-        for h in hosts:
-            if h.poll() is None:
-                h.kill()
-                h.wait()
+        codes = wait_all(hosts, max(60.0, deadline - time.monotonic()))
     logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
     assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
 
@@ -297,13 +304,7 @@ def test_the_job_ladder_file_is_read_once_per_change(tmp_path):
 def test_a_host_alone_waits_join_timeout_then_exits_78_in_one_line(tmp_path):
     """Host 0 alone hosts the store and nobody joins; host 1 alone finds no store at the endpoint."""
     hosts = [start_host(tmp_path, n, free_port(), f"alone-{n}-{os.getpid()}", join_timeout=15) for n in (0, 1)]
-    try:
-        codes = [h.wait(timeout=240) for h in hosts]
-    finally:
-        for h in hosts:
-            if h.poll() is None:
-                h.kill()
-                h.wait()
+    codes = wait_all(hosts, 240)
     logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
     assert codes == [78, 78], "\n".join(log[-3000:] for log in logs)
     for n, log in enumerate(logs):
@@ -317,13 +318,7 @@ def test_a_host_alone_waits_join_timeout_then_exits_78_in_one_line(tmp_path):
 def test_hosts_with_different_train_tables_stop_with_exit_78_in_one_line(tmp_path):
     port, rdzv_id = free_port(), f"differ-{os.getpid()}"
     hosts = [start_host(tmp_path, 0, port, rdzv_id), start_host(tmp_path, 1, port, rdzv_id, epochs=3)]
-    try:
-        codes = [h.wait(timeout=240) for h in hosts]
-    finally:
-        for h in hosts:
-            if h.poll() is None:
-                h.kill()
-                h.wait()
+    codes = wait_all(hosts, 240)
     logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
     assert codes == [78, 78], "\n".join(log[-3000:] for log in logs)
     for n, log in enumerate(logs):

@@ -23,9 +23,9 @@ Every message has:
 Optional fields: ``epoch``, ``epochs`` (1-based epoch and total), ``batch``, ``batches`` (1-based batch in
 the epoch and batches per epoch), ``samples`` (images in the batch), ``losses`` (name -> float), ``lr``,
 ``settings`` (dict), ``error`` (str), ``path`` and ``seconds`` (a checkpoint's file and how long the loop
-waited for it), ``rank`` (the sender's distributed rank), ``local_rank`` (its rank on its host, when that differs: several
-hosts), ``dropped`` (messages this sender dropped so far because the pipe
-was full), ``t`` (sender's wall clock, seconds since the epoch).
+waited for it), ``rank`` (the sender's distributed rank), ``local_rank`` (its rank on its host, when that
+differs: several hosts), ``dropped`` (messages this sender dropped so far because the pipe was full), ``t``
+(sender's wall clock, seconds since the epoch).
 
 Under DDP (``worker/ddp.py``) the ranks are not the worker's children but torch.distributed.run's, which closes
 inherited descriptors: a rank opens the same pipe by its ``/proc`` path, named in ``YOLO_TRAIN_HEARTBEAT_PATH``,
