@@ -341,3 +341,27 @@ def test_status_renders_every_hosts_ranks():
     assert lines[-2] == "host 0 (a): healthy, rung 1, attempt 2: rank 0 pid 11 0m00s since progress"
     assert lines[-1] == "host 1 (b): healthy (not updated for 0m40s), rung 1, attempt 2: rank 1 pid 21 0m42s since " \
                         "progress"
+
+
+def test_a_rank_started_twice_by_one_launch_exits_and_a_launch_that_never_met_its_hosts_is_a_config_error(
+        tmp_path, monkeypatch, capsys):
+    """The launcher restarts its ranks itself when another host rejoins: such a rank would resume from the launch's
+    old checkpoint, so it exits and the host restarts under its supervisor."""
+    from worker import multinode
+    from worker.contract import Rendezvous
+
+    started = tmp_path / "ranks-started" / "123"
+    started.mkdir(parents=True)
+    monkeypatch.setenv(multinode.ENV_STARTED_DIR, str(started))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("RANK", "3")
+    r = Rendezvous(nnodes=2, node_rank=1, endpoint="10.0.0.1:29400", rdzv_id="job", join_timeout=30)
+    code, line = multinode.launch_failure(r, started, began=time.monotonic() - 31)
+    assert code == 78 and line.startswith("yolo-train worker: host 1 of 2: the rendezvous at 10.0.0.1:29400 (rdzv_id "
+                                          "'job') did not complete in 31 s ([distributed] join_timeout 30 s)")
+    assert multinode.launch_failure(r, started, began=time.monotonic() - 5)[0] == 1  # a peer left: retry
+    multinode.mark_rank_started()
+    assert multinode.launch_failure(r, started, began=time.monotonic() - 31)[0] == 1  # it trained: a crash
+    with pytest.raises(SystemExit) as e:
+        multinode.mark_rank_started()
+    assert e.value.code == 1 and "rank 3 started again by torch.distributed.run" in capsys.readouterr().err
