@@ -77,6 +77,7 @@ class Agent:
         self._watchdog_pinged = 0.0
         self._ready_sent = False
         self._status_written = 0.0
+        self._hosts_view_failed = False
         self._started_mono = time.monotonic()  # kernel lines older than this are from before this supervisor
 
     # -- the loop --
@@ -531,12 +532,14 @@ class Agent:
         self.systemd.status(self.status_line(status))
         self.state_dir.write_state({**self.s.persistent(), "status": status,
                                     "kernel_log_position": self.kernel_log_position()})
-        if self.job_ladder is not None:
+        if self.config.distributed.several_hosts:
             try:
                 hosts.publish(self.state_dir.run_dir, self.config.distributed.node_rank, status)
             except OSError as e:
-                if self.s.attempt <= 1:
-                    log.warning(f"cannot write this host's view to {self.state_dir.run_dir} ({e.strerror})")
+                if not self._hosts_view_failed:  # said once: it is retried every second
+                    log.warning(f"cannot write this host's view to {self.state_dir.run_dir} ({e.strerror}): "
+                                f"`status` on the other hosts does not show this one")
+                self._hosts_view_failed = True
 
 
 def run(config: Config) -> int:

@@ -116,6 +116,13 @@ def started_dir() -> Path:
     return Path(os.environ[ENV_STARTED_DIR])
 
 
+def forget_started() -> None:
+    """At the launch's end: its ranks' start marks mean nothing to the next launch."""
+    import shutil
+
+    shutil.rmtree(started_dir(), ignore_errors=True)
+
+
 def ranks_started(directory: Path) -> bool:
     return directory.is_dir() and any(directory.iterdir())
 

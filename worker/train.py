@@ -156,9 +156,7 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
         return 1
     finally:
         if record.rendezvous is not None:
-            import shutil
-
-            shutil.rmtree(multinode.started_dir(), ignore_errors=True)
+            multinode.forget_started()
     hb.phase("done")
     trainer.supervision.faults.after_done()
     return 0
