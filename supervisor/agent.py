@@ -13,6 +13,7 @@ import math
 import os
 import selectors
 import signal
+import socket
 import sys
 import time
 from dataclasses import asdict
@@ -26,13 +27,15 @@ from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import STARTUP_PHASE, KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.outputs import checkpoints, state_file
+from supervisor.outputs import checkpoints, hosts, state_file
 from supervisor.outputs.incidents import one_line, stacks_path
+from supervisor.outputs.job_ladder import JobLadderFile
 from supervisor.outputs.state_dir import StateDir, StateDirTaken
 from supervisor.outputs.systemd_notify import Notifier, worker_environ
 from supervisor.sources import process_tree, stacks
 from supervisor.sources.gpu_metrics import sample_all
 from supervisor.sources.kernel_log import KernelLogSource
+from supervisor.sources.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
 from supervisor.sources.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.sources.worker_process import HeartbeatCounts, SpawnError, WorkerProcess, forward
 from worker.contract import STANDBY_FLAG, LaunchRecord, Patches, RungSplit, split_rung
@@ -57,7 +60,9 @@ class Agent:
                                    device=config.train.get("device"))
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
-        self.state_dir = StateDir(config.state_dir, config.source)
+        self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
+        self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
+            if config.distributed.several_hosts else None
         self.worker: WorkerProcess | None = None
         self.standby: WorkerProcess | None = None  # imported and waiting to be the next attempt ([worker] standby)
         self.heartbeats = HeartbeatCounts()
@@ -74,6 +79,7 @@ class Agent:
         self._watchdog_pinged = 0.0
         self._ready_sent = False
         self._status_written = 0.0
+        self._hosts_view_failed = False
         self._started_mono = time.monotonic()  # kernel lines older than this are from before this supervisor
 
     # -- the loop --
@@ -149,6 +155,10 @@ class Agent:
         return core.Now(mono=time.monotonic(), wall=time.time())
 
     def handle(self, event: Any) -> None:
+        if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead)):
+            decision = self.job_ladder.read_if_changed()  # another host's, before this event is judged
+            if decision is not None:
+                self.handle(decision)
         _, actions = core.decide(self.s, event, self.now())
         for action in actions:
             self._execute(action)
@@ -183,6 +193,12 @@ class Agent:
             note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
             if note:
                 log.error(note)
+        elif isinstance(action, core.PublishLadder):
+            try:
+                self.job_ladder.publish(action)
+            except OSError as e:
+                log.error(f"cannot write the job-wide ladder decision to {self.job_ladder.path} ({e.strerror}): the "
+                          f"other hosts stay on their rung")
         elif isinstance(action, core.Exit):
             pass  # the loop ends on s.exit
         else:
@@ -190,7 +206,8 @@ class Agent:
 
     # -- the worker --
     def _worker_env(self, rung: RungSplit) -> dict[str, str]:
-        return {**worker_environ(os.environ), **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
+        bounds = {ENV_COLLECTIVE_TIMEOUT: f"{self.config.distributed.collective_timeout:g}"}
+        return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
                 "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
 
     def _spawn(self, action: core.Spawn) -> None:
@@ -236,7 +253,8 @@ class Agent:
             patches=Patches(conv_fallback=self.config.conv_fallback, amp_check=self.config.amp_check),
             resume=str(resume) if resume else None, checkpoint_every=action.checkpoint_every,
             faults=tuple(f.to_dict() for f in self.config.faults),
-            fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid())
+            fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid(),
+            rendezvous=rendezvous_of(self.config))
         self.state_dir.launch_record.write_text(record.to_json())
         worker = self._launch_standby(env)
         if worker is None:
@@ -418,7 +436,8 @@ class Agent:
         found = None
         if self.config.incidents.stacks and incident.reason in (Reason.HANG, Reason.KERNEL):
             found = self._capture_stacks(worker, incident, [p["pid"] for p in processes])
-        return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found)
+        host = socket.gethostname() if self.config.distributed.several_hosts else None
+        return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host)
 
     def _capture_stacks(self, worker: WorkerProcess, incident: Incident, pids: list[int]) -> Stacks:
         """Where each process of the tree waits, before it is killed: bounded by [incidents] stacks_budget, never
@@ -524,6 +543,14 @@ class Agent:
                                         "kernel_log_position": self.kernel_log_position()})
         except StateDirTaken as e:  # raised once: nothing is written there after it
             self.handle(core.StateDirTaken(str(e)))
+        if self.config.distributed.several_hosts:
+            try:
+                hosts.publish(self.state_dir.run_dir, self.config.distributed.node_rank, status)
+            except OSError as e:
+                if not self._hosts_view_failed:  # said once: it is retried every second
+                    log.warning(f"cannot write this host's view to {self.state_dir.run_dir} ({e.strerror}): "
+                                f"`status` on the other hosts does not show this one")
+                self._hosts_view_failed = True
 
 
 def run(config: Config) -> int:

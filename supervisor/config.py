@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -166,6 +167,35 @@ class ProbeConfig:
 
 
 @dataclass(frozen=True)
+class DistributedConfig:
+    """Several hosts (``[distributed]``): this host's supervisor starts its local ranks through torch.distributed's
+    elastic launcher, which meets the other hosts' at a c10d rendezvous.
+
+    nnodes: hosts in the job (1: this host alone, no rendezvous).
+    node_rank: this host's number, 0 to nnodes - 1; the host with 0 hosts the rendezvous store. The global ranks
+        are the rendezvous' to assign (c10d), so node_rank names the host, not its ranks.
+    rdzv_endpoint: "HOST:PORT" of the rendezvous store (on the host with node_rank 0).
+    rdzv_id: the job's name at the rendezvous: every host of a job gives the same one.
+    run_dir: where training writes (checkpoints), on storage every host shares: the same path on every host.
+        None: STATE_DIR/train (one host).
+    collective_timeout: seconds a rank waits in one collective for a peer (Ultralytics asks for 3 hours).
+    join_timeout: seconds a launch waits for every host to join the rendezvous (and for the store to answer).
+    """
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    run_dir: Path | None = None
+    collective_timeout: float = 600.0
+    join_timeout: float = 300.0
+
+    @property
+    def several_hosts(self) -> bool:
+        return self.nnodes > 1
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     name: str
@@ -187,6 +217,7 @@ class Config:
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     conv_fallback: str = "auto"  # [patches]: the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
     amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     # Parsed once, here: the deadline as a Unix timestamp, the listen address as (host, port).
     deadline_at: float | None = field(init=False, default=None)
@@ -224,7 +255,8 @@ def load(path: Path | None, state_dir: Path | None = None) -> Config:
 def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: Path | None = None) -> Config:
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
-                         "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents"})
+                         "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents",
+                         "distributed"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -261,6 +293,12 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
         check.fail("patches.conv_fallback", _one_of(CONV_FALLBACK_MODES), patches["conv_fallback"])
     if patches.get("amp_check", "local") not in ("local", "off", "ultralytics"):
         check.fail("patches.amp_check", '"local", "off" or "ultralytics"', patches["amp_check"])
+    distributed = check.distributed(raw.get("distributed", {}), command is not None, path)
+    if distributed.several_hosts and watchdog.startup_timeout is not None \
+            and distributed.join_timeout >= watchdog.startup_timeout:
+        check.fail("distributed.join_timeout", f"less than watchdog.startup_timeout ({watchdog.startup_timeout:g} s), "
+                                               f"which bounds a start including the wait for the other hosts",
+                   distributed.join_timeout)
     chosen_dir = state_dir or raw.get("state_dir") or default_state_dir(name)
     config = Config(path=path, name=name, state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute(),
                     train=train, watchdog=watchdog, restart=restart, ladder=ladder, probe=probe, incidents=incidents,
@@ -268,7 +306,8 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                     worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
                     command=command, standby=standby,
                     metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
-                    conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"))
+                    conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"),
+                    distributed=distributed)
     if not train and "command" not in worker:
         raise ConfigError(f"{label}: no [train] table: nothing to train; add one with Ultralytics' train arguments, "
                           f"e.g. [train] data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
@@ -564,6 +603,45 @@ class _Checker:
                 elif command and key != "env":
                     raise ConfigError(f"{self.label}: ladder.rungs[{i}]: {key!r} changes nothing for a [worker] "
                                       f"command; use env = {{ ... }} or args = {{ \"--flag\" = \"value\" }}")
+
+    def distributed(self, table: Any, command: bool, path: Path | None) -> DistributedConfig:
+        self.keys("distributed", table, {f.name for f in fields(DistributedConfig)})
+        if not table:
+            return DistributedConfig()
+        nnodes = table.get("nnodes", 1)
+        if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+            self.fail("distributed.nnodes", "the number of hosts, a whole number >= 1", nnodes)
+        node_rank = table.get("node_rank")
+        if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
+            self.fail("distributed.node_rank", f"this host's number, a whole number from 0 to {nnodes - 1} "
+                                               f"(nnodes - 1)", node_rank)
+        endpoint = table.get("rdzv_endpoint")
+        host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
+        if not host or not port.isdigit() or not 1 <= int(port) <= 65535 or not _host(host.strip("[]")):
+            self.fail("distributed.rdzv_endpoint", '"HOST:PORT" of the host with node_rank 0, e.g. '
+                                                   '"10.0.0.1:29400"', endpoint)
+        rdzv_id = table.get("rdzv_id")
+        if not isinstance(rdzv_id, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", rdzv_id):
+            self.fail("distributed.rdzv_id", 'the job\'s name, the same on every host (letters, digits, "_.-"), '
+                                             'e.g. "yolo-coco-1"', rdzv_id)
+        if command:
+            raise ConfigError(f"{self.label}: [distributed]: several hosts are for the Ultralytics worker; with a "
+                              f"[worker] command, give torchrun its --nnodes and --rdzv-* arguments yourself")
+        run_dir = table.get("run_dir")
+        if nnodes > 1 and run_dir is None:
+            self.fail("distributed.run_dir", "a directory on storage every host shares (the same path on each), "
+                                             "where checkpoints are written and read", run_dir)
+        if run_dir is not None:
+            base = path.parent if path else Path.cwd()
+            run_dir = (base / os.path.expanduser(self.string("distributed.run_dir", run_dir))).absolute()
+        timeouts = {}
+        for key in ("collective_timeout", "join_timeout"):
+            value = table.get(key, getattr(DistributedConfig, key))
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                self.fail(f"distributed.{key}", "seconds (a positive number)", value)
+            timeouts[key] = float(value)
+        return DistributedConfig(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=endpoint, rdzv_id=rdzv_id,
+                                 run_dir=run_dir, **timeouts)
 
     def incidents(self, table: Any) -> IncidentsConfig:
         self.keys("incidents", table, {f.name for f in fields(IncidentsConfig)})

@@ -108,6 +108,17 @@ class Patches:
 
 
 @dataclass(frozen=True)
+class Rendezvous:
+    """Several hosts: where this host's launcher meets the others' (torch.distributed's c10d rendezvous)."""
+    nnodes: int
+    node_rank: int  # this host's number; 0 hosts the store
+    endpoint: str  # "HOST:PORT"
+    rdzv_id: str
+    join_timeout: float  # seconds to wait for every host (and for the store)
+    fingerprint: str = ""  # what must be the same on every host: the [train] table, the rung, the ladder
+
+
+@dataclass(frozen=True)
 class LaunchRecord:
     attempt: int
     rung: int
@@ -121,6 +132,7 @@ class LaunchRecord:
     faults: tuple[dict[str, Any], ...] = ()
     fault_flag: str = ""  # a file the fault injector marks once a fault fired, so it fires once per attempt
     supervisor_pid: int | None = None  # the worker exits at once if its parent is not this (it died meanwhile)
+    rendezvous: Rendezvous | None = None  # several hosts; None: this host's devices only
     version: int = LAUNCH_VERSION
 
     def to_json(self) -> str:
@@ -140,6 +152,8 @@ class LaunchRecord:
         raw["options"] = WorkerOptions(**raw.get("options", {}))
         raw["patches"] = Patches(**raw.get("patches", {}))
         raw["faults"] = tuple(raw.get("faults", ()))
+        if raw.get("rendezvous") is not None:
+            raw["rendezvous"] = Rendezvous(**raw["rendezvous"])
         return cls(**raw)
 
 
@@ -222,6 +236,7 @@ class HeartbeatMessage:
     dropped: int | None = None  # messages this sender dropped so far (pipe full)
     rank: int | None = None  # the sender's distributed rank, when it has one
     sent: float | None = None  # the sender's CLOCK_MONOTONIC (system-wide) when it sent this; None: unknown
+    local_rank: int | None = None  # its rank among this host's ranks (differs from rank on several hosts)
 
     @classmethod
     def from_wire(cls, m: dict[str, Any]) -> "HeartbeatMessage | None":
@@ -247,4 +262,4 @@ class HeartbeatMessage:
                    samples=_int(m.get("samples")), losses=losses, lr=lr,
                    in_force=in_force, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
                    seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")),
-                   sent=_float(m.get("sent")))
+                   sent=_float(m.get("sent")), local_rank=_int(m.get("local_rank")))

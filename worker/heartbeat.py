@@ -23,9 +23,10 @@ Every message has:
 Optional fields: ``epoch``, ``epochs`` (1-based epoch and total), ``batch``, ``batches`` (1-based batch in
 the epoch and batches per epoch), ``samples`` (images in the batch), ``losses`` (name -> float), ``lr``,
 ``settings`` (dict), ``error`` (str), ``path`` and ``seconds`` (a checkpoint's file and how long the loop
-waited for it), ``rank`` (the sender's distributed rank), ``dropped`` (messages this sender dropped so far because the pipe
-was full), ``t`` (sender's wall clock, seconds since the epoch), ``sent`` (sender's CLOCK_MONOTONIC, seconds: the
-supervisor times it/s by it, since the pipe delivers beats in bursts).
+waited for it), ``rank`` (the sender's distributed rank), ``local_rank`` (its rank on its host, when that
+differs: several hosts), ``dropped`` (messages this sender dropped so far because the pipe was full), ``t``
+(sender's wall clock, seconds since the epoch), ``sent`` (sender's CLOCK_MONOTONIC, seconds: the supervisor times
+it/s by it, since the pipe delivers beats in bursts).
 
 Under DDP (``worker/ddp.py``) the ranks are not the worker's children but torch.distributed.run's, which closes
 inherited descriptors: a rank opens the same pipe by its ``/proc`` path, named in ``YOLO_TRAIN_HEARTBEAT_PATH``,
@@ -79,9 +80,10 @@ class Heartbeat:
     ``beat()`` and ``phase()`` count as progress; ``ping()`` does not.
     """
 
-    def __init__(self, fd: int | None, rank: int | None = None):
+    def __init__(self, fd: int | None, rank: int | None = None, local_rank: int | None = None):
         self.fd = fd
         self.rank = rank  # the distributed rank this process trains as; None outside DDP
+        self.local_rank = local_rank if local_rank != rank else None  # said only where hosts are several
         self.progress = 0
         self.sent = 0
         self.dropped = 0
@@ -95,14 +97,16 @@ class Heartbeat:
         started with a ``RANK`` says its rank in every message."""
         rank = os.environ.get("RANK", "")
         rank = int(rank) if rank.isdigit() else None
+        local = os.environ.get("LOCAL_RANK", "")
+        local = int(local) if local.isdigit() and rank is not None else None
         path = os.environ.get(ENV_PATH)
         if path:
             try:
-                return cls(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC), rank)
+                return cls(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC), rank, local)
             except OSError:
-                return cls(None, rank)  # the worker that held the pipe is gone: its tree is being killed
+                return cls(None, rank, local)  # the worker that held the pipe is gone: its tree is being killed
         value = os.environ.get(ENV_FD)
-        return cls(int(value) if value else None, rank)
+        return cls(int(value) if value else None, rank, local)
 
     @property
     def enabled(self) -> bool:
@@ -143,6 +147,8 @@ class Heartbeat:
                    "sent": round(time.monotonic(), 4), **fields}
         if self.rank is not None:
             message["rank"] = self.rank
+        if self.local_rank is not None:
+            message["local_rank"] = self.local_rank
         data = encode(message)
         try:
             os.write(self.fd, data)

@@ -15,12 +15,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-from worker import ddp
+from worker import ddp, multinode
 from worker.checkpointing import EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint
 from worker.contract import EXIT_CONFIG, STANDBY_FLAG, LaunchRecord, LaunchRecordError
 from worker.demo_data import ensure_demo_dataset
@@ -104,10 +105,12 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
         args["model"] = resume
     trainer_cls = supervised_trainer(task)
     link = link_from_record(record, hb, resume_point=resume_point)
+    if record.rendezvous is not None:
+        multinode.install(record.rendezvous, record_path or ".")
     trainer = trainer_cls(overrides=args, supervision=link)
     CLOCK.mark("trainer (checkpoint read, arguments)")
     if trainer.ddp:  # Ultralytics will train in ranks under torch.distributed.run: tell them where we are
-        return train_in_ranks(trainer, record_path, hb)
+        return train_in_ranks(trainer, record_path, hb, record)
     try:
         trainer.train()
     except StopForSupervisor:
@@ -117,25 +120,32 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
     return 0
 
 
-def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat) -> int:
+def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record: LaunchRecord) -> int:
     """Ultralytics' own DDP launch, each rank supervised (worker/ddp.py). A rank that fails fails the launch; after
     the supervisor's "save and exit" that is rank 0 stopping as asked."""
     if record_path is None:
         raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
     ddp.prepare_ranks(record_path, hb.fd, trainer.supervision.resume_point)
     signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))
+    began = time.monotonic()
     try:
         trainer.train()
     except subprocess.CalledProcessError as e:
         if STOP_REQUESTED:
             return 0
+        if record.rendezvous is not None:
+            code, line = multinode.launch_failure(record.rendezvous, multinode.started_dir(), began)
+            print(line, file=sys.stderr, flush=True)
+            return code
         print(f"yolo-train worker: a rank failed (torch.distributed.run exited with {e.returncode})",
               file=sys.stderr, flush=True)
         return 1
+    finally:
+        if record.rendezvous is not None:
+            multinode.forget_started()
     hb.phase("done")
     trainer.supervision.faults.after_done()
     return 0
-
 
 
 def task_of(model: str) -> str:

@@ -25,6 +25,7 @@ from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, at
 from worker.contract import InForce
 from worker.ddp import adopt_cpu_drill, rank_link, setup_process_group
 from worker.link import StopForSupervisor, SupervisorLink
+from worker.multinode import adopt_world, check_hosts_agree, mark_rank_started
 from worker.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_parent, hook_samples,
                             make_epoch_workers, start_workers_with, worker_start_method)
 from worker.patches import conv2d
@@ -40,6 +41,7 @@ class SupervisedTrainerMixin:
 
     def __init__(self, *args: Any, supervision: SupervisorLink | None = None, **kwargs: Any):
         if supervision is None:  # a DDP rank: Ultralytics' script rebuilds us with its arguments only
+            mark_rank_started()
             supervision = rank_link()
             exact_resume.patch_training_loop_enumerate()
         self.supervision = supervision  # set first: BaseTrainer.__init__ calls check_resume
@@ -50,6 +52,7 @@ class SupervisedTrainerMixin:
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         super().__init__(*args, **kwargs)
         adopt_cpu_drill(self)
+        adopt_world(self)
         # BaseTrainer.__init__ forces workers=0 on CPU, which would make DataLoader-worker hangs impossible
         # to reproduce there; honour what was asked.
         requested = supervision.forced.get("workers", kwargs.get("overrides", {}).get("workers"))
@@ -70,6 +73,7 @@ class SupervisedTrainerMixin:
 
     def _setup_ddp(self) -> None:
         setup_process_group(self, super()._setup_ddp)
+        check_hosts_agree()
 
     def check_resume(self, overrides: dict[str, Any]) -> None:
         super().check_resume(overrides)

@@ -119,6 +119,7 @@ class IncidentEnriched:
     output_tail: tuple[str, ...] = ()
     output_note: str | None = None  # a command's output parser: why no line was ever progress
     stacks: Stacks | None = None  # captured for a hang
+    host: str | None = None  # this host's name, where hosts are several
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,18 @@ class SignatureSeen:
 @dataclass(frozen=True)
 class StopRequested:
     signal: str = "SIGTERM"
+
+
+@dataclass(frozen=True)
+class JobLadderRead:
+    """Several hosts: the job-wide ladder decision as the shared run directory holds it (outputs/job_ladder.py),
+    read before every event but heartbeats whenever the file changed."""
+    seq: int  # decisions made so far, job-wide: a newer one wins
+    rung: int
+    remedies: dict[str, Any]
+    node_rank: int  # the host that made it
+    host: str = ""
+    cause: dict[str, Any] = field(default_factory=dict)  # its incident: id, reason, phase, the rank that stopped first
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,16 @@ class PrepareStandby:
     does not pay for them. Asked for once the attempt trains (never beside a start, whose CPU it would take), with
     the settings of the rung a hang would move to: a standby serves only a launch in the environment it began in."""
     rung_settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PublishLadder:
+    """Several hosts: this host decided where the job goes on the ladder; said before its tree is killed, so the
+    other hosts, whose ranks fail with it, restart on the same rung."""
+    seq: int
+    rung: int
+    remedies: dict[str, Any]
+    cause: dict[str, Any] = field(default_factory=dict)  # the incident behind it, for the other hosts' incidents
 
 
 @dataclass(frozen=True)
@@ -265,6 +288,7 @@ class StopPlan:
     saved: bool = False  # the checkpoint asked for came (our worker's word), or a command exited 0 on SIGTERM
     at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
     point: HangPoint | None = None  # a hang: where it sat
+    choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
 
 
 @dataclass
@@ -297,6 +321,7 @@ class RankView:
     """One rank of a distributed worker, as its own heartbeats show it."""
     pid: int
     device: str | None = None
+    local_rank: int | None = None  # its rank on this host, where hosts are several
     progress: int = -1
     last_progress_at: float | None = None  # monotonic
 
@@ -374,6 +399,8 @@ class Supervision:
     # -- what the hangs taught: the ladder's choices and the checkpoint interval (hang_history.py) --
     hang_history: HangHistory = field(default_factory=HangHistory)
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
+    job_seq: int = 0  # several hosts: the newest job-wide ladder decision this host knows (JobLadderRead)
+    peer_cause: dict[str, Any] | None = None  # another host's decision in this attempt: why this host's ranks fail
 
     # -- derived values, for the agent, status and metrics --
     def deadline(self) -> Deadline:
@@ -487,6 +514,7 @@ class Supervision:
                 "rung_entered_trained": self.rung_entered_trained, "probation": self.probation,
                 "rung_hangs": self.rung_hangs, "probing_from": self.probing_from, "rung_speeds": self.rung_speeds,
                 "hang_history": self.hang_history.to_dict(),
+                "job_seq": self.job_seq,
                 "checkpoint": None if self.checkpoint is None else asdict(self.checkpoint)}
 
     def restore(self, record: dict[str, Any]) -> None:
@@ -515,6 +543,7 @@ class Supervision:
         self.rung_speeds = {str(k): [float(x) for x in v] for k, v in (record.get("rung_speeds") or {}).items()}
         self.training_fingerprint = record.get("training_fingerprint")
         self.hang_history = HangHistory.from_dict(record.get("hang_history"))
+        self.job_seq = int(record.get("job_seq") or 0)
         mark = record.get("checkpoint")
         if isinstance(mark, dict):
             self.checkpoint = CheckpointMark(**{**mark, "mono": -math.inf})  # its age is read from the wall clock
@@ -557,6 +586,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _paused(s, event)
     if isinstance(event, StateDirTaken):
         return _state_dir_taken(s, event, now)
+    if isinstance(event, JobLadderRead):
+        return _job_ladder(s, event)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -612,7 +643,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.progress_counter, s.last_progress_at, s.progress_pid, s.ranks = -1, None, None, {}
     s.progress = Progress()
     s.intervals, s.in_force, s.last_error = {}, None, None
-    s.suspicion = s.oom = None
+    s.suspicion = s.oom = s.peer_cause = None
     s.signatures, s.nan_beats = {}, 0
     s.throughput.clear()
     s.healthy_since, s.batches_since_checkpoint, s.epoch_end_gap, s.train_beats = None, 0, 0.0, 0
@@ -715,18 +746,19 @@ def _heartbeat(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: 
             actions.append(Log("info", f"attempt {s.attempt}: first training batch {s.startup_seconds:.1f} s "
                                        f"after spawn"))
             if s.config.standby and s.config.command is None:
-                actions.append(PrepareStandby({**s.ladder.settings(_rung_after_a_hang_now(s)), **s.remedies}))
+                actions.append(PrepareStandby({**s.ladder.settings(_choose_after_a_hang(s).rung), **s.remedies}))
         elif s.state == State.HEALTHY:
             actions += _probe_check(s, now)
     return actions
 
 
-def _rung_after_a_hang_now(s: Supervision) -> int:
-    """Where a hang now would move to, for the standby: the choice made with this rung's record and one more hang."""
+def _choose_after_a_hang(s: Supervision) -> rung_choice.Choice:
+    """Where a hang at this rung moves the run (rung_choice.py): decided once, at the verdict, with the attempt
+    closed and this hang counted; the standby is prepared for it in advance."""
     facts = s.rung_facts()
     here = facts[s.rung]
     facts[s.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1, here.start)
-    return rung_choice.after_hang(s.rung, facts, _stall_cost(s)).rung
+    return rung_choice.after_hang(s.rung, facts, _stall_cost(s))
 
 
 def _stall_cost(s: Supervision) -> float | None:
@@ -762,13 +794,15 @@ def _probe_check(s: Supervision, now: Now) -> list[Any]:
     return _begin_stop(s, now, Reason.PROBE, s.progress.phase, then=After.RESTART,
                        detail=f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung "
                               f"{target} ({s.ladder.label(target)}) at this checkpoint",
-                       save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED)) + [RequestCheckpoint()]
+                       save_until=now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED)) + \
+        [*_publish(s, target, s.remedies, {"reason": Reason.PROBE.value}), RequestCheckpoint()]
 
 
 def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
-    """Every rank's beats keep its own liveness; only rank 0's go on to count as the run's progress. A rank is the
-    pid that first spoke for it: its DataLoader workers inherit RANK and must not speak for it."""
-    view = s.ranks.setdefault(m.rank, RankView(pid=m.pid))
+    """Every rank's beats keep its own liveness; only this host's first rank's (rank 0, or local rank 0 of a host
+    among several) go on to count as the run's progress. A rank is the pid that first spoke for it: its DataLoader
+    workers inherit RANK and must not speak for it."""
+    view = s.ranks.setdefault(m.rank, RankView(pid=m.pid, local_rank=m.local_rank))
     if view.pid != m.pid:
         s.messages_ignored += 1
         return False
@@ -778,7 +812,13 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
         s.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
     if m.progress > view.progress:
         view.progress, view.last_progress_at = m.progress, now.mono
-    return m.rank == 0
+    return (m.rank if m.local_rank is None else m.local_rank) == 0
+
+
+def _stopped_first(s: Supervision) -> int | None:
+    """The rank whose progress is the oldest: under a collective the others wait for it, so it stopped first."""
+    seen = [(v.last_progress_at, r) for r, v in s.ranks.items() if v.last_progress_at is not None]
+    return min(seen)[1] if seen else None
 
 
 def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -1031,6 +1071,7 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
     loss, resumes_from, at_risk = _close_attempt(s, lost=save_until is None and then != After.SUCCEED)
     if point is not None and then in (None, After.RESTART):
         s.hang_history.hang(point, s.trained(), last_progress_at, s.lost_seconds - lost_before)
+    choice = _choose_after_a_hang(s) if climb and point is not None and s.probing_from is None else None
     incident = Incident(
         id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
         detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=s.worker_pid,
@@ -1038,12 +1079,14 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         seconds_since_progress=None if s.last_progress_at is None else round(now.mono - s.last_progress_at, 3),
         last_progress_wall=None if s.last_progress_at is None else now.wall - (now.mono - s.last_progress_at),
         kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
-        loss=loss, resumes_from=resumes_from)
+        loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if s.ranks else None,
+        node_rank=s.config.distributed.node_rank if s.config.distributed.several_hosts else None,
+        caused_by=s.peer_cause if s.config.distributed.several_hosts else None)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     s.state = State.STOPPING
     s.stop = StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
                       climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
-                      at_risk=at_risk if save_until is not None else (0.0, 0), point=point)
+                      at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice)
     if reason == Reason.HANG:
         s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
     if reason == Reason.STOP:
@@ -1052,7 +1095,47 @@ def _begin_stop(s: Supervision, now: Now, reason: Reason, phase: str, *, detail:
         log = Log("info", detail)
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
-    return earlier + ([log] if save_until is not None else [log, KillTree(incident)])
+    cause = {"id": incident.id, "reason": incident.reason.value, "phase": incident.phase,
+             "stopped_first_rank": incident.stopped_first_rank}
+    publish = _publish(s, _climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})}, cause) \
+        if climb or remedy else []
+    return earlier + ([log, *publish] if save_until is not None else [log, *publish, KillTree(incident)])
+
+
+def _climb_target(s: Supervision, choice: rung_choice.Choice | None) -> int:
+    """Where a climb goes: back to the rung a failed probe left, else where a hang's choice says, else (the same
+    crash again) one rung safer (the top rung stays)."""
+    if s.probing_from is not None:
+        return s.probing_from
+    return choice.rung if choice is not None else s.ladder.next(s.rung)
+
+
+def _publish(s: Supervision, rung: int, remedies: dict[str, Any], cause: dict[str, Any]) -> list[Any]:
+    """Several hosts: a ladder decision of this host is the job's (PublishLadder)."""
+    if not s.config.distributed.several_hosts:
+        return []
+    s.job_seq += 1
+    return [PublishLadder(s.job_seq, rung, dict(remedies), cause)]
+
+
+def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
+    """Another host's ladder decision: this host's next attempt goes where it says. Two decisions with the same
+    number (made at once) resolve to the one the file kept, which every host reads."""
+    own = event.node_rank == s.config.distributed.node_rank
+    if not s.config.distributed.several_hosts or event.seq < s.job_seq or own:
+        return []
+    s.job_seq = event.seq
+    if s.state in (State.STARTING, State.HEALTHY):
+        s.peer_cause = {**event.cause, "node_rank": event.node_rank, "host": event.host}
+    if (event.rung, event.remedies) == (s.rung, s.remedies) or not 0 <= event.rung < len(s.ladder):
+        return []
+    _move_to(s, event.rung)
+    s.remedies, s.probing_from = dict(event.remedies), None
+    if s.stop is not None:  # this host's own climb, decided at the same moment, is the job's decision's to replace
+        s.stop.climb = False
+    return [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {s.rung} "
+                           f"({s.ladder.label(s.rung)})" + (f" with {s.remedies}" if s.remedies else "")
+                           + "; this host's next attempt starts there")]
 
 
 def _close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, Any] | None, tuple[float, int]]:
@@ -1155,7 +1238,7 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     if event.output_note and incident.phase == STARTUP_PHASE:
         detail += f"; {event.output_note}"
     _amend(s, incident, processes=event.processes, output_tail=event.output_tail, stacks=event.stacks,
-           detail=detail)
+           detail=detail, host=event.host)
     return []
 
 
@@ -1239,16 +1322,15 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         actions.append(Log("warning", f"the probed rung hung: back to rung {back} ({s.ladder.label(back)}), next probe "
                                       f"after {s.probation[key]:.0f} s" + (f"; rung {back - 1} hung "
                                       f"{s.config.probe.give_up_after} times and is not probed again" if gave_up else "")))
-    elif plan.climb and plan.point is not None:  # a hang: the rung its record says
-        choice = rung_choice.after_hang(s.rung, s.rung_facts(), _stall_cost(s))
-        if choice.rung != s.rung:
-            _move_to(s, choice.rung)
-        actions.append(Log("warning", f"rung {s.rung} ({s.ladder.label(s.rung)}): {choice.why}"))
+    elif plan.climb and plan.choice is not None:  # a hang: the rung its record says, chosen at the verdict
+        if plan.choice.rung != s.rung:
+            _move_to(s, plan.choice.rung)
+        actions.append(Log("warning", f"rung {s.rung} ({s.ladder.label(s.rung)}): {plan.choice.why}"))
     elif plan.climb:  # the same crash again
         if s.ladder.exhausted(s.rung):
             actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
         else:
-            _move_to(s, s.ladder.next(s.rung))
+            _move_to(s, _climb_target(s, None))
             actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})"))
     if plan.reason in (Reason.CRASH, Reason.OOM):
         s.consecutive_crashes += 1
@@ -1314,7 +1396,8 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "goodput": s.goodput(now.mono), "run_started": s.run_started_wall,
         "rung_speed": s.rung_speed(s.rung), "rung0_speed": s.rung_speed(0),
         "rung_speeds": {k: s.rung_speed(int(k)) for k in s.rung_speeds},
-        "ranks": [{"rank": r, "pid": v.pid, "device": v.device,
+        "node_rank": s.config.distributed.node_rank if s.config.distributed.several_hosts else None,
+        "ranks": [{"rank": r, "local_rank": v.local_rank, "pid": v.pid, "device": v.device,
                    "seconds_since_progress": None if v.last_progress_at is None else now.mono - v.last_progress_at}
                   for r, v in sorted(s.ranks.items())],
         "probe": {"in_seconds": s.probe_in(), "from": s.probing_from, "probation": s.probation,

@@ -61,6 +61,11 @@ class Incident:
     kernel_events: tuple[dict[str, Any], ...] = ()
     loss: Loss | None = None  # None: the attempt never trained
     resumes_from: dict[str, Any] | None = None  # the checkpoint the core knew of: epoch, batch, path
+    stopped_first_rank: int | None = None  # under DDP: the rank whose progress is the oldest
+    # -- several hosts ([distributed]) --
+    node_rank: int | None = None  # this host's
+    host: str | None = None  # this host's name (from the shell)
+    caused_by: dict[str, Any] | None = None  # another host's decision that failed this host's ranks
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = None
     output_tail: tuple[str, ...] | None = None
@@ -86,6 +91,9 @@ class Incident:
             d["lost_seconds"], d["lost_batches"] = self.loss.seconds, self.loss.batches
         if self.resumes_from is not None:
             d["resumes_from"] = self.resumes_from
+        for key in ("stopped_first_rank", "node_rank", "host", "caused_by"):
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
         if self.processes is not None:
             d["processes"] = list(self.processes)
         if self.output_tail is not None:

@@ -46,8 +46,9 @@ def lock_address(path: Path) -> bytes:
 
 
 class StateDir:
-    def __init__(self, path: Path, config_source: str):
+    def __init__(self, path: Path, config_source: str, run_dir: Path | None = None):
         self.path = path
+        self._run_dir = run_dir  # [distributed] run_dir: on storage the hosts share
         self.config_source = config_source
         self._lock_fd: int | None = None
         self._lock_socket: socket.socket | None = None
@@ -56,7 +57,7 @@ class StateDir:
 
     @property
     def run_dir(self) -> Path:
-        return self.path / "train"  # Ultralytics' save_dir: weights/last.pt lives here
+        return self._run_dir or self.path / "train"  # Ultralytics' save_dir: weights/last.pt lives here
 
     @property
     def launch_record(self) -> Path:

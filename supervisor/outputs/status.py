@@ -9,7 +9,7 @@ from typing import Any
 import psutil
 
 from supervisor.sources import process_tree
-from supervisor.outputs import state_file
+from supervisor.outputs import hosts, state_file
 from supervisor.config import Config
 from supervisor.decision.vocabulary import FINAL_STATES
 
@@ -50,6 +50,8 @@ def gather(config: Config) -> dict[str, Any]:
         status["state"] = "not responding"  # alive but its loop has not written for a while
     if status["state"] in ("not running", "supervisor stopped", "not responding"):
         status.update({key: None for key in LIVE_FIGURES})
+    if config.distributed.several_hosts:
+        status["hosts"] = hosts.read_all(config.distributed.run_dir)
     return status
 
 
@@ -122,6 +124,14 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
                      f"{incident['phase']}: {incident['detail']}")
     if status.get("exit"):
         lines.append(f"exit {status['exit']['code']}: {status['exit']['text']}")
+    for host in status.get("hosts") or []:
+        stale = " (not updated for " + duration(now - host["updated"]) + ")" \
+            if host.get("updated") and now - host["updated"] > STALE_AFTER and host.get("state") not in FINAL_STATES \
+            else ""
+        ranks = ", ".join(f"rank {r['rank']} pid {r['pid']} {duration(r.get('seconds_since_progress'))} since progress"
+                          for r in host.get("ranks") or []) or "no ranks"
+        lines.append(f"host {host['node_rank']} ({host.get('host')}): {host.get('state')}{stale}, rung "
+                     f"{host.get('rung')}, attempt {host.get('attempt')}: {ranks}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,45 @@
+"""Several hosts: the job-wide ladder decision, kept beside the checkpoint on the run directory every host shares.
+
+A host that moves the job on the ladder (a hang climbs, a remedy, a probe) writes ``job-ladder.json`` before its
+tree is killed; every host reads it, when it changed, before each event but heartbeats (``core.JobLadderRead``), so
+the hosts whose ranks fail with it restart on the same rung, with the same remedies, from the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+from supervisor.decision.core import JobLadderRead, PublishLadder
+from worker.durable_file import write_durably
+
+NAME = "job-ladder.json"
+
+
+class JobLadderFile:
+    def __init__(self, run_dir: Path, node_rank: int):
+        self.path = run_dir / NAME
+        self.node_rank = node_rank
+        self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the version last read
+
+    def publish(self, decision: PublishLadder) -> None:
+        """Raises OSError when the shared directory cannot be written (the caller says so and goes on)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"seq": decision.seq, "rung": decision.rung, "remedies": decision.remedies,
+                  "node_rank": self.node_rank, "host": socket.gethostname(), "cause": decision.cause}
+        write_durably(self.path, json.dumps(record).encode())
+
+    def read_if_changed(self) -> JobLadderRead | None:
+        """The decision when the file changed since the last read; None when it did not, is missing or unreadable."""
+        try:
+            stat = self.path.stat()
+            if (stat.st_mtime_ns, stat.st_size) == self._seen:
+                return None
+            self._seen = (stat.st_mtime_ns, stat.st_size)
+            raw = json.loads(self.path.read_text())
+            return JobLadderRead(seq=int(raw["seq"]), rung=int(raw["rung"]), remedies=dict(raw.get("remedies") or {}),
+                                 node_rank=int(raw["node_rank"]), host=str(raw.get("host", "")),
+                                 cause=dict(raw.get("cause") or {}))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None

@@ -1,0 +1,141 @@
+"""Several hosts: Ultralytics' DDP launch through torch.distributed.run's c10d rendezvous, one worker per host.
+
+Ultralytics launches ``torch.distributed.run --nproc_per_node N --master_port P``: one host, its own GPUs. With a
+``Rendezvous`` in the launch record (``[distributed]`` in the config) each host's worker launches its local ranks
+under the same elastic launcher, meeting the other hosts' launchers at the c10d rendezvous (``--nnodes``,
+``--rdzv-backend c10d``, ``--rdzv-endpoint``, ``--rdzv-id``); the world size and every rank's global rank come from
+the launcher's environment (``WORLD_SIZE``, ``RANK``), not from the device count.
+
+Restarts are the supervisors', never the launcher's: ``--max-restarts 0``, and a rank that the launcher starts a
+second time (it does so when another host's new launcher joins while its ranks look healthy: a "membership
+change") exits at once instead of training from the launch's old checkpoint. So a host whose ranks hung is killed
+and restarted by its supervisor; the other hosts' ranks fail in their next collective (a dead peer's connection
+closes, a frozen one's collective times out after ``collective_timeout``), or on the second start, their launchers
+exit, and their supervisors restart them too: every host resumes from the newest checkpoint on the shared run
+directory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from worker.contract import Rendezvous
+
+ENV_FINGERPRINT = "YOLO_TRAIN_RDZV_FINGERPRINT"  # what every host must agree on, for the ranks to compare
+ENV_STARTED_DIR = "YOLO_TRAIN_RANKS_STARTED"  # where this launch's ranks mark that they started
+DISAGREE = "yolo-train: the hosts' configurations differ"  # a failure signature (supervisor/decision/signatures.py)
+
+
+def install(rendezvous: Rendezvous, record_path: str) -> Path:
+    """In the launching worker, before the trainer is built: Ultralytics' DDP command goes through the rendezvous,
+    and the ranks learn what to check. Returns the directory where the ranks mark their start."""
+    from ultralytics.engine import trainer as engine
+
+    started = Path(record_path).resolve().parent / "ranks-started" / str(os.getpid())
+    started.mkdir(parents=True, exist_ok=True)
+    os.environ[ENV_STARTED_DIR] = str(started)
+    os.environ[ENV_FINGERPRINT] = f"{rendezvous.node_rank}:{rendezvous.fingerprint}"
+
+    def through_the_rendezvous(trainer: Any) -> tuple[list[str], str]:
+        # Ultralytics' own script, not its command: that also empties the run directory of a launch from scratch,
+        # which every host shares here (one host would delete what another has begun).
+        from ultralytics.utils.dist import generate_ddp_file
+
+        file = generate_ddp_file(trainer)
+        print(f"yolo-train worker: host {rendezvous.node_rank} of {rendezvous.nnodes}: {trainer.world_size} local "
+              f"rank(s) meet the other hosts at {rendezvous.endpoint} (rdzv_id {rendezvous.rdzv_id!r}), waiting up "
+              f"to {rendezvous.join_timeout:g} s for all of them", flush=True)
+        return launcher_argv(sys.executable, trainer.world_size, rendezvous, file), file
+
+    engine.generate_ddp_command = through_the_rendezvous
+    return started
+
+
+def launcher_argv(python: str, local_ranks: int, r: Rendezvous, script: str) -> list[str]:
+    """torch.distributed.run with the c10d rendezvous; the host with node_rank 0 hosts the store."""
+    wait = max(1, round(r.join_timeout))
+    conf = f"is_host={'true' if r.node_rank == 0 else 'false'},join_timeout={wait},read_timeout={wait}"
+    return [python, "-m", "torch.distributed.run", "--nnodes", str(r.nnodes), "--nproc-per-node", str(local_ranks),
+            "--node-rank", str(r.node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", r.endpoint,
+            "--rdzv-id", r.rdzv_id, "--rdzv-conf", conf, "--max-restarts", "0", script]
+
+
+def adopt_world(trainer: Any) -> None:
+    """After BaseTrainer.__init__, on several hosts (``install`` ran in the launching worker): its launcher takes the
+    DDP path even with one local device; a rank's world is the launcher's ``WORLD_SIZE``, every host's ranks."""
+    from ultralytics.utils import LOCAL_RANK
+
+    if not os.environ.get(ENV_FINGERPRINT):
+        return
+    if LOCAL_RANK != -1:
+        trainer.world_size = int(os.environ["WORLD_SIZE"])
+    else:
+        trainer.world_size = max(trainer.world_size, 1)
+        trainer.ddp = True
+
+
+def mark_rank_started() -> None:
+    """In a rank, first thing: a second start under the same launch is the launcher's restart after another host
+    joined anew. It would resume from this launch's checkpoint, not the newest: exit, and let the supervisor restart
+    this host from the newest one."""
+    directory = os.environ.get(ENV_STARTED_DIR)
+    if not directory:
+        return
+    marker = Path(directory) / os.environ.get("LOCAL_RANK", "0")
+    if marker.exists():
+        print(f"yolo-train worker: rank {os.environ.get('RANK')} started again by torch.distributed.run for a new "
+              f"rendezvous round (another host restarted): this host restarts under its supervisor, from the newest "
+              f"checkpoint", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+    marker.touch()
+
+
+def check_hosts_agree() -> None:
+    """In a rank, once the process group is up: every host trains the same [train] table, ladder and run directory,
+    or the run stops with one line (a failure signature: exit 78) instead of averaging different models."""
+    value = os.environ.get(ENV_FINGERPRINT)
+    if not value:
+        return
+    import torch.distributed as dist
+
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, value)
+    prints = {v.split(":", 1)[1] for v in everyone}
+    if len(prints) > 1:
+        hosts = sorted({tuple(v.split(":", 1)) for v in everyone})
+        print(f"{DISAGREE} ([train], [ladder], [distributed] nnodes, rdzv_id or run_dir; node_rank:fingerprint "
+              f"{', '.join(':'.join(h) for h in hosts)}); give every host the same config", flush=True)
+        raise SystemExit(78)
+
+
+def started_dir() -> Path:
+    return Path(os.environ[ENV_STARTED_DIR])
+
+
+def forget_started() -> None:
+    """At the launch's end: its ranks' start marks mean nothing to the next launch."""
+    import shutil
+
+    shutil.rmtree(started_dir(), ignore_errors=True)
+
+
+def ranks_started(directory: Path) -> bool:
+    return directory.is_dir() and any(directory.iterdir())
+
+
+def launch_failure(rendezvous: Rendezvous, started_dir: Path, began: float) -> tuple[int, str]:
+    """The launcher failed: (exit status, one line). No rank ever started within the join timeout: the rendezvous
+    never completed (a host that never joined, an endpoint nobody answers): a configuration error, not a crash."""
+    waited = time.monotonic() - began
+    if not ranks_started(started_dir) and waited >= rendezvous.join_timeout:
+        return 78, (f"yolo-train worker: host {rendezvous.node_rank} of {rendezvous.nnodes}: the rendezvous at "
+                    f"{rendezvous.endpoint} (rdzv_id {rendezvous.rdzv_id!r}) did not complete in {waited:.0f} s "
+                    f"([distributed] join_timeout {rendezvous.join_timeout:g} s): a host never joined or the "
+                    f"endpoint does not answer; start yolo-train on every host with the same rdzv_id and check "
+                    f"rdzv_endpoint")
+    return 1, ("yolo-train worker: a rank failed or another host restarted (torch.distributed.run exited); the "
+               "supervisor restarts this host from the newest checkpoint")
