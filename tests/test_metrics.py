@@ -114,6 +114,29 @@ def test_values_of_a_status(tmp_path):
                                  "torch": "2.14.1"}) == 1
 
 
+def test_with_several_hosts_every_hosts_ranks_are_exported_from_their_shared_views(tmp_path):
+    """Issue 24: status and metrics show every host's ranks. Each host writes its view to the shared run directory
+    (hosts.publish, as the agent does with its state file); the exporter reads them all when scraped."""
+    from supervisor.outputs import hosts
+
+    for node_rank, ranks in ((0, [{"rank": 0, "device": "cpu", "seconds_since_progress": 0.5}]),
+                             (1, [{"rank": 1, "device": "cpu", "seconds_since_progress": 7.0}])):
+        hosts.publish(tmp_path, node_rank, {"state": "healthy", "ranks": ranks, "updated": NOW - 2})
+    collector = TrainingCollector(DEADLINE, [], clock=lambda: NOW, hosts_dir=tmp_path)
+    collector.status = STATUS
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    host = socket.gethostname()
+    v = registry.get_sample_value
+    assert v("yolo_train_rank_seconds_since_progress", {"rank": "0", "device": "cpu", "node_rank": "0",
+                                                         "host": host}) == 2.5  # its view is 2 s old
+    assert v("yolo_train_rank_seconds_since_progress", {"rank": "1", "device": "cpu", "node_rank": "1",
+                                                         "host": host}) == 9.0
+    # one host alone: its own ranks, as before, no host labels
+    assert registry_for(STATUS).get_sample_value("yolo_train_rank_seconds_since_progress", {
+        "rank": "0", "device": "cuda:0", "node_rank": "", "host": ""}) == 0.25 + 1.0
+
+
 def test_a_running_worker_has_a_phase_and_an_uptime():
     r = registry_for({**STATUS, "worker_pid": 999_999_999, "seconds_since_progress": None})
     assert r.get_sample_value("yolo_train_phase", {"phase": "train"}) == 1

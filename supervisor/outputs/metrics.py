@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from supervisor.config import Config, ConfigError, parse_deadline, parse_listen  # noqa: F401 (re-exported)
 from supervisor.decision.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
+from supervisor.outputs import hosts
 from supervisor.outputs.incidents import one_line
 from supervisor.sources.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, sample_all
 
@@ -248,11 +249,13 @@ def render_status(status: dict[str, Any], *, now: float, deadline: float | None,
     m.gauge("yolo_train_seconds_since_progress", "Seconds since the worker last made progress (or since it "
             "started, before its first progress).", None if since_progress is None else since_progress + age)
     ranks = m.gauge("yolo_train_rank_seconds_since_progress", "Seconds since each rank of a distributed worker last "
-                    "made progress, with the device it trains on.", labels=["rank", "device"])
-    for view in status.get("ranks") or []:
-        if isinstance(view, dict) and _number(view.get("seconds_since_progress")) is not None:
-            ranks.add_metric([str(view.get("rank")), str(view.get("device") or "")],
-                             _number(view["seconds_since_progress"]) + age)
+                    "made progress, with the device it trains on; with several hosts, every host's ranks, by "
+                    "node_rank and host name.", labels=["rank", "device", "node_rank", "host"])
+    for node_rank, host, views, host_age in _every_hosts_ranks(status, now, age):
+        for view in views:
+            if isinstance(view, dict) and _number(view.get("seconds_since_progress")) is not None:
+                ranks.add_metric([str(view.get("rank")), str(view.get("device") or ""), node_rank, host],
+                                 _number(view["seconds_since_progress"]) + host_age)
     m.gauge("yolo_train_worker_uptime_seconds", "Seconds since the current worker started; 0 while none runs.",
             0.0 if uptime is None else uptime + age)
     m.gauge("yolo_train_last_restart_timestamp_seconds", "Unix time of the last restart.",
@@ -320,12 +323,26 @@ def render_status(status: dict[str, Any], *, now: float, deadline: float | None,
     return m.families
 
 
+def _every_hosts_ranks(status: dict[str, Any], now: float, age: float) -> Iterator[tuple[str, str, list, float]]:
+    """(node_rank, host, ranks, age of that view): every host's from the shared views where hosts are several
+    (``hosts``, read at the scrape), else this supervisor's own, unlabelled."""
+    if not status.get("hosts"):
+        yield "", "", status.get("ranks") or [], age
+        return
+    for view in status["hosts"]:
+        if isinstance(view, dict):
+            updated = _number(view.get("updated"))
+            yield (str(view.get("node_rank")), str(view.get("host") or ""), view.get("ranks") or [],
+                   0.0 if updated is None else max(0.0, now - updated))
+
+
 class TrainingCollector(Collector):
     """Renders the latest published status when scraped; samples the worker tree and the GPUs then."""
 
     def __init__(self, deadline: float | None, gpu_readers: list[GpuReader],
-                 sample_interval: float = DEFAULT_SAMPLE_INTERVAL, clock=time.time):
+                 sample_interval: float = DEFAULT_SAMPLE_INTERVAL, clock=time.time, hosts_dir: Path | None = None):
         self.status: dict[str, Any] = {}
+        self.hosts_dir = hosts_dir  # several hosts: the shared run directory their views are kept in (hosts.py)
         self.deadline = deadline
         self.version = yolo_train_version()
         self.gpus = CachedGpuSamples(gpu_readers, sample_interval)
@@ -340,6 +357,8 @@ class TrainingCollector(Collector):
             tree = sample_worker_tree(pid)
             cpu = self.cpu.update(pid if tree.processes else None, tree.cpu_seconds)
             gpus = self.gpus.get()
+        if self.hosts_dir is not None:
+            status = {**status, "hosts": hosts.read_all(self.hosts_dir)}
         yield from render_status(status, now=self.clock(), deadline=self.deadline, version=self.version,
                                  tree=tree, worker_cpu_seconds=cpu, gpus=gpus)
 
@@ -381,7 +400,8 @@ def start_exporter(config: Config, *, gpu_root: Path = Path("/"), gpu_readers: l
         return Exporter(TrainingCollector(deadline, []), CollectorRegistry())
     host, port = config.metrics_address
     readers = discover_gpu_readers(gpu_root) if gpu_readers is None else gpu_readers
-    collector = TrainingCollector(deadline, readers, sample_interval)
+    collector = TrainingCollector(deadline, readers, sample_interval, hosts_dir=config.distributed.run_dir
+                                  if config.distributed.several_hosts else None)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
