@@ -17,14 +17,15 @@ import pytest
 from supervisor.config import ConfigError, parse
 from tests.conftest import ROOT, read_incidents, read_state
 
+# 16 batches an epoch at 192 px: an epoch's training outlasts the state file's 1 s updates, which the freeze waits on
 HOST = """
 name = "host-{node_rank}"
 [train]
 data = "demo"
 model = "yolov8n.yaml"
 epochs = {epochs}
-imgsz = 64
-batch = 4
+imgsz = 192
+batch = 2
 workers = 0
 device = "cpu"
 plots = false

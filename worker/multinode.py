@@ -94,9 +94,11 @@ def mark_rank_started() -> None:
     marker.touch()
 
 
-def check_hosts_agree() -> None:
+def check_hosts_agree(hb: Any = None) -> None:
     """In a rank, once the process group is up: every host trains the same [train] table, ladder and run directory,
-    or the run stops with one line (a failure signature: exit 78) instead of averaging different models."""
+    or the run stops with one line (a failure signature: exit 78) instead of averaging different models. The line
+    is also the rank's last error on the heartbeat (``hb``): the supervisor judges a crash by its own last words,
+    and the launcher's are only that a rank failed."""
     value = os.environ.get(ENV_FINGERPRINT)
     if not value:
         return
@@ -107,8 +109,11 @@ def check_hosts_agree() -> None:
     prints = {v.split(":", 1)[1] for v in everyone}
     if len(prints) > 1:
         hosts = sorted({tuple(v.split(":", 1)) for v in everyone})
-        print(f"{DISAGREE} ([train], [ladder], [distributed] nnodes, rdzv_id or run_dir; node_rank:fingerprint "
-              f"{', '.join(':'.join(h) for h in hosts)}); give every host the same config", flush=True)
+        line = (f"{DISAGREE} ([train], [ladder], [distributed] nnodes, rdzv_id or run_dir; node_rank:fingerprint "
+                f"{', '.join(':'.join(h) for h in hosts)}); give every host the same config")
+        print(line, flush=True)
+        if hb is not None:
+            hb.error(line)
         raise SystemExit(78)
 
 

@@ -73,7 +73,7 @@ class SupervisedTrainerMixin:
 
     def _setup_ddp(self) -> None:
         setup_process_group(self, super()._setup_ddp)
-        check_hosts_agree()
+        check_hosts_agree(self.supervision.hb)
 
     def check_resume(self, overrides: dict[str, Any]) -> None:
         super().check_resume(overrides)

@@ -9,14 +9,15 @@ Life cycle (``State``)::
 
     STARTING --first training batch--> HEALTHY
     STARTING | HEALTHY --stall timeout, worker exit, stop request--> STOPPING (the tree is killed)
-    STOPPING --tree gone--> STARTING (a hang restarts at once, one rung safer)
+    STOPPING --tree gone--> STARTING (a hang restarts at once, at the rung its record says: rung_choice.py)
                           | BACKOFF  (a crash waits, then restarts at the same rung)
                           | SUCCEEDED (training finished) | FAILED (budget spent, reboot needed)
                           | STOPPED (asked to stop; the next run resumes)
     BACKOFF --delay over--> STARTING
     any running state --another supervisor took the state directory--> STOPPING (no save) | FAILED (exit 78)
 
-A crash climbs the ladder only when the same failure repeats; a hang always climbs. Every restart
+A crash climbs the ladder only when the same failure repeats; a hang moves to the rung of best expected goodput
+(rung_choice.py), an untried safer one while that can pay. A restart after an attempt that saved no checkpoint
 counts against the restart budget; a worker that survives SIGKILL ends the supervisor with "reboot needed".
 
 Kernel messages: a stall or GPU-fault line puts the worker under suspicion; if it makes no progress
@@ -1323,9 +1324,12 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
                                       f"after {s.probation[key]:.0f} s" + (f"; rung {back - 1} hung "
                                       f"{s.config.probe.give_up_after} times and is not probed again" if gave_up else "")))
     elif plan.climb and plan.choice is not None:  # a hang: the rung its record says, chosen at the verdict
-        if plan.choice.rung != s.rung:
+        step = plan.choice.rung - s.rung
+        move = "staying" if step == 0 else "one rung safer" if step == 1 else f"{step} rungs safer" if step > 0 \
+            else "faster"
+        if step:
             _move_to(s, plan.choice.rung)
-        actions.append(Log("warning", f"rung {s.rung} ({s.ladder.label(s.rung)}): {plan.choice.why}"))
+        actions.append(Log("warning", f"{move}: rung {s.rung} ({s.ladder.label(s.rung)}): {plan.choice.why}"))
     elif plan.climb:  # the same crash again
         if s.ladder.exhausted(s.rung):
             actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
