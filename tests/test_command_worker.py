@@ -43,7 +43,10 @@ def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, ar
                             text=True)
     try:
         checkpoints = config.parent / "checkpoints"
+        # Inside an epoch, not at its last batches: a loop frozen at an epoch's end is bounded by the epoch end's
+        # timeout (save_timeout, 300 s until an epoch end is observed), not by the batch rhythm this test is about.
         status = wait_for(lambda: (s := status_of(state_dir)) and s["state"] == "healthy" and s["batch"]
+                          and s["batch"] <= s["batches"] - 5
                           and (s["epoch"] - 1) * s["batches"] + s["batch"] > after_batches
                           and any(checkpoints.glob("*ckpt")) and s, 120, "training with a checkpoint")
         target = frozen(psutil.Process(status["worker_pid"]))
