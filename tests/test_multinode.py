@@ -223,8 +223,8 @@ def test_the_collective_timeout_variable_is_the_one_the_ranks_read():
 def test_a_host_among_several_reports_progress_through_its_local_rank_0():
     """Global rank 0 trains on one host only: the other's supervisor reads its own first rank's batches."""
     from supervisor.decision import core
-    from supervisor.outputs.status_view import snapshot
     from supervisor.decision.ladder import build_ladder
+    from supervisor.outputs.status_view import snapshot
     from worker.contract import HeartbeatMessage, MessageKind, Phase
 
     config = parse(distributed(node_rank=1), "host.toml")

@@ -221,12 +221,14 @@ def _incidents_from(saved: list[dict[str, Any]]) -> list[Incident]:
 
 @dataclass
 class Supervision:
+    """Everything the core knows of one training: the life cycle, the ladder's position and what each rung has shown,
+    the restart budget, the incidents, the current attempt and the account of the work kept."""
     config: Config
     ladder: Ladder
     state: State = kept(default=State.STARTING, load=_finished_only)
     rung: int = kept(default=0)
     attempt: int = kept(default=0)  # attempts spawned so far
-    current: Attempt = field(default_factory=Attempt)
+    current: Attempt = field(default_factory=Attempt)  # the attempt running, or the last one until the next spawn
     stop: StopPlan | None = None  # set while STOPPING
     backoff_until: float | None = None
     consecutive_crashes: int = 0
@@ -257,7 +259,7 @@ class Supervision:
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
 
-    # -- the current attempt's and the account's figures, as the shell and the tests read them --
+    # -- read-only views of the records' figures that the shell and the tests read by these names --
     @property
     def progress(self) -> Progress:
         return self.current.progress
