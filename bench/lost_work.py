@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.recovery import free_port, to_toml  # noqa: E402
 
-FIRST_BATCH = "first training batch"  # the supervisor's line when an attempt trains (supervisor/decision/core.py)
+FIRST_BATCH = "first training batch"  # the supervisor's line when an attempt trains (supervisor/decision/heartbeats.py)
 SPEED_WINDOW = (3.0, 10.0)  # seconds after the first batch between which the first attempt's speed is taken
 START_LIMIT = 180.0  # seconds an attempt may take to reach its first batch before the bench gives up
 

@@ -50,7 +50,7 @@ GOAL_SECONDS = 20.0  # issue 2: a DataLoader-worker hang resumed within 20 s
 BASELINE_TIMEOUT = 10.0  # DataLoader(timeout=10), the baseline's only hang detection
 RUN_LIMIT = 150.0  # seconds one measured run may take before the bench gives up on it
 
-# The supervisor's own log lines (supervisor/decision/core.py, supervisor/agent.py) this bench times.
+# The supervisor's own log lines (supervisor/decision/, supervisor/agent.py) this bench times.
 DECLARED = re.compile(r"yolo-train: hang in (\w+): ")
 KILLED = re.compile(r"yolo-train: killed (\d+) process\(es\) in ([\d.]+) s")
 RESUMED = re.compile(r"yolo-train: attempt 2: first training batch ([\d.]+) s after spawn")

@@ -27,7 +27,7 @@ from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.decision.vocabulary import STARTUP_PHASE, KernelKind, Reason
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.outputs import checkpoints, hosts, state_file
+from supervisor.outputs import checkpoints, hosts, state_file, status_view
 from supervisor.outputs.incidents import one_line, stacks_path
 from supervisor.outputs.job_ladder import JobLadderFile
 from supervisor.outputs.state_dir import StateDir, StateDirTaken
@@ -523,7 +523,7 @@ class Agent:
     # -- state --
     def status(self) -> dict[str, Any]:
         now = self.now()
-        return {**core.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
+        return {**status_view.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
                 "state_dir": str(self.config.state_dir), "updated": now.wall,
                 "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics_bind_failures,
                 "standby_pid": self.standby.pid if self.standby is not None else None,

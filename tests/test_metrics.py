@@ -24,6 +24,7 @@ from dashboards.queries import GPU_METRIC_NAMES, METRIC_NAMES
 from supervisor.config import Config, ConfigError, parse
 from supervisor.decision import core
 from supervisor.decision.ladder import build_ladder
+from supervisor.outputs.status_view import snapshot
 from supervisor.sources.gpu_metrics import AmdgpuSysfsReader
 from supervisor.sources.stacks import as_incident_stacks, capture_tree
 from supervisor.outputs.metrics import (
@@ -39,7 +40,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "amdgpu_sysfs"
 DEADLINE = parse_deadline("2030-01-01T00:00:00Z")
 NOW = 1_900_000_000.0
 
-# What Agent.status() holds in the middle of a run after one hang in training (see core.snapshot()).
+# What Agent.status() holds in the middle of a run after one hang in training (see status_view.snapshot()).
 STATUS = {
     "state": "healthy", "phase": "train", "epoch": 3, "epochs": 8, "batch": 5, "batches": 8,
     "losses": {"box_loss": 1.25, "cls_loss": 2.5, "dfl_loss": 1.0}, "lr": 0.0025,
@@ -352,7 +353,7 @@ def test_the_last_incident_info_says_where_a_really_hung_worker_waited(tmp_path)
         hung.kill()
         hung.wait()
     core.decide(s, core.TreeKilled(killed=1), core.Now(7.0, NOW + 7))
-    status = {**STATUS, **core.snapshot(s, core.Now(7.0, NOW + 7))}
+    status = {**STATUS, **snapshot(s, core.Now(7.0, NOW + 7))}
     [sample] = [x for f in registry_for(status).collect() for x in f.samples
                 if x.name == "yolo_train_last_incident_info"]
     assert sample.labels["reason"] == "hang"

@@ -224,6 +224,7 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
     """Global rank 0 trains on one host only: the other's supervisor reads its own first rank's batches."""
     from supervisor.decision import core
     from supervisor.decision.ladder import build_ladder
+    from supervisor.outputs.status_view import snapshot
     from worker.contract import HeartbeatMessage, MessageKind, Phase
 
     config = parse(distributed(node_rank=1), "host.toml")
@@ -235,7 +236,7 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
                             batch=1, batches=4, rank=1, local_rank=0)
     core.decide(s, core.HeartbeatReceived(beat), now)
     assert s.state.value == "healthy" and s.progress.batch == 1
-    view = core.snapshot(s, now)
+    view = snapshot(s, now)
     assert view["node_rank"] == 1 and view["ranks"] == [
         {"rank": 1, "local_rank": 0, "pid": 12, "device": None, "seconds_since_progress": 0.0}]
 

@@ -16,7 +16,8 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> list[tuple[str, bool]]:
-    """(module imported, inside a function) for every import in ``path``; ``from worker import ddp`` is worker.ddp."""
+    """(module imported, inside a function) for every import in ``path``; ``from worker import ddp`` is worker.ddp
+    (a module of a package is named whole)."""
     tree = ast.parse(path.read_text())
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    for n in ast.walk(f) if n is not f}
@@ -25,7 +26,8 @@ def imports(path: Path) -> list[tuple[str, bool]]:
         if isinstance(node, ast.Import):
             found += [(a.name, id(node) in in_function) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found += [(f"{node.module}.{a.name}" if node.module in ("worker", "worker.patches") else node.module,
+            package = ROOT.joinpath(*node.module.split("."))
+            found += [(f"{node.module}.{a.name}" if (package / f"{a.name}.py").is_file() else node.module,
                        id(node) in in_function) for a in node.names]
     return found
 

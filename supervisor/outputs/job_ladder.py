@@ -11,7 +11,8 @@ import json
 import socket
 from pathlib import Path
 
-from supervisor.decision.core import JobLadderRead, PublishLadder
+from supervisor.decision.actions import PublishLadder
+from supervisor.decision.events import JobLadderRead
 from worker.durable_file import write_durably
 
 NAME = "job-ladder.json"

@@ -16,7 +16,7 @@ in the ring buffer gets EPIPE once, and the next read() returns the oldest recor
 
 Records written by user space (``echo '<4>text' > /dev/kmsg`` as root) are read too, and marked: the kernel
 forces them to a non-kernel facility, which ``KmsgRecord.facility`` keeps and ``KernelEvent.from_kernel``
-carries, so that such a line may raise suspicion but never end a run (core.py).
+carries, so that such a line may raise suspicion but never end a run (decision/kernel.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,74 @@
+"""What the decision core asks the shell to do: spawn, signal, kill, record, log, exit.
+
+``core.decide`` returns these; the shell (``agent.py``) carries each out and tells the outcome back as an event
+(``events.py``): a spawn as ``Spawned``, a kill as ``IncidentEnriched`` then ``TreeKilled``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from supervisor.decision.incident import Incident
+
+
+@dataclass(frozen=True)
+class Spawn:
+    attempt: int
+    rung: int
+    rung_settings: dict[str, Any]  # the rung's changes and the remedies in force, as the ladder spells them
+    checkpoint_every: float | None = None  # seconds of training between the worker's checkpoints; None: per epoch
+
+
+@dataclass(frozen=True)
+class PrepareStandby:
+    """Start a standby worker: one that does its imports now and waits to be given the next attempt, so a restart
+    does not pay for them. Asked for once the attempt trains (never beside a start, whose CPU it would take), with
+    the settings of the rung a hang would move to: a standby serves only a launch in the environment it began in."""
+    rung_settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PublishLadder:
+    """Several hosts: this host decided where the job goes on the ladder; said before its tree is killed, so the
+    other hosts, whose ranks fail with it, restart on the same rung."""
+    seq: int
+    rung: int
+    remedies: dict[str, Any]
+    cause: dict[str, Any] = field(default_factory=dict)  # the incident behind it, for the other hosts' incidents
+
+
+@dataclass(frozen=True)
+class RequestCheckpoint:
+    """Ask the worker to save a checkpoint at its next batch boundary and exit (SIGUSR1)."""
+
+
+@dataclass(frozen=True)
+class KeepVerifiedCopy:
+    """The worker reported a complete checkpoint: verify it and keep it as the fallback (outputs/checkpoints.py)."""
+    path: str
+
+
+@dataclass(frozen=True)
+class KillTree:
+    """Kill the worker's tree. For an incident, the shell first says what it sees of the tree
+    (``IncidentEnriched``); the core learns the kill's outcome from ``TreeKilled``."""
+    incident: Incident | None  # None: cleaning up after a normal exit
+
+
+@dataclass(frozen=True)
+class RecordIncident:
+    """The incident is complete: append it to incidents.jsonl."""
+    incident: Incident
+
+
+@dataclass(frozen=True)
+class Log:
+    level: str  # "info" | "warning" | "error"
+    text: str
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: int
+    text: str

@@ -1,0 +1,121 @@
+"""What the decision core is told: the events the shell turns the world into, each with the time (``Now``).
+
+The shell (``agent.py``) reads a heartbeat, the worker's exit, the kernel log, a signal, the clock; each becomes one
+of these frozen records, and ``core.decide`` is the only reader. What the core answers with is in ``actions.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from supervisor.decision.incident import Stacks
+from supervisor.decision.vocabulary import KernelKind, Remedy
+from worker.contract import HeartbeatMessage
+
+
+@dataclass(frozen=True)
+class Now:
+    mono: float  # for timeouts: never jumps
+    wall: float  # for records that outlive the process: the restart budget, incident times
+
+
+@dataclass(frozen=True)
+class Boot:
+    """The supervisor started (state possibly restored from its state file)."""
+
+
+@dataclass(frozen=True)
+class Spawned:
+    pid: int
+    resumed_from: str | None  # the checkpoint the worker resumes from, None when training from scratch
+    exit_0_finishes: bool = False  # a [worker] command: its exit status 0 is its word that training is done
+
+
+@dataclass(frozen=True)
+class HeartbeatReceived:
+    message: HeartbeatMessage
+    # The sender is a descendant of the worker's main process (the shell looked): the script a wrapper started.
+    from_worker_tree: bool = False
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    returncode: int  # negative: killed by that signal
+    last_words: str | None = None  # the last line of its output
+
+
+@dataclass(frozen=True)
+class TreeKilled:
+    killed: int
+    survivors: tuple[str, ...] = ()  # "pid 123 (python, disk-sleep)" for each process SIGKILL did not end
+    seconds: float = 0.0  # from the first signal to the tree confirmed gone
+    confirmed_wall: float | None = None
+
+
+@dataclass(frozen=True)
+class IncidentEnriched:
+    """What the shell saw of the worker's tree just before killing it, for the incident being stopped."""
+    incident_id: str
+    processes: tuple[dict[str, Any], ...]
+    output_tail: tuple[str, ...] = ()
+    output_note: str | None = None  # a command's output parser: why no line was ever progress
+    stacks: Stacks | None = None  # captured for a hang
+    host: str | None = None  # this host's name, where hosts are several
+
+
+@dataclass(frozen=True)
+class KernelMessage:
+    """A classified kernel log line or GPU device event (see sources/kernel_messages.KernelEvent)."""
+    kind: KernelKind
+    message: str
+    source: str
+    pattern: str
+    pid: int | None = None
+    in_worker_tree: bool | None = None  # None when the message names no pid
+    trusted: bool = True  # the kernel's own record from this run; False: forgeable or stale, never ends the run
+    drill: bool = False  # a fault drill (YOLO_TRAIN_KERNEL_DRILL=1): taken as the kernel's word about our GPU
+
+
+@dataclass(frozen=True)
+class SignatureSeen:
+    """A line of the worker's output matched a failure signature (see signatures.py)."""
+    name: str
+    remedy: Remedy
+    advice: str
+    line: str
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    signal: str = "SIGTERM"
+
+
+@dataclass(frozen=True)
+class JobLadderRead:
+    """Several hosts: the job-wide ladder decision as the shared run directory holds it (outputs/job_ladder.py),
+    read before every event but heartbeats whenever the file changed."""
+    seq: int  # decisions made so far, job-wide: a newer one wins
+    rung: int
+    remedies: dict[str, Any]
+    node_rank: int  # the host that made it
+    host: str = ""
+    cause: dict[str, Any] = field(default_factory=dict)  # its incident: id, reason, phase, the rank that stopped first
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed; deadlines are checked."""
+
+
+@dataclass(frozen=True)
+class SupervisorPaused:
+    """The supervisor itself did not run for ``seconds`` (SIGSTOP, a frozen VM): not the worker's time to answer for."""
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StateDirTaken:
+    """Another supervisor locked the state directory (this one's lock file was removed meanwhile): it trains there
+    now, so this one's worker stops at once, without a save that would overwrite the other's last.pt."""
+    detail: str  # one line: the config file, state_dir, and who holds it

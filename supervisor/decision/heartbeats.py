@@ -1,0 +1,194 @@
+"""A heartbeat, step by step: who may speak, what it reports, whether it is progress, and what progress starts.
+
+``received`` reads one message of the worker (worker/contract.py) in named steps:
+
+1. ``_accepted``: the worker's main process (or, under DDP, this host's first rank) counts; a DataLoader worker or
+   a stray writer does not;
+2. ``_report``: an error, the settings in force or a saved checkpoint is noted, and is not progress;
+3. ``_note_position``: where the worker is (epoch, batch, losses), from any beat;
+4. ``_time_gap``: the gap since the last progress feeds the watchdog's intervals, or the epoch end's bound;
+5. ``_progressed``: the counter moved on: the last progress, the phase, a command's training run through;
+6. kernel.progress_seen: a kernel line under suspicion was not about a hang of ours;
+7. ``_diverged``: non-finite losses batch after batch stop the worker, restarted without AMP;
+8. ``_trained_batch``: speed, the first batch of the attempt (``_first_batch``), then a probe when due.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from supervisor.decision import goodput, kernel, probe, stopping
+from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby
+from supervisor.decision.events import Now
+from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
+from supervisor.decision.vocabulary import Reason, State
+from worker.contract import HeartbeatMessage, MessageKind, Phase
+
+NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
+
+
+def received(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bool = False) -> list[Any]:
+    if not _accepted(s, m, now, from_worker_tree):
+        return []
+    if m.kind in (MessageKind.ERROR, MessageKind.IN_FORCE, MessageKind.CHECKPOINT):
+        return _report(s, m, now)
+    _note_position(s.current.progress, m)
+    if m.progress <= s.current.progress_counter:
+        return []  # a beat without progress is not progress
+    _time_gap(s, m, now)
+    _progressed(s, m, now)
+    actions = kernel.progress_seen(s)
+    if not (m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN):
+        return actions
+    diverged = _diverged(s, now)
+    if diverged:
+        return actions + diverged
+    return actions + _trained_batch(s, m, now)
+
+
+def _accepted(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bool) -> bool:
+    """The message counts: it comes while a worker is watched, from the process whose word is the run's."""
+    a = s.current
+    if s.state not in (State.STARTING, State.HEALTHY) and not s.saving():
+        return False
+    if m.rank is not None:
+        if not _rank_alive(s, m, now):
+            return False
+    elif m.pid != a.worker_pid and not (from_worker_tree and a.progress_pid in (None, m.pid)):
+        # A DataLoader worker or a stray writer never counts as progress. A descendant does when it is the first of
+        # the tree to speak (``./run.sh`` running python): the worker's main process is then a wrapper.
+        s.messages_ignored += 1
+        return False
+    if m.pid != a.progress_pid:  # another sender (the launcher, then rank 0): its own counter
+        a.progress_pid, a.progress_counter = m.pid, -1
+    return True
+
+
+def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
+    """Every rank's beats keep its own liveness; only this host's first rank's (rank 0, or local rank 0 of a host
+    among several) go on to count as the run's progress. A rank is the pid that first spoke for it: its DataLoader
+    workers inherit RANK and must not speak for it."""
+    view = s.current.ranks.setdefault(m.rank, RankView(pid=m.pid, local_rank=m.local_rank))
+    if view.pid != m.pid:
+        s.messages_ignored += 1
+        return False
+    if m.kind == MessageKind.IN_FORCE and m.in_force:
+        view.device = m.in_force.device or None
+    if m.kind == MessageKind.ERROR and m.rank != 0:
+        s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
+    if m.progress > view.progress:
+        view.progress, view.last_progress_at = m.progress, now.mono
+    return (m.rank if m.local_rank is None else m.local_rank) == 0
+
+
+def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    if m.kind == MessageKind.ERROR:
+        s.current.last_error = (m.error or "")[:500]
+        return []
+    if m.kind == MessageKind.IN_FORCE:
+        s.current.in_force = m.in_force
+        return []
+    return _checkpoint_saved(s, m, now)
+
+
+def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    """A complete checkpoint: the point a restart resumes from, so the work before it is safe."""
+    if not m.path:
+        return []
+    if s.saving():
+        s.stop.saved = True
+    s.checkpoint = CheckpointMark(m.path, m.epoch or s.current.progress.epoch, m.batch or 0, now.wall, now.mono,
+                                  m.seconds or 0.0)
+    if m.seconds is not None:
+        s.hang_history.checkpoint_hold(m.seconds)
+    s.current.batches_since_checkpoint = 0
+    return [KeepVerifiedCopy(m.path)]
+
+
+def _note_position(p: Progress, m: HeartbeatMessage) -> None:
+    for key in ("epoch", "epochs", "batch", "batches"):
+        value = getattr(m, key)
+        if value is not None:
+            setattr(p, key, value)
+    if m.losses is not None:
+        p.losses = dict(m.losses)
+    if m.lr is not None:
+        p.lr = m.lr
+
+
+def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
+    a = s.current
+    gap = None if a.last_progress_at is None else now.mono - a.last_progress_at
+    if gap is not None and (a.progress.phase == Phase.SAVE.value or a.train_resuming):
+        # A gap of an epoch's end (or a save's): validation's set-up, the save, the next epoch's loader start up to
+        # its first batch. It has no batch rhythm: it bounds the next epoch end, not the batch intervals.
+        a.epoch_end_gap = max(a.epoch_end_gap, gap)
+        if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN:  # observed whole, up to the next batch
+            s.epoch_end_seen, a.epoch_end_gap = max(s.epoch_end_seen or 0.0, a.epoch_end_gap), 0.0
+    elif m.kind == MessageKind.BEAT and gap is not None and s.state == State.HEALTHY:
+        # (the first batch of an attempt is startup: CUDA's warm-up and the loader's start are no batch interval)
+        window = a.intervals.setdefault(m.phase.value, deque(maxlen=s.config.watchdog.auto_window))
+        window.append(gap)
+
+
+def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
+    a, p = s.current, s.current.progress
+    a.train_resuming = s.state == State.HEALTHY and m.kind == MessageKind.PHASE and m.phase == Phase.TRAIN
+    if a.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
+            and (p.batch or 0) >= p.batches:
+        # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
+        # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
+        a.trained_through = True
+    a.progress_counter, a.last_progress_at = m.progress, now.mono
+    p.phase = Phase.DONE.value if a.trained_through else m.phase.value
+
+
+def _diverged(s: Supervision, now: Now) -> list[Any]:
+    a, p = s.current, s.current.progress
+    if not p.losses:
+        return []
+    a.nan_beats = a.nan_beats + 1 if not all(math.isfinite(v) for v in p.losses.values()) else 0
+    amp = a.in_force.amp if a.in_force else None
+    if a.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and amp is not False:
+        return stopping.begin(s, now, Reason.NAN, "train", remedy={"amp": False}, failure="nan",
+                              detail=f"non-finite losses in {a.nan_beats} batches in a row ({p.losses})")
+    return []
+
+
+def _trained_batch(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    a = s.current
+    # Timed when sent: beats read in a burst (a backlog, the pipe's rests) arrive together but were not made so.
+    a.throughput.append((now.mono if m.sent is None else m.sent, m.samples or 0))
+    a.batches_since_checkpoint += 1
+    a.train_beats += 1
+    if a.train_beats % THROUGHPUT_WINDOW == 0:  # a fresh window of this rung's speed
+        s.record_rung_speed()
+    if s.state == State.STARTING:
+        return _first_batch(s, now)
+    if s.state == State.HEALTHY:
+        return probe.check(s, now)
+    return []
+
+
+def _first_batch(s: Supervision, now: Now) -> list[Any]:
+    """The attempt trains: its start is measured, and the incident that restarted it is complete."""
+    a = s.current
+    s.state = State.HEALTHY
+    s.consecutive_crashes = 0
+    a.healthy_since = now.mono
+    s.startup_failure = None
+    a.startup_seconds = now.mono - (a.spawned_at or now.mono)
+    s.startup_seen = max(s.startup_seen or 0.0, a.startup_seconds)
+    s.hang_history.started(s.rung, a.startup_seconds)
+    last = s.incidents[-1] if s.incidents else None
+    if last is not None and not last.recorded and last.reason != Reason.STOP:
+        last = s.amend(last, restart_seconds=round(now.wall - last.time, 3))
+    if last is not None and not last.recorded and s.goodput.lost_from is not None:
+        s.amend(last, loss=goodput.resumed_loss(s, last.rung))
+    actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "
+                                                            f"{a.startup_seconds:.1f} s after spawn")]
+    if s.config.standby and s.config.command is None:
+        actions.append(PrepareStandby({**s.ladder.settings(s.after_a_hang().rung), **s.remedies}))
+    return actions

@@ -1,0 +1,77 @@
+"""Kernel messages: what a classified kernel log line or GPU device event does to the run.
+
+A stall or GPU-fault line puts the worker under suspicion; if it makes no progress within the confirm window it is
+killed as hung at once (long before the stall timeout), if it does, the line is counted and nothing is killed. A line
+naming a pid outside the worker's tree only counts. A lost GPU ends the supervisor with "reboot needed", but only on
+the kernel's own word about a GPU this training uses. The OOM killer taking a worker process is remembered
+(``Attempt.oom``): the crash that follows is an ``oom`` one (core._exited).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.decision import stopping
+from supervisor.decision.actions import Log
+from supervisor.decision.events import KernelMessage, Now
+from supervisor.decision.state import OomKill, Supervision, Suspicion
+from supervisor.decision.vocabulary import After, KernelKind, Reason, State
+
+
+def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
+    a = s.current
+    s.kernel_events[event.kind.value] = s.kernel_events.get(event.kind.value, 0) + 1
+    running = s.state in (State.STARTING, State.HEALTHY)
+    if event.kind == KernelKind.GPU_LOST and not event.drill and (not event.trusted or _trains_on_cpu(s)):
+        # A line user space wrote, one from before this run, or a GPU this training does not use: it may be
+        # worth a look, but "reboot needed" ends the run and needs the kernel's own word about our GPU.
+        why = "not the kernel's own record of this run" if not event.trusted else "this training uses no GPU"
+        if not running or _trains_on_cpu(s):
+            return [Log("warning", f"GPU-lost line ignored ({why}): {event.message[:200]}")]
+        event = KernelMessage(KernelKind.GPU_FAULT, event.message, event.source, event.pattern, event.pid,
+                              event.in_worker_tree, trusted=False)
+    if event.kind == KernelKind.GPU_LOST:
+        s.reboot_needed = True
+        text = f"GPU lost ({event.pattern}): {event.message[:300]}"
+        if running:
+            return stopping.begin(s, now, Reason.KERNEL, a.progress.phase, detail=text, failure="kernel:gpu_lost",
+                                  then=After.REBOOT, kernel_events=[event])
+        return [Log("error", text)]
+    if not running:
+        return []
+    if event.in_worker_tree is False:
+        return [Log("info", f"kernel {event.kind.value} line about pid {event.pid}, not the worker's: counted "
+                            f"({event.message[:160]})")]
+    if event.kind == KernelKind.OOM:
+        if event.in_worker_tree:
+            a.oom = OomKill(event, now.mono)
+            return [Log("error", f"the OOM killer took worker process {event.pid}")]
+        return []
+    if a.suspicion is None:
+        a.suspicion = Suspicion(event, now.mono)
+        return [Log("warning", f"kernel {event.kind.value} line ({event.pattern}); the worker must show progress "
+                               f"within {s.config.kernel_log.confirm_window:.0f} s: {event.message[:160]}")]
+    return []
+
+
+def progress_seen(s: Supervision) -> list[Any]:
+    """The worker progressed: a line under confirmation was not about a hang of ours."""
+    suspicion, s.current.suspicion = s.current.suspicion, None
+    if suspicion is None:
+        return []
+    event = suspicion.event
+    return [Log("info", f"kernel {event.kind.value} line while training progresses: counted, nothing killed "
+                        f"({event.message[:160]})")]
+
+
+def unconfirmed(s: Supervision, now: Now, phase: str) -> list[Any]:
+    """The confirm window passed without progress: the worker is hung, as the kernel line said."""
+    event = s.current.suspicion.event
+    detail = (f"kernel {event.kind.value} ({event.pattern}) and no progress within "
+              f"{s.config.kernel_log.confirm_window:.0f} s: {event.message[:300]}")
+    return stopping.begin(s, now, Reason.KERNEL, phase, detail=detail, climb=True,
+                          failure=f"kernel:{event.kind.value}", kernel_events=[event])
+
+
+def _trains_on_cpu(s: Supervision) -> bool:
+    return str(s.config.train.get("device", "")).strip().lower() in ("cpu", "mps")

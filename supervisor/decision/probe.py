@@ -1,0 +1,59 @@
+"""Probing back down the ladder: a safer rung that has held for its probation gives the faster rung below another
+try, at a checkpoint ([ladder] probe_after).
+
+The probe is a planned stop (stopping.py): the worker saves and exits, the next attempt runs at the probe's target
+(rung_choice.probe_target), and the rung left is remembered. The probed rung is kept once it has held as long; a
+hang there returns to the rung left, whose probation doubles; a rung that hung ``give_up_after`` times is not
+probed again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.decision import stopping
+from supervisor.decision.actions import Log, RequestCheckpoint
+from supervisor.decision.events import Now
+from supervisor.decision.state import Supervision
+from supervisor.decision.vocabulary import After, Reason
+
+
+def check(s: Supervision, now: Now) -> list[Any]:
+    """At a batch boundary: keep a probed rung that held, or try the faster rung below once probation is served."""
+    cfg, p = s.config.probe, s.probe
+    if p.probing_from is not None and cfg.probe_after is not None and s.rung_trained() >= cfg.probe_after:
+        kept, p.probing_from = p.probing_from, None
+        return [Log("info", f"rung {s.rung} ({s.ladder.label(s.rung)}) held for {s.rung_trained():.0f} s: kept "
+                            f"(rung {kept} is no longer the way back)")]
+    left = s.probe_in()
+    if left is None or left > 0:
+        return []
+    # A record like any stop's: the attempt's time is closed into the totals, and a save that fails is a real incident.
+    target = s.probe_target()
+    return stopping.begin(s, now, Reason.PROBE, s.current.progress.phase, then=After.RESTART,
+                          detail=f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung "
+                                 f"{target} ({s.ladder.label(target)}) at this checkpoint",
+                          save_until=stopping.save_deadline(s, now)) + \
+        [*stopping.publish(s, target, s.remedies, {"reason": Reason.PROBE.value}), RequestCheckpoint()]
+
+
+def enter(s: Supervision) -> Log:
+    """The probe's checkpoint is saved: the next attempt runs at the probed rung."""
+    target = s.probe_target()
+    s.probe.probing_from = s.rung
+    s.move_to(s.rung - 1 if target is None else target)
+    return Log("warning", f"faster: rung {s.rung} ({s.ladder.label(s.rung)}), probing; a hang returns to rung "
+                          f"{s.probe.probing_from}")
+
+
+def back(s: Supervision) -> Log:
+    """The probed rung failed: back to where it was safe, for longer."""
+    p = s.probe
+    rung, p.probing_from = p.probing_from, None
+    key = str(rung)
+    p.probation[key] = 2 * p.probation.get(key, s.config.probe.probe_after or 0.0)
+    gave_up = s.rung_hangs.get(str(s.rung), 0) >= s.config.probe.give_up_after
+    s.move_to(rung)
+    return Log("warning", f"the probed rung hung: back to rung {rung} ({s.ladder.label(rung)}), next probe "
+                          f"after {p.probation[key]:.0f} s" + (f"; rung {rung - 1} hung "
+                          f"{s.config.probe.give_up_after} times and is not probed again" if gave_up else ""))

@@ -1,0 +1,117 @@
+"""What follows once a stopped worker's tree is gone: the end of the run, or the next attempt.
+
+The stop plan (stopping.py) says which: the run ends (reboot needed, a configuration error, finished, stopped), or
+the failure is counted against the restart budget, a remedy or a rung change applies, and the next worker is spawned
+at once (a hang, a probe) or after a backoff (a crash). A restart after an attempt that saved no checkpoint spends the
+budget; the same hang at the same point, whatever the rung, ends the run as deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.decision import goodput, probe, restart_budget, stopping
+from supervisor.decision.actions import Exit, Log, Spawn
+from supervisor.decision.events import Now, TreeKilled
+from supervisor.decision.incident import Kill
+from supervisor.decision.state import StopPlan, Supervision
+from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, State
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+
+
+def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
+    if s.state != State.STOPPING or s.stop is None:
+        return []
+    plan = s.stop
+    s.current.worker_pid = None
+    if plan.incident is not None:
+        s.amend(plan.incident, last_error=s.current.last_error, settings=s.current.in_force_shown(),
+                kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
+    if event.survivors:
+        s.reboot_needed = True
+        return stopping.finish(s, State.FAILED, Exit(
+            EXIT_REBOOT_NEEDED,
+            f"{len(event.survivors)} worker process(es) survived SIGKILL ({'; '.join(event.survivors)}): stuck in the "
+            f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
+    if plan.then == After.REBOOT:
+        return stopping.finish(s, State.FAILED, Exit(
+            EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.detail}); no new worker is "
+                                f"started on it; reboot the machine, then run again to resume"))
+    if plan.then == After.CONFIG_ERROR:
+        return stopping.finish(s, State.FAILED, Exit(EXIT_CONFIG,
+                                                     f"{plan.incident.detail}: {plan.advice}; not restarting"))
+    if plan.then == After.SUCCEED:
+        return stopping.finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
+    if plan.then == After.STOP:
+        saved = "after saving a checkpoint" if plan.saved else "without a new checkpoint"
+        if not plan.saved and plan.at_risk[1]:
+            saved += (f" (none was written: the {plan.at_risk[0]:.0f} s and {plan.at_risk[1]} batches trained after "
+                      f"the newest one are trained again)")
+        return stopping.finish(s, State.STOPPED, Exit(EXIT_OK,
+                                                      f"stopped at rung {s.rung} {saved}; run again to resume"))
+    return _restart(s, plan, now)
+
+
+def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
+    """After a failure: count it against the budget, apply the remedy or climb, then spawn or back off."""
+    s.restarts_by_reason[plan.reason.value] = s.restarts_by_reason.get(plan.reason.value, 0) + 1
+    if plan.reason == Reason.PROBE:  # planned, saved first: no budget, no backoff
+        return [probe.enter(s), spawn(s)]
+    if plan.point is not None:
+        s.rung_hangs[str(s.rung)] = s.rung_hangs.get(str(s.rung), 0) + 1
+        repeated = s.hang_history.repeated_point()
+        if repeated is not None and repeated.phase != STARTUP_PHASE:
+            return stopping.finish(s, State.FAILED, Exit(
+                EXIT_CONFIG, f"the same hang {len(s.hang_history.points)} times in a row at epoch {repeated.epoch}, "
+                             f"batch {repeated.batch} ({repeated.phase}), whatever the rung: a deterministic hang in "
+                             f"the model or the data, which no rung changes (last: {plan.incident.detail}); "
+                             f"find what that batch does (yolo-train incidents shows the stacks), then run again to "
+                             f"resume"))
+    s.restart_times.append(now.wall)
+    if not goodput.saved_since_spawn(s):  # a loop saves nothing; a run that checkpoints between hangs still moves on
+        s.budget_times.append(now.wall)
+    s.last_failure = plan.failure
+    cfg = s.config.restart
+    used = restart_budget.restarts_in_window(s.budget_times, now.wall, cfg)
+    if used > cfg.max_restarts:
+        return stopping.finish(s, State.FAILED, Exit(
+            EXIT_FAILED,
+            f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s, none after a new checkpoint "
+            f"(restart.max_restarts = "
+            f"{cfg.max_restarts}); last failure: {plan.incident.detail if plan.incident else plan.failure}; "
+            f"fix the cause, then run again to resume at rung {s.rung}"))
+    actions: list[Any] = []
+    if plan.remedy:
+        s.remedies.update(plan.remedy)
+        actions.append(Log("warning", "from now on: " + ", ".join(f"{k}={v}" for k, v in plan.remedy.items())))
+    if plan.climb and s.probe.probing_from is not None:
+        actions.append(probe.back(s))
+    elif plan.climb and plan.choice is not None:  # a hang: the rung its record says, chosen at the verdict
+        step = plan.choice.rung - s.rung
+        move = "staying" if step == 0 else "one rung safer" if step == 1 else f"{step} rungs safer" if step > 0 \
+            else "faster"
+        if step:
+            s.move_to(plan.choice.rung)
+        actions.append(Log("warning", f"{move}: rung {s.rung} ({s.ladder.label(s.rung)}): {plan.choice.why}"))
+    elif plan.climb:  # the same crash again
+        if s.ladder.exhausted(s.rung):
+            actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
+        else:
+            s.move_to(stopping.climb_target(s, None))
+            actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})"))
+    if plan.reason in (Reason.CRASH, Reason.OOM):
+        s.consecutive_crashes += 1
+        delay = restart_budget.backoff_delay(s.consecutive_crashes, cfg)
+        s.state, s.backoff_until, s.stop = State.BACKOFF, now.mono + delay, None
+        return actions + [Log("info", f"restarting in {delay:.1f} s (crash {s.consecutive_crashes} in a row)")]
+    return actions + [spawn(s)]
+
+
+def spawn(s: Supervision) -> Spawn:
+    """The next attempt: at the current rung with the remedies in force, checkpointing at the interval chosen now."""
+    s.attempt += 1
+    s.state = State.STARTING
+    s.stop = None
+    s.checkpoint_interval = s.next_interval()
+    return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
+                 checkpoint_every=s.checkpoint_interval.seconds)

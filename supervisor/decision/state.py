@@ -1,0 +1,416 @@
+"""The decision core's records: what the supervisor knows, as ``core.decide`` reads and updates it.
+
+``Supervision`` is the whole of it, composed of records that each change for one reason:
+
+- ``Attempt``: everything that belongs to one worker attempt (its pid, its progress, its intervals, its throughput,
+  the signatures and kernel lines seen while it ran); replaced whole by a fresh one when the next worker is spawned;
+- ``Goodput``: the work kept and lost over the whole training, and the time the supervisors ran (goodput.py);
+- ``Probe``: probing back down the ladder: how long the current rung has held, where a failed probe returns;
+- ``StopPlan``: why the worker's tree is going away and what follows (stopping.py), set while STOPPING.
+
+The fields declared ``kept(...)`` are what a restarted supervisor gets back from the state file
+(persistence.py): ``persistent``/``restore`` are derived from them, so a field added to a kept record persists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from supervisor.config import Config
+from supervisor.decision import checkpoint_interval, persistence, restart_budget, rung_choice, watchdog
+from supervisor.decision.actions import Exit, RecordIncident
+from supervisor.decision.events import KernelMessage, SignatureSeen
+from supervisor.decision.hang_history import HangHistory, HangPoint
+from supervisor.decision.incident import Incident
+from supervisor.decision.ladder import Ladder
+from supervisor.decision.persistence import kept
+from supervisor.decision.vocabulary import After, Reason, State
+from worker.contract import InForce, Phase
+
+INCIDENTS_KEPT = 20
+THROUGHPUT_WINDOW = 20  # training beats behind it/s
+RUNG_SPEED_SAMPLES = 25  # it/s measurements kept per rung, behind its median
+
+
+@dataclass
+class Progress:
+    """What the last heartbeats said, for status and metrics."""
+    phase: str = Phase.SETUP.value
+    epoch: int = 0
+    epochs: int = 0
+    batch: int = 0
+    batches: int = 0
+    losses: dict[str, float] = field(default_factory=dict)
+    lr: float | None = None
+
+    def batches_done(self) -> int | None:
+        """Training batches done in the run so far; None before the worker said how many an epoch has."""
+        return (max(0, self.epoch - 1) * self.batches + self.batch) if self.batches else None
+
+
+class DeadlineKind(Enum):
+    """Which timeout the next deadline is; the agent sleeps until it, ``core._tick`` acts on its kind."""
+    BACKOFF = "backoff"  # the wait after a crash is over: spawn
+    STARTUP = "startup"  # spawn to the first training batch
+    PHASE = "phase"  # no progress within the current phase's timeout
+    KERNEL_CONFIRM = "kernel confirm"  # a kernel line's confirm window passed without progress
+    SAVE = "save"  # a stop's checkpoint did not come within save_timeout
+    SAVE_STALLED = "save stalled"  # while asked to save, the worker stopped progressing: it is hung
+
+
+@dataclass(frozen=True)
+class Deadline:
+    at: float | None  # monotonic; None: nothing is due
+    kind: DeadlineKind | None = None
+    label: str = ""  # for display only: "train auto", "startup_timeout", ...
+
+
+@dataclass
+class StopPlan:
+    """Why the worker's tree is going away, and what follows once it is gone."""
+    reason: Reason
+    then: After
+    incident: Incident | None  # None: a planned stop (a finished run, a probe)
+    climb: bool = False  # one rung safer before the next attempt
+    failure: str | None = None  # names the failure, so a repeat can be told from a first time
+    remedy: dict[str, Any] | None = None  # settings added on top of the rung from the next attempt on
+    advice: str | None = None  # After.CONFIG_ERROR: what the user should change
+    save_until: float | None = None  # monotonic: the worker was asked to save and exit by then
+    saved: bool = False  # the checkpoint asked for came (our worker's word), or a command exited 0 on SIGTERM
+    at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
+    point: HangPoint | None = None  # a hang: where it sat
+    choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
+
+
+@dataclass
+class Suspicion:
+    """A kernel line that needs confirming: the worker must show progress within the confirm window."""
+    event: KernelMessage
+    since: float  # monotonic
+
+
+@dataclass
+class OomKill:
+    """The OOM killer took a process of the worker's tree: names the crash that follows soon after."""
+    event: KernelMessage
+    at: float  # monotonic
+
+
+@dataclass(frozen=True)
+class CheckpointMark:
+    """The newest complete checkpoint of this training: where a restarted worker resumes."""
+    path: str
+    epoch: int  # resumes at this epoch (1-based) ...
+    batch: int  # ... after this many of its batches
+    wall: float
+    mono: float
+    seconds: float  # how long the training loop waited for the save
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> CheckpointMark:
+        """From the state file: an earlier supervisor's monotonic time means nothing here; its age is read from the
+        wall clock, and it counts as older than any attempt of this supervisor."""
+        return cls(**{**record, "mono": -math.inf})
+
+
+@dataclass
+class RankView:
+    """One rank of a distributed worker, as its own heartbeats show it."""
+    pid: int
+    device: str | None = None
+    local_rank: int | None = None  # its rank on this host, where hosts are several
+    progress: int = -1
+    last_progress_at: float | None = None  # monotonic
+
+
+@dataclass
+class Attempt:
+    """One worker attempt, from its spawn (``Spawned``) until the next: what its heartbeats, its output and the
+    kernel said of it. Nothing here outlives the attempt."""
+    worker_pid: int | None = None
+    spawned_at: float | None = None  # monotonic
+    spawned_wall: float | None = None
+    startup_seconds: float | None = None  # spawn to the first training batch
+    resumed_from: str | None = None
+    exit_0_finishes: bool = False  # the worker is a command: exit 0 means finished
+    trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
+    progress_counter: int = -1
+    progress_pid: int | None = None  # whose counter progress_counter is: the worker, or rank 0 under DDP
+    ranks: dict[int, RankView] = field(default_factory=dict)
+    last_progress_at: float | None = None  # monotonic
+    progress: Progress = field(default_factory=Progress)
+    in_force: InForce | None = None  # what the worker reports really in force; None before its report
+    intervals: dict[str, deque] = field(default_factory=dict)
+    throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (monotonic time sent, samples)
+    last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
+    suspicion: Suspicion | None = None
+    oom: OomKill | None = None
+    peer_cause: dict[str, Any] | None = None  # another host's decision in this attempt: why this host's ranks fail
+    signatures: dict[str, SignatureSeen] = field(default_factory=dict)  # seen in this attempt's output
+    nan_beats: int = 0  # consecutive training beats with a NaN or inf loss
+    healthy_since: float | None = None  # monotonic: the first training batch
+    batches_since_checkpoint: int = 0  # training batches after the newest checkpoint
+    train_beats: int = 0  # training batches
+    epoch_end_gap: float = 0.0  # the longest gap between two progress events of the epoch end in progress
+    train_resuming: bool = False  # training re-entered after an epoch end or a save, its first batch still to come
+
+    def in_force_shown(self) -> dict[str, Any]:
+        """What the worker reported in force, as status and incidents show it ("settings"): {} before its report."""
+        return self.in_force.to_wire() if self.in_force else {}
+
+    def batches_per_second(self) -> float | None:
+        """Over the recent training beats: the speed each rung is measured by."""
+        if len(self.throughput) < 2:
+            return None
+        span = self.throughput[-1][0] - self.throughput[0][0]
+        return (len(self.throughput) - 1) / span if span > 0 else None
+
+
+@dataclass
+class Goodput:
+    """Work kept and lost over the whole training, and the time its supervisors ran (goodput.py keeps the account).
+
+    Goodput's denominator is monotonic time, which a wall clock's jump cannot bend but which does not survive a
+    supervisor restart: the earlier supervisors' share is kept as a duration, this one's is counted from its Boot.
+    Time with no supervisor running (stopped, the machine down) is nobody's training time."""
+    run_started_wall: float | None = kept(default=None)  # the first boot of this training
+    earlier_run_seconds: float = kept(default=0.0, key="run_seconds")
+    booted_at: float | None = None  # monotonic: this supervisor's Boot
+    trained_seconds: float = kept(default=0.0)  # time spent progressing in earlier attempts (first batch to last)
+    lost_seconds: float = kept(default=0.0)  # the part of it after the checkpoint each failed attempt resumed from
+    lost_batches: int = kept(default=0)
+    lost_from: int | None = None  # batches done when a command's attempt failed: lost down to where the next resumes
+
+    def run_seconds(self, mono: float) -> float | None:
+        """Seconds the supervisors of this training have run, this one up to ``mono``."""
+        return None if self.booted_at is None else self.earlier_run_seconds + max(0.0, mono - self.booted_at)
+
+    def ratio(self, trained: float, mono: float) -> float | None:
+        """Training time kept (progress not thrown away by a restart) over the time the supervisors ran."""
+        elapsed = self.run_seconds(mono)
+        if not elapsed:
+            return None
+        return max(0.0, trained - self.lost_seconds) / elapsed
+
+
+@dataclass
+class Probe:
+    """Probing back down the ladder once a safer rung has held (probe.py)."""
+    rung_entered_trained: float = kept(default=0.0)  # trained() when the current rung was entered
+    probation: dict[str, float] = kept(default_factory=dict)  # rung -> healthy seconds before probing the one below
+    probing_from: int | None = kept(default=None)  # the rung left to probe the current one; a hang here returns to it
+
+
+def _finished_only(state: str) -> State:
+    """A restarted supervisor starts over unless the training had finished."""
+    return State.SUCCEEDED if state == State.SUCCEEDED.value else State.STARTING
+
+
+def _unwritten_and_newest(incidents: list[Incident]) -> list[dict[str, Any]]:
+    """The newest and any not written yet: the rest are in incidents.jsonl, not rewritten every second."""
+    return [{**i.to_dict(), "recorded": i.recorded} for i in incidents if not i.recorded or i is incidents[-1]]
+
+
+def _incidents_from(saved: list[dict[str, Any]]) -> list[Incident]:
+    return [Incident.from_dict(i) for i in saved][-INCIDENTS_KEPT:]
+
+
+@dataclass
+class Supervision:
+    """Everything the core knows of one training: the life cycle, the ladder's position and what each rung has shown,
+    the restart budget, the incidents, the current attempt and the account of the work kept."""
+    config: Config
+    ladder: Ladder
+    state: State = kept(default=State.STARTING, load=_finished_only)
+    rung: int = kept(default=0)
+    attempt: int = kept(default=0)  # attempts spawned so far
+    current: Attempt = field(default_factory=Attempt)  # the attempt running, or the last one until the next spawn
+    stop: StopPlan | None = None  # set while STOPPING
+    backoff_until: float | None = None
+    consecutive_crashes: int = 0
+    last_failure: str | None = kept(default=None)
+    restart_times: list[float] = kept(default_factory=list)  # wall clock, every restart after a failure
+    budget_times: list[float] = kept(default_factory=list)  # wall clock, the restarts that spent the budget
+    restarts_by_reason: dict[str, int] = kept(default_factory=dict)
+    hangs_by_phase: dict[str, int] = kept(default_factory=dict)
+    incidents: list[Incident] = kept(default_factory=list, save=_unwritten_and_newest, load=_incidents_from)
+    messages_ignored: int = 0  # from pids other than the worker's main process
+    kernel_events: dict[str, int] = kept(default_factory=dict)  # by kind, every classified message
+    reboot_needed: bool = False
+    remedies: dict[str, Any] = kept(default_factory=dict)  # settings signatures added on top of the rung
+    exit: Exit | None = None
+    goodput: Goodput = kept(default_factory=Goodput, flat=True)
+    checkpoint: CheckpointMark | None = kept(default=None)
+    # -- what this run has observed, to bound the phases that have no batch rhythm --
+    startup_seen: float | None = kept(default=None)  # the longest spawn-to-first-batch of this run
+    epoch_end_seen: float | None = kept(default=None)  # the longest gap between two progress events of an epoch end
+    startup_failure: str | None = kept(default=None)  # the last attempt's failure and last words, before a batch
+    training_fingerprint: str | None = kept(default=None)  # the [train] table and ladder the rung was climbed under
+    # -- what each rung has shown: the ladder's choices and the probes read it --
+    probe: Probe = kept(default_factory=Probe, flat=True)
+    rung_hangs: dict[str, int] = kept(default_factory=dict)  # rung -> hangs seen there (give_up_after)
+    rung_speeds: dict[str, list[float]] = kept(default_factory=dict)  # rung -> recent it/s samples
+    # -- what the hangs taught: the ladder's choices and the checkpoint interval (hang_history.py) --
+    hang_history: HangHistory = kept(default_factory=HangHistory)
+    checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
+    job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
+
+    # -- read-only views of the records' figures that the shell and the tests read by these names --
+    @property
+    def progress(self) -> Progress:
+        return self.current.progress
+
+    @property
+    def intervals(self) -> dict[str, deque]:
+        return self.current.intervals
+
+    @property
+    def suspicion(self) -> Suspicion | None:
+        return self.current.suspicion
+
+    @property
+    def lost_seconds(self) -> float:
+        return self.goodput.lost_seconds
+
+    @property
+    def lost_batches(self) -> int:
+        return self.goodput.lost_batches
+
+    @property
+    def probing_from(self) -> int | None:
+        return self.probe.probing_from
+
+    @property
+    def probation(self) -> dict[str, float]:
+        return self.probe.probation
+
+    def batches_per_second(self) -> float | None:
+        return self.current.batches_per_second()
+
+    # -- derived values, for the agent, status and metrics --
+    def deadline(self) -> Deadline:
+        """When the watchdog fires next, and which timeout that is."""
+        a = self.current
+        if self.state == State.BACKOFF:
+            return Deadline(self.backoff_until, DeadlineKind.BACKOFF, "backoff")
+        if self.saving():
+            # Waiting for the checkpoint asked for; a worker that stalls meanwhile is hung and cannot save.
+            due = Deadline(self.stop.save_until, DeadlineKind.SAVE, "stop save_timeout")
+            if a.last_progress_at is not None:
+                t, _ = watchdog.phase_timeout(self.config.watchdog, a.progress.phase, a.intervals, self.epoch_end_seen)
+                if t is not None and a.last_progress_at + t < due.at:
+                    due = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
+            return due
+        due = Deadline(None)
+        if self.state == State.STARTING and a.spawned_at is not None:
+            t, label = watchdog.startup_timeout(self.config.watchdog, self.startup_seen)
+            due = Deadline(None if t is None else a.spawned_at + t, DeadlineKind.STARTUP, label)
+        elif self.state == State.HEALTHY and a.last_progress_at is not None:
+            phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
+            t, label = watchdog.phase_timeout(self.config.watchdog, phase, a.intervals, self.epoch_end_seen)
+            due = Deadline(None if t is None else a.last_progress_at + t, DeadlineKind.PHASE, label)
+        if a.suspicion is not None and self.state in (State.STARTING, State.HEALTHY):
+            confirm = a.suspicion.since + self.config.kernel_log.confirm_window
+            if due.at is None or confirm < due.at:
+                return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
+        return due
+
+    def saving(self) -> bool:
+        """The worker was asked to save a checkpoint and exit, and has not yet."""
+        return self.state == State.STOPPING and self.stop is not None and self.stop.save_until is not None
+
+    def trained(self) -> float:
+        """Seconds of progress so far: earlier attempts plus this one up to its last progress."""
+        a, current = self.current, 0.0
+        if a.healthy_since is not None and a.last_progress_at is not None:
+            current = max(0.0, a.last_progress_at - a.healthy_since)
+        return self.goodput.trained_seconds + current
+
+    def rung_trained(self) -> float:
+        """Seconds of progress at the current rung since it was entered."""
+        return max(0.0, self.trained() - self.probe.rung_entered_trained)
+
+    def rung_speed(self, rung: int) -> float | None:
+        """The median it/s measured at ``rung`` (None until measured)."""
+        samples = sorted(self.rung_speeds.get(str(rung), []))
+        return samples[len(samples) // 2] if samples else None
+
+    def probe_in(self) -> float | None:
+        """Seconds of healthy training left before the rung below is tried; None when it will not be."""
+        cfg = self.config.probe
+        if cfg.probe_after is None or self.rung == 0 or self.exit is not None or self.probe_target() is None:
+            return None
+        return max(0.0, self.probe.probation.get(str(self.rung), cfg.probe_after) - self.rung_trained())
+
+    def rung_facts(self) -> list[rung_choice.RungFacts]:
+        """What each rung has shown in this run, as the ladder's choices read it."""
+        h = self.hang_history
+        return [rung_choice.RungFacts(self.rung_speed(k), h.rung_seconds.get(k, 0.0), self.rung_hangs.get(str(k), 0),
+                                      h.start_of(k)) for k in range(len(self.ladder))]
+
+    def probe_target(self) -> int | None:
+        return rung_choice.probe_target(self.rung, self.rung_facts(), self.config.probe.give_up_after)
+
+    def after_a_hang(self) -> rung_choice.Choice:
+        """Where a hang at this rung moves the run (rung_choice.py): decided once, at the verdict, with the attempt
+        closed and this hang counted; the standby is prepared for it in advance."""
+        facts = self.rung_facts()
+        here = facts[self.rung]
+        facts[self.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1, here.start)
+        return rung_choice.after_hang(self.rung, facts, self.stall_cost())
+
+    def stall_cost(self) -> float | None:
+        """What a hang costs before the next worker starts, at the checkpoint interval the next spawn would choose."""
+        return self.hang_history.stall_cost(self.next_interval().seconds)
+
+    def next_interval(self) -> checkpoint_interval.Interval:
+        cfg = self.config.checkpoint
+        return checkpoint_interval.choose(cfg.every, cfg.max, self.hang_history.holds, self.mean_time_between_hangs())
+
+    def mean_time_between_hangs(self) -> float | None:
+        h = self.hang_history
+        return checkpoint_interval.mean_time_between_hangs(h.hang_marks, h.window_start, self.trained())
+
+    def budget_left(self, wall: float) -> int:
+        return restart_budget.budget_left(self.budget_times, wall, self.config.restart)
+
+    # -- changes that keep the records consistent --
+    def move_to(self, rung: int) -> None:
+        self.rung, self.probe.rung_entered_trained = rung, self.trained()
+
+    def record_rung_speed(self) -> None:
+        speed = self.current.batches_per_second()
+        if speed:
+            speeds = self.rung_speeds.setdefault(str(self.rung), [])
+            speeds[:] = (speeds + [round(speed, 4)])[-RUNG_SPEED_SAMPLES:]
+
+    def amend(self, incident: Incident, **changes: Any) -> Incident:
+        """The one way an incident changes: a new record in the list (and in the stop plan) for the old."""
+        amended = replace(incident, **changes)
+        self.incidents = [amended if i is incident else i for i in self.incidents]
+        if self.stop is not None and self.stop.incident is incident:
+            self.stop.incident = amended
+        return amended
+
+    def record_complete(self) -> list[RecordIncident]:
+        """Ask for every incident not written yet to be written: called once nothing more can be learnt of them."""
+        return [RecordIncident(self.amend(i, recorded=True)) for i in [i for i in self.incidents if not i.recorded]]
+
+    # -- persistence: what a restarted supervisor needs to continue where it was --
+    def persistent(self, mono: float) -> dict[str, Any]:
+        """The kept fields, with this supervisor's time and its attempt's training closed into the totals."""
+        g = self.goodput
+        settled = replace(g, trained_seconds=self.trained(), earlier_run_seconds=g.run_seconds(mono))
+        return persistence.dump(replace(self, goodput=settled))
+
+    def restore(self, record: dict[str, Any]) -> None:
+        persistence.load(self, record)
+        self.rung = min(self.rung, len(self.ladder) - 1)  # the ladder may have fewer rungs now
+        if "budget_times" not in record:  # a state file from before the budget kept its own times
+            self.budget_times = list(self.restart_times)
+        if not record.get("run_seconds"):  # ... from before run_seconds: its training time is the one lower bound
+            self.goodput.earlier_run_seconds = self.goodput.trained_seconds

@@ -1,0 +1,136 @@
+"""The one way into STOPPING, and the one way out of the run.
+
+Whatever stops a worker (a hang, a confirmed kernel line, a crash, NaN losses, a stop request, a probe, another
+supervisor taking the state directory, a finished training) goes through ``begin`` (with an incident) or
+``finished`` (without): the attempt is closed into the goodput account, the plan of what follows is set, and the
+tree is killed at once unless the worker was asked to save first. What follows the kill is restart.py's.
+``finish`` ends the run in a final state, with every incident written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from supervisor.decision import goodput, rung_choice
+from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
+from supervisor.decision.events import KernelMessage, Now
+from supervisor.decision.hang_history import HangPoint
+from supervisor.decision.incident import Incident
+from supervisor.decision.state import INCIDENTS_KEPT, StopPlan, Supervision
+from supervisor.decision.vocabulary import After, Reason, State
+
+SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoint when save_timeout is "off"
+
+
+def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, climb: bool = False,
+          failure: str | None = None, then: After | None = None, remedy: dict[str, Any] | None = None,
+          advice: str | None = None, kernel_events: list[KernelMessage] | None = None,
+          save_until: float | None = None) -> list[Any]:
+    """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
+    a = s.current
+    earlier = s.record_complete()  # the one before, if its restart never reached a batch
+    point = HangPoint(phase, a.progress.epoch, a.progress.batch) if reason in (Reason.HANG, Reason.KERNEL) else None
+    last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds
+    # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
+    loss, resumes_from, at_risk = goodput.close_attempt(s, lost=save_until is None and then != After.SUCCEED)
+    if point is not None and then in (None, After.RESTART):
+        s.hang_history.hang(point, s.trained(), last_progress_at, s.goodput.lost_seconds - lost_before)
+    choice = s.after_a_hang() if climb and point is not None and s.probe.probing_from is None else None
+    several_hosts = s.config.distributed.several_hosts
+    incident = Incident(
+        id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
+        detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
+        epoch=a.progress.epoch, batch=a.progress.batch,
+        seconds_since_progress=None if a.last_progress_at is None else round(now.mono - a.last_progress_at, 3),
+        last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
+        kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
+        loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
+        node_rank=s.config.distributed.node_rank if several_hosts else None,
+        caused_by=a.peer_cause if several_hosts else None)
+    s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
+    _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
+                       climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
+                       at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice))
+    if reason == Reason.HANG:
+        s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+    if reason == Reason.STOP:
+        log = Log("info", f"stop requested ({detail})")
+    elif reason == Reason.PROBE:
+        log = Log("info", detail)
+    else:
+        log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
+    cause = {"id": incident.id, "reason": incident.reason.value, "phase": incident.phase,
+             "stopped_first_rank": incident.stopped_first_rank}
+    published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})}, cause) \
+        if climb or remedy else []
+    return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])
+
+
+def finished(s: Supervision) -> list[Any]:
+    """The worker finished training and exited: what is left of its tree goes, then the run succeeds. No incident,
+    nothing lost."""
+    goodput.close_attempt(s, lost=False)
+    _enter(s, StopPlan(Reason.STOP, After.SUCCEED, incident=None))
+    return [KillTree(None)]
+
+
+def _enter(s: Supervision, plan: StopPlan) -> None:
+    s.state, s.stop = State.STOPPING, plan
+
+
+def save_deadline(s: Supervision, now: Now) -> float:
+    """When a worker asked to save a checkpoint and exit must have done so."""
+    t = s.config.watchdog.save_timeout
+    return now.mono + (t if t is not None else SAVE_WAIT_UNBOUNDED)
+
+
+def save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
+    """The checkpoint a stop or a probe asked for did not come: what followed the newest one is lost, and a probe
+    is what it turned into (a hang or crash while saving), a real incident and a restart at the rung it was to
+    leave, whose probation starts over."""
+    plan = s.stop
+    plan.save_until = None
+    goodput.count_lost(s, *plan.at_risk)
+    changes: dict[str, Any] = {"detail": f"{plan.incident.detail}; {why}"}
+    actions: list[Any] = []
+    if plan.reason == Reason.PROBE:
+        plan.reason, plan.failure = reason, f"{reason.value}:probe save"
+        changes["reason"] = reason
+        if reason == Reason.HANG:
+            phase = plan.incident.phase
+            s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+        s.move_to(s.rung)
+        actions.append(Log("warning", f"the probe is off: rung {s.rung} ({s.ladder.label(s.rung)}) goes on after the "
+                                      f"restart, its probation counted again"))
+    s.amend(plan.incident, **changes)
+    return actions + [KillTree(plan.incident)]
+
+
+def finish(s: Supervision, state: State, exit: Exit) -> list[Any]:
+    """The run ends in ``state``: every incident not written yet is, and the supervisor exits."""
+    recorded: list[Any] = s.record_complete()
+    s.state, s.exit, s.stop = state, exit, None
+    return recorded + [exit]
+
+
+def climb_target(s: Supervision, choice: rung_choice.Choice | None) -> int:
+    """Where a climb goes: back to the rung a failed probe left, else where a hang's choice says, else (the same
+    crash again) one rung safer (the top rung stays)."""
+    if s.probe.probing_from is not None:
+        return s.probe.probing_from
+    return choice.rung if choice is not None else s.ladder.next(s.rung)
+
+
+def publish(s: Supervision, rung: int, remedies: dict[str, Any], cause: dict[str, Any]) -> list[Any]:
+    """Several hosts: a ladder decision of this host is the job's (PublishLadder)."""
+    if not s.config.distributed.several_hosts:
+        return []
+    s.job_seq += 1
+    return [PublishLadder(s.job_seq, rung, dict(remedies), cause)]
+
+
+def _stopped_first(s: Supervision) -> int | None:
+    """The rank whose progress is the oldest: under a collective the others wait for it, so it stopped first."""
+    seen = [(v.last_progress_at, r) for r, v in s.current.ranks.items() if v.last_progress_at is not None]
+    return min(seen)[1] if seen else None
