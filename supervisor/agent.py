@@ -2,9 +2,10 @@
 
 It waits on file descriptors (the worker's heartbeat pipe, output and pidfd, the kernel sources, the signal
 wake-up pipe) and on the watchdog's next deadline; it never polls with sleeps and runs no thread of its own.
-Everything it decides, it asks ``core.decide``. What it carries out and reads are modules of their own (the
-worker's spawn, the standby worker, the read throttle on the worker's pipes, what a killed tree shows, the kernel
-sources, the state directory): the agent owns them and wires them to the core.
+Everything it decides, it asks ``core.decide``. What it reads and what it carries out are modules of their own,
+which the agent owns and wires to the core: the worker's spawn (``worker_spawn``), the standby worker, the read
+throttle on the worker's pipes, what a killed tree shows (``incident_evidence``), the kernel sources, the signals;
+the state directory, the metrics endpoint and where the status goes (``status_writer``).
 """
 
 from __future__ import annotations
@@ -13,36 +14,36 @@ import logging
 import math
 import os
 import selectors
-import signal
 import time
 from typing import Any
 
-from supervisor.config import Config, ConfigError
+from supervisor.config import Config
 from supervisor.decision import core
 from supervisor.decision.incident import Incident
 from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.outputs import checkpoints, hosts, state_file
+from supervisor.outputs import checkpoints, state_file
 from supervisor.outputs.incidents import one_line
 from supervisor.outputs.job_ladder import JobLadderFile
-from supervisor.outputs.state_dir import StateDir, StateDirTaken
+from supervisor.outputs.metrics_endpoint import MetricsEndpoint
+from supervisor.outputs.state_dir import StateDir
+from supervisor.outputs.status_writer import StatusWriter
 from supervisor.outputs.systemd_notify import Notifier
 from supervisor.sources import process_tree
 from supervisor.sources.incident_evidence import what_the_tree_shows
 from supervisor.sources.kernel_log import KernelLogSource
 from supervisor.sources.kernel_sources import KernelSources
 from supervisor.sources.read_throttle import ReadThrottle
+from supervisor.sources.signals import catch_signals, stop_requests
 from supervisor.sources.standby import Standby
 from supervisor.sources.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.sources.worker_spawn import WorkerSpawner
 from worker.contract import split_rung
-from worker.heartbeat import read_available
 
 log = logging.getLogger("yolo-train")
 
 STATUS_INTERVAL = 1.0  # seconds between state-file writes while only heartbeats change
-METRICS_RETRY = 30.0  # seconds between tries to listen on a busy metrics port
 PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor counts itself as having been paused
 
 
@@ -57,30 +58,23 @@ class Agent:
         self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
             if config.distributed.several_hosts else None
         self.worker: WorkerProcess | None = None
+        self.systemd = Notifier()
         self.reads = ReadThrottle(self.selector)
         self.spawner = WorkerSpawner(config, self.state_dir)
-        self.standby = Standby(self.selector, self.reads, self.spawner, keepalive=self._ping_systemd)
+        self.standby = Standby(self.selector, self.reads, self.spawner, keepalive=self.systemd.keepalive)
         self.heartbeats = HeartbeatCounts()
         self.kernel = KernelSources(config.kernel_log)
-        # Pids of the worker's tree as last seen (refreshed with the state file): the kernel names an OOM victim
-        # once it is dead, so "is this pid ours" must also look a little into the past.
-        self.tree_pids: set[int] = set()
-        self.exporter = None
-        self.metrics_bind_failures = 0
-        self._metrics_retry_at: float | None = None
-        self.systemd = Notifier()
-        self._watchdog_interval = self.systemd.watchdog_interval()
-        self._watchdog_pinged = 0.0
+        self.metrics = MetricsEndpoint(config)
+        self.status_writer = StatusWriter(config, self.state_dir, self.metrics, self.systemd)
         self._ready_sent = False
         self._status_written = 0.0
-        self._hosts_view_failed = False
 
     # -- the loop --
     def run(self) -> int:
         self.state_dir.lock()
-        self._start_exporter()
+        self.metrics.start()
         process_tree.become_subreaper()
-        self._catch_signals()
+        self.selector.register(catch_signals(), selectors.EVENT_READ, self._on_signal)
         record = self.state_dir.read_state()
         if record:
             self.s.restore(record)
@@ -91,8 +85,7 @@ class Agent:
             due = self.s.deadline()
             wake = min(due.at or math.inf, self.reads.next_wake())
             timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
-            if self._metrics_retry_at is not None and time.monotonic() >= self._metrics_retry_at:
-                self._start_exporter()
+            self.metrics.retry_if_due()
             before = time.monotonic()
             ready = self.selector.select(timeout)
             late = time.monotonic() - before - timeout
@@ -103,9 +96,8 @@ class Agent:
                 if self.s.exit is not None:
                     break
             self.reads.wake_due()
-            for source in self.kernel.sources:
-                if source.needs_polling:  # a journal on a network file system
-                    self._on_kernel(source)
+            for source in self.kernel.polled():
+                self._on_kernel(source)
             due = self.s.deadline()
             if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                 self._drain_worker()  # what is queued is read before anyone is judged
@@ -113,36 +105,16 @@ class Agent:
                 if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                     self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
-            self._ping_systemd()
+            self.systemd.keepalive()
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
             self._kill(None)
         self.standby.discard()
         self._write_state(force=True)
         self.kernel.close()
         self.systemd.stopping(self.s.exit.text)
-        if self.exporter is not None:
-            self.exporter.close()
+        self.metrics.close()
         log.log(logging.INFO if self.s.exit.code == 0 else logging.ERROR, self.s.exit.text)
         return self.s.exit.code
-
-    def _start_exporter(self) -> None:
-        """Metrics are optional: a busy port is said once, retried every METRICS_RETRY seconds, and counted."""
-        if not self.config.metrics_listen:
-            return
-        from supervisor.outputs.metrics import start_exporter
-
-        try:
-            self.exporter = start_exporter(self.config)  # serves between restarts too: it lives with us
-        except ConfigError as e:
-            if self.metrics_bind_failures == 0:
-                log.warning(f"{e}; training goes on without metrics, retrying every {METRICS_RETRY:.0f} s")
-            self.metrics_bind_failures += 1
-            self._metrics_retry_at = time.monotonic() + METRICS_RETRY
-            return
-        self._metrics_retry_at = None
-        host, _ = self.config.metrics_address  # the port bound, not the one asked for: port 0 picks a free one
-        log.info(f"metrics: http://{host}:{self.exporter.port}/metrics"
-                 + (f" (after {self.metrics_bind_failures} failed tries)" if self.metrics_bind_failures else ""))
 
     def now(self) -> core.Now:
         return core.Now(mono=time.monotonic(), wall=time.time())
@@ -175,13 +147,7 @@ class Agent:
             self.state_dir.append_incident(action.incident.to_dict())
         elif isinstance(action, core.RequestCheckpoint):
             if self.worker is not None:
-                # Our worker saves and exits on SIGUSR1; a command knows nothing of it (its default action would
-                # kill it), so it gets the conventional SIGTERM and resumes from its own newest checkpoint.
-                sig = signal.SIGTERM if self.config.command is not None else signal.SIGUSR1
-                try:
-                    os.kill(self.worker.pid, sig)
-                except ProcessLookupError:
-                    pass  # already gone: its exit is on its way through the pidfd
+                self.worker.request_checkpoint()
         elif isinstance(action, core.KeepVerifiedCopy):
             note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
             if note:
@@ -197,15 +163,9 @@ class Agent:
         else:
             raise TypeError(f"unknown action {action!r}")
 
+    # -- the worker --
     def _spawn(self, action: core.Spawn) -> None:
-        rung = split_rung(action.rung_settings)
-        env = self.spawner.env(rung)
-        if self.config.command is not None:
-            worker, resume = self.spawner.command(rung.args, env)
-        else:
-            resume = self.spawner.write_launch_record(action, rung).resume
-            worker = (self.standby.launch(env, self.state_dir.launch_record)
-                      or self.spawner.worker([str(self.state_dir.launch_record)], env))
+        worker, resume = self.spawner.attempt(action, standby=self.standby.launch)
         self.worker = worker
         self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
         self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
@@ -274,8 +234,7 @@ class Agent:
         clean exit)."""
         worker, self.worker = self.worker, None
         if incident is not None:
-            readers = self.exporter.gpu_readers if self.exporter is not None else []
-            seen = what_the_tree_shows(self.config, worker, incident, self.standby.spare(), readers)
+            seen = what_the_tree_shows(self.config, worker, incident, self.standby.spare(), self.metrics.gpu_readers)
             self.handle(seen)
             if seen.stacks is not None:  # where it hung, in the journal before the kill's own lines
                 log.info(one_line(self.s.stop.incident.to_dict()), extra={"INCIDENT_ID": incident.id})
@@ -283,9 +242,10 @@ class Agent:
         if worker is not None:
             for fd in worker.fds:
                 self.reads.forget(fd)
-            report = worker.kill(w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd, spare=self.standby.spare())
+            report = worker.kill(w.kill_grace, w.kill_timeout, keepalive=self.systemd.keepalive,
+                                 spare=self.standby.spare())
         else:
-            report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self._ping_systemd,
+            report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self.systemd.keepalive,
                                             spare=self.standby.spare())
         if incident is not None:
             log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
@@ -299,47 +259,20 @@ class Agent:
         if events:
             self._drain_worker()  # beats already queued came before the line: they must not pass for progress after it
         for event in events:
-            in_tree = None
-            if event.pid is not None:  # we are the tree's subreaper: every descendant is ours
-                in_tree = event.pid in self.tree_pids or event.pid in {
-                    p.pid for p in process_tree.tree(spare=self.standby.spare())}
-            self.handle(self.kernel.message(event, in_tree))
+            self.handle(self.kernel.message(event, spare=self.standby.spare()))
 
-    # -- signals and systemd --
-    def _catch_signals(self) -> None:
-        signal_r, signal_w = os.pipe()
-        os.set_blocking(signal_w, False)
-        os.set_blocking(signal_r, False)
-        signal.set_wakeup_fd(signal_w)
-        # The wake-up fd carries the signal number into the loop. SIGHUP is caught and ignored: a closed
-        # terminal must not end a night of training.
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: None)
-        self.selector.register(signal_r, selectors.EVENT_READ, self._on_signal)
-
+    # -- signals --
     def _on_signal(self, fd: int) -> None:
-        for signum in read_available(fd) or b"":
-            if signum in (signal.SIGTERM, signal.SIGINT):
-                self.systemd.stopping(f"stopping on {signal.Signals(signum).name}")
-                self.handle(core.StopRequested(signal.Signals(signum).name))
-
-    def status_line(self, status: dict[str, Any]) -> str:
-        it_s = status.get("it_s")
-        return (f"{status['state']}, epoch {status['epoch']}/{status['epochs']} batch {status['batch']}/"
-                f"{status['batches']}, {f'{it_s:.2f}' if it_s else '-'} it/s, rung {status['rung']} "
-                f"({status['rung_label']}), restarts {status['restarts']}")
-
-    def _ping_systemd(self) -> None:
-        if self._watchdog_interval and time.monotonic() - self._watchdog_pinged >= self._watchdog_interval:
-            self._watchdog_pinged = time.monotonic()  # from the loop itself: a hung loop stops the pings
-            self.systemd.watchdog()
+        for name in stop_requests(fd):
+            self.systemd.stopping(f"stopping on {name}")
+            self.handle(core.StopRequested(name))
 
     # -- state --
     def status(self) -> dict[str, Any]:
         now = self.now()
         return {**core.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
                 "state_dir": str(self.config.state_dir), "updated": now.wall,
-                "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics_bind_failures,
+                "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics.bind_failures,
                 "standby_pid": self.standby.pid,
                 "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
 
@@ -347,25 +280,11 @@ class Agent:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
             return
         self._status_written = time.monotonic()
-        self.tree_pids = ({p.pid for p in process_tree.tree(spare=self.standby.spare())} if self.worker is not None
-                          else set())
+        self.kernel.remember_tree(self.worker is not None, spare=self.standby.spare())
         status = self.status()
-        if self.exporter is not None:
-            self.exporter.publish(status)
-        self.systemd.status(self.status_line(status))
-        try:
-            self.state_dir.write_state({**self.s.persistent(time.monotonic()), "status": status,
-                                        "kernel_log_position": self.kernel.position()})
-        except StateDirTaken as e:  # raised once: nothing is written there after it
-            self.handle(core.StateDirTaken(str(e)))
-        if self.config.distributed.several_hosts:
-            try:
-                hosts.publish(self.state_dir.run_dir, self.config.distributed.node_rank, status)
-            except OSError as e:
-                if not self._hosts_view_failed:  # said once: it is retried every second
-                    log.warning(f"cannot write this host's view to {self.state_dir.run_dir} ({e.strerror}): "
-                                f"`status` on the other hosts does not show this one")
-                self._hosts_view_failed = True
+        self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": status,
+                                          "kernel_log_position": self.kernel.position()},
+                                 on_taken=lambda e: self.handle(core.StateDirTaken(str(e))))
 
 
 def run(config: Config) -> int:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 from supervisor.config import Config, ConfigError
 from supervisor.decision import core
@@ -20,7 +22,7 @@ from supervisor.outputs.systemd_notify import worker_environ
 from supervisor.sources.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
 from supervisor.sources.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.sources.worker_process import SpawnError, WorkerProcess
-from worker.contract import LaunchRecord, Patches, RungSplit
+from worker.contract import LaunchRecord, Patches, RungSplit, split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -30,12 +32,24 @@ class WorkerSpawner:
         self.config = config
         self.state_dir = state_dir
 
+    def attempt(self, action: core.Spawn, standby: Callable[[dict[str, str], Path], WorkerProcess | None]
+                ) -> tuple[WorkerProcess, str | None]:
+        """This attempt's worker, and the checkpoint it resumes from: the command, or our worker, which is the
+        standby when ``standby`` (told the environment and the launch record) hands it over, else one started cold."""
+        rung = split_rung(action.rung_settings)
+        env = self.env(rung)
+        if self.config.command is not None:
+            return self._command(rung.args, env)
+        record = self._write_launch_record(action, rung)
+        worker = standby(env, self.state_dir.launch_record) or self.worker([str(self.state_dir.launch_record)], env)
+        return worker, record.resume
+
     def env(self, rung: RungSplit) -> dict[str, str]:
         bounds = {ENV_COLLECTIVE_TIMEOUT: f"{self.config.distributed.collective_timeout:g}"}
         return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
                 "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
 
-    def command(self, args: dict[str, str], env: dict[str, str]) -> tuple[WorkerProcess, str | None]:
+    def _command(self, args: dict[str, str], env: dict[str, str]) -> tuple[WorkerProcess, str | None]:
         """The ``[worker] command`` started for a rung's ``args``; with the checkpoint it resumes from, if any."""
         cfg = self.config.command
         checkpoint = newest_checkpoint(cfg)
@@ -49,9 +63,12 @@ class WorkerSpawner:
             raise ConfigError(f"{self.config.source}: [worker] command = {list(cfg.argv)!r}: cannot start "
                               f"{argv[0]!r} ({e.strerror}); give an executable on PATH or a path to one") from None
         worker.output_progress = OutputProgress(worker.pid, cfg.progress_regex)
+        # A command knows nothing of our worker's SIGUSR1 (its default action would kill it): it gets the
+        # conventional SIGTERM and resumes from its own newest checkpoint.
+        worker.checkpoint_signal = signal.SIGTERM
         return worker, None if checkpoint is None else str(checkpoint)
 
-    def write_launch_record(self, action: core.Spawn, rung: RungSplit) -> LaunchRecord:
+    def _write_launch_record(self, action: core.Spawn, rung: RungSplit) -> LaunchRecord:
         """What our worker trains this attempt, written where a cold worker (or the standby) reads it."""
         resume, notes = checkpoints.choose_resume(self.state_dir.run_dir)
         for note in notes:
