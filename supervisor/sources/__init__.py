@@ -5,6 +5,6 @@
 next attempt's worker imported ahead, ``read_throttle`` rests its pipes between reads, ``incident_evidence`` reads
 its tree before a kill (with ``stacks``); ``kernel_log`` reads /dev/kmsg or the journal and ``kernel_messages``
 classifies the lines, ``gpu_events`` watches udev's drm events, ``kernel_sources`` opens both for the agent;
-``gpu_metrics`` samples amdgpu sysfs or NVML for the exporter. Every source is read when its file descriptor is
-ready: none of them polls.
+``signals`` brings SIGTERM and SIGINT into the loop as a descriptor; ``gpu_metrics`` samples amdgpu sysfs or NVML
+for the exporter. Every source is read when its file descriptor is ready: none of them polls.
 """
