@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import sys
+import time
 
 import pytest
 from systemd import journal
@@ -74,6 +75,26 @@ def test_watchdog_interval_is_half_of_watchdog_usec_for_us_only(monkeypatch, use
         else:
             monkeypatch.setenv(name, value)
     assert Notifier().watchdog_interval() == expected
+
+
+def test_keepalive_pings_at_most_once_per_watchdog_interval_and_not_at_all_without_a_watchdog(notify_socket,
+                                                                                            monkeypatch):
+    monkeypatch.setenv("WATCHDOG_USEC", "400000")  # a ping every 0.2 s
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    notifier = Notifier()
+    notifier.keepalive()
+    assert received(notify_socket) == ["WATCHDOG=1"]
+    notifier.keepalive()  # within the interval: nothing is sent
+    notify_socket.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        notify_socket.recv(4096)
+    time.sleep(0.2)
+    notifier.keepalive()
+    assert received(notify_socket) == ["WATCHDOG=1"]
+    monkeypatch.delenv("WATCHDOG_USEC")
+    Notifier().keepalive()
+    with pytest.raises(TimeoutError):
+        notify_socket.recv(4096)
 
 
 def test_worker_environ_drops_the_service_manager_variables():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import TextIO
 
@@ -34,6 +35,10 @@ class Notifier:
     systemd could not be told about it.
     """
 
+    def __init__(self) -> None:
+        self._watchdog_every = self.watchdog_interval()
+        self._watchdog_sent = 0.0
+
     @property
     def enabled(self) -> bool:
         # Read at each call, as sd_notify does: the process environment is the one truth.
@@ -47,6 +52,13 @@ class Notifier:
 
     def watchdog(self) -> bool:
         return self._send("WATCHDOG=1", None)
+
+    def keepalive(self) -> None:
+        """WATCHDOG=1 once its interval has passed since the last: called from the event loop itself (and while a
+        kill waits), so that a hung loop stops the pings."""
+        if self._watchdog_every and time.monotonic() - self._watchdog_sent >= self._watchdog_every:
+            self._watchdog_sent = time.monotonic()
+            self.watchdog()
 
     def stopping(self, status: str | None = None) -> bool:
         return self._send("STOPPING=1", status)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class WorkerProcess:
     launch_fd: int | None = None  # a standby's stdin: the launch record's path is written there, once
     env: dict[str, str] = field(default_factory=dict)  # as spawned: a standby serves only a launch in the same one
     descendants: dict[int, bool] = field(default_factory=dict)  # senders looked up: pid -> below the worker's pid
+    checkpoint_signal: int = signal.SIGUSR1  # our worker saves and exits on it (request_checkpoint)
 
     @property
     def pid(self) -> int:
@@ -95,6 +97,13 @@ class WorkerProcess:
         if pid not in self.descendants:
             self.descendants[pid] = process_tree.descends_from(pid, self.pid)
         return self.descendants[pid]
+
+    def request_checkpoint(self) -> None:
+        """Ask the worker to save a checkpoint and exit."""
+        try:
+            os.kill(self.pid, self.checkpoint_signal)
+        except ProcessLookupError:
+            pass  # already gone: its exit is on its way through the pidfd
 
     def launch(self, record_path: Path) -> bool:
         """Tell a standby what to train: the launch record's path, one line, and the end of its stdin. False when

@@ -1,0 +1,52 @@
+"""What the worker's tree shows at an incident, read in the moment before its kill, the only one that can: its
+processes, its output's last lines and, for a hung tree ([incidents] stacks), where each process waits.
+
+Nothing here raises or decides: the agent hands the result to the core as ``IncidentEnriched``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import asdict
+from typing import Collection
+
+from supervisor.config import Config
+from supervisor.decision import core
+from supervisor.decision.incident import Incident, Stacks
+from supervisor.decision.vocabulary import STARTUP_PHASE, Reason
+from supervisor.outputs.incidents import stacks_path
+from supervisor.sources import process_tree, stacks
+from supervisor.sources.gpu_metrics import sample_all
+from supervisor.sources.worker_process import WorkerProcess
+
+log = logging.getLogger("yolo-train")
+
+
+def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: Incident, spare: Collection[int],
+                        gpu_readers: list) -> core.IncidentEnriched:
+    """The processes, the output tail and, for a hung tree, the stacks (``gpu_readers`` sampled alongside). With
+    no worker (it is gone already), only the orphans left behind; ``spare``: the standby, not part of the tree."""
+    processes = (worker.tree_snapshot(spare) if worker
+                 else process_tree.snapshot(process_tree.tree(spare=spare)))
+    if worker is None:
+        return core.IncidentEnriched(incident.id, tuple(processes))
+    never = worker.output_progress.never_seen() if worker.output_progress is not None else None
+    if never and incident.phase == STARTUP_PHASE:
+        log.error(f"{never}; its last lines: {' | '.join(list(worker.output_tail)[-3:])}")
+    found = None
+    if config.incidents.stacks and incident.reason in (Reason.HANG, Reason.KERNEL):
+        found = capture_stacks(config, worker, incident, [p["pid"] for p in processes], gpu_readers)
+    host = socket.gethostname() if config.distributed.several_hosts else None
+    return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host)
+
+
+def capture_stacks(config: Config, worker: WorkerProcess, incident: Incident, pids: list[int], gpu_readers: list
+                   ) -> Stacks:
+    """Where each process of the tree waits, before it is killed: bounded by [incidents] stacks_budget, never
+    raises."""
+    capture = stacks.capture_tree(
+        worker.pid, pids, stacks_path(config.state_dir, incident.id).parent,
+        budget=config.incidents.stacks_budget,
+        gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers else None)
+    return stacks.as_incident_stacks(capture, config.state_dir)
