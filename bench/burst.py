@@ -46,6 +46,7 @@ class Night:
     seconds: float | None = None  # wall time to the supervisor's exit; None: not finished within the limit
     exit_code: int | None = None
     hangs: int = 0
+    hang_costs: list[float | None] = field(default_factory=list)  # each hang's cost by its incident, in seconds
     rungs: list[int] = field(default_factory=list)  # rung of each attempt
     status: dict = field(default_factory=dict)
 
@@ -116,6 +117,7 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
         if run.proc.poll() is not None:
             result.seconds, result.exit_code = time.time() - run.started, run.proc.returncode
         result.status = run.state().get("status", {})
+        result.hang_costs = hang_costs(run.state_dir / "incidents.jsonl")
     finally:
         run.stop()
         if args.keep:
@@ -127,6 +129,24 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
     if result.exit_code:
         print(f"    its exit: {(s.get('exit') or {}).get('text')}", flush=True)
     return result
+
+
+def hang_costs(incidents: Path) -> list[float | None]:
+    """What each hang cost by the supervisor's own record: the stall before it was called a hang, the kill, the
+    restart to the next first batch and the work thrown away. Unlike wall times compared across runs, this does
+    not move with the machine's speed from one run to the next. None where the record lacks a part (earlier code
+    kept no restart_seconds)."""
+    import json
+
+    costs: list[float | None] = []
+    lines = incidents.read_text().splitlines() if incidents.exists() else []
+    for record in (json.loads(line) for line in lines if line.strip()):
+        if record.get("reason") != "hang":
+            continue
+        parts = (record.get("seconds_since_progress"), (record.get("kill") or {}).get("seconds"),
+                 record.get("restart_seconds"), record.get("lost_seconds"))
+        costs.append(None if None in parts else sum(parts))
+    return costs
 
 
 def keep(run: SupervisedRun, slug: str, folder: Path) -> None:
@@ -210,6 +230,12 @@ def main() -> int:
                 line += (f"; {cost:.1f} s lost a hang, so at one hang every {every:g} s of training a steady "
                          f"goodput of {every / (every + max(cost, 0.0)):.3f}")
             print(line, flush=True)
+        measured = [c for c in burst.hang_costs if c is not None]
+        if measured:
+            cost = sum(measured) / len(measured)
+            print(f"{burst.label}: by its incidents, {cost:.1f} s a hang (stall + kill + restart + work lost, "
+                  f"{len(measured)} hangs): at one hang every {every:g} s a goodput of {every / (every + cost):.3f}",
+                  flush=True)
     return 0
 
 
