@@ -10,12 +10,15 @@ The real CLI (``python -m supervisor run``), default settings but the training, 
 - with ``--baseline DIR``, the burst again with the code in DIR (a checkout of an earlier commit, e.g. ``git worktree
   add /tmp/before fe7f68b``): what the run did before, with the same hang points.
 
+A one-epoch warm-up runs first, uncounted (a fresh machine's first training builds the label cache and bytecode).
 Goodput here is the undisturbed wall time over the burst's (a run that does not finish within ``--limit`` seconds
-has none: its progress is printed instead). Printed beside it: hangs, the rungs the run visited, the checkpoint
+has none: its progress is printed instead); beside it, each hang's cost as its incident records it (stall, kill,
+restart, work lost), which the machine's speed drifting from one run to the next does not move. Printed beside it: hangs, the rungs the run visited, the checkpoint
 interval of its last attempt, and the supervisor's exit.
 
     .venv/bin/python bench/burst.py                                    # the CPU demo (2 workers, 64 px)
     python3 bench/burst.py --gpu --hang-every 20-40 --baseline /tmp/before      # YOLOv8n 640 px on a GPU
+    python3 bench/burst.py --gpu --epochs 28 --hang-every 270-330 --baseline /tmp/before --limit 1000  # every 5 min
 """
 
 from __future__ import annotations
