@@ -19,6 +19,14 @@ without a line it exits 0, having started nothing.
 Heartbeat message: one line of JSON on the heartbeat pipe (wire format in ``worker/heartbeat.py``); the supervisor
 reads it as a ``HeartbeatMessage`` and never as a dict, and a report of what is in force as an ``InForce``.
 
+Command (version 1): one line of JSON on the command pipe, from the supervisor to the worker (a ``Command``): the
+worker's read end is the descriptor in ``YOLO_TRAIN_COMMAND_FD`` (under DDP each rank reads its own pipe, which the
+launching worker fills with what concerns that rank: ``worker/commands.py``). The worker reads it without blocking,
+at batch boundaries and when its loader fails; the supervisor writes without blocking. A ``CHECKPOINT_AND_STOP``
+asks for a checkpoint at the next batch boundary, then the exit; a ``REPLACE_LOADER_WORKERS`` says that the
+supervisor is killing these hung DataLoader worker processes: the loader that sees them die starts a new iterator
+at the batch it waited for, instead of failing the training (``worker/loader_recovery.py``).
+
 Exit status ``EXIT_CONFIG`` (78): a worker that refuses its launch for good (a checkpoint of another training) exits
 with it, and ``yolo-train run`` exits with it on a configuration error: the one number both sides mean the same by.
 """
@@ -50,6 +58,43 @@ class MessageKind(str, Enum):
     IN_FORCE = "settings"  # what is really in force (an ``InForce``), once per attempt
     ERROR = "error"  # dying of an exception: its last words
     CHECKPOINT = "checkpoint"  # a checkpoint was written completely (atomically) at a position
+    LOADER = "loader"  # a training or validation loader started its worker processes (``pids``, ``seconds``)
+
+
+COMMAND_VERSION = 1
+ENV_COMMAND_FD = "YOLO_TRAIN_COMMAND_FD"  # the worker's read end of the command pipe
+
+
+class CommandKind(str, Enum):
+    CHECKPOINT_AND_STOP = "checkpoint_and_stop"  # save at the next batch boundary, then exit (was SIGUSR1)
+    REPLACE_LOADER_WORKERS = "replace_loader_workers"  # these loader workers are being killed: start a new iterator
+
+
+@dataclass(frozen=True)
+class Command:
+    """What the supervisor asks of a running worker. ``rank``: the DDP rank it concerns; None: the worker (outside
+    DDP), or rank 0 for a checkpoint (it alone saves). ``pids``: the loader worker processes being replaced."""
+
+    kind: CommandKind
+    rank: int | None = None
+    pids: tuple[int, ...] = ()
+    seq: int = 0  # numbered by the supervisor, per worker
+
+    def to_line(self) -> bytes:
+        return (json.dumps({"v": COMMAND_VERSION, "kind": self.kind.value, "rank": self.rank,
+                            "pids": list(self.pids), "seq": self.seq}, separators=(",", ":")) + "\n").encode()
+
+    @classmethod
+    def from_line(cls, line: bytes) -> "Command | None":
+        """A command from one line, or None when it is not one of this version."""
+        try:
+            raw = json.loads(line)
+            if not isinstance(raw, dict) or raw.get("v") != COMMAND_VERSION:
+                return None
+            pids = tuple(p for p in raw.get("pids") or () if _int(p) is not None)
+            return cls(CommandKind(raw.get("kind")), _int(raw.get("rank")), pids, _int(raw.get("seq")) or 0)
+        except (ValueError, TypeError):
+            return None
 
 
 # Per-rung settings that are ours, not Ultralytics train() arguments, with their types: one table that the
@@ -232,11 +277,13 @@ class HeartbeatMessage:
     in_force: InForce | None = None  # kind IN_FORCE (its wire field is "settings")
     error: str | None = None  # kind ERROR: the exception
     path: str | None = None  # kind CHECKPOINT: the file written
-    seconds: float | None = None  # kind CHECKPOINT: how long the training loop was held up by the save
+    seconds: float | None = None  # kind CHECKPOINT: how long the loop was held up by the save; LOADER: its start
     dropped: int | None = None  # messages this sender dropped so far (pipe full)
     rank: int | None = None  # the sender's distributed rank, when it has one
     sent: float | None = None  # the sender's CLOCK_MONOTONIC (system-wide) when it sent this; None: unknown
     local_rank: int | None = None  # its rank among this host's ranks (differs from rank on several hosts)
+    pids: tuple[int, ...] | None = None  # kind LOADER: the loader's worker processes
+    loader: str | None = None  # kind LOADER: "train" or "val"
 
     @classmethod
     def from_wire(cls, m: dict[str, Any]) -> "HeartbeatMessage | None":
@@ -257,9 +304,11 @@ class HeartbeatMessage:
         in_force = InForce.from_wire(m["settings"]) if isinstance(m.get("settings"), dict) else None
         error = str(m["error"])[:1000] if m.get("error") is not None else None
         seconds = _float(m.get("seconds"))
+        pids = tuple(p for p in m["pids"] if _int(p) is not None) if isinstance(m.get("pids"), list) else None
         return cls(pid=pid, kind=kind, phase=phase, progress=progress, epoch=_int(m.get("epoch")),
                    epochs=_int(m.get("epochs")), batch=_int(m.get("batch")), batches=_int(m.get("batches")),
                    samples=_int(m.get("samples")), losses=losses, lr=lr,
                    in_force=in_force, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
                    seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")),
-                   sent=_float(m.get("sent")), local_rank=_int(m.get("local_rank")))
+                   sent=_float(m.get("sent")), local_rank=_int(m.get("local_rank")), pids=pids,
+                   loader=_str(m.get("loader")))

@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ultralytics.engine import validator
 from ultralytics.utils import LOCAL_RANK, RANK
 
-from worker.contract import LaunchRecord
+from worker.contract import ENV_COMMAND_FD, LaunchRecord
 from worker.exact_resume import ResumePoint
 from worker.heartbeat import ENV_FD, ENV_PATH, Heartbeat
 from worker.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
@@ -92,6 +92,7 @@ def prepare_ranks(record_path: str, heartbeat_fd: int | None, resume_point: Resu
         os.environ.pop(ENV_RESUME_POINT, None)
     # The descriptor number means nothing in a rank (it is closed there, or another file): the /proc path does.
     os.environ.pop(ENV_FD, None)
+    os.environ.pop(ENV_COMMAND_FD, None)  # each rank reads its own command pipe (worker/commands.py)
     if heartbeat_fd is not None:
         os.environ[ENV_PATH] = f"/proc/{os.getpid()}/fd/{heartbeat_fd}"
     for key, value in NCCL_ENV.items():

@@ -14,7 +14,8 @@ Every message has:
 - ``kind``: ``"beat"`` (a training or validation step, or a liveness ping), ``"phase"`` (the loop entered
   a new phase), ``"settings"`` (the settings really in force), ``"error"`` (the loop is dying of an
   exception; sent just before exit so the supervisor can name the failure), ``"checkpoint"`` (a checkpoint
-  was written completely at the position given by ``epoch`` and ``batch``).
+  was written completely at the position given by ``epoch`` and ``batch``), ``"loader"`` (a loader's worker
+  processes ``pids`` gave their first batch ``seconds`` after its iterator was made; ``loader``: train or val).
 - ``progress``: a counter of completed work that never decreases within one process. The supervisor
   counts a message as progress only if this counter grew: a beat without progress is not progress,
   so a keep-alive thread cannot mask a hung loop.
@@ -138,6 +139,11 @@ class Heartbeat:
     def checkpoint(self, path: str, seconds: float, **fields: Any) -> bool:
         """A checkpoint at the position in ``fields`` (epoch, batch) is completely written to ``path``."""
         return self._send("checkpoint", {"path": path, "seconds": round(seconds, 4), **fields})
+
+    def loader_started(self, loader: str, pids: list[int], seconds: float) -> bool:
+        """A loader ("train" or "val") started worker processes ``pids``, ``seconds`` before its first batch came:
+        the processes the supervisor may replace in place, and how long a loader takes to start."""
+        return self._send("loader", {"loader": loader, "pids": pids, "seconds": round(seconds, 4)})
 
     def _send(self, kind: str, fields: dict[str, Any]) -> bool:
         if self.fd is None:

@@ -1,4 +1,5 @@
-"""The worker's link to its supervisor: the stop flag the supervisor's SIGUSR1 sets, the supervision a trainer gets
+"""The worker's link to its supervisor: the command channel (a checkpoint-and-stop request, loader workers being
+replaced; SIGUSR1 by hand or by the ``stop_request`` fault sets the same stop flag), the supervision a trainer gets
 from its launch record (heartbeats, faults, the rung's options and Ultralytics arguments, where to write), and the
 patches applied before any model is built. The launching worker (``worker/train.py``) and every DDP rank
 (``worker/ddp.py``) build theirs here.
@@ -10,14 +11,15 @@ import os
 import time
 from typing import Any
 
-from worker.contract import LaunchRecord, WorkerOptions
+from worker.commands import CommandChannel
+from worker.contract import CommandKind, LaunchRecord, WorkerOptions
 from worker.exact_resume import ResumePoint
 from worker.faults import Fault, FaultInjector, faults_from_env
 from worker.heartbeat import Heartbeat
 from worker.patches import amp_check as amp
 from worker.patches import conv2d, offline
 
-STOP_REQUESTED: list[bool] = []  # appended to by the SIGUSR1 handler
+STOP_REQUESTED: list[bool] = []  # appended to by the SIGUSR1 handler (by hand, the stop_request fault)
 
 
 def link_from_record(record: LaunchRecord, hb: Heartbeat, rank: int | None = None,
@@ -29,7 +31,7 @@ def link_from_record(record: LaunchRecord, hb: Heartbeat, rank: int | None = Non
     placement = {k: record.train[k] for k in ("project", "name", "exist_ok") if k in record.train}
     return SupervisorLink(hb, injector, record.options, record.trainer_args, placement=placement,
                           checkpoint_every=record.checkpoint_every, resume_point=resume_point, rank=rank,
-                          checkpoint_in_thread=record.checkpoint_in_thread)
+                          checkpoint_in_thread=record.checkpoint_in_thread, commands=CommandChannel.from_env(rank))
 
 
 def apply_patches(conv_fallback: str, amp_check: str) -> None:
@@ -51,8 +53,10 @@ class SupervisorLink:
 
     def __init__(self, hb: Heartbeat, faults: FaultInjector, options: WorkerOptions, forced: dict[str, Any],
                  placement: dict[str, Any] | None = None, checkpoint_every: float | None = None,
-                 resume_point: ResumePoint | None = None, rank: int | None = None, checkpoint_in_thread: bool = True):
+                 resume_point: ResumePoint | None = None, rank: int | None = None, checkpoint_in_thread: bool = True,
+                 commands: CommandChannel | None = None):
         self.hb = hb
+        self.commands = commands or CommandChannel(None)
         self.faults = faults
         self.options = options
         self.forced = forced  # the rung's Ultralytics arguments: they win over a checkpoint's on resume
@@ -86,6 +90,9 @@ class SupervisorLink:
 
     @property
     def stop_requested(self) -> bool:
+        """Asked to save and exit: polled at every batch boundary (a read that finds nothing, as a rule)."""
+        if not STOP_REQUESTED and self.commands.has(CommandKind.CHECKPOINT_AND_STOP):
+            STOP_REQUESTED.append(True)
         return bool(STOP_REQUESTED)
 
     @property

@@ -45,6 +45,8 @@ def drop_ambient_capabilities() -> None:
 class EpochWorkersDataLoader(InfiniteDataLoader):
     """An InfiniteDataLoader whose worker processes live for one epoch: made at its start, shut down at its end."""
 
+    closes_each_pass = True  # worker/loader_recovery.py: an iterator made anew mid-pass is shut down at its end too
+
     def __iter__(self):
         self.iterator = self._get_iterator()
         try:

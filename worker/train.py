@@ -23,6 +23,7 @@ from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
 from worker import ddp, multinode
 from worker.checkpointing import EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint
+from worker.commands import relay_to_ranks
 from worker.contract import EXIT_CONFIG, STANDBY_FLAG, LaunchRecord, LaunchRecordError
 from worker.demo_data import ensure_demo_dataset
 from worker.exact_resume import ResumePoint
@@ -126,7 +127,9 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
     if record_path is None:
         raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
     ddp.prepare_ranks(record_path, hb.fd, trainer.supervision.resume_point)
-    signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))
+    os.environ.update(relay_to_ranks(trainer.supervision.commands, trainer.world_size,
+                                     on_stop=lambda: STOP_REQUESTED.append(True)))
+    signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))  # by hand
     began = time.monotonic()
     try:
         trainer.train()

@@ -19,7 +19,7 @@ from ultralytics.engine import trainer as ultralytics_trainer
 from ultralytics.utils import LOGGER
 from ultralytics.utils.torch_utils import unwrap_model
 
-from worker import exact_resume
+from worker import exact_resume, loader_recovery
 from worker.checkpoint_writer import BackgroundWriter, to_host
 from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
 from worker.contract import InForce
@@ -148,6 +148,8 @@ class SupervisedTrainerMixin:
             # On the thread loader too: its threads draw from the same batch sampler, and its _get_iterator is
             # where the epoch-keyed order learns the epoch.
             exact_resume.install(loader, int(self.args.seed), lambda: self.epoch, self.supervision.resume_point)
+        if options.loader != "threads":  # (a thread cannot be killed: a hung loader thread is a restart's)
+            loader_recovery.install(loader, mode, self.supervision.commands, self.supervision.hb)
         return loader
 
     def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class PublishLadder:
 
 @dataclass(frozen=True)
 class RequestCheckpoint:
-    """Ask the worker to save a checkpoint at its next batch boundary and exit (SIGUSR1)."""
+    """Ask the worker to save a checkpoint at its next batch boundary and exit (a command on its pipe)."""
 
 
 @dataclass(frozen=True)

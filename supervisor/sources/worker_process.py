@@ -1,5 +1,6 @@
 """The worker process as the supervisor sees it: started from a launch record, read through three descriptors
-(the heartbeat pipe, its output, a pidfd for its exit), and killed with every process it started.
+(the heartbeat pipe, its output, a pidfd for its exit), told what to do through a fourth (the command pipe: typed
+``Command`` lines, never waited on), and killed with every process it started.
 
 The agent registers the descriptors with its selector and calls the ``read_*`` methods when they are ready; nothing
 here blocks except ``kill``, which waits at most ``kill_grace + kill_timeout`` and calls ``keepalive`` while it
@@ -11,7 +12,6 @@ from __future__ import annotations
 import collections
 import fcntl
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -21,7 +21,7 @@ from typing import Callable, Collection
 from supervisor.sources import process_tree
 from supervisor.sources.progress_lines import MAX_LINE_BYTES
 from supervisor.sources.worker_command import OutputProgress
-from worker.contract import HeartbeatMessage
+from worker.contract import ENV_COMMAND_FD, Command, CommandKind, HeartbeatMessage
 from worker.heartbeat import ENV_FD, Decoder, read_available
 
 OUTPUT_TAIL_LINES = 20  # of the worker's output, kept for the incident record
@@ -55,7 +55,9 @@ class WorkerProcess:
     launch_fd: int | None = None  # a standby's stdin: the launch record's path is written there, once
     env: dict[str, str] = field(default_factory=dict)  # as spawned: a standby serves only a launch in the same one
     descendants: dict[int, bool] = field(default_factory=dict)  # senders looked up: pid -> below the worker's pid
-    checkpoint_signal: int = signal.SIGUSR1  # our worker saves and exits on it (request_checkpoint)
+    command_fd: int | None = None  # the command pipe's write end, non-blocking
+    checkpoint_signal: int | None = None  # a [worker] command's "save and exit" (it reads no command pipe)
+    commands_sent: int = 0
 
     @property
     def pid(self) -> int:
@@ -73,22 +75,26 @@ class WorkerProcess:
         gets a pipe on its stdin, to be told what to train (``launch``)."""
         heartbeat_r, heartbeat_w = os.pipe()
         output_r, output_w = os.pipe()
+        command_r, command_w = os.pipe()
         launch_r, launch_w = os.pipe() if standby else (subprocess.DEVNULL, None)
         for fd in (heartbeat_w, output_w):
             _grow_pipe(fd)
         try:
-            popen = subprocess.Popen(argv, pass_fds=(heartbeat_w,), stdin=launch_r, stdout=output_w,
-                                     stderr=output_w, env={**env, ENV_FD: str(heartbeat_w)}, cwd=cwd,
+            popen = subprocess.Popen(argv, pass_fds=(heartbeat_w, command_r), stdin=launch_r, stdout=output_w,
+                                     stderr=output_w, env={**env, ENV_FD: str(heartbeat_w),
+                                                           ENV_COMMAND_FD: str(command_r)}, cwd=cwd,
                                      start_new_session=True, preexec_fn=process_tree.dies_with(os.getpid()))
         except OSError as e:
-            for fd in (heartbeat_r, heartbeat_w, output_r, output_w) + ((launch_r, launch_w) if standby else ()):
+            for fd in (heartbeat_r, heartbeat_w, output_r, output_w, command_r, command_w) + \
+                    ((launch_r, launch_w) if standby else ()):
                 os.close(fd)
             raise SpawnError(e.errno, e.strerror) from None
-        for fd in (heartbeat_w, output_w) + ((launch_r,) if standby else ()):
+        for fd in (heartbeat_w, output_w, command_r) + ((launch_r,) if standby else ()):
             os.close(fd)
-        for fd in (heartbeat_r, output_r):
+        for fd in (heartbeat_r, output_r, command_w):
             os.set_blocking(fd, False)
-        return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r, launch_fd=launch_w, env=dict(env))
+        return cls(popen, os.pidfd_open(popen.pid), heartbeat_r, output_r, launch_fd=launch_w, env=dict(env),
+                   command_fd=command_w)
 
     def in_tree(self, pid: int) -> bool:
         """Whether ``pid`` is the worker's process or one of its descendants (looked up once per pid)."""
@@ -99,11 +105,25 @@ class WorkerProcess:
         return self.descendants[pid]
 
     def request_checkpoint(self) -> None:
-        """Ask the worker to save a checkpoint and exit."""
+        """Ask the worker to save a checkpoint and exit: a command, or a [worker] command's signal."""
+        if self.checkpoint_signal is None:
+            self.send(Command(CommandKind.CHECKPOINT_AND_STOP))
+            return
         try:
             os.kill(self.pid, self.checkpoint_signal)
         except ProcessLookupError:
             pass  # already gone: its exit is on its way through the pidfd
+
+    def send(self, command: Command) -> bool:
+        """Write one command line; never waits (a full pipe or a worker gone: False)."""
+        if self.command_fd is None:
+            return False
+        self.commands_sent += 1
+        try:
+            os.write(self.command_fd, Command(command.kind, command.rank, command.pids, self.commands_sent).to_line())
+            return True
+        except OSError:  # full (the worker does not read), or no reader left
+            return False
 
     def launch(self, record_path: Path) -> bool:
         """Tell a standby what to train: the launch record's path, one line, and the end of its stdin. False when
@@ -167,9 +187,9 @@ class WorkerProcess:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            for fd in self.fds + ((self.launch_fd,) if self.launch_fd is not None else ()):
+            for fd in self.fds + tuple(fd for fd in (self.launch_fd, self.command_fd) if fd is not None):
                 os.close(fd)
-            self.launch_fd = None
+            self.launch_fd = self.command_fd = None
 
     def tree_snapshot(self, spare: Collection[int] = ()) -> list[dict]:
         """The processes of the tree now (and any orphan re-parented to us), for an incident."""

@@ -63,7 +63,7 @@ class WorkerSpawner:
             raise ConfigError(f"{self.config.source}: [worker] command = {list(cfg.argv)!r}: cannot start "
                               f"{argv[0]!r} ({e.strerror}); give an executable on PATH or a path to one") from None
         worker.output_progress = OutputProgress(worker.pid, cfg.progress_regex)
-        # A command knows nothing of our worker's SIGUSR1 (its default action would kill it): it gets the
+        # A command reads no command pipe (and SIGUSR1 would kill it by default): it gets the
         # conventional SIGTERM and resumes from its own newest checkpoint.
         worker.checkpoint_signal = signal.SIGTERM
         return worker, None if checkpoint is None else str(checkpoint)

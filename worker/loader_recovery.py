@@ -1,0 +1,150 @@
+"""Recovery in place: a loader whose hung worker processes the supervisor killed goes on at the batch it waited for.
+
+The supervisor, seeing the training process wait for a batch while a loader worker process is stuck, writes a
+``REPLACE_LOADER_WORKERS`` command naming those processes, then SIGKILLs them (supervisor/decision/in_place.py).
+torch's SIGCHLD handler makes the training process's ``next()`` raise ``RuntimeError: DataLoader worker (pid(s) N)
+exited unexpectedly`` (or "is killed by signal"). Here, inside the loader's own iteration, that error is taken for what the command says it
+is: the old iterator is shut down, a new one starts at the batch that was waited for (the sampler's pass of this
+epoch, less the batches already yielded: ``skip_next``), and the pass goes on; the training loop never sees it.
+Model, optimizer, AMP scaler and GPU context are untouched: no checkpoint is read, no batch lost or trained twice.
+
+A loader worker that dies without such a command (the OOM killer, a crash in a sample) fails the training as
+before. Every start of a loader's workers is reported (``Heartbeat.loader_started``: their pids, and how long the
+first batch took), so the supervisor knows which processes are loader workers even when they are too stopped to
+trace, and how long a new iterator may take to give a batch.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from itertools import islice
+from typing import Any, Iterator
+
+import torch
+
+from worker.commands import CommandChannel
+from worker.contract import CommandKind
+from worker.heartbeat import Heartbeat
+
+# torch's words for it: its SIGCHLD handler's ("(pid N) is killed by signal: Killed", "(pid N) exited unexpectedly
+# with exit code C") and its loader's periodic check's ("(pid(s) N, M) exited unexpectedly").
+DEAD_WORKERS = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited unexpectedly|is killed by signal)")
+
+
+def dead_workers(error: BaseException) -> set[int]:
+    """The pids torch names in its "exited unexpectedly" error; empty for any other error."""
+    found = DEAD_WORKERS.search(str(error)) if isinstance(error, RuntimeError) else None
+    return {int(p) for p in found.group(1).replace(",", " ").split()} if found else set()
+
+
+class PassSkipSampler(torch.utils.data.Sampler):
+    """A sampler whose next pass leaves out its first ``skip_next`` indices (the validation loader's order; the
+    training loader's ``EpochOrderSampler`` does the same with its per-epoch skip)."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.skip_next = inner, 0
+
+    def __iter__(self) -> Iterator[int]:
+        skip, self.skip_next = self.skip_next, 0
+        return islice(iter(self.inner), skip, None)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+class LoaderRecovery:
+    """One loader's link to the supervisor: its starts reported, its replaced workers recognised."""
+
+    def __init__(self, name: str, commands: CommandChannel, hb: Heartbeat):
+        self.name, self.commands, self.hb = name, commands, hb
+        self.replaced: set[int] = set()  # pids the supervisor said it kills
+        self.recoveries = 0
+
+    def is_replacement(self, error: BaseException) -> bool:
+        """The loader failed because the supervisor killed these workers (it said so first, on the command pipe)."""
+        dead = dead_workers(error)
+        if not dead:
+            return False
+        for command in self.commands.take(CommandKind.REPLACE_LOADER_WORKERS):
+            self.replaced.update(command.pids)
+        return dead <= self.replaced
+
+    def started(self, iterator: Any, made_at: float) -> None:
+        pids = [w.pid for w in getattr(iterator, "_workers", ())]
+        if pids:
+            self.hb.loader_started(self.name, pids, time.monotonic() - made_at)
+
+
+def recovering_class(base: type) -> type:
+    """``base`` (a process loader, Ultralytics' or one of ours) whose pass survives the supervisor's replacement of
+    its worker processes. Made per base class, as ``exact_resume.resuming_class``."""
+
+    class Recovering(base):
+        recovery: LoaderRecovery
+
+        def __iter__(self):
+            start = getattr(self, "first_batch_index", 0)  # > 0 in an epoch resumed from a checkpoint
+            skipped = self.resume.samples_done(self.batch_size) if start and getattr(self, "resume", None) else 0
+            wanted = len(self) - start
+            made_at, reported, done = time.monotonic(), False, 0
+            had_iterator = getattr(self, "iterator", None) is not None
+            inner = super().__iter__()
+            while done < wanted:
+                try:
+                    batch = next(inner)
+                except StopIteration:
+                    return
+                except RuntimeError as e:
+                    if not self.recovery.is_replacement(e):
+                        raise
+                    inner.close()
+                    made_at, reported, had_iterator = time.monotonic(), False, False
+                    inner = self._rest_of_pass(skipped + done * self.batch_size, wanted - done)
+                    self.recovery.recoveries += 1
+                    print(f"yolo-train worker: {self.recovery.name} loader workers {sorted(dead_workers(e))} replaced "
+                          f"on the supervisor's word: a new iterator goes on at batch {start + done + 1}", flush=True)
+                    continue
+                if not reported:
+                    reported = True
+                    if not had_iterator:  # a persistent iterator's workers were reported at its start
+                        self.recovery.started(self.iterator, made_at)
+                done += 1
+                yield batch
+
+        def _rest_of_pass(self, skip_samples: int, batches: int) -> Iterator[Any]:
+            """A new iterator whose first pass starts ``skip_samples`` into this one; its next ``batches``."""
+            old, self.iterator = self.iterator, None
+            if old is not None and hasattr(old, "_shutdown_workers"):
+                old._shutdown_workers()  # the live workers told to exit, the dead ones reaped, the pids unregistered
+            sampler = self.batch_sampler.sampler.sampler  # _RepeatSampler -> BatchSampler -> ours
+            if hasattr(sampler, "skip"):  # exact_resume.EpochOrderSampler: the epoch's order, keyed by epoch
+                sampler.skip[self.current_epoch()] = skip_samples
+            else:
+                sampler.skip_next = skip_samples
+            self.iterator = self._get_iterator()
+            try:
+                for _ in range(batches):
+                    yield next(self.iterator)
+            finally:
+                if getattr(base, "closes_each_pass", False):  # per-epoch workers: made and shut down per pass
+                    self.close()
+                    self.iterator = None
+
+    Recovering.__name__ = Recovering.__qualname__ = f"Recovering{base.__name__}"
+    return Recovering
+
+
+def install(loader: Any, name: str, commands: CommandChannel, hb: Heartbeat) -> bool:
+    """Make a process loader recover in place; False (untouched) where it cannot: no worker processes, or a sampler
+    whose passes cannot be started part-way."""
+    batch_sampler = getattr(loader.batch_sampler, "sampler", None)  # _RepeatSampler -> BatchSampler
+    if loader.num_workers == 0 or not hasattr(batch_sampler, "sampler"):
+        return False
+    if not hasattr(batch_sampler.sampler, "skip"):
+        if not isinstance(batch_sampler.sampler, torch.utils.data.SequentialSampler):
+            return False  # shuffled without the epoch-keyed order: the pass cannot be started where it was
+        batch_sampler.sampler = PassSkipSampler(batch_sampler.sampler)
+    loader.__class__ = recovering_class(type(loader))
+    loader.recovery = LoaderRecovery(name, commands, hb)
+    return True
