@@ -149,6 +149,11 @@ def build() -> db.Dashboard:
             f"yolo_train_rung_batches_per_second{{{I}}}", "{{instance}} rung {{rung}}"),
             description="Median it/s measured at each rung: what a safer rung costs, and what probing gives back.")
                     .span(24))
+        .with_panel(series("Recoveries by tier", "short", query(
+            f"sum by (instance, tier) (increase(yolo_train_recoveries_total{{{I}}}[$__rate_interval]))",
+            "{{instance}} {{tier}}"), bars=True,
+            description="in_place: only the hung DataLoader worker processes replaced, training went on; restart: "
+                        "the tree killed, a new worker resumed from the newest checkpoint.").span(24))
         .with_panel(series("Restarts by reason", "short", query(
             f"sum by (instance, reason) (increase(yolo_train_restarts_total{{{I}}}[$__rate_interval]))",
             "{{instance}} {{reason}}"), bars=True))

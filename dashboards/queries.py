@@ -23,7 +23,7 @@ METRIC_NAMES = frozenset({
     "yolo_train_loss", "yolo_train_learning_rate", "yolo_train_progress_ratio", "yolo_train_eta_seconds",
     "yolo_train_deadline_timestamp_seconds", "yolo_train_deadline_slack_seconds",
     "yolo_train_rung", "yolo_train_rungs", "yolo_train_rung_info",
-    "yolo_train_restarts_total", "yolo_train_hangs_total", "yolo_train_kernel_events_total",
+    "yolo_train_restarts_total", "yolo_train_recoveries_total", "yolo_train_hangs_total", "yolo_train_kernel_events_total",
     "yolo_train_seconds_since_progress", "yolo_train_worker_uptime_seconds",
     "yolo_train_last_restart_timestamp_seconds", "yolo_train_restart_budget_remaining", "yolo_train_reboot_needed",
     "yolo_train_heartbeats_dropped_total", "yolo_train_heartbeats_malformed_total",

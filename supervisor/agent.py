@@ -31,7 +31,7 @@ from supervisor.outputs.state_dir import StateDir
 from supervisor.outputs.status_writer import StatusWriter
 from supervisor.outputs.systemd_notify import Notifier
 from supervisor.sources import process_tree
-from supervisor.sources.incident_evidence import what_the_tree_shows
+from supervisor.sources.incident_evidence import inspect_stall, what_the_tree_shows
 from supervisor.sources.kernel_log import KernelLogSource
 from supervisor.sources.kernel_sources import KernelSources
 from supervisor.sources.read_throttle import ReadThrottle
@@ -39,7 +39,7 @@ from supervisor.sources.signals import catch_signals, stop_requests
 from supervisor.sources.standby import Standby
 from supervisor.sources.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.sources.worker_spawn import WorkerSpawner
-from worker.contract import split_rung
+from worker.contract import Command, CommandKind, split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -143,6 +143,11 @@ class Agent:
             self.standby.prepare(self.spawner.env(split_rung(action.rung_settings)))
         elif isinstance(action, core.KillTree):
             self._kill(action.incident)
+        elif isinstance(action, core.InspectStall):
+            self.handle(inspect_stall(self.config, self.worker, action.incident, action.loader_pids,
+                                      self.standby.spare(), self.metrics.gpu_readers))
+        elif isinstance(action, core.ReplaceLoaderWorkers):
+            self._replace_loader_workers(action)
         elif isinstance(action, core.RecordIncident):
             self.state_dir.append_incident(action.incident.to_dict())
         elif isinstance(action, core.RequestCheckpoint):
@@ -252,6 +257,14 @@ class Agent:
                      extra={"INCIDENT_ID": incident.id, "RUNG": incident.rung, "EPOCH": incident.epoch,
                             "BATCH": incident.batch})
         self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, time.time()))
+
+    def _replace_loader_workers(self, action: core.ReplaceLoaderWorkers) -> None:
+        """The in-place tier's action: the command first (the worker must know the deaths are ours), then SIGKILL."""
+        started = time.monotonic()
+        sent = self.worker.send(Command(CommandKind.REPLACE_LOADER_WORKERS, action.rank, action.pids))
+        survivors = process_tree.kill_processes(action.pids, self.config.watchdog.kill_timeout,
+                                                keepalive=self.systemd.keepalive) if sent else []
+        self.handle(core.LoaderWorkersKilled(action.pids, tuple(survivors), time.monotonic() - started, sent))
 
     # -- the kernel --
     def _on_kernel(self, source: KernelLogSource) -> None:

@@ -13,7 +13,7 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -167,6 +167,22 @@ class ProbeConfig:
 
 
 @dataclass(frozen=True)
+class RecoveryConfig:
+    """The recovery tier before the process restart (supervisor/decision/in_place.py).
+
+    in_place: a hang in training or validation whose stacks show the training process waiting for a batch and one or
+        more DataLoader worker processes stuck is recovered by killing only those workers: the loader goes on at the
+        batch it waited for, in the same process (no restart, nothing lost). False: every hang restarts, as before.
+    in_place_max, in_place_window: more than in_place_max in-place recoveries within in_place_window seconds, and the
+        next hang restarts (and climbs the ladder) instead: a loader that keeps hanging wants a safer rung.
+    """
+
+    in_place: bool = True
+    in_place_max: int = _number(3, whole=True)
+    in_place_window: float = _number(3600.0)
+
+
+@dataclass(frozen=True)
 class DistributedConfig:
     """Several hosts (``[distributed]``): this host's supervisor starts its local ranks through torch.distributed's
     elastic launcher, which meets the other hosts' at a c10d rendezvous.
@@ -218,6 +234,7 @@ class Config:
     conv_fallback: str = "auto"  # [patches]: the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
     amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
 
     # Parsed once, here: the deadline as a Unix timestamp, the listen address as (host, port).
     deadline_at: float | None = field(init=False, default=None)
@@ -256,7 +273,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
                          "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents",
-                         "distributed"})
+                         "distributed", "recovery"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -284,6 +301,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     kernel_log = check.kernel_log(raw.get("kernel_log", {}))
     checkpoint = check.checkpoint(raw.get("checkpoint", {}))
     incidents = check.incidents(raw.get("incidents", {}))
+    recovery = check.recovery(raw.get("recovery", {}))
     if probe.probe_after is not None and isinstance(checkpoint.every, float) and probe.probe_after < checkpoint.every:
         check.fail("ladder.probe_after", f"at least [checkpoint] every ({checkpoint.every:.0f} s): a probe moves at a "
                                          f"checkpoint boundary", raw["ladder"]["probe_after"])
@@ -307,7 +325,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                     command=command, standby=standby,
                     metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
                     conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"),
-                    distributed=distributed)
+                    distributed=distributed, recovery=recovery)
     if not train and "command" not in worker:
         raise ConfigError(f"{label}: no [train] table: nothing to train; add one with Ultralytics' train arguments, "
                           f"e.g. [train] data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
@@ -652,6 +670,14 @@ class _Checker:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 10:
             self.fail("incidents.stacks_budget", "seconds, more than 0 and at most 10 (the kill waits for it)", budget)
         return IncidentsConfig(stacks=stacks, stacks_budget=float(budget))
+
+    def recovery(self, table: Any) -> RecoveryConfig:
+        self.keys("recovery", table, {f.name for f in fields(RecoveryConfig)})
+        in_place = table.get("in_place", True)
+        if not isinstance(in_place, bool):
+            self.fail("recovery.in_place", "true or false", in_place)
+        numbers = self.section("recovery", {k: v for k, v in table.items() if k != "in_place"}, RecoveryConfig)
+        return replace(numbers, in_place=in_place)
 
     def probe(self, table: Any) -> ProbeConfig:
         after = table.get("probe_after", ProbeConfig.probe_after)

@@ -34,12 +34,13 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, kernel, restart, stopping
-from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishLadder,
-                                         RecordIncident, RequestCheckpoint, Spawn)
-from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobLadderRead, KernelMessage, Now,
-                                        SignatureSeen, Spawned, StateDirTaken, StopRequested, SupervisorPaused, Tick,
-                                        TreeKilled, WorkerExited)
+from supervisor.decision import heartbeats, in_place, kernel, restart, stopping
+from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
+                                         PublishLadder, RecordIncident, ReplaceLoaderWorkers, RequestCheckpoint, Spawn)
+from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobLadderRead, KernelMessage,
+                                        LoaderWorkersKilled, Now, SignatureSeen, Spawned, StallInspected,
+                                        StateDirTaken, StopRequested, SupervisorPaused, Tick, TreeKilled,
+                                        WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.signatures import scan
 from supervisor.decision.state import Attempt, DeadlineKind, Supervision
@@ -50,6 +51,7 @@ from worker.contract import Phase
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobLadderRead", "KernelMessage", "Now", "SignatureSeen",
            "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick", "TreeKilled", "WorkerExited",
+           "StallInspected", "LoaderWorkersKilled", "InspectStall", "ReplaceLoaderWorkers",
            "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
@@ -109,6 +111,10 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _state_dir_taken(s, event, now)
     if isinstance(event, JobLadderRead):
         return _job_ladder(s, event)
+    if isinstance(event, StallInspected):
+        return in_place.inspected(s, event, now)
+    if isinstance(event, LoaderWorkersKilled):
+        return in_place.killed(s, event, now)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -166,6 +172,9 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
                 *stopping.save_failed(s, f"asked to save, the worker {why}", Reason.HANG)]
     a = s.current
+    if due.kind == DeadlineKind.IN_PLACE:
+        return in_place.escalate(s, now, f"no batch within {a.in_place.bound:.0f} s after the loader workers were "
+                                         f"replaced")
     phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         return kernel.unconfirmed(s, now, phase)
@@ -182,6 +191,8 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         seen, change = remedy
         return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}", remedy=change,
                               detail=f"{detail} after {seen.name}: {seen.advice}")
+    if in_place.applies(s, phase):  # the cheaper tier first: its stacks say whether it can serve
+        return in_place.begin(s, now, phase, detail)
     return stopping.begin(s, now, Reason.HANG, phase, detail=detail, climb=True, failure=f"hang:{phase}")
 
 
@@ -220,6 +231,9 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if code == 0 and (a.progress.phase == Phase.DONE.value or a.exit_0_finishes):
         return stopping.finished(s)
     how = describe_exit(code)
+    if a.in_place is not None:  # the hang's incident is open: the exit ends its in-place tier
+        return in_place.escalate(s, now, f"the worker {how} during the in-place recovery"
+                                         + (f": {a.last_error}" if a.last_error else ""))
     if code == EXIT_CONFIG:  # the worker's own verdict: restarting cannot help (a checkpoint of another training)
         return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure="worker:config",
                               then=After.CONFIG_ERROR, advice="fix the configuration or the state directory, then "
@@ -311,6 +325,10 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         a.healthy_since += gap
     if a.suspicion is not None:
         a.suspicion.since += gap
+    if a.in_place is not None:
+        a.in_place.verdict_at += gap
+        if a.in_place.acted_at is not None:
+            a.in_place.acted_at += gap
     if s.backoff_until is not None:
         s.backoff_until += gap
     if s.stop is not None and s.stop.save_until is not None:
@@ -351,7 +369,7 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     detail = incident.detail
     if event.output_note and incident.phase == STARTUP_PHASE:
         detail += f"; {event.output_note}"
-    s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=event.stacks,
+    s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=event.stacks or incident.stacks,
             detail=detail, host=event.host)
     return []
 

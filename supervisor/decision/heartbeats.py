@@ -19,7 +19,7 @@ import math
 from collections import deque
 from typing import Any
 
-from supervisor.decision import goodput, kernel, probe, stopping
+from supervisor.decision import goodput, in_place, kernel, probe, stopping
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby
 from supervisor.decision.events import Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
@@ -32,14 +32,14 @@ NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run c
 def received(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bool = False) -> list[Any]:
     if not _accepted(s, m, now, from_worker_tree):
         return []
-    if m.kind in (MessageKind.ERROR, MessageKind.IN_FORCE, MessageKind.CHECKPOINT):
+    if m.kind in (MessageKind.ERROR, MessageKind.IN_FORCE, MessageKind.CHECKPOINT, MessageKind.LOADER):
         return _report(s, m, now)
     _note_position(s.current.progress, m)
     if m.progress <= s.current.progress_counter:
         return []  # a beat without progress is not progress
     _time_gap(s, m, now)
     _progressed(s, m, now)
-    actions = kernel.progress_seen(s)
+    actions = kernel.progress_seen(s) + in_place.progressed(s, m, now)
     if not (m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN):
         return actions
     diverged = _diverged(s, now)
@@ -76,6 +76,9 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
         return False
     if m.kind == MessageKind.IN_FORCE and m.in_force:
         view.device = m.in_force.device or None
+    if m.kind == MessageKind.LOADER:  # every rank's loader workers are this tier's to replace (in_place.py)
+        in_place.loader_started(s, m)
+        return False
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
     if m.progress > view.progress:
@@ -90,6 +93,8 @@ def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     if m.kind == MessageKind.IN_FORCE:
         s.current.in_force = m.in_force
         return []
+    if m.kind == MessageKind.LOADER:
+        return in_place.loader_started(s, m)
     return _checkpoint_saved(s, m, now)
 
 

@@ -11,7 +11,8 @@ written, once, to incidents.jsonl. ``to_dict`` is the one spelling of it there, 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from typing import Any
 
 from supervisor.decision.vocabulary import Reason
@@ -31,6 +32,27 @@ class Kill:
     seconds: float
     survivors: tuple[str, ...] = ()
     confirmed_wall: float | None = None
+
+
+class Tier(str, Enum):
+    """How an incident was recovered from: the spelling of incidents, status --json and the metric's label."""
+    IN_PLACE = "in_place"  # only the hung DataLoader worker processes were replaced; the training process went on
+    RESTART = "restart"  # the tree was killed and a new worker resumed from the newest checkpoint
+
+
+@dataclass(frozen=True)
+class InPlaceCost:
+    """What an in-place recovery cost, in seconds: the stall (last progress to the verdict), the action (the stacks,
+    the command, the loader workers killed and confirmed dead), the wait for the next batch; and batches lost (the
+    next batch's index past the one waited for: 0 when the loader went on where it stopped)."""
+    stall: float
+    action: float
+    to_next_batch: float | None = None
+    batches_lost: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.stall + self.action + (self.to_next_batch or 0.0)
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,10 @@ class Incident:
     settings: dict[str, Any] | None = None  # what the worker reported in force: the rung's proof
     kill: Kill | None = None
     restart_seconds: float | None = None  # from the verdict to the next attempt's first batch
+    # -- the recovery tier (in_place.py); None: no recovery (a stop, a probe) --
+    tier: Tier | None = None
+    cost: InPlaceCost | None = None  # tier in_place
+    escalation: str | None = None  # why the in-place tier was not taken, or failed, and the tree restarted
     recorded: bool = False  # written to incidents.jsonl (kept in the state file only)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +133,12 @@ class Incident:
                            "survivors": list(self.kill.survivors), "confirmed_wall": self.kill.confirmed_wall})
         if self.restart_seconds is not None:
             d["restart_seconds"] = self.restart_seconds
+        if self.tier is not None:
+            d["tier"] = self.tier.value
+        if self.cost is not None:
+            d["in_place"] = {k: v for k, v in asdict(self.cost).items()}
+        if self.escalation is not None:
+            d["escalation"] = self.escalation
         return d
 
     @classmethod
@@ -116,6 +148,8 @@ class Incident:
         kill = d.get("kill") if isinstance(d.get("kill"), dict) else None
         return cls(**{
             **simple, "reason": Reason(d["reason"]), "recorded": bool(d.get("recorded", True)),
+            "tier": Tier(d["tier"]) if d.get("tier") in {t.value for t in Tier} else None,
+            "cost": InPlaceCost(**d["in_place"]) if isinstance(d.get("in_place"), dict) else None,
             "kernel_events": tuple(d.get("kernel_events") or ()),
             "loss": Loss(d.get("lost_seconds"), d.get("lost_batches")) if "lost_seconds" in d else None,
             "processes": None if d.get("processes") is None else tuple(d["processes"]),
@@ -126,4 +160,4 @@ class Incident:
                                                    tuple(kill.get("survivors") or ()), kill.get("confirmed_wall"))})
 
 
-_NESTED = {"reason", "recorded", "kernel_events", "loss", "processes", "output_tail", "stacks", "kill"}
+_NESTED = {"reason", "recorded", "kernel_events", "loss", "processes", "output_tail", "stacks", "kill", "tier", "cost"}

@@ -13,7 +13,7 @@ from typing import Any
 from supervisor.decision import goodput, probe, restart_budget, stopping
 from supervisor.decision.actions import Exit, Log, Spawn
 from supervisor.decision.events import Now, TreeKilled
-from supervisor.decision.incident import Kill
+from supervisor.decision.incident import Kill, Tier
 from supervisor.decision.state import StopPlan, Supervision
 from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
@@ -57,6 +57,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     s.restarts_by_reason[plan.reason.value] = s.restarts_by_reason.get(plan.reason.value, 0) + 1
     if plan.reason == Reason.PROBE:  # planned, saved first: no budget, no backoff
         return [probe.enter(s), spawn(s)]
+    s.recoveries[Tier.RESTART.value] = s.recoveries.get(Tier.RESTART.value, 0) + 1
     if plan.point is not None:
         s.rung_hangs[str(s.rung)] = s.rung_hangs.get(str(s.rung), 0) + 1
         repeated = s.hang_history.repeated_point()

@@ -8,6 +8,9 @@ expected goodput is the speed it keeps:
 
     G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
 
+(a hang recovered in place costs its own measured seconds, not L: G = S x T / (T + restarts x L + in-place seconds),
+T the rung's training seconds).
+
 After a hang the next rung is, of two candidates, the better:
 
 - the known rung of the highest G (on a tie the lower, faster one): a rung that hung as often as the one below it
@@ -40,6 +43,7 @@ class RungFacts:
     seconds: float  # training seconds spent at it
     hangs: int
     start: float | None = None  # median seconds from a spawn at it to the first batch, None until measured
+    in_place_seconds: float = 0.0  # what its hangs recovered in place cost (in_place.py): seconds, not restarts
 
     @property
     def tried(self) -> bool:
@@ -64,10 +68,10 @@ def expected_goodput(facts: RungFacts, cost: float) -> float:
     """The it/s a rung keeps once its hangs, ``cost`` seconds each, are paid for."""
     if facts.speed is None:
         return 0.0  # it never trained long enough to be measured
-    if facts.hangs == 0:
+    if facts.hangs == 0 and not facts.in_place_seconds:
         return facts.speed
-    between = facts.seconds / facts.hangs
-    return facts.speed * between / (between + cost)
+    lost = facts.hangs * cost + facts.in_place_seconds  # a restart's cost per restart, an in-place one's own
+    return facts.speed * facts.seconds / (facts.seconds + lost) if facts.seconds > 0 else 0.0
 
 
 def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None) -> Choice:

@@ -60,6 +60,7 @@ class DeadlineKind(Enum):
     KERNEL_CONFIRM = "kernel confirm"  # a kernel line's confirm window passed without progress
     SAVE = "save"  # a stop's checkpoint did not come within save_timeout
     SAVE_STALLED = "save stalled"  # while asked to save, the worker stopped progressing: it is hung
+    IN_PLACE = "in place"  # no batch within the bound after the loader workers were replaced: escalate
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,20 @@ class StopPlan:
     at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
     point: HangPoint | None = None  # a hang: where it sat
     choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
+
+
+@dataclass
+class InPlace:
+    """An in-place recovery under way (in_place.py): from the verdict to the next batch."""
+    incident: Incident
+    phase: str
+    epoch: int
+    batch: int  # the last batch trained before the stall
+    verdict_at: float  # monotonic
+    stall: float  # seconds from the last progress to the verdict
+    stacks: Any = None  # the incident's Stacks, carried to a restart's incident when it escalates
+    acted_at: float | None = None  # the loader workers confirmed dead; None while the stacks are read
+    bound: float | None = None  # seconds from acted_at for the next batch
 
 
 @dataclass
@@ -157,6 +172,8 @@ class Attempt:
     train_beats: int = 0  # training batches
     epoch_end_gap: float = 0.0  # the longest gap between two progress events of the epoch end in progress
     train_resuming: bool = False  # training re-entered after an epoch end or a save, its first batch still to come
+    loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
+    in_place: InPlace | None = None  # an in-place recovery under way
 
     def in_force_shown(self) -> dict[str, Any]:
         """What the worker reported in force, as status and incidents show it ("settings"): {} before its report."""
@@ -258,6 +275,11 @@ class Supervision:
     hang_history: HangHistory = kept(default_factory=HangHistory)
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
+    # -- the in-place tier (in_place.py) --
+    recoveries: dict[str, int] = kept(default_factory=dict)  # tier -> recoveries (status --json, the metric)
+    in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
+    loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
+    rung_in_place_seconds: dict[str, float] = kept(default_factory=dict)  # rung -> what its in-place recoveries cost
 
     # -- read-only views of the records' figures that the shell and the tests read by these names --
     @property
@@ -306,6 +328,10 @@ class Supervision:
                     due = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
             return due
         due = Deadline(None)
+        if self.state == State.HEALTHY and a.in_place is not None:
+            if a.in_place.acted_at is None:
+                return due  # the stacks are being read: the shell answers at once
+            return Deadline(a.in_place.acted_at + a.in_place.bound, DeadlineKind.IN_PLACE, "in-place bound")
         if self.state == State.STARTING and a.spawned_at is not None:
             t, label = watchdog.startup_timeout(self.config.watchdog, self.startup_seen)
             due = Deadline(None if t is None else a.spawned_at + t, DeadlineKind.STARTUP, label)
@@ -350,7 +376,8 @@ class Supervision:
         """What each rung has shown in this run, as the ladder's choices read it."""
         h = self.hang_history
         return [rung_choice.RungFacts(self.rung_speed(k), h.rung_seconds.get(k, 0.0), self.rung_hangs.get(str(k), 0),
-                                      h.start_of(k)) for k in range(len(self.ladder))]
+                                      h.start_of(k), self.rung_in_place_seconds.get(str(k), 0.0))
+                for k in range(len(self.ladder))]
 
     def probe_target(self) -> int | None:
         return rung_choice.probe_target(self.rung, self.rung_facts(), self.config.probe.give_up_after)
@@ -360,7 +387,8 @@ class Supervision:
         closed and this hang counted; the standby is prepared for it in advance."""
         facts = self.rung_facts()
         here = facts[self.rung]
-        facts[self.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1, here.start)
+        facts[self.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1, here.start,
+                                                 here.in_place_seconds)
         return rung_choice.after_hang(self.rung, facts, self.stall_cost())
 
     def stall_cost(self) -> float | None:

@@ -16,7 +16,7 @@ from supervisor.decision import goodput, rung_choice
 from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
-from supervisor.decision.incident import Incident
+from supervisor.decision.incident import Incident, Stacks, Tier
 from supervisor.decision.state import INCIDENTS_KEPT, StopPlan, Supervision
 from supervisor.decision.vocabulary import After, Reason, State
 
@@ -26,7 +26,7 @@ SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoin
 def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, climb: bool = False,
           failure: str | None = None, then: After | None = None, remedy: dict[str, Any] | None = None,
           advice: str | None = None, kernel_events: list[KernelMessage] | None = None,
-          save_until: float | None = None) -> list[Any]:
+          save_until: float | None = None, escalation: str | None = None, stacks: Stacks | None = None) -> list[Any]:
     """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
     a = s.current
     earlier = s.record_complete()  # the one before, if its restart never reached a batch
@@ -47,7 +47,8 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
         loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
         node_rank=s.config.distributed.node_rank if several_hosts else None,
-        caused_by=a.peer_cause if several_hosts else None)
+        caused_by=a.peer_cause if several_hosts else None, escalation=escalation, stacks=stacks,
+        tier=None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
                        climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,

@@ -77,6 +77,7 @@ class Group:
     last: float = 0.0
     phases: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
+    tiers: dict[str, int] = field(default_factory=dict)  # how each was recovered: in_place, restart
     rungs: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
 
@@ -89,8 +90,9 @@ def group_by_where(incidents: list[dict[str, Any]]) -> list[Group]:
         group = groups.setdefault(where_of(incident), Group(where_of(incident), first=when, last=when))
         group.count += 1
         group.first, group.last = min(group.first, when), max(group.last, when)
-        for counts, key in ((group.phases, "phase"), (group.reasons, "reason")):
-            counts[str(incident.get(key, "?"))] = counts.get(str(incident.get(key, "?")), 0) + 1
+        for counts, key in ((group.phases, "phase"), (group.reasons, "reason"), (group.tiers, "tier")):
+            if key in incident or key != "tier":
+                counts[str(incident.get(key, "?"))] = counts.get(str(incident.get(key, "?")), 0) + 1
         if isinstance(incident.get("rung"), int) and incident["rung"] not in group.rungs:
             group.rungs = sorted(group.rungs + [incident["rung"]])
         group.ids.append(str(incident.get("id", "?")))
@@ -118,6 +120,12 @@ def _counts(counts: dict[str, int]) -> str:
 def _aftermath(incident: dict[str, Any]) -> str:
     """What the incident cost: the training lost (unknown where no checkpoint tells) and the time to train again."""
     text = ""
+    cost = incident.get("in_place")
+    if isinstance(cost, dict):
+        text += (f", recovered in place: next batch {cost.get('to_next_batch', '?')} s after the loader workers were "
+                 f"replaced, {cost.get('batches_lost', '?')} batches lost")
+    if incident.get("escalation"):
+        text += f", restarted ({incident['escalation']})"
     if "lost_batches" in incident:
         lost = incident["lost_batches"]
         text += f", lost {lost} batch{'' if lost == 1 else 'es'}" if lost is not None else ", lost work unknown"
@@ -138,7 +146,8 @@ def render(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group]
         lines.append(f"  {g.count:>{width}}  {g.where}")
         span = _clock(g.first) if g.count == 1 else f"{_clock(g.first)} .. {_clock(g.last)}"
         lines.append(f"  {'':>{width}}  {span}   phase {_counts(g.phases)}   rung "
-                     f"{', '.join(map(str, g.rungs)) or '?'}   {_counts(g.reasons)}")
+                     f"{', '.join(map(str, g.rungs)) or '?'}   {_counts(g.reasons)}"
+                     + (f"   tier {_counts(g.tiers)}" if g.tiers else ""))
     newest = incidents[-1]
     lines += ["", f"newest: {newest.get('id', '?')} at {_clock(_time(newest), True)}, "
                   f"{newest.get('reason', '?')} in {newest.get('phase', '?')} ({newest.get('detail', '')}), "

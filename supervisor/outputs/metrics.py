@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from supervisor.config import Config, ConfigError, parse_deadline, parse_listen  # noqa: F401 (re-exported)
 from supervisor.decision.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
+from supervisor.decision.incident import Tier
 from supervisor.outputs import hosts
 from supervisor.outputs.incidents import one_line
 from supervisor.sources.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, sample_all
@@ -40,6 +41,7 @@ DEFAULT_SAMPLE_INTERVAL = 5.0  # seconds between two GPU samples, however often 
 
 # Label values exported at 0 before they first happen: the vocabulary's, never a copy.
 RESTART_REASONS = tuple(reason.value for reason in Reason)
+RECOVERY_TIERS = tuple(tier.value for tier in Tier)
 KERNEL_EVENT_KINDS = tuple(kind.value for kind in KernelKind)
 STATES = tuple(state.value for state in State)
 PHASES = PHASE_LABELS
@@ -234,6 +236,9 @@ def render_status(status: dict[str, Any], *, now: float, deadline: float | None,
     m.counter_by("yolo_train_restarts", "Worker restarts, by reason (probe: a planned move to a faster rung).",
                  "reason", RESTART_REASONS,
                  status.get("restarts_by_reason"))
+    m.counter_by("yolo_train_recoveries", "Recoveries from a failure, by tier (in_place: only the hung DataLoader "
+                 "workers replaced; restart: the tree killed, a new worker resumed).", "tier", RECOVERY_TIERS,
+                 status.get("recoveries"))
     m.counter_by("yolo_train_hangs", "Hangs detected, by the phase the worker hung in.", "phase", HANG_PHASES,
                  status.get("hangs_by_phase"))
     m.counter_by("yolo_train_kernel_events", "Classified kernel log messages and GPU device events, by kind.",

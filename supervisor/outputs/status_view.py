@@ -11,6 +11,7 @@ from typing import Any
 
 from supervisor.decision import rung_choice
 from supervisor.decision.events import Now
+from supervisor.decision.incident import Tier
 from supervisor.decision.state import Attempt, Supervision
 
 
@@ -31,6 +32,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "remedies": s.remedies,
         "restarts": sum(s.restarts_by_reason.values()), "restarts_by_reason": s.restarts_by_reason,
         "hangs_by_phase": s.hangs_by_phase, "budget_left": s.budget_left(now.wall),
+        "recoveries": {tier.value: s.recoveries.get(tier.value, 0) for tier in Tier},
         "kernel_events": s.kernel_events, "reboot_needed": s.reboot_needed,
         "suspicion": None if a.suspicion is None else a.suspicion.event.message[:200],
         "worker_pid": a.worker_pid, "resumed_from": a.resumed_from, "settings": a.in_force_shown(),

@@ -18,6 +18,7 @@ from supervisor.decision.vocabulary import STARTUP_PHASE, Reason
 from supervisor.outputs.incidents import stacks_path
 from supervisor.sources import process_tree, stacks
 from supervisor.sources.gpu_metrics import sample_all
+from supervisor.sources.loader_evidence import judge
 from supervisor.sources.worker_process import WorkerProcess
 
 log = logging.getLogger("yolo-train")
@@ -35,10 +36,24 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
     if never and incident.phase == STARTUP_PHASE:
         log.error(f"{never}; its last lines: {' | '.join(list(worker.output_tail)[-3:])}")
     found = None
-    if config.incidents.stacks and incident.reason in (Reason.HANG, Reason.KERNEL):
+    if config.incidents.stacks and incident.reason in (Reason.HANG, Reason.KERNEL) and incident.stacks is None:
+        # (an escalated in-place recovery's were taken already, moments ago)
         found = capture_stacks(config, worker, incident, [p["pid"] for p in processes], gpu_readers)
     host = socket.gethostname() if config.distributed.several_hosts else None
     return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host)
+
+
+def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loaders: dict[int, int | None],
+                  spare: Collection[int], gpu_readers: list) -> core.StallInspected:
+    """The stacks of the hung tree, left running, and whether the in-place tier applies (loader_evidence.py)."""
+    pids = [p.pid for p in process_tree.tree(worker.pid, spare=spare)]
+    capture = stacks.capture_tree(worker.pid, pids, stacks_path(config.state_dir, incident.id).parent,
+                                  budget=config.incidents.stacks_budget,
+                                  gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers
+                                  else None)
+    verdict = judge(capture, loaders)
+    return core.StallInspected(incident.id, verdict.loader_wait, verdict.culprits, verdict.why, verdict.rank,
+                               stacks.as_incident_stacks(capture, config.state_dir))
 
 
 def capture_stacks(config: Config, worker: WorkerProcess, incident: Incident, pids: list[int], gpu_readers: list

@@ -187,3 +187,33 @@ def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans:
     report.killed = sorted(seen)
     report.seconds = time.monotonic() - start
     return report
+
+
+def kill_processes(pids: Collection[int], timeout: float, keepalive: Callable[[], None] | None = None
+                   ) -> list[str]:
+    """SIGKILL ``pids`` (not their tree) and wait up to ``timeout`` for each to be gone or a zombie: the ones that
+    are not, described ("pid 123 (python, disk-sleep)")."""
+    processes = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            p.send_signal(signal.SIGKILL)
+            processes.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in processes if _alive(p)]
+        if not left or time.monotonic() >= deadline:
+            break
+        if keepalive is not None:
+            keepalive()
+        time.sleep(0.01)
+    return [f"pid {p.pid} ({_describe(p)})" for p in left]
+
+
+def _describe(p: psutil.Process) -> str:
+    try:
+        return f"{p.name()}, {p.status()}"
+    except psutil.Error:
+        return "gone"
