@@ -41,6 +41,8 @@ workers = 2
 device = "cpu"
 plots = false
 val = false
+[recovery]
+in_place = false
 [metrics]
 listen = "off"
 [kernel_log]

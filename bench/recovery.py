@@ -183,6 +183,7 @@ def demo_config(path: Path, train: dict | None = None, worker: dict | None = Non
     raw = tomllib.loads((ROOT / "supervisor" / "demo.toml").read_text())
     raw.setdefault("metrics", {})["listen"] = f"127.0.0.1:{free_port()}"
     raw["train"].update(train or {})
+    raw.setdefault("recovery", {})["in_place"] = False  # these figures are the restart path's
     if worker:
         raw.setdefault("worker", {}).update(worker)
     for name, table in (sections or {}).items():

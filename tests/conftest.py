@@ -58,6 +58,8 @@ LOADER_RUNG_CONFIG = """
 name = "{name}"
 {train}[metrics]
 listen = "off"
+[recovery]
+in_place = false  # this test's point is the restart path
 [kernel_log]
 source = "off"
 gpu_events = "off"

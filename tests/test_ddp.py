@@ -31,6 +31,8 @@ plots = false
 env = {{ YOLO_TRAIN_CPU_RANKS = "2"{extra_env} }}
 [metrics]
 listen = "off"
+[recovery]
+in_place = false  # this test's point is the restart path
 [kernel_log]
 source = "off"
 gpu_events = "off"

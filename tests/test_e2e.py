@@ -24,6 +24,8 @@ CONFIG = """
 name = "e2e"
 {train}[metrics]
 listen = "off"
+[recovery]
+in_place = false  # this test's point is the restart path
 [kernel_log]
 source = "{kernel_log}"
 gpu_events = "off"

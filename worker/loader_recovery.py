@@ -61,14 +61,18 @@ class LoaderRecovery:
         self.replaced: set[int] = set()  # pids the supervisor said it kills
         self.recoveries = 0
 
-    def is_replacement(self, error: BaseException) -> bool:
-        """The loader failed because the supervisor killed these workers (it said so first, on the command pipe)."""
-        dead = dead_workers(error)
-        if not dead:
-            return False
+    def is_replacement(self, error: BaseException, workers: set[int]) -> bool:
+        """The loader (whose iterator's worker processes are ``workers``) failed because the supervisor killed some of
+        them: it said so first, on the command pipe."""
         for command in self.commands.take(CommandKind.REPLACE_LOADER_WORKERS):
             self.replaced.update(command.pids)
-        return dead <= self.replaced
+        dead = dead_workers(error)
+        if dead:
+            return dead <= self.replaced
+        # A batch's tensors come through the worker that made it (a file descriptor handed over a socket, torch's
+        # file_descriptor sharing): a worker frozen, then killed, mid-handover fails the receive with a connection
+        # error before torch has seen it dead (measured on the CPU demo).
+        return isinstance(error, (OSError, EOFError)) and bool(self.replaced & workers)
 
     def started(self, iterator: Any, made_at: float) -> None:
         pids = [w.pid for w in getattr(iterator, "_workers", ())]
@@ -89,27 +93,31 @@ def recovering_class(base: type) -> type:
             wanted = len(self) - start
             made_at, reported, done = time.monotonic(), False, 0
             had_iterator = getattr(self, "iterator", None) is not None
-            inner = super().__iter__()
+            inner, last = super().__iter__(), None  # last: the iterator of the last batch (per-epoch workers drop it)
             while done < wanted:
                 try:
                     batch = next(inner)
                 except StopIteration:
                     return
-                except RuntimeError as e:
-                    if not self.recovery.is_replacement(e):
+                except (RuntimeError, OSError, EOFError) as e:
+                    it = self.iterator if self.iterator is not None else last
+                    workers = {w.pid for w in getattr(it, "_workers", ())}
+                    if not self.recovery.is_replacement(e, workers):
                         raise
+                    self.recovery.replaced.clear()
                     inner.close()
                     made_at, reported, had_iterator = time.monotonic(), False, False
                     inner = self._rest_of_pass(skipped + done * self.batch_size, wanted - done)
                     self.recovery.recoveries += 1
-                    print(f"yolo-train worker: {self.recovery.name} loader workers {sorted(dead_workers(e))} replaced "
-                          f"on the supervisor's word: a new iterator goes on at batch {start + done + 1}", flush=True)
+                    print(f"yolo-train worker: {self.recovery.name} loader workers replaced on the supervisor's word "
+                          f"({type(e).__name__}: {e}): a new iterator goes on at batch {start + done + 1}", flush=True)
                     continue
                 if not reported:
                     reported = True
                     if not had_iterator:  # a persistent iterator's workers were reported at its start
                         self.recovery.started(self.iterator, made_at)
                 done += 1
+                last = self.iterator
                 yield batch
 
         def _rest_of_pass(self, skip_samples: int, batches: int) -> Iterator[Any]:
