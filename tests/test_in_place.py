@@ -165,3 +165,84 @@ def test_a_loader_worker_frozen_from_outside_is_replaced_and_training_goes_on_lo
     assert [n for e, _, n in fed if e == epoch] == expected_order(fed, epoch, 1 - epoch)  # none lost, none twice
     assert [b for e, b, _ in fed if e == epoch][::4] == list(range(8))
     assert not psutil.pid_exists(frozen.pid) and not psutil.pid_exists(trainer.pid)
+
+
+def test_commands_cross_a_real_pipe_typed_and_each_rank_takes_what_concerns_it():
+    from worker.commands import CommandChannel
+    from worker.contract import Command, CommandKind
+
+    read, write = os.pipe()
+    try:
+        for command in (Command(CommandKind.REPLACE_LOADER_WORKERS, rank=1, pids=(7, 8), seq=1),
+                        Command(CommandKind.CHECKPOINT_AND_STOP, seq=2)):
+            os.write(write, command.to_line())
+        os.write(write, b'{"v": 9, "kind": "checkpoint_and_stop"}\nnot json\n')
+        rank1 = CommandChannel(read, rank=1)
+        assert not rank1.has(CommandKind.CHECKPOINT_AND_STOP)  # rank 0 alone saves
+        assert rank1.take(CommandKind.REPLACE_LOADER_WORKERS) == [
+            Command(CommandKind.REPLACE_LOADER_WORKERS, rank=1, pids=(7, 8), seq=1)]
+        assert rank1.poll() == []  # nothing more, and never a wait
+    finally:
+        os.close(write)
+
+
+def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_word():
+    from worker.commands import CommandChannel
+    from worker.contract import Command, CommandKind
+    from worker.heartbeat import Heartbeat
+    from worker.loader_recovery import LoaderRecovery, dead_workers
+
+    killed = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    assert dead_workers(killed) == {4242}
+    assert dead_workers(RuntimeError("DataLoader worker (pid(s) 1, 2) exited unexpectedly")) == {1, 2}
+    read, write = os.pipe()
+    try:
+        recovery = LoaderRecovery("train", CommandChannel(read), Heartbeat(None))
+        assert not recovery.is_replacement(killed, {4242, 4243})  # the OOM killer's, say: training fails as before
+        os.write(write, Command(CommandKind.REPLACE_LOADER_WORKERS, pids=(4242,)).to_line())
+        assert recovery.is_replacement(killed, {4242, 4243})
+        assert recovery.is_replacement(ConnectionResetError(104, "reset"), {4242, 4243})  # killed mid-handover
+        assert not recovery.is_replacement(ConnectionResetError(104, "reset"), {9, 10})  # another loader's
+        assert not recovery.is_replacement(RuntimeError("CUDA error"), {4242})
+    finally:
+        os.close(write)
+
+
+def _process(pid, ppid, state, frames=(), role=""):
+    from supervisor.sources.stacks import Frame, ProcessStacks, ThreadStack
+
+    thread = ThreadStack(pid, None, state, "", None, [Frame(f, Path(p).name, 1, p, False) for f, p in frames])
+    return ProcessStacks(pid, role=role, state=state, threads=[thread], ppid=ppid)
+
+
+def test_the_stacks_say_whether_the_in_place_tier_applies():
+    from supervisor.sources.loader_evidence import judge
+    from supervisor.sources.stacks import TreeCapture
+
+    waiting = [("get", "/usr/lib/python3.11/multiprocessing/queues.py"),
+               ("_try_get_data", "/venv/torch/utils/data/dataloader.py"),
+               ("_next_data", "/venv/torch/utils/data/dataloader.py")]
+    parked = [("get", "/usr/lib/python3.11/multiprocessing/queues.py"),
+              ("_worker_loop", "/venv/torch/utils/data/_utils/worker.py")]
+    main = _process(100, 1, "S", waiting)
+
+    def verdict(*workers, trainer=main):
+        return judge(TreeCapture(100, [trainer, *workers], 0.1, 3.0), {101: None, 102: None})
+
+    stopped = verdict(_process(101, 100, "T"), _process(102, 100, "S", parked))
+    assert (stopped.loader_wait, stopped.culprits) == (True, (101,))
+    assert verdict(_process(101, 100, "S", parked), _process(102, 100, "S", parked)).culprits == ()
+    in_kernel = verdict(_process(101, 100, "D"))
+    assert in_kernel.culprits == () and "uninterruptible" in in_kernel.why
+    main_hung = verdict(_process(101, 100, "T"), trainer=_process(100, 1, "S", [("hang_forever", "/w/faults.py")]))
+    assert main_hung.culprits == () and "not waiting for a batch" in main_hung.why
+
+
+def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
+    from supervisor.decision.rung_choice import RungFacts, expected_goodput
+
+    restarted = RungFacts(speed=10.0, seconds=600.0, hangs=2)
+    in_place = RungFacts(speed=10.0, seconds=600.0, hangs=0, in_place_seconds=2 * 12.0)
+    assert expected_goodput(restarted, 45.0) == pytest.approx(10.0 * 600 / (600 + 90))
+    assert expected_goodput(in_place, 45.0) == pytest.approx(10.0 * 600 / (600 + 24))
+    assert expected_goodput(RungFacts(10.0, 600.0, 0), 45.0) == 10.0

@@ -109,7 +109,9 @@ TODAY = {
     "run_seconds": 107.0, "run_started_wall": 1700001000.0, "rung": 1, "rung_entered_trained": 24.5,
     "rung_hangs": {"0": 1}, "rung_speeds": {"0": [2.0, 2.0, 2.0], "1": [1.4286, 1.4286, 1.4286]},
     "startup_failure": None, "startup_seen": 0.7, "state": "healthy", "trained_seconds": 65.1,
-    "training_fingerprint": "e3eed639ceb26a78"}
+    "training_fingerprint": "e3eed639ceb26a78",
+    "recoveries": {"in_place": 1, "restart": 3}, "in_place_times": [1763800000.5], "loader_start_seen": 0.4,
+    "rung_in_place_seconds": {"0": 12.5}}
 
 
 def test_a_state_file_of_todays_format_restores_the_same():
