@@ -24,8 +24,6 @@ CONFIG = """
 name = "e2e"
 {train}[metrics]
 listen = "off"
-[recovery]
-in_place = false  # this test's point is the restart path
 [kernel_log]
 source = "{kernel_log}"
 gpu_events = "off"
@@ -107,6 +105,13 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
         assert status["resumed_from"] is None and incident["epoch"] == 1
     if kind == "dataloader_hang":  # the main process and both DataLoader workers were killed
         assert incident["kill"]["processes"] == 3
+    # [recovery] in_place (on by default) looked first: the fault hangs every loader worker of the attempt, the
+    # rebuilt loader's at once too, and no other hang is the loader's: each escalated to the restart, with why
+    escalations = {"dataloader_hang": "no batch within 10 s after the loader workers were replaced",
+                   "val_hang": "the hang is not the loader's"}
+    if reason == "hang":
+        assert incident["tier"] == "restart" and status["recoveries"] == {"in_place": 0, "restart": 1}
+        assert escalations.get(kind, "the hang is not the loader's") in incident["escalation"], incident["escalation"]
     if kind == "spin":  # 100% CPU is no progress either: the process was busy, not asleep
         main = [p for p in incident["processes"] if p["pid"] == incident["worker_pid"]][0]
         assert main["state"] == "running" and main["cpu_percent"] > 30

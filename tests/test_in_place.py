@@ -246,3 +246,38 @@ def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
     assert expected_goodput(restarted, 45.0) == pytest.approx(10.0 * 600 / (600 + 90))
     assert expected_goodput(in_place, 45.0) == pytest.approx(10.0 * 600 / (600 + 24))
     assert expected_goodput(RungFacts(10.0, 600.0, 0), 45.0) == 10.0
+
+
+@pytest.mark.e2e
+def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write_config, tmp_path):
+    from tests.test_ddp import CONFIG as DDP_CONFIG
+
+    config = write_config(DDP_CONFIG.format(extra_env="").replace("in_place = false", "in_place = true"))
+    state_dir, fed = tmp_path / "state", tmp_path / "fed.txt"
+    supervisor = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                                   str(state_dir)], cwd=ROOT, env={**os.environ, RECORD_FED_ENV: str(fed)},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rank1_fed = Path(f"{fed}.rank1")
+    try:
+        deadline = time.monotonic() + 300
+        while not (rank1_fed.exists() and rank1_fed.read_text().strip()):  # rank 1 trains
+            assert time.monotonic() < deadline and supervisor.poll() is None, "rank 1 trained no batch"
+            time.sleep(0.05)
+
+        def rank(p: psutil.Process) -> str | None:
+            return next((e for e in Path(f"/proc/{p.pid}/environ").read_text().split("\0") if e.startswith("RANK=")),
+                        None)
+        [rank1] = [p for p in psutil.Process(supervisor.pid).children(recursive=True)
+                   if rank(p) == "RANK=1" and rank(p.parent()) != "RANK=1"]
+        frozen = rank1.children()[0]
+        frozen.send_signal(signal.SIGSTOP)
+        _, stderr = supervisor.communicate(timeout=400)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    assert supervisor.returncode == 0, stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 1, "restart": 0}
+    [incident] = read_incidents(state_dir)
+    assert incident["tier"] == "in_place" and incident["in_place"]["batches_lost"] == 0
+    assert f"rank 1 {frozen.pid}" in stderr
