@@ -92,8 +92,7 @@ def one_freeze(tmp: Path, label: str, args: argparse.Namespace, in_place: bool) 
         after = hang.get("restart_seconds")
     batches = fed_batches(fed)
     return {"label": label, "tier": hang.get("tier"), "stall": stall, "after": after,
-            "twice": len(batches) - len(set(batches)), "lost_by_incident": hang.get("lost_batches",
-                                                                                    (hang.get("in_place") or {}).get("batches_lost")),
+            "twice": len(batches) - len(set(batches)),
             "seconds": time.time() - run.started, "exit": run.proc.returncode, "frozen": frozen,
             "escalation": hang.get("escalation")}
 

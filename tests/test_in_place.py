@@ -281,3 +281,44 @@ def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write
     [incident] = read_incidents(state_dir)
     assert incident["tier"] == "in_place" and incident["in_place"]["batches_lost"] == 0
     assert f"rank 1 {frozen.pid}" in stderr
+
+
+class _Numbers(__import__("torch").utils.data.Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return i
+
+
+def test_a_validation_loader_goes_on_at_the_batch_it_waited_for_when_its_frozen_worker_is_replaced():
+    """Real loader worker processes: Ultralytics' loader over a sequential sampler (validation's), one worker
+    frozen, the command written, the worker killed: the pass yields every batch once, in order."""
+    import torch
+    from ultralytics.data.build import InfiniteDataLoader
+
+    from worker import loader_recovery
+    from worker.commands import CommandChannel
+    from worker.contract import Command, CommandKind
+    from worker.heartbeat import Heartbeat
+
+    loader = InfiniteDataLoader(_Numbers(), batch_size=2, num_workers=2, shuffle=False)
+    read, write = os.pipe()
+    try:
+        assert loader_recovery.install(loader, "val", CommandChannel(read), Heartbeat(None))
+        for _ in range(2):  # a persistent iterator: the second pass is a second validation
+            got, batches = [], iter(loader)
+            got += next(batches).tolist()  # the workers are up, and have prefetched
+            frozen = min(w.pid for w in loader.iterator._workers)
+            os.kill(frozen, signal.SIGSTOP)  # whenever it stops, the pass waits for a batch it holds: no race
+            os.write(write, Command(CommandKind.REPLACE_LOADER_WORKERS, pids=(frozen,)).to_line())
+            os.kill(frozen, signal.SIGKILL)
+            got += [i for batch in batches for i in batch.tolist()]
+            assert got == list(range(24))
+            assert frozen not in {w.pid for w in loader.iterator._workers}
+        assert loader.recovery.recoveries == 2
+    finally:
+        loader.close()
+        os.close(write)
+        os.close(read)
+    assert torch.utils.data.get_worker_info() is None

@@ -3,9 +3,11 @@
 The supervisor, seeing the training process wait for a batch while a loader worker process is stuck, writes a
 ``REPLACE_LOADER_WORKERS`` command naming those processes, then SIGKILLs them (supervisor/decision/in_place.py).
 torch's SIGCHLD handler makes the training process's ``next()`` raise ``RuntimeError: DataLoader worker (pid(s) N)
-exited unexpectedly`` (or "is killed by signal"). Here, inside the loader's own iteration, that error is taken for what the command says it
-is: the old iterator is shut down, a new one starts at the batch that was waited for (the sampler's pass of this
-epoch, less the batches already yielded: ``skip_next``), and the pass goes on; the training loop never sees it.
+exited unexpectedly`` (or "is killed by signal"; a worker killed while it handed a batch over fails the receive with
+a connection error instead). Here, inside the loader's own iteration, that error is taken for what the command says it
+is: the old iterator is shut down, a new one starts at the batch that was waited for (the sampler's pass of this epoch
+less the samples already yielded: the epoch-keyed order's skip, or ``PassSkipSampler`` for validation's sequential
+one), and the pass goes on; the training loop never sees it.
 Model, optimizer, AMP scaler and GPU context are untouched: no checkpoint is read, no batch lost or trained twice.
 
 A loader worker that dies without such a command (the OOM killer, a crash in a sample) fails the training as
@@ -22,6 +24,7 @@ from itertools import islice
 from typing import Any, Iterator
 
 import torch
+from torch.utils.data._utils import signal_handling
 
 from worker.commands import CommandChannel
 from worker.contract import CommandKind
@@ -123,8 +126,13 @@ def recovering_class(base: type) -> type:
         def _rest_of_pass(self, skip_samples: int, batches: int) -> Iterator[Any]:
             """A new iterator whose first pass starts ``skip_samples`` into this one; its next ``batches``."""
             old, self.iterator = self.iterator, None
+            if getattr(old, "_worker_pids_set", False):
+                # Out of torch's SIGCHLD watch first: the dead worker stays in it until the shutdown's end, and any
+                # child's exit meanwhile (the live workers', told to exit) would raise its death again.
+                signal_handling._remove_worker_pids(id(old))
+                old._worker_pids_set = False
             if old is not None and hasattr(old, "_shutdown_workers"):
-                old._shutdown_workers()  # the live workers told to exit, the dead ones reaped, the pids unregistered
+                old._shutdown_workers()  # the live workers told to exit, the dead ones reaped
             sampler = self.batch_sampler.sampler.sampler  # _RepeatSampler -> BatchSampler -> ours
             if hasattr(sampler, "skip"):  # exact_resume.EpochOrderSampler: the epoch's order, keyed by epoch
                 sampler.skip[self.current_epoch()] = skip_samples

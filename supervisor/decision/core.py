@@ -369,8 +369,8 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     detail = incident.detail
     if event.output_note and incident.phase == STARTUP_PHASE:
         detail += f"; {event.output_note}"
-    s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=event.stacks or incident.stacks,
-            detail=detail, host=event.host)
+    s.amend(incident, processes=event.processes, output_tail=event.output_tail,
+            stacks=event.stacks or incident.stacks, detail=detail, host=event.host)
     return []
 
 

@@ -133,8 +133,8 @@ def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN:  # observed whole, up to the next batch
             s.epoch_end_seen, a.epoch_end_gap = max(s.epoch_end_seen or 0.0, a.epoch_end_gap), 0.0
     elif m.kind == MessageKind.BEAT and gap is not None and s.state == State.HEALTHY and a.in_place is None:
-        # (nor is the gap an in-place recovery closes: its stall would make every later timeout ten times longer)
-        # (the first batch of an attempt is startup: CUDA's warm-up and the loader's start are no batch interval)
+        # (the first batch of an attempt is startup: CUDA's warm-up and the loader's start are no batch interval; nor
+        # is the gap an in-place recovery closes, whose stall would make every later timeout ten times longer)
         window = a.intervals.setdefault(m.phase.value, deque(maxlen=s.config.watchdog.auto_window))
         window.append(gap)
 
