@@ -203,6 +203,7 @@ def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_wor
         assert recovery.is_replacement(killed, {4242, 4243})
         assert recovery.is_replacement(ConnectionResetError(104, "reset"), {4242, 4243})  # killed mid-handover
         assert not recovery.is_replacement(ConnectionResetError(104, "reset"), {9, 10})  # another loader's
+        assert recovery.is_replacement(RuntimeError("Pin memory thread exited unexpectedly"), {4242})
         assert not recovery.is_replacement(RuntimeError("CUDA error"), {4242})
     finally:
         os.close(write)

@@ -34,6 +34,8 @@ from worker.heartbeat import Heartbeat
 # with exit code C") and its loader's periodic check's ("(pid(s) N, M) exited unexpectedly").
 DEAD_WORKERS = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited unexpectedly|is killed by signal)")
 
+PIN_THREAD_DIED = "Pin memory thread exited unexpectedly"
+
 
 def dead_workers(error: BaseException) -> set[int]:
     """The pids torch names in its "exited unexpectedly" error; empty for any other error."""
@@ -75,7 +77,9 @@ class LoaderRecovery:
         # A batch's tensors come through the worker that made it (a file descriptor handed over a socket, torch's
         # file_descriptor sharing): a worker frozen, then killed, mid-handover fails the receive with a connection
         # error before torch has seen it dead (measured on the CPU demo).
-        return isinstance(error, (OSError, EOFError)) and bool(self.replaced & workers)
+        # With pin_memory, that receive is the pin-memory thread's: it dies of it, and the loader says so.
+        handover = isinstance(error, (OSError, EOFError)) or PIN_THREAD_DIED in str(error)
+        return handover and bool(self.replaced & workers)
 
     def started(self, iterator: Any, made_at: float) -> None:
         pids = [w.pid for w in getattr(iterator, "_workers", ())]
