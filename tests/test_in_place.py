@@ -237,6 +237,9 @@ def test_the_stacks_say_whether_the_in_place_tier_applies():
     assert in_kernel.culprits == () and "uninterruptible" in in_kernel.why
     main_hung = verdict(_process(101, 100, "T"), trainer=_process(100, 1, "S", [("hang_forever", "/w/faults.py")]))
     assert main_hung.culprits == () and "not waiting for a batch" in main_hung.why
+    # the whole tree frozen (a driver hang, bench/burst.py): the stopped main process shows no frames to trust
+    frozen_tree = verdict(_process(101, 100, "T"), _process(102, 100, "T"), trainer=_process(100, 1, "T"))
+    assert frozen_tree.culprits == () and "not waiting for a batch" in frozen_tree.why
 
 
 def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
