@@ -107,9 +107,7 @@ def recovering_class(base: type) -> type:
                 except StopIteration:
                     return
                 except (RuntimeError, OSError, EOFError) as e:
-                    it = self.iterator if self.iterator is not None else last
-                    workers = {w.pid for w in getattr(it, "_workers", ())}
-                    if not self.recovery.is_replacement(e, workers):
+                    if not self._replaced(e, last):
                         raise
                     self.recovery.replaced.clear()
                     inner.close()
@@ -127,14 +125,28 @@ def recovering_class(base: type) -> type:
                 last = self.iterator
                 yield batch
 
+        def _replaced(self, error: BaseException, last: Any) -> bool:
+            """Whether ``error`` is the supervisor's replacement of this iterator's workers; if so, the iterator is
+            out of torch's SIGCHLD watch, which would raise the dead worker's death again (at any bytecode, at each
+            child's exit) until the iterator's shutdown ends. Raised meanwhile, that death is the same one."""
+            for _ in range(5):
+                try:
+                    it = self.iterator if self.iterator is not None else last
+                    if not self.recovery.is_replacement(error, {w.pid for w in getattr(it, "_workers", ())}):
+                        return False
+                    if getattr(it, "_worker_pids_set", False):
+                        signal_handling._remove_worker_pids(id(it))
+                        it._worker_pids_set = False
+                    return True
+                except RuntimeError as again:
+                    if not dead_workers(again):
+                        raise
+                    error = again
+            return False
+
         def _rest_of_pass(self, skip_samples: int, batches: int) -> Iterator[Any]:
             """A new iterator whose first pass starts ``skip_samples`` into this one; its next ``batches``."""
             old, self.iterator = self.iterator, None
-            if getattr(old, "_worker_pids_set", False):
-                # Out of torch's SIGCHLD watch first: the dead worker stays in it until the shutdown's end, and any
-                # child's exit meanwhile (the live workers', told to exit) would raise its death again.
-                signal_handling._remove_worker_pids(id(old))
-                old._worker_pids_set = False
             if old is not None and hasattr(old, "_shutdown_workers"):
                 old._shutdown_workers()  # the live workers told to exit, the dead ones reaped
             sampler = self.batch_sampler.sampler.sampler  # _RepeatSampler -> BatchSampler -> ours
