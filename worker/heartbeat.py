@@ -140,10 +140,12 @@ class Heartbeat:
         """A checkpoint at the position in ``fields`` (epoch, batch) is completely written to ``path``."""
         return self._send("checkpoint", {"path": path, "seconds": round(seconds, 4), **fields})
 
-    def loader_started(self, loader: str, pids: list[int], seconds: float) -> bool:
-        """A loader ("train" or "val") started worker processes ``pids``, ``seconds`` before its first batch came:
-        the processes the supervisor may replace in place, and how long a loader takes to start."""
-        return self._send("loader", {"loader": loader, "pids": pids, "seconds": round(seconds, 4)})
+    def loader_started(self, loader: str, pids: list[int], seconds: float | None) -> bool:
+        """A loader ("train" or "val") started worker processes ``pids`` (once made, ``seconds`` None; again at its
+        first batch, ``seconds`` after it was made): the processes the supervisor may replace in place, and how long
+        a loader takes to start."""
+        fields = {"loader": loader, "pids": pids, **({} if seconds is None else {"seconds": round(seconds, 4)})}
+        return self._send("loader", fields)
 
     def _send(self, kind: str, fields: dict[str, Any]) -> bool:
         if self.fd is None:

@@ -81,10 +81,11 @@ class LoaderRecovery:
         handover = isinstance(error, (OSError, EOFError)) or PIN_THREAD_DIED in str(error)
         return handover and bool(self.replaced & workers)
 
-    def started(self, iterator: Any, made_at: float) -> None:
+    def started(self, iterator: Any, made_at: float | None) -> None:
+        """Report the iterator's workers: when made (``made_at`` None), and again at its first batch."""
         pids = [w.pid for w in getattr(iterator, "_workers", ())]
         if pids:
-            self.hb.loader_started(self.name, pids, time.monotonic() - made_at)
+            self.hb.loader_started(self.name, pids, None if made_at is None else time.monotonic() - made_at)
 
 
 def recovering_class(base: type) -> type:
@@ -100,6 +101,10 @@ def recovering_class(base: type) -> type:
             wanted = len(self) - start
             made_at, reported, done = time.monotonic(), False, 0
             had_iterator = getattr(self, "iterator", None) is not None
+            if not had_iterator and not getattr(base, "closes_each_pass", False):
+                # Made here rather than at the first next(), so its workers are known before any can hang.
+                self.iterator = self._get_iterator()
+                self.recovery.started(self.iterator, None)
             inner, last = super().__iter__(), None  # last: the iterator of the last batch (per-epoch workers drop it)
             while done < wanted:
                 try:
@@ -155,6 +160,7 @@ def recovering_class(base: type) -> type:
             else:
                 sampler.skip_next = skip_samples
             self.iterator = self._get_iterator()
+            self.recovery.started(self.iterator, None)
             try:
                 for _ in range(batches):
                     yield next(self.iterator)
