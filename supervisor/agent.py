@@ -75,9 +75,7 @@ class Agent:
         self.metrics.start()
         process_tree.become_subreaper()
         self.selector.register(catch_signals(), selectors.EVENT_READ, self._on_signal)
-        record = self.state_dir.read_state()
-        if record:
-            self.s.restore(record)
+        record = self.state_dir.read_state(self.s.restore)
         for source in self.kernel.open((record or {}).get("kernel_log_position") or {}):
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
         self.handle(core.Boot())

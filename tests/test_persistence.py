@@ -139,3 +139,61 @@ def test_a_finished_training_and_a_shorter_ladder_restore_as_they_did():
     restored.restore({**TODAY, "state": "succeeded", "rung": 9})
     assert restored.state == State.SUCCEEDED and restored.rung == len(restored.ladder) - 1
     assert json.loads(json.dumps(restored.persistent(0.0)))["state"] == "succeeded"
+
+
+def _changed(key, value):
+    record = copy.deepcopy(TODAY)
+    record[key] = value
+    return record
+
+
+def _without(record, path):
+    record = copy.deepcopy(record)
+    target = record
+    for name in path[:-1]:
+        target = target[name]
+    del target[path[-1]]
+    return record
+
+
+# Issue 30: one-field changes to a state file, each of which crashed `run` with a traceback (systemd restarts it).
+WRONGLY_TYPED = {
+    "rung is text": _changed("rung", "x"),
+    "rung_speeds is a list": _changed("rung_speeds", [1, 2]),
+    "a hang point without epoch": _without(TODAY, ("hang_history", "points", 0, "epoch")),
+    "a checkpoint path that is a number": _changed("checkpoint", {**TODAY["checkpoint"], "path": 1}),
+    "budget_times is text": _changed("budget_times", "abc"),
+    "hang_history is a list": _changed("hang_history", [1, 2]),
+    "an incident without reason": _without(TODAY, ("incidents", 0, "reason")),
+    "a probation of null": _changed("probation", {"1": None}),
+    "an incident's epoch is text": _changed("incidents", [{**TODAY["incidents"][0], "epoch": "one"}]),
+    "rung is true": _changed("rung", True),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONGLY_TYPED))
+def test_a_wrongly_typed_state_file_is_a_corrupt_one_moved_aside_in_one_line(case, tmp_path):
+    from supervisor.config import ConfigError
+    from supervisor.outputs.state_dir import StateDir
+    (tmp_path / "supervisor.json").write_text(json.dumps({"version": 1, **WRONGLY_TYPED[case]}))
+    with pytest.raises(ConfigError) as raised:
+        StateDir(tmp_path, "<test>").read_state(make().restore)
+    (aside,) = tmp_path.glob("supervisor.json.corrupt-*")
+    assert str(raised.value).startswith(f"{tmp_path / 'supervisor.json'}: corrupt state file: ")
+    assert f"moved aside to {aside.name}: run again to start the ladder afresh" in str(raised.value)
+    assert "\n" not in str(raised.value) and not (tmp_path / "supervisor.json").exists()
+
+
+def test_a_rung_below_the_ladder_is_clamped_to_it():
+    restored = make()
+    restored.restore(_changed("rung", -1) | {"probing_from": -3})
+    assert restored.rung == 0 and restored.probing_from is None
+    d = Driver(restored)
+    assert [a for a in d(core.Boot()) if isinstance(a, core.Spawn)][0].rung == 0
+
+
+def test_status_renders_a_malformed_last_incident_in_one_line():
+    from supervisor.outputs.status import render
+    for malformed in ({"reason": "hang"}, "x", {"time": "yesterday", "reason": 1, "phase": None, "detail": 2}):
+        text = render({"state": "not running", "last_incident": malformed}, now=1_700_000_000.0)
+        assert "last incident: unreadable record" in text

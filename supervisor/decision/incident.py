@@ -11,9 +11,11 @@ written, once, to incidents.jsonl. ``to_dict`` is the one spelling of it there, 
 from __future__ import annotations
 
 import time
+import typing
 from dataclasses import dataclass, fields
 from typing import Any
 
+from supervisor.decision import persistence
 from supervisor.decision.vocabulary import Reason
 
 
@@ -112,7 +114,9 @@ class Incident:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Incident:
         """From the state file (``to_dict`` and ``recorded``); a record of an older version was written already."""
-        simple = {f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in _NESTED}
+        hints = typing.get_type_hints(cls)
+        simple = {f.name: persistence.from_json(hints[f.name], d[f.name]) for f in fields(cls)
+                  if f.name in d and f.name not in _NESTED}
         kill = d.get("kill") if isinstance(d.get("kill"), dict) else None
         return cls(**{
             **simple, "reason": Reason(d["reason"]), "recorded": bool(d.get("recorded", True)),

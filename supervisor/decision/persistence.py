@@ -5,13 +5,15 @@ all it takes. The state file is one flat JSON object ("rung", "attempt", "lost_s
 ``kept(flat=True)`` lends its kept fields to its holder's level. A field's type says how it reads back (``int``,
 ``float``, ``dict[str, float]``, a record with ``from_dict``, an enum); a key that is missing or null gives the
 field its default. ``save``/``load`` spell a field whose form in the file is not its type's (the incidents: only
-the newest and those not yet in incidents.jsonl are kept).
+the newest and those not yet in incidents.jsonl are kept). A value not of its field's type is ``Unreadable``, named
+by its key: the shell treats the file as corrupt rather than run on a half-read record.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import types
 import typing
 from dataclasses import dataclass
@@ -19,6 +21,10 @@ from enum import Enum
 from typing import Any, Callable
 
 KEPT = "kept"
+
+
+class Unreadable(ValueError):
+    """A state file's value is not of its field's type; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,15 @@ def load(record: Any, saved: dict[str, Any]) -> None:
         if how.flat:
             load(getattr(record, f.name), saved)
             continue
-        value = saved.get(how.key or f.name)
+        key = how.key or f.name
+        value = saved.get(key)
         if value is None:
             value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         else:
-            value = how.load(value) if how.load else from_json(hint, value)
+            try:
+                value = how.load(value) if how.load else from_json(hint, value)
+            except Exception as e:  # whatever a wrongly typed value breaks in its reader
+                raise Unreadable(f"{key!r} is not {_name(hint)} ({type(e).__name__}: {e})") from None
         setattr(record, f.name, value)
 
 
@@ -89,19 +99,48 @@ def to_json(value: Any) -> Any:
 
 
 def from_json(hint: Any, value: Any) -> Any:
-    """``value`` read from JSON as the type ``hint`` says."""
+    """``value`` read from JSON as the type ``hint`` says; TypeError or ValueError where it is not of that type."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None:
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return from_json(inner, value)
-    if origin is list:
-        return [from_json(args[0], v) for v in value]
+    if origin in (list, tuple):
+        _expect(value, list)
+        return origin(from_json(args[0], v) for v in value)
     if origin is dict:
-        return {from_json(args[0], k): from_json(args[1], v) for k, v in value.items()}
+        _expect(value, dict)
+        return {_key(args[0], k): from_json(args[1], v) for k, v in value.items()}
     if hint is Any:
         return value
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return hint.from_dict(value) if hasattr(hint, "from_dict") else hint(**value)
-    return hint(value)  # int, float, str, bool, an enum
+        return hint.from_dict(value) if hasattr(hint, "from_dict") else record_from(hint, value)
+    if hint is float:
+        _expect(value, (int, float))
+        return float(value)
+    if hint in (int, str, bool):
+        _expect(value, hint)
+        return value
+    return hint(value)  # an enum
+
+
+def record_from(cls: type, value: Any, **given: Any) -> Any:
+    """The record ``cls`` from a state file's object, each field read as its type says (``given`` as is)."""
+    _expect(value, dict)
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: given[f.name] if f.name in given else from_json(hints[f.name], value[f.name])
+                  for f in dataclasses.fields(cls) if f.name in value or f.name in given})
+
+
+def _key(hint: Any, key: str) -> Any:
+    return int(key) if hint is int else from_json(hint, key)  # JSON's keys are strings
+
+
+def _expect(value: Any, types_: Any) -> None:
+    if isinstance(value, bool) and types_ is not bool or not isinstance(value, types_):
+        raise TypeError(f"got {json.dumps(value, default=str)[:60]}")
+
+
+def _name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

@@ -114,7 +114,7 @@ class CheckpointMark:
     def from_dict(cls, record: dict[str, Any]) -> CheckpointMark:
         """From the state file: an earlier supervisor's monotonic time means nothing here; its age is read from the
         wall clock, and it counts as older than any attempt of this supervisor."""
-        return cls(**{**record, "mono": -math.inf})
+        return persistence.record_from(cls, record, mono=-math.inf)
 
 
 @dataclass
@@ -408,8 +408,12 @@ class Supervision:
         return persistence.dump(replace(self, goodput=settled))
 
     def restore(self, record: dict[str, Any]) -> None:
+        """The kept fields from a state file's ``record``; persistence.Unreadable (naming the key) where one is not of
+        its type. Rungs are clamped to the ladder: it may have fewer rungs now."""
         persistence.load(self, record)
-        self.rung = min(self.rung, len(self.ladder) - 1)  # the ladder may have fewer rungs now
+        self.rung = max(0, min(self.rung, len(self.ladder) - 1))
+        if self.probe.probing_from is not None and not 0 <= self.probe.probing_from < len(self.ladder):
+            self.probe.probing_from = None
         if "budget_times" not in record:  # a state file from before the budget kept its own times
             self.budget_times = list(self.restart_times)
         if not record.get("run_seconds"):  # ... from before run_seconds: its training time is the one lower bound

@@ -24,9 +24,10 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from supervisor.config import ConfigError
+from supervisor.decision import persistence
 from supervisor.outputs import state_file
 
 log = logging.getLogger("yolo-train")
@@ -150,10 +151,18 @@ class StateDir:
         except OSError:
             return "?"
 
-    def read_state(self) -> dict[str, Any] | None:
-        """The previous supervisor's record; a corrupt one is moved aside and said in one line (ConfigError)."""
+    def read_state(self, restore: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
+        """The previous supervisor's record, given to ``restore``; a corrupt one (torn, or a value ``restore`` finds
+        of the wrong type) is moved aside and said in one line (ConfigError)."""
         try:
-            return state_file.read(self.path)
+            record = state_file.read(self.path)
+            if record is not None:
+                try:
+                    restore(record)
+                except persistence.Unreadable as e:
+                    raise state_file.CorruptStateFile(f"{state_file.path_in(self.path)}: corrupt state file: "
+                                                      f"{e}") from None
+            return record
         except state_file.CorruptStateFile as e:
             target = state_file.path_in(self.path)
             aside = target.with_name(f"{target.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")

@@ -96,6 +96,16 @@ def rung_speed_text(status: dict[str, Any]) -> str:
     return text
 
 
+def incident_line(incident: Any, now: float) -> str:
+    """The last incident in one line; a record not of the incident's form (an edited file) is said, not a crash."""
+    when = incident.get("time") if isinstance(incident, dict) else None
+    if not isinstance(when, (int, float)) or not all(isinstance(incident.get(k), str)
+                                                       for k in ("reason", "phase", "detail")):
+        return f"last incident: unreadable record {json.dumps(incident, default=str)[:120]}"
+    return f"last incident {duration(now - when)} ago: {incident['reason']} in {incident['phase']}: " \
+           f"{incident['detail']}"
+
+
 def render(status: dict[str, Any], now: float | None = None) -> str:
     now = now or time.time()
     if status["state"] == "not started":
@@ -120,8 +130,7 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
     ]
     incident = status.get("last_incident")
     if incident:
-        lines.append(f"last incident {duration(now - incident['time'])} ago: {incident['reason']} in "
-                     f"{incident['phase']}: {incident['detail']}")
+        lines.append(incident_line(incident, now))
     if status.get("exit"):
         lines.append(f"exit {status['exit']['code']}: {status['exit']['text']}")
     for host in status.get("hosts") or []:
