@@ -107,7 +107,7 @@ class Agent:
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
             self._kill(None)
         self.standby.discard()
-        self._write_state(force=True)
+        self._write_state(force=True, final=True)
         self.kernel.close()
         self.systemd.stopping(self.s.exit.text)
         self.metrics.close()
@@ -272,9 +272,10 @@ class Agent:
                 "state_dir": str(self.config.state_dir), "updated": now.wall,
                 "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics.bind_failures,
                 "standby_pid": self.standby.pid,
+                "run_dir": str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
                 "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
 
-    def _write_state(self, force: bool) -> None:
+    def _write_state(self, force: bool, final: bool = False) -> None:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
             return
         self._status_written = time.monotonic()
@@ -282,7 +283,7 @@ class Agent:
         status = self.status()
         self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": status,
                                           "kernel_log_position": self.kernel.position()},
-                                 on_taken=lambda e: self.handle(core.StateDirTaken(str(e))))
+                                 on_taken=lambda e: self.handle(core.StateDirTaken(str(e))), final=final)
 
 
 def run(config: Config) -> int:

@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from supervisor.decision.checkpoint_interval import MIN_SECONDS as CHECKPOINT_FLOOR
 from supervisor.sources.kernel_log import SOURCE_CHOICES
 from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
@@ -728,6 +729,9 @@ class _Checker:
         self.keys("checkpoint", table, {f.name for f in fields(CheckpointConfig)})
         every = table.get("every", CheckpointConfig.every)
         most = self.duration("checkpoint.max", table.get("max", CheckpointConfig.max))
+        if most < CHECKPOINT_FLOOR:
+            self.fail("checkpoint.max", f"at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval \"auto\" "
+                                        f"chooses), e.g. max = \"10m\"", table.get("max"))
         if every in ("auto", "epoch"):
             return CheckpointConfig(every=None if every == "epoch" else every, max=most)
         return CheckpointConfig(every=self.duration("checkpoint.every", every, '"auto"', '"epoch"'), max=most)

@@ -62,3 +62,37 @@ def test_a_stopped_or_dead_supervisor_is_never_shown_healthy_with_live_figures(t
         sleeper.wait()
     dead = gather(config)
     assert dead["state"] == "not running" and dead["it_s"] is None and dead["samples_s"] is None
+
+
+def test_a_stop_before_training_shows_no_epoch_count():
+    text = render({"state": "stopped", "phase": "setup", "epoch": 0, "epochs": 0, "batch": 0, "batches": 0})
+    assert "epoch 0/0" not in text and "epoch -  (training not reached)" in text
+
+
+def test_status_of_a_several_hosts_state_dir_without_its_config_shows_the_hosts(tmp_path):
+    import json
+
+    from supervisor.config import parse
+    from supervisor.outputs import hosts
+    from supervisor.outputs.status import gather
+
+    state_dir, run_dir = tmp_path / "state", tmp_path / "shared"
+    state_dir.mkdir()
+    (state_dir / "supervisor.json").write_text(json.dumps({"version": 1, "status": {
+        "state": "failed", "node_rank": 0, "run_dir": str(run_dir)}}))
+    hosts.publish(run_dir, 1, {"state": "healthy", "rung": 0, "attempt": 1, "ranks": []})
+    demo = parse({"train": {"data": "demo"}}, "<demo>", state_dir=state_dir)  # `status --state-dir` alone
+    assert [h["node_rank"] for h in gather(demo)["hosts"]] == [1]
+
+
+def test_checkpoint_max_below_the_floor_is_one_line_naming_the_key():
+    from pathlib import Path
+
+    import pytest
+
+    from supervisor.config import ConfigError, parse
+
+    with pytest.raises(ConfigError, match=r"^c.toml: checkpoint.max: expected at least 5 s .*got '1s'$"):
+        parse({"train": {"data": "demo"}, "checkpoint": {"max": "1s"}}, "c.toml", state_dir=Path("/x"))
+    assert parse({"train": {"data": "demo"}, "checkpoint": {"max": "5s"}}, "c.toml",
+                 state_dir=Path("/x")).checkpoint.max == 5.0
