@@ -148,7 +148,9 @@ def training_fingerprint(s: Supervision) -> str:
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall,
-                        resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes)
+                        resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes,
+                        resumed_at=(s.checkpoint.epoch, s.checkpoint.batch) if event.resumed_from and s.checkpoint
+                        else None)
     s.hang_history.spawned(now.mono)
     origin = f"resuming from {event.resumed_from}" if event.resumed_from else "from scratch"
     return [Log("info", f"attempt {s.attempt}: worker pid {event.pid} at rung {s.rung} "

@@ -43,6 +43,7 @@ class Stacks:
     culprit: str | None  # the line of the process the hang is best described by
     seconds: float  # the capture's duration
     path: str | None  # stacks.json, relative to the state directory; None if it could not be written
+    in_loader_worker: bool = False  # the culprit is a DataLoader worker inside a sample: the loader's rungs change it
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class Incident:
             d["output_tail"] = list(self.output_tail)
         if self.stacks is not None:
             d.update(where=self.stacks.where, summary=list(self.stacks.summary), culprit=self.stacks.culprit,
-                     stacks_seconds=self.stacks.seconds, stacks=self.stacks.path)
+                     stacks_seconds=self.stacks.seconds, stacks=self.stacks.path,
+                     in_loader_worker=self.stacks.in_loader_worker)
         if self.kill is not None:
             d.update(last_error=self.last_error, settings=self.settings,
                      kill={"processes": self.kill.processes, "seconds": self.kill.seconds,
@@ -125,9 +127,11 @@ class Incident:
             "processes": None if d.get("processes") is None else tuple(d["processes"]),
             "output_tail": None if d.get("output_tail") is None else tuple(d["output_tail"]),
             "stacks": Stacks(d["where"], tuple(d.get("summary") or ()), d.get("culprit"),
-                             float(d.get("stacks_seconds") or 0.0), d.get("stacks")) if d.get("where") else None,
+                             float(d.get("stacks_seconds") or 0.0), d.get("stacks"),
+                             d.get("in_loader_worker") is True) if d.get("where") else None,
             "kill": None if kill is None else Kill(kill.get("processes", 0), kill.get("seconds", 0.0),
                                                    tuple(kill.get("survivors") or ()), kill.get("confirmed_wall"))})
 
 
-_NESTED = {"reason", "recorded", "kernel_events", "loss", "processes", "output_tail", "stacks", "kill"}
+_NESTED = {"reason", "recorded", "kernel_events", "loss", "processes", "output_tail", "stacks", "kill",
+           "in_loader_worker"}

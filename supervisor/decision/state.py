@@ -136,6 +136,7 @@ class Attempt:
     spawned_wall: float | None = None
     startup_seconds: float | None = None  # spawn to the first training batch
     resumed_from: str | None = None
+    resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
     exit_0_finishes: bool = False  # the worker is a command: exit 0 means finished
     trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1
