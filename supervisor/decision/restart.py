@@ -65,7 +65,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         run = s.hang_history.same_point_run()
         if len(run) >= 2 and plan.point.phase != STARTUP_PHASE:
             hung = same_point.what_hung(plan.point, plan.incident.stacks if plan.incident else None)
-            cure = None if hung is None or plan.remedy or s.probe.probing_from is not None else \
+            cure = None if hung is None or plan.remedy or s.probe.probing_from is not None or s.job_next else \
                 same_point.untried_cure(s.ladder, s.rung, s.rung_facts(), hung[1])
             repeated = s.hang_history.repeated_point()
             if cure is not None:
@@ -99,7 +99,9 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     if plan.remedy:
         s.remedies.update(plan.remedy)
         actions.append(Log("warning", "from now on: " + ", ".join(f"{k}={v}" for k, v in plan.remedy.items())))
-    if plan.climb and s.probe.probing_from is not None:
+    if s.job_next is not None:  # another host decided where the job goes for this failure
+        follow_job(s)
+    elif plan.climb and s.probe.probing_from is not None:
         actions.append(probe.back(s))
     elif plan.climb and plan.choice is not None:  # a hang: the rung its record says, chosen at the verdict
         step = plan.choice.rung - s.rung
@@ -123,10 +125,21 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
 
 
 def spawn(s: Supervision) -> Spawn:
-    """The next attempt: at the current rung with the remedies in force, checkpointing at the interval chosen now."""
+    """The next attempt: at the current rung (where another host moved the job, if one did) with the remedies in
+    force, checkpointing at the interval chosen now."""
+    follow_job(s)
     s.attempt += 1
     s.state = State.STARTING
     s.stop = None
     s.checkpoint_interval = s.next_interval()
     return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
                  checkpoint_every=s.checkpoint_interval.seconds)
+
+
+def follow_job(s: Supervision) -> None:
+    """Several hosts: move to where another host moved the job, once this host's attempt is over."""
+    job, s.job_next = s.job_next, None
+    if job is not None:
+        if job.rung != s.rung:
+            s.move_to(job.rung)
+        s.remedies, s.probe.probing_from = dict(job.remedies), None

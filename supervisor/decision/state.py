@@ -86,6 +86,15 @@ class StopPlan:
     choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
 
 
+@dataclass(frozen=True)
+class JobRung:
+    """Several hosts: where another host moved the job, for this host's next attempt (the running one, if any,
+    stays at the rung it was spawned at: its hang, seconds and speed are that rung's)."""
+    rung: int
+    remedies: dict[str, Any]
+    node_rank: int
+
+
 @dataclass
 class Suspicion:
     """A kernel line that needs confirming: the worker must show progress within the confirm window."""
@@ -259,6 +268,7 @@ class Supervision:
     hang_history: HangHistory = kept(default_factory=HangHistory)
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
+    job_next: JobRung | None = None  # ... made by another host, applied at this host's next spawn
 
     # -- read-only views of the records' figures that the shell and the tests read by these names --
     @property

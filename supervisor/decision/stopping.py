@@ -37,6 +37,8 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     loss, resumes_from, at_risk = goodput.close_attempt(s, lost=save_until is None and then != After.SUCCEED)
     if point is not None and then in (None, After.RESTART):
         s.hang_history.hang(point, s.trained(), last_progress_at, s.goodput.lost_seconds - lost_before)
+    if s.job_next is not None:  # another host already decided where the job goes for this attempt's failure
+        climb, remedy = False, None
     choice = s.after_a_hang() if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
     incident = Incident(
