@@ -25,7 +25,7 @@ from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file, status_view
 from supervisor.outputs.incidents import one_line
-from supervisor.outputs.job_ladder import JobLadderFile
+from supervisor.outputs.job_ladder import JobCheckpointFile, JobLadderFile
 from supervisor.outputs.metrics_endpoint import MetricsEndpoint
 from supervisor.outputs.state_dir import StateDir
 from supervisor.outputs.status_writer import StatusWriter
@@ -56,6 +56,8 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
         self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
+            if config.distributed.several_hosts else None
+        self.job_checkpoint = JobCheckpointFile(self.state_dir.run_dir, config.distributed.node_rank) \
             if config.distributed.several_hosts else None
         self.worker: WorkerProcess | None = None
         self.systemd = Notifier()
@@ -118,10 +120,12 @@ class Agent:
         return core.Now(mono=time.monotonic(), wall=time.time())
 
     def handle(self, event: Any) -> None:
-        if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead)):
-            decision = self.job_ladder.read_if_changed()  # another host's, before this event is judged
-            if decision is not None:
-                self.handle(decision)
+        if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead,
+                                                                  core.JobCheckpointRead)):
+            for shared in (self.job_checkpoint, self.job_ladder):  # another host's, before this event is judged
+                read = shared.read_if_changed()
+                if read is not None:
+                    self.handle(read)
         _, actions = core.decide(self.s, event, self.now())
         for action in actions:
             self._execute(action)
@@ -156,6 +160,12 @@ class Agent:
             except OSError as e:
                 log.error(f"cannot write the job-wide ladder decision to {self.job_ladder.path} ({e.strerror}): the "
                           f"other hosts stay on their rung")
+        elif isinstance(action, core.PublishCheckpoint):
+            try:
+                self.job_checkpoint.publish(action)
+            except OSError as e:
+                log.error(f"cannot write the job's checkpoint to {self.job_checkpoint.path} ({e.strerror}): the "
+                          f"other hosts count their restarts as if none was saved")
         elif isinstance(action, core.Exit):
             pass  # the loop ends on s.exit
         else:

@@ -1,5 +1,5 @@
-"""Several hosts deciding at once, in the pure core (issue 30): one rung for the job at every attempt, and each
-attempt's hang, seconds and speed credited to the rung it was spawned at."""
+"""Several hosts in the pure core (issue 30): one rung for the job at every attempt, each attempt's hang, seconds and
+speed credited to the rung it was spawned at; the job's checkpoints known to every host."""
 
 from pathlib import Path
 
@@ -12,10 +12,10 @@ from worker.contract import HeartbeatMessage, MessageKind, Phase
 class Host:
     """One host's core on a chosen clock: two hosts, rank 0 on host 0, rank 1 on host 1."""
 
-    def __init__(self, node_rank: int):
+    def __init__(self, node_rank: int, **sections):
         raw = {"train": {"data": "demo", "workers": 2},
                "distributed": {"nnodes": 2, "node_rank": node_rank, "rdzv_endpoint": "10.0.0.1:29400",
-                               "rdzv_id": "job", "run_dir": "/shared"}}
+                               "rdzv_id": "job", "run_dir": "/shared"}, **sections}
         self.s = core.Supervision(parse(raw, "host.toml", state_dir=Path("/nonexistent")),
                                   build_ladder(None, 2, rocm=False, cuda=False))
         self.node_rank, self.t, self.progress, self.pid = node_rank, 0.0, 0, 10
@@ -25,8 +25,8 @@ class Host:
     def __call__(self, event) -> list:
         return core.decide(self.s, event, core.Now(mono=self.t, wall=1000.0 + self.t))[1]
 
-    def train(self, batches: int) -> None:
-        for batch in range(1, batches + 1):
+    def train(self, batches: int, start: int = 0) -> None:
+        for batch in range(start + 1, start + batches + 1):
             self.t += 0.5
             self.progress += 1
             self(core.HeartbeatReceived(HeartbeatMessage(
@@ -40,6 +40,9 @@ class Host:
     def killed(self) -> list:
         actions = self(core.TreeKilled(2))
         self.spawns += [a for a in actions if isinstance(a, core.Spawn)]
+        if self.spawns and self.s.state == core.State.STARTING:
+            self.pid += 10
+            self(core.Spawned(self.pid, "/shared/weights/last.pt"))
         return actions
 
 
@@ -85,3 +88,43 @@ def test_two_hosts_deciding_at_once_both_train_on_the_decision_the_file_kept():
     assert [s.rung for s in a.spawns] == [0, 0] and a.s.rung == 0
     assert "host 1 moved the job to rung 0" in said[0].text  # the job's decision replaced this host's own
     assert a.s.rung_hangs == {"0": 1}
+
+
+def test_the_host_without_rank_0_counts_the_jobs_checkpoints_in_its_budget_lost_work_and_goodput():
+    """Host 1's ranks never report a checkpoint (global rank 0 saves): it spent its restart budget on every hang and
+    exited 1, "none after a new checkpoint", while the job checkpointed between every hang."""
+    b = Host(1, restart={"max_restarts": 2, "window": 3600}, checkpoint={"every": "5s"})
+    position = 0
+    for _ in range(5):
+        b.train(20, start=position)  # 10 s of training
+        position += 16
+        b(core.JobCheckpointRead("/shared/weights/last.pt", 1, position, 0.3, 1000.0 + b.t - 2.0, node_rank=0))
+        actions = b.hang()
+        assert b.s.incidents[-1].loss.batches == 4  # the 4 batches after the job's checkpoint, 2 s of them
+        actions += b.killed()
+        assert not any(isinstance(a, core.Exit) for a in actions), actions
+    assert b.s.budget_times == [] and b.s.checkpoint.batch == position
+    assert b.s.lost_batches == 5 * 4 and b.s.lost_seconds == 5 * 2.0
+    # Its own heartbeats' checkpoints (a host whose ranks include global rank 0) are published for the others.
+    a = Host(0)
+    a.train(2)
+    a.progress += 1
+    actions = a(core.HeartbeatReceived(HeartbeatMessage(
+        pid=a.pid + 2, kind=MessageKind.CHECKPOINT, phase=Phase.TRAIN, progress=a.progress, epoch=1, epochs=2,
+        batch=2, batches=100, rank=0, local_rank=0, path="/shared/weights/last.pt", seconds=0.3)))
+    assert core.PublishCheckpoint("/shared/weights/last.pt", 1, 2, 0.3) in actions
+    # ... and its own, read back from the shared file, are no news
+    assert a(core.JobCheckpointRead("/shared/weights/last.pt", 1, 9, 0.3, 2000.0, node_rank=0)) == [] and \
+        a.s.checkpoint.batch == 2
+
+
+def test_the_job_checkpoint_file_is_read_once_per_change(tmp_path):
+    from supervisor.outputs.job_ladder import JobCheckpointFile
+
+    a, b = JobCheckpointFile(tmp_path, 0), JobCheckpointFile(tmp_path, 1)
+    assert b.read_if_changed() is None
+    a.publish(core.PublishCheckpoint("/shared/weights/last.pt", 2, 30, 0.4))
+    read = b.read_if_changed()
+    assert (read.path, read.epoch, read.batch, read.seconds, read.node_rank) == ("/shared/weights/last.pt", 2, 30,
+                                                                                 0.4, 0)
+    assert b.read_if_changed() is None

@@ -35,11 +35,11 @@ import signal
 from typing import Any
 
 from supervisor.decision import heartbeats, kernel, restart, stopping
-from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishLadder,
-                                         RecordIncident, RequestCheckpoint, Spawn)
-from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobLadderRead, KernelMessage, Now,
-                                        SignatureSeen, Spawned, StateDirTaken, StopRequested, SupervisorPaused, Tick,
-                                        TreeKilled, WorkerExited)
+from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishCheckpoint,
+                                         PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
+from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
+                                        KernelMessage, Now, SignatureSeen, Spawned, StateDirTaken, StopRequested,
+                                        SupervisorPaused, Tick, TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.signatures import scan
 from supervisor.decision.state import Attempt, DeadlineKind, JobRung, Supervision
@@ -48,9 +48,10 @@ from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from worker.contract import Phase
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out.
-__all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobLadderRead", "KernelMessage", "Now", "SignatureSeen",
-           "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick", "TreeKilled", "WorkerExited",
-           "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby", "PublishLadder", "RecordIncident",
+__all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
+           "Now", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick",
+           "TreeKilled", "WorkerExited", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
+           "PublishCheckpoint", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
 
@@ -109,6 +110,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _state_dir_taken(s, event, now)
     if isinstance(event, JobLadderRead):
         return _job_ladder(s, event)
+    if isinstance(event, JobCheckpointRead):
+        return heartbeats.job_checkpoint(s, event, now)
     raise TypeError(f"unknown event {event!r}")
 
 
