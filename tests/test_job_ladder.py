@@ -128,3 +128,24 @@ def test_the_job_checkpoint_file_is_read_once_per_change(tmp_path):
     assert (read.path, read.epoch, read.batch, read.seconds, read.node_rank) == ("/shared/weights/last.pt", 2, 30,
                                                                                  0.4, 0)
     assert b.read_if_changed() is None
+
+
+def test_hosts_with_different_run_dirs_never_meet_in_one_training(tmp_path):
+    """Not yet tried before issue 30: each host would checkpoint and decide in its own directory. The ranks compare
+    fingerprints that include run_dir once they meet (exit 78, one line), and until then nothing one host publishes
+    reaches the other."""
+    from supervisor.outputs.job_ladder import JobCheckpointFile, JobLadderFile
+    from supervisor.sources.rendezvous import rendezvous_of
+
+    def config(node_rank, run_dir):
+        return parse({"train": {"data": "demo"}, "distributed": {
+            "nnodes": 2, "node_rank": node_rank, "rdzv_endpoint": "10.0.0.1:29400", "rdzv_id": "job",
+            "run_dir": str(run_dir)}}, "host.toml", state_dir=tmp_path / f"state-{node_rank}")
+
+    a, b = config(0, tmp_path / "a"), config(1, tmp_path / "b")
+    assert rendezvous_of(a).fingerprint != rendezvous_of(b).fingerprint
+    assert rendezvous_of(config(1, tmp_path / "a")).fingerprint == rendezvous_of(a).fingerprint
+    JobLadderFile(a.distributed.run_dir, 0).publish(core.PublishLadder(seq=1, rung=2, remedies={}))
+    JobCheckpointFile(a.distributed.run_dir, 0).publish(core.PublishCheckpoint("/a/weights/last.pt", 1, 8, 0.2))
+    assert JobLadderFile(b.distributed.run_dir, 1).read_if_changed() is None
+    assert JobCheckpointFile(b.distributed.run_dir, 1).read_if_changed() is None
