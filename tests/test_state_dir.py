@@ -74,6 +74,20 @@ def test_a_corrupt_state_file_is_moved_aside_with_one_line_and_78(tmp_path):
     assert not (state / "supervisor.json").exists()
 
 
+def test_a_wrongly_typed_state_file_is_moved_aside_by_run_with_one_line_and_78(tmp_path):
+    """Issue 30: `"rung": "x"` ended `run` in a traceback and exit 1, which systemd restarts, forever."""
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "supervisor.json").write_text(json.dumps({"version": 1, "rung": "x", "attempt": 3}))
+    run = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
+    assert run.returncode == 78 and "Traceback" not in run.stderr
+    (aside,) = state.glob("supervisor.json.corrupt-*")
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"yolo-train: {state / 'supervisor.json'}: corrupt state file: 'rung' is not int")
+    assert f"moved aside to {aside.name}: run again to start the ladder afresh" in line
+
+
 def test_a_read_only_state_directory_is_one_line_and_78():
     # Root may write anywhere: run the CLI as nobody, in a directory nobody can read but not write.
     with tempfile.TemporaryDirectory() as work:

@@ -373,7 +373,7 @@ def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
         s.current.peer_cause = {**event.cause, "node_rank": event.node_rank, "host": event.host}
     if not 0 <= event.rung < len(s.ladder):
         return []
-    s.job_next = JobRung(event.rung, dict(event.remedies), event.node_rank)
+    s.job_next = JobRung(event.rung, dict(event.remedies))
     replaced = s.stop is not None and (s.stop.climb or bool(s.stop.remedy))
     if s.stop is not None:  # this host's own climb or remedy, decided at the same moment, is the job's to replace
         s.stop.climb, s.stop.choice, s.stop.remedy = False, None, None

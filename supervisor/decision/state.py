@@ -92,7 +92,6 @@ class JobRung:
     stays at the rung it was spawned at: its hang, seconds and speed are that rung's)."""
     rung: int
     remedies: dict[str, Any]
-    node_rank: int
 
 
 @dataclass
@@ -268,7 +267,7 @@ class Supervision:
     hang_history: HangHistory = kept(default_factory=HangHistory)
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
-    job_next: JobRung | None = None  # ... made by another host, applied at this host's next spawn
+    job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
 
     # -- read-only views of the records' figures that the shell and the tests read by these names --
     @property
