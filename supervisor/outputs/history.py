@@ -6,8 +6,9 @@ readable; a full disk fails the write (SQLITE_FULL), never the file. A failed wr
 goes on without history until a write succeeds again (tried every RETRY seconds); training never waits for it.
 
 A sample is taken at most every SAMPLE_INTERVAL seconds, and at once when the state, phase or rung changes. Older
-samples are thinned (THIN): past a day one per minute is kept, past a week one per 15 minutes, and never more than
-MAX_ROWS rows in all (the oldest go): at most a few MB, whatever the run's length (README: "The night's report").
+samples are thinned (THIN): past 6 hours one a minute is kept, past 2 days one per 5 minutes, past 2 weeks one per
+half hour, and never more than MAX_ROWS rows in all (the oldest go): a month is about 11 000 rows, under 4 MiB, and
+no run's history exceeds 12 MiB (README: "The night's report").
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ log = logging.getLogger("yolo-train")
 FILE = "history.db"
 SCHEMA_VERSION = 1
 SAMPLE_INTERVAL = 5.0  # seconds between samples while nothing but progress changes
-THIN = ((86400.0, 60.0), (7 * 86400.0, 900.0))  # (older than, seconds per kept sample)
-MAX_ROWS = 50_000
+THIN = ((6 * 3600.0, 60.0), (2 * 86400.0, 300.0), (14 * 86400.0, 1800.0))  # (older than, seconds per kept sample)
+MAX_ROWS = 30_000  # a year and a half of samples thinned so
 THIN_EVERY = 600.0  # seconds of samples between thinning passes
 RETRY = 60.0  # seconds between tries after a failed write
 
-# The status's own JSON names (status --json), one column each; gpus is a JSON list.
-COLUMNS = ("state", "phase", "rung", "rung_label", "attempt", "epoch", "epochs", "batch", "batches", "progress",
-           "it_s", "samples_s", "eta_seconds", "goodput", "trained_seconds", "lost_seconds", "restarts")
+# The status's own JSON names (status --json), one column each, rounded to what a picture shows; gpus is a JSON list
+# of [utilization_ratio, memory_used_bytes, temperature_celsius, power_watts] per GPU, in the readers' order.
+COLUMNS = ("state", "phase", "rung", "attempt", "epoch", "epochs", "batch", "batches", "progress", "it_s",
+           "eta_seconds", "goodput", "trained_seconds", "lost_seconds", "restarts")
+GPU_FIELDS = ("utilization_ratio", "memory_used_bytes", "temperature_celsius", "power_watts")
 SCHEMA = (f"CREATE TABLE IF NOT EXISTS samples (t REAL NOT NULL, {', '.join(COLUMNS)}, checkpoint_epoch, "
           f"checkpoint_batch, gpus TEXT)", "CREATE INDEX IF NOT EXISTS samples_t ON samples (t)")
 
@@ -65,7 +68,7 @@ class History:
         now = self.clock()
         checkpoint = status.get("last_checkpoint") or {}
         row = (now, *(_plain(status.get(c)) for c in COLUMNS), checkpoint.get("epoch"), checkpoint.get("batch"),
-               json.dumps(gpus) if gpus else None)
+               json.dumps([[g.get(k) for k in GPU_FIELDS] for g in gpus], separators=(",", ":")) if gpus else None)
         try:
             db = self.db or self._open()
             db.execute(f"INSERT INTO samples VALUES ({', '.join('?' * len(row))})", row)
@@ -92,7 +95,7 @@ class History:
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table: thinned pages go back
+            db.execute("PRAGMA auto_vacuum = FULL")  # before the first table: the pages thinning frees leave the file
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a SIGKILL loses nothing committed
             db.execute("PRAGMA journal_size_limit = 1048576")
@@ -123,7 +126,6 @@ def thin(db: sqlite3.Connection, now: float) -> None:
                        "GROUP BY CAST(t / ? AS INTEGER))", (cut, cut, bucket))
         db.execute("DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples ORDER BY t LIMIT "
                    "max(0, (SELECT COUNT(*) FROM samples) - ?))", (MAX_ROWS,))
-    db.execute("PRAGMA incremental_vacuum")
 
 
 def gpu_readings(readers: list) -> list[dict[str, Any]]:
@@ -136,13 +138,13 @@ def gpu_readings(readers: list) -> list[dict[str, Any]]:
         samples = sample_all(readers)
     except Exception:  # noqa: BLE001  (a reader's failure costs the sample its GPU columns, nothing more)
         return []
-    return [{"gpu": g.index, "name": g.name, "utilization_ratio": g.utilization_ratio,
-             "memory_used_bytes": g.memory_used_bytes, "temperature_celsius": g.temperature_celsius,
-             "power_watts": g.power_watts} for g in samples]
+    return [{k: getattr(g, k) for k in GPU_FIELDS} for g in samples]
 
 
 def _plain(value: Any) -> Any:
-    return value if value is None or isinstance(value, (int, float, str)) else json.dumps(value)
+    if isinstance(value, float):
+        return float(f"{value:.4g}") if abs(value) < 1e4 else round(value, 1)
+    return value if value is None or isinstance(value, (int, str)) else json.dumps(value)
 
 
 def read(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
