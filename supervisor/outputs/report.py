@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import html
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,8 @@ class Night:
         if not times:
             now = time.time()
             return now - 60, now
+        if not self.samples:  # incidents alone: a window around them
+            return min(times) - 60, max(times) + 60
         return min(times), max(max(times), min(times) + 1)
 
     @property
@@ -277,8 +280,9 @@ def _remedy(night: Night, k: int) -> str:
 
 
 def _svg(data: bytes) -> str:
+    """The SVG element alone: no XML prologue, no RDF metadata."""
     text = data.decode()
-    return text[text.index("<svg"):]
+    return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.S)
 
 
 def _e(value: Any) -> str:

@@ -6,7 +6,9 @@ depends on it) with the Agg backend: no display, SVG with its text kept as text,
 from __future__ import annotations
 
 import io
+import json
 import math
+import warnings
 from datetime import datetime
 from typing import Any
 
@@ -35,11 +37,15 @@ def timeline(night: Any, fmt: str = "svg") -> bytes:
     plt = _pyplot()
     import matplotlib.dates as mdates
 
-    fig, (speed, progress) = plt.subplots(2, 1, sharex=True, figsize=(PNG_SIZE[0] / DPI, PNG_SIZE[1] / DPI), dpi=DPI,
-                                          gridspec_kw={"height_ratios": [1, 1]})
     samples = night.samples
+    gpus = [(s["t"], json.loads(s["gpus"])) for s in samples if s.get("gpus")]
+    fig, axes = plt.subplots(3 if gpus else 2, 1, sharex=True, figsize=(PNG_SIZE[0] / DPI, PNG_SIZE[1] / DPI),
+                             dpi=DPI)
+    speed, progress = axes[0], axes[-1]
     t0, t1 = night.span
-    for ax in (speed, progress):
+    if gpus:
+        _gpu_panel(axes[1], gpus)
+    for ax in axes:
         for start, end, rung in night.rung_bands:
             ax.axvspan(_when(start), _when(end), color=RUNG_COLOURS[rung % len(RUNG_COLOURS)], zorder=0, lw=0)
         for start, end, kind in night.lost_spans:
@@ -62,7 +68,7 @@ def timeline(night: Any, fmt: str = "svg") -> bytes:
             progress.plot([_when(last["t"]), _when(night.eta_end)], [100 * last["progress"], 100], color="#2ca02c",
                           ls="--", lw=1, label="ETA")
     if night.deadline is not None and t0 - 86400 < night.deadline < t1 + 7 * 86400:
-        for ax in (speed, progress):
+        for ax in axes:
             ax.axvline(_when(night.deadline), color="#9467bd", ls=":", lw=1.5)
         progress.text(_when(night.deadline), 102, "deadline", color="#9467bd", ha="center", fontsize=8)
     if night.checkpoints:
@@ -73,7 +79,7 @@ def timeline(night: Any, fmt: str = "svg") -> bytes:
         when = incident.get("time")
         if not isinstance(when, (int, float)):
             continue
-        for ax in (speed, progress):
+        for ax in axes:
             ax.axvline(_when(when), color="#d62728", lw=1.2)
         speed.annotate(f"#{n} {incident.get('reason', '?')} in {incident.get('phase', '?')}", (_when(when), 1.0),
                        xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=8,
@@ -83,11 +89,28 @@ def timeline(night: Any, fmt: str = "svg") -> bytes:
     progress.set_ylim(0, 105)
     speed.set_ylim(bottom=0)
     end = max(t1, night.eta_end or t1) if night.eta_end and night.eta_end - t1 < 2 * max(t1 - t0, 60) else t1
-    progress.set_xlim(_when(t0), _when(end + max(1.0, (end - t0) * 0.01)))
+    pad = max(1.0, (end - t0) * 0.02)
+    progress.set_xlim(_when(t0 - pad), _when(end + pad))
     progress.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M" if t1 - t0 > 600 else "%H:%M:%S"))
-    progress.legend(loc="upper left", fontsize=8, frameon=False)
-    fig.tight_layout()
+    if progress.get_legend_handles_labels()[0]:
+        progress.legend(loc="upper left", fontsize=8, frameon=False)
+    with warnings.catch_warnings():  # an incident's label at the very edge may not fit: drawn clipped, no matter
+        warnings.simplefilter("ignore")
+        fig.tight_layout()
     return _save(plt, fig, fmt)
+
+
+def _gpu_panel(ax, gpus: list[tuple[float, list]]) -> None:
+    """Each GPU's utilisation (%) and temperature (degrees C) on one axis: both read 0 to 100 or so."""
+    count = max(len(g) for _, g in gpus)
+    for k in range(count):
+        xs = [_when(t) for t, g in gpus if len(g) > k]
+        ax.plot(xs, [100 * g[k][0] if g[k][0] is not None else math.nan for t, g in gpus if len(g) > k], lw=1,
+                label=f"GPU {k} busy %")
+        ax.plot(xs, [g[k][2] if g[k][2] is not None else math.nan for t, g in gpus if len(g) > k], lw=1, ls="--",
+                label=f"GPU {k} \N{DEGREE SIGN}C")
+    ax.set_ylabel("GPU")
+    ax.legend(loc="upper left", fontsize=7, frameon=False, ncol=2 * min(count, 4))
 
 
 def epochs(rows: list[dict[str, float]], fmt: str = "svg") -> bytes | None:
