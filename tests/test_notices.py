@@ -171,3 +171,30 @@ def test_notify_config_takes_an_argv_and_a_timeout_and_refuses_a_shell_string():
     with pytest.raises(ValueError, match=r"<test>: notify.command: expected a list of strings"):
         parse({"train": {"data": "demo"}, "notify": {"command": "notify-send yolo-train"}}, "<test>")
     assert os.environ.get("YOLO_TRAIN_EVENT") is None
+
+
+def test_a_real_supervisor_whose_worker_refuses_its_configuration_tells_a_person(write_config, tmp_path):
+    """Exit 78 under a real supervisor, a stand-in worker, and the recorder as the [notify] command."""
+    from tests.conftest import ROOT, worker_launcher, yolo_train
+
+    script, record = tmp_path / "recorder.py", tmp_path / "record.jsonl"
+    script.write_text(RECORDER)
+    config = write_config(f"""
+        [train]
+        epochs = 1
+        [worker]
+        python = "{worker_launcher(tmp_path, "import sys; sys.exit(78)")}"
+        [metrics]
+        listen = "off"
+        [kernel_log]
+        source = "off"
+        gpu_events = "off"
+        [notify]
+        command = ["{sys.executable}", "{script}", "{record}", "0"]
+    """)
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"),
+                        env={"PYTHONPATH": str(ROOT)}, timeout=120)
+    assert result.returncode == EXIT_CONFIG, result.stderr[-2000:]
+    [line] = [json.loads(line) for line in record.read_text().splitlines()]  # written before the supervisor exits
+    assert line["event"] == "needs_a_person" and line["stdin"]["exit_code"] == EXIT_CONFIG
+    assert "[notify] command" not in result.stderr
