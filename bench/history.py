@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from supervisor.outputs import history  # noqa: E402
 
-STATUS = {"state": "healthy", "phase": "train", "rung": 1, "attempt": 3, "epoch": 12, "epochs": 300, "batch": 1834,
-          "batches": 3665, "progress": 0.0381, "it_s": 15.07, "eta_seconds": 71234.5, "goodput": 0.934,
-          "trained_seconds": 7012.3, "lost_seconds": 12.1, "restarts": 2, "last_checkpoint": {"epoch": 12, "batch": 1800}}
+STATUS = {"state": "healthy", "phase": "train", "rung": 1, "attempt": 3, "epoch": 12, "epochs": 300,
+          "batch": 1834, "batches": 3665, "progress": 0.0381, "it_s": 15.07, "eta_seconds": 71234.5, "goodput": 0.934,
+          "trained_seconds": 7012.3, "lost_seconds": 12.1, "restarts": 2,
+          "last_checkpoint": {"epoch": 12, "batch": 1800}}
 
 
 class Clock:
@@ -71,14 +72,17 @@ def main() -> None:
     wall.sort()
     us = 1e6
     mean = statistics.fmean(wall)
-    print(f"{args.samples} samples ({args.samples * history.SAMPLE_INTERVAL / 3600:.1f} h of a run), file {size / 1e6:.2f} MB")
+    hours = args.samples * history.SAMPLE_INTERVAL / 3600
+    print(f"{args.samples} samples ({hours:.1f} h of a run), file {size / 1e6:.2f} MB")
     print(f"the first sample (opens and creates the file, once per supervisor): {first * us:.0f} us")
-    print(f"one sample written{' with the GPU reading' if readers else ''}: median {statistics.median(wall) * us:.0f} us, "
-          f"p99 {wall[int(0.99 * len(wall))] * us:.0f} us, max {wall[-1] * us:.0f} us, mean {mean * us:.0f} us")
+    print(f"one sample written{' with the GPU reading' if readers else ''}: "
+          f"median {statistics.median(wall) * us:.0f} us, p99 {wall[int(0.99 * len(wall))] * us:.0f} us, "
+          f"max {wall[-1] * us:.0f} us, mean {mean * us:.0f} us")
     if readers:
         print(f"  of which the GPU reading: median {statistics.median(reading) * us:.0f} us")
+    per_hour = statistics.fmean(cpu) * 3600 / history.SAMPLE_INTERVAL
     print(f"share of the supervisor's time: {mean / history.SAMPLE_INTERVAL:.2e} (mean write / "
-          f"{history.SAMPLE_INTERVAL:g} s); CPU per hour of training: {statistics.fmean(cpu) * 3600 / history.SAMPLE_INTERVAL:.3f} s")
+          f"{history.SAMPLE_INTERVAL:g} s); CPU per hour of training: {per_hour:.3f} s")
     print(f"the longest write against the 1 s status interval of the loop: {wall[-1] / 1.0:.4f}")
 
 

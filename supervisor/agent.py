@@ -120,7 +120,7 @@ class Agent:
         self.systemd.stopping(self.s.exit.text)
         self.metrics.close()
         log.log(logging.INFO if self.s.exit.code == 0 else logging.ERROR, self.s.exit.text)
-        self.notify.close()  # the last notices get their time (bounded by [notify] timeout)
+        self.notify.close(self.systemd.keepalive)  # the last notices get their time (bounded by [notify] timeout)
         return self.s.exit.code
 
     def now(self) -> core.Now:

@@ -81,8 +81,9 @@ def load(path: Path, expression: str, width: int = 1400, height: int = 1000, tim
     profile = tempfile.mkdtemp(prefix="chromium-profile-")
     # Chromium reads commands on its fd 3 and writes on its fd 4.
     process = subprocess.Popen(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", f"--user-data-dir={profile}",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update", "about:blank"],
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+         f"--user-data-dir={profile}", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "about:blank"],
         pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         preexec_fn=lambda: _onto_3_and_4(to_chromium, to_us))
     os.close(to_chromium)

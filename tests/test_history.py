@@ -39,7 +39,8 @@ def test_samples_come_at_their_interval_and_at_once_when_the_state_phase_or_rung
     h.close()
     rows, problem = history.read(tmp_path)
     assert problem is None and [r["phase"] for r in rows] == ["train", "val", "val"]
-    assert rows[0]["it_s"] == 15.1 and rows[0]["checkpoint_batch"] == 100 and rows[0]["gpus"] == "[[0.97,17012345678,81.0,291.0]]"
+    assert rows[0]["it_s"] == 15.1 and rows[0]["checkpoint_batch"] == 100
+    assert rows[0]["gpus"] == "[[0.97,17012345678,81.0,291.0]]"
     assert rows[1]["gpus"] is None
 
 

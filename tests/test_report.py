@@ -9,8 +9,9 @@ from supervisor.config import parse
 from supervisor.outputs import report
 from supervisor.outputs.history import History
 
-INCIDENT = {"id": "1-1-1800000100", "time": 1_800_000_100.0, "reason": "hang", "phase": "train", "detail": "no progress "
-            "for 10.0 s in train", "attempt": 1, "rung": 0, "rung_label": "as configured", "epoch": 2, "batch": 7,
+INCIDENT = {"id": "1-1-1800000100", "time": 1_800_000_100.0, "reason": "hang", "phase": "train",
+            "detail": "no progress for 10.0 s in train", "attempt": 1, "rung": 0, "rung_label": "as configured",
+            "epoch": 2, "batch": 7,
             "seconds_since_progress": 10.0, "last_progress_wall": 1_800_000_090.0, "lost_seconds": 4.0,
             "lost_batches": 7, "culprit": "main (pid 7) in sleep", "summary": ["main (pid 7) in sleep"],
             "kill": {"processes": 3, "seconds": 0.3, "survivors": []}, "restart_seconds": 6.0, "tier": "restart"}

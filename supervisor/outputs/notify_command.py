@@ -91,10 +91,12 @@ class NotifyCommand:
         """Children a kill of the worker's tree must leave alone."""
         return tuple(r.process.pid for r in self.running)
 
-    def close(self) -> None:
-        """At the supervisor's exit: the last notices get their time (each its timeout), then are killed."""
+    def close(self, keepalive=lambda: None) -> None:
+        """At the supervisor's exit: the last notices get their time (each its timeout), then are killed;
+        ``keepalive`` is called meanwhile (systemd's watchdog)."""
         while self.running:
             self.poll()
+            keepalive()
             if self.running:
                 time.sleep(0.05)
 

@@ -215,8 +215,9 @@ def render(night: Night) -> str:
         if epochs:
             parts.append(f'<figure id="epochs">{_svg(epochs)}</figure>')
         keys = list(night.epochs[-1])
-        parts.append('<div class="wide"><table id="results"><tr>' + "".join(f"<th>{_e(k)}</th>" for k in keys) + "</tr>" + "".join(
-            "<tr>" + "".join(f"<td>{_num(r.get(k))}</td>" for k in keys) + "</tr>" for r in night.epochs) + "</table></div>")
+        head = "".join(f"<th>{_e(k)}</th>" for k in keys)
+        body = "".join("<tr>" + "".join(f"<td>{_num(r.get(k))}</td>" for k in keys) + "</tr>" for r in night.epochs)
+        parts.append(f'<div class="wide"><table id="results"><tr>{head}</tr>{body}</table></div>')
     else:
         parts.append("<p>No epoch has finished yet.</p>")
     parts.append(f"<footer>yolo-train report, made {_clock(time.time(), True)}</footer></body></html>")

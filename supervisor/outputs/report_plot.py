@@ -1,5 +1,5 @@
-"""The night's pictures for ``yolo-train report``: the timeline (speed and progress over wall time, rung bands, incidents,
-lost time, checkpoints, ETA against the deadline) and Ultralytics' per-epoch metrics. matplotlib (Ultralytics
+"""The night's pictures for ``yolo-train report``: the timeline (speed and progress over wall time, rung bands,
+incidents, lost time, checkpoints, ETA against the deadline) and Ultralytics' per-epoch metrics. matplotlib (Ultralytics
 depends on it) with the Agg backend: no display, SVG with its text kept as text, PNG of a stated size.
 """
 
