@@ -79,6 +79,8 @@ def night(tmp_path_factory):
         trained = wait_for(lambda: (s := status_of(state_dir)) and s["attempt"] >= 2 and s["state"] == "healthy"
                            and s["batch"] and s, 240, "the next attempt training")
         held = psutil.Process(first["pid"]).is_running() and not gate.exists()
+        live = yolo_train("report", "--config", str(config), "--state-dir", str(state_dir), "-o",
+                          str(tmp / "live.html"))
         gate.touch()
         _, stderr = proc.communicate(timeout=300)
     finally:
@@ -86,7 +88,7 @@ def night(tmp_path_factory):
     out = tmp / "night.html"
     report = yolo_train("report", "--config", str(config), "--state-dir", str(state_dir), "-o", str(out), "--png")
     return SimpleNamespace(tmp=tmp, config=config, state_dir=state_dir, code=proc.returncode, stderr=stderr,
-                           notices=notices(log), held=held, trained=trained, report=report, html=out,
+                           notices=notices(log), held=held, trained=trained, live=live, report=report, html=out,
                            png=out.with_suffix(".png"))
 
 
@@ -124,6 +126,13 @@ def test_the_report_opens_offline_in_chromium_with_both_hangs_and_the_rung_chang
     assert dom["missing"] is None and dom["epochs"] == 1
     assert dom["goodput"] == f"{100 * read_state(night.state_dir)['status']['goodput']:.1f}%"
     assert page.screenshot[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_still_training_is_reported_as_far_as_it_got(night):
+    assert night.live.returncode == 0, night.live.stderr
+    page = (night.tmp / "live.html").read_text()
+    assert '<dd id="state">healthy</dd>' in page and page.count('<tr class="incident"') == 1
+    assert "results.csv is missing or empty" in page  # its first epoch is not over
 
 
 def test_report_png_is_the_timeline_at_its_stated_size(night):

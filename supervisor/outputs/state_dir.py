@@ -3,6 +3,7 @@
     STATE_DIR/supervisor.lock       flock held while a supervisor runs; holds its pid
     STATE_DIR/supervisor.json       the state file (state_file.py): restarts, rung, incidents, live status
     STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
+    STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
     STATE_DIR/worker-settings.json  the launch record of the current attempt (worker/contract.py)
     STATE_DIR/train/                Ultralytics' save_dir: weights/last.pt, results.csv
 
