@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import html
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,11 +332,20 @@ td ul{margin:0;padding-left:1em}code{font-size:12px}figure{margin:0}svg{max-widt
 
 
 def report_main(config: Config, out: Path, png: bool) -> int:
+    if not config.state_dir.is_dir():
+        print(f"yolo-train: {config.state_dir}: no such state directory; pass the run's --config or --state-dir",
+              file=sys.stderr)
+        return 1
     night = gather_night(config)
-    out.write_text(render(night), encoding="utf-8")
+    picture = out.with_suffix(".png")
+    try:
+        out.write_text(render(night), encoding="utf-8")
+        if png:
+            picture.write_bytes(report_plot.timeline(night, "png"))
+    except OSError as e:
+        print(f"yolo-train: cannot write {e.filename or out} ({e.strerror}); pick another -o", file=sys.stderr)
+        return 1
     print(f"{out}" + (f" (missing: {'; '.join(night.missing)})" if night.missing else ""))
     if png:
-        picture = out.with_suffix(".png")
-        picture.write_bytes(report_plot.timeline(night, "png"))
         print(picture)
     return 0
