@@ -16,6 +16,7 @@ from typing import Any
 
 from supervisor.decision.actions import Exit, RecordIncident
 from supervisor.decision.incident import Incident
+from supervisor.decision.state import Supervision
 from supervisor.decision.vocabulary import Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REBOOT_NEEDED
 
@@ -49,7 +50,7 @@ class Notice:
     held: tuple[str, ...] = ()  # SUMMARY: the newest held notices' texts
 
 
-def derive(s: Any, state_before: State, rung_before: int, actions: list[Any], wall: float) -> list[Notice]:
+def derive(s: Supervision, state_before: State, rung_before: int, actions: list[Any], wall: float) -> list[Notice]:
     """The notices in one decision: ``s`` is the Supervision after it, ``actions`` what it returned."""
     here = {"time": wall, "rung": s.rung, "rung_label": s.ladder.label(s.rung)}
     notices = []
