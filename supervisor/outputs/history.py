@@ -93,7 +93,7 @@ class History:
             self.db = None
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self.path, isolation_level=None)
         try:
             db.execute("PRAGMA auto_vacuum = FULL")  # before the first table: the pages thinning frees leave the file
             db.execute("PRAGMA journal_mode = WAL")
