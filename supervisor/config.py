@@ -154,6 +154,18 @@ class IncidentsConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """``[notify]``: a command told when a person may want to know (supervisor/outputs/notify_command.py).
+
+    command: argv, run without a shell, the event as JSON on stdin and as YOLO_TRAIN_* variables; () for none.
+    timeout: seconds it may run before it is killed.
+    """
+
+    command: tuple[str, ...] = ()
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
 class ProbeConfig:
     """Giving the speed back: trying the faster rung again after a safer one has trained well for a while.
 
@@ -219,6 +231,7 @@ class Config:
     conv_fallback: str = "auto"  # [patches]: the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
     amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     # Parsed once, here: the deadline as a Unix timestamp, the listen address as (host, port).
     deadline_at: float | None = field(init=False, default=None)
@@ -257,7 +270,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
                          "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents",
-                         "distributed"})
+                         "distributed", "notify"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -308,7 +321,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                     command=command, standby=standby,
                     metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
                     conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"),
-                    distributed=distributed)
+                    distributed=distributed, notify=check.notify(raw.get("notify", {})))
     if not train and "command" not in worker:
         raise ConfigError(f"{label}: no [train] table: nothing to train; add one with Ultralytics' train arguments, "
                           f"e.g. [train] data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
@@ -551,6 +564,15 @@ class _Checker:
             else:
                 values[f.name] = value
         return cls(**values)
+
+    def notify(self, table: Any) -> NotifyConfig:
+        self.keys("notify", table, {"command", "timeout"})
+        argv = table.get("command", [])
+        if not isinstance(argv, list) or not all(isinstance(a, str) and a for a in argv):
+            self.fail("notify.command", 'a list of strings, e.g. command = ["notify-send", "yolo-train"]', argv)
+        self.no_nul("notify.command", argv)
+        timeout = self.section("notify", {k: v for k, v in table.items() if k == "timeout"}, NotifyConfig).timeout
+        return NotifyConfig(tuple(argv), timeout)
 
     def command(self, worker: dict[str, Any], progress: Any, path: Path | None) -> CommandConfig | None:
         from supervisor.sources.progress_lines import validate_regex

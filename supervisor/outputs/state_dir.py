@@ -4,6 +4,7 @@
     STATE_DIR/supervisor.json       the state file (state_file.py): restarts, rung, incidents, live status
     STATE_DIR/supervisor.reserve    space kept for the last state write: on a full disk, how the run ended still lands
     STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
+    STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
     STATE_DIR/worker-settings.json  the launch record of the current attempt (worker/contract.py)
     STATE_DIR/train/                Ultralytics' save_dir: weights/last.pt, results.csv
 
