@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -335,12 +336,21 @@ hang_forever()
 """
 
 
+def asleep(pid: int, timeout: float = 30.0) -> None:
+    """Wait until the process sleeps in the kernel, the precondition of a stack that says "in sleep"."""
+    deadline = time.monotonic() + timeout
+    while psutil.Process(pid).status() != psutil.STATUS_SLEEPING:
+        assert time.monotonic() < deadline, f"pid {pid} never went to sleep"
+        time.sleep(0.01)
+
+
 def test_the_last_incident_info_says_where_a_really_hung_worker_waited(tmp_path):
     """The restart annotation's text through the real path: a hung process's stacks as the agent captures them,
     the core's incident enriched with them, the status it publishes."""
     hung = subprocess.Popen([sys.executable, "-c", HUNG], stdout=subprocess.PIPE, text=True)
     try:
         assert hung.stdout.readline().strip() == "hanging"
+        asleep(hung.pid)  # its line is printed before the sleep begins: on a busy machine it may still be running
         config = parse({"train": {"epochs": 1}, "watchdog": {"startup_timeout": 5}}, "<test>", state_dir=tmp_path)
         s = core.Supervision(config, build_ladder(config.ladder, 8))
         core.decide(s, core.Boot(), core.Now(0.0, NOW))
