@@ -20,7 +20,6 @@ from typing import Any
 from supervisor.config import Config
 from supervisor.decision import core
 from supervisor.decision.incident import Incident
-from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file, status_view
@@ -37,6 +36,7 @@ from supervisor.sources.kernel_sources import KernelSources
 from supervisor.sources.read_throttle import ReadThrottle
 from supervisor.sources.signals import catch_signals, stop_requests
 from supervisor.sources.standby import Standby
+from supervisor.sources.torch_build import ladder_for
 from supervisor.sources.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.sources.worker_spawn import WorkerSpawner
 from worker.contract import split_rung
@@ -50,8 +50,7 @@ PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor coun
 class Agent:
     def __init__(self, config: Config):
         self.config = config
-        self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)),
-                                   command=config.command is not None, device=config.train.get("device"))
+        self.ladder = ladder_for(config)
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)

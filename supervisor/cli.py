@@ -106,10 +106,9 @@ def _main(argv: list[str]) -> int:
 
             return incidents_main(config.state_dir, json_output=args.json)
         if args.command == "check-config":
-            from supervisor.decision.ladder import build_ladder
+            from supervisor.sources.torch_build import ladder_for
 
-            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None,
-                                  device=config.train.get("device"))
+            ladder = ladder_for(config)
             print(f"{config.source}: ok; state_dir {config.state_dir}")
             for i in range(len(ladder)):
                 print(f"  rung {i}: {ladder.label(i)}")
