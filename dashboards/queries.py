@@ -41,8 +41,6 @@ METRIC_NAMES = frozenset({
 RANK_METRIC_NAMES = frozenset({"yolo_train_rank_seconds_since_progress"})
 # Only present on a machine with a GPU: panels on these stay empty on a CPU-only box.
 GPU_METRIC_NAMES = frozenset(name for name in METRIC_NAMES if name.startswith("yolo_train_gpu_"))
-# Only present when a deadline is configured.
-DEADLINE_METRIC_NAMES = frozenset({"yolo_train_deadline_timestamp_seconds", "yolo_train_deadline_slack_seconds"})
 
 DEFAULT_VARIABLES = {"instance": ".+", "__rate_interval": "1m", "__interval": "1m", "__range": "1h"}
 

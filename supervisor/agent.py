@@ -271,7 +271,8 @@ class Agent:
         now = self.now()
         return {**status_view.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
                 "state_dir": str(self.config.state_dir), "updated": now.wall,
-                "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics.bind_failures,
+                "heartbeats": {**vars(self.heartbeats), "ignored": self.s.messages_ignored},
+                "metrics_bind_failures": self.metrics.bind_failures,
                 "standby_pid": self.standby.pid,
                 "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
 

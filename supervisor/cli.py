@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from supervisor.config import ConfigError, load
-from supervisor.exit_codes import EXIT_CONFIG
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_USAGE
 from worker.faults import Fault, FaultError
 
 
@@ -116,7 +116,7 @@ def _main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"yolo-train: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return 2
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

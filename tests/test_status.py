@@ -14,6 +14,10 @@ def test_render_shows_progress_speed_slack_rung_and_incident():
     assert "25%  2.50 it/s  ETA 10m00s  2m05s PAST the deadline" in text
     assert "rung 1/4 (workers=1), restarts 1 (hang 1), budget 9 left" in text
     assert "last incident 1m30s ago: hang in train: no progress for 10.0 s" in text
+    assert "heartbeats ignored" not in text
+    # beats from a DataLoader worker or a stray writer, which the core does not count as progress, are shown
+    assert "heartbeats ignored 3 (sent by processes other than the worker's main one" in render(
+        {**status, "heartbeats": {"received": 40, "ignored": 3}}, now=1090.0)
 
 
 def test_render_before_any_run(tmp_path):

@@ -29,25 +29,25 @@ def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
                 kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
     if event.survivors:
         s.reboot_needed = True
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED,
             f"{len(event.survivors)} worker process(es) survived SIGKILL ({'; '.join(event.survivors)}): stuck in the "
             f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
     if plan.then == After.REBOOT:
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.detail}); no new worker is "
                                 f"started on it; reboot the machine, then run again to resume"))
     if plan.then == After.CONFIG_ERROR:
-        return stopping.finish(s, State.FAILED, Exit(EXIT_CONFIG,
+        return stopping.end_run(s, State.FAILED, Exit(EXIT_CONFIG,
                                                      f"{plan.incident.detail}: {plan.advice}; not restarting"))
     if plan.then == After.SUCCEED:
-        return stopping.finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
+        return stopping.end_run(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if plan.then == After.STOP:
         saved = "after saving a checkpoint" if plan.saved else "without a new checkpoint"
         if not plan.saved and plan.at_risk[1]:
             saved += (f" (none was written: the {plan.at_risk[0]:.0f} s and {plan.at_risk[1]} batches trained after "
                       f"the newest one are trained again)")
-        return stopping.finish(s, State.STOPPED, Exit(EXIT_OK,
+        return stopping.end_run(s, State.STOPPED, Exit(EXIT_OK,
                                                       f"stopped at rung {s.rung} {saved}; run again to resume"))
     return _restart(s, plan, now)
 
@@ -61,7 +61,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         s.rung_hangs[str(s.rung)] = s.rung_hangs.get(str(s.rung), 0) + 1
         repeated = s.hang_history.repeated_point()
         if repeated is not None and repeated.phase != STARTUP_PHASE:
-            return stopping.finish(s, State.FAILED, Exit(
+            return stopping.end_run(s, State.FAILED, Exit(
                 EXIT_CONFIG, f"the same hang {len(s.hang_history.points)} times in a row at epoch {repeated.epoch}, "
                              f"batch {repeated.batch} ({repeated.phase}), whatever the rung: a deterministic hang in "
                              f"the model or the data, which no rung changes (last: {plan.incident.detail}); "
@@ -74,7 +74,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     cfg = s.config.restart
     used = restart_budget.restarts_in_window(s.budget_times, now.wall, cfg)
     if used > cfg.max_restarts:
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_FAILED,
             f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s, none after a new checkpoint "
             f"(restart.max_restarts = "

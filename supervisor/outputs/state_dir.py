@@ -3,7 +3,7 @@
     STATE_DIR/supervisor.lock       flock held while a supervisor runs; holds its pid
     STATE_DIR/supervisor.json       the state file (state_file.py): restarts, rung, incidents, live status
     STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
-    STATE_DIR/worker-settings.json  the launch record of the current attempt (worker/contract.py)
+    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
     STATE_DIR/train/                Ultralytics' save_dir: weights/last.pt, results.csv
 
 A lock file inside the directory dies with the directory: delete STATE_DIR mid-run and a second supervisor
@@ -31,6 +31,7 @@ from supervisor.outputs import state_file
 
 log = logging.getLogger("yolo-train")
 
+OLD_LAUNCH_RECORD = "worker-settings.json"  # the launch record's name in earlier versions
 LOCK_FILE = "supervisor.lock"
 
 
@@ -61,7 +62,13 @@ class StateDir:
 
     @property
     def launch_record(self) -> Path:
-        return self.path / "worker-settings.json"
+        return self.path / "launch-record.json"
+
+    def write_launch_record(self, text: str) -> None:
+        """The current attempt's launch record. The name it had before (worker-settings.json) is removed where an
+        earlier version left one: nothing reads it, and an older attempt's settings would mislead a reader."""
+        self.launch_record.write_text(text)
+        (self.path / OLD_LAUNCH_RECORD).unlink(missing_ok=True)
 
     @property
     def incidents(self) -> Path:
