@@ -34,6 +34,7 @@ from prometheus_client import generate_latest  # noqa: E402
 from supervisor.config import Config  # noqa: E402
 from supervisor.sources.gpu_metrics import sample_all  # noqa: E402
 from supervisor.outputs.metrics import start_exporter  # noqa: E402
+from supervisor.outputs.status_view import Status  # noqa: E402
 
 TREE = ("import os, time\n"
         "for _ in range(2):\n"
@@ -42,10 +43,10 @@ TREE = ("import os, time\n"
         "time.sleep(3600)\n")
 
 
-def status(worker_pid: int, started: float) -> dict:
+def status(worker_pid: int, started: float) -> Status:
     """A mid-run status as Agent.status() gives it."""
     now = time.time()
-    return {
+    return Status.from_dict({
         "state": "healthy", "phase": "train", "epoch": 3, "epochs": 100, "batch": 120, "batches": 500,
         "losses": {"box_loss": 1.2, "cls_loss": 2.1, "dfl_loss": 1.1}, "lr": 0.00125, "it_s": 7.5,
         "samples_s": 120.0, "eta_seconds": 6500.0, "progress": 0.0124, "rung": 1, "rungs": 6,
@@ -54,7 +55,7 @@ def status(worker_pid: int, started: float) -> dict:
         "worker_pid": worker_pid, "settings": {"versions": {"python": "3.11.2", "ultralytics": "8.3", "torch": "2"}},
         "seconds_since_progress": 0.1, "worker_uptime": now - started, "last_restart": started,
         "heartbeats": {"malformed": 0, "oversized": 0, "dropped": 0}, "updated": now,
-    }
+    })
 
 
 def serve(gpu_root: Path, sample_interval: float) -> None:

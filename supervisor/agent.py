@@ -15,6 +15,7 @@ import math
 import os
 import selectors
 import time
+from dataclasses import replace
 from typing import Any
 
 from supervisor.config import Config
@@ -267,14 +268,14 @@ class Agent:
             self.handle(core.StopRequested(name))
 
     # -- state --
-    def status(self) -> dict[str, Any]:
+    def status(self) -> status_view.Status:
         now = self.now()
-        return {**status_view.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
-                "state_dir": str(self.config.state_dir), "updated": now.wall,
-                "heartbeats": {**vars(self.heartbeats), "ignored": self.s.messages_ignored},
-                "metrics_bind_failures": self.metrics.bind_failures,
-                "standby_pid": self.standby.pid,
-                "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
+        return replace(status_view.snapshot(self.s, now), supervisor=status_view.Supervisor(
+            supervisor_pid=os.getpid(), config=self.config.source, state_dir=str(self.config.state_dir),
+            updated=now.wall,
+            heartbeats=status_view.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
+            metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
+            checkpoint=str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")))
 
     def _write_state(self, force: bool) -> None:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
@@ -282,7 +283,7 @@ class Agent:
         self._status_written = time.monotonic()
         self.kernel.remember_tree(self.worker is not None, spare=self.standby.spare())
         status = self.status()
-        self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": status,
+        self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": status.to_dict(),
                                           "kernel_log_position": self.kernel.position()},
                                  on_taken=lambda e: self.handle(core.StateDirTaken(str(e))))
 

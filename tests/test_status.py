@@ -1,5 +1,7 @@
 """`yolo-train status` rendering: one glance at progress, speed, deadline, rung and the last incident."""
 
+import json
+
 from supervisor.outputs.status import render
 
 
@@ -66,3 +68,46 @@ def test_a_stopped_or_dead_supervisor_is_never_shown_healthy_with_live_figures(t
         sleeper.wait()
     dead = gather(config)
     assert dead["state"] == "not running" and dead["it_s"] is None and dead["samples_s"] is None
+
+
+# status --json's names as they were before the status became a typed record (commit 4746f81): users script them.
+CORE_KEYS = [
+    "state", "phase", "epoch", "epochs", "batch", "batches", "losses", "lr", "it_s", "samples_s", "eta_seconds",
+    "progress", "rung", "rungs", "rung_label", "attempt", "remedies", "restarts", "restarts_by_reason",
+    "hangs_by_phase", "budget_left", "kernel_events", "reboot_needed", "suspicion", "worker_pid", "resumed_from",
+    "settings", "seconds_since_progress", "worker_uptime", "worker_spawned", "startup_seconds", "watchdog",
+    "last_restart", "last_incident", "exit", "last_checkpoint", "checkpoint_every", "checkpoint_interval",
+    "trained_seconds", "lost_seconds", "lost_batches", "goodput", "run_started", "rung_speed", "rung0_speed",
+    "rung_speeds", "node_rank", "ranks", "probe", "ladder"]
+AGENT_KEYS = ["supervisor_pid", "config", "state_dir", "updated", "heartbeats", "metrics_bind_failures",
+              "standby_pid", "checkpoint"]
+NESTED_KEYS = {
+    "watchdog": ["timeout", "fires_in"],
+    "last_checkpoint": ["path", "epoch", "batch", "age_seconds", "seconds"],
+    "checkpoint_interval": ["auto", "max", "hold_seconds", "mean_time_between_hangs"],
+    "probe": ["in_seconds", "from", "probation", "hangs_by_rung", "target"],
+    "ladder": ["stall_cost_seconds", "rungs"],
+    "exit": ["code", "text"],
+    "heartbeats": ["received", "malformed", "oversized", "dropped", "ignored"],  # ignored: the core's, shown since
+}
+
+
+def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
+    from supervisor.decision import core
+    from supervisor.decision.actions import Exit
+    from supervisor.outputs.status_view import (CheckpointView, LadderView, RankStatus, RungView, Status, Supervisor,
+                                                snapshot)
+    from test_core import healthy
+
+    d = healthy()
+    d.t += 40
+    d(core.Tick())  # a hang: an incident, a restart
+    status = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
+    assert list(status.to_dict()) == CORE_KEYS
+    assert list(status.to_dict()["ladder"]["rungs"]["0"]) == ["speed", "seconds", "hangs", "start", "expected_goodput"]
+    assert Status.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+    full = Status(last_checkpoint=CheckpointView(), exit=Exit(0, "done"), ranks=[RankStatus()],
+                  ladder=LadderView(rungs={"0": RungView()}), supervisor=Supervisor()).to_dict()
+    assert list(full) == CORE_KEYS + AGENT_KEYS
+    assert {key: list(full[key]) for key in NESTED_KEYS} == NESTED_KEYS
+    assert list(full["ranks"][0]) == ["rank", "local_rank", "pid", "device", "seconds_since_progress"]

@@ -9,7 +9,7 @@ import pytest
 from supervisor.decision import core
 from supervisor.decision.vocabulary import (FINAL_STATES, HANG_PHASES, PHASE_LABELS, STARTUP_PHASE, KernelKind, Reason,
                                             State)
-from supervisor.outputs import metrics
+from supervisor.outputs import metric_table as metrics
 from supervisor.sources.kernel_messages import BUILTIN
 from worker.contract import Phase
 
