@@ -6,7 +6,7 @@ over a real small process tree (a main process and two "DataLoader" children). T
 before and after; the same window without scrapes gives the idle cost of the publishing loop. Printed: CPU
 seconds, the share of one core, and the CPU of one scrape measured in-process.
 
-    python bench/exporter_cost.py [--every 15 5] [--duration 60] [--gpu-root /] [--sample-interval 5]
+    python -m bench.exporter_cost [--every 15 5] [--duration 60] [--gpu-root /] [--sample-interval 5]
 
 ``--gpu-root tests/fixtures/amdgpu_sysfs`` samples the two fixture GPUs (regular files, not a driver: a
 lower bound for real amdgpu sysfs reads) on a machine without a GPU.
@@ -25,16 +25,13 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from prometheus_client import generate_latest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from prometheus_client import generate_latest  # noqa: E402
-
-from supervisor.config import Config  # noqa: E402
-from supervisor.sources.gpu_metrics import sample_all  # noqa: E402
-from supervisor.outputs.metrics import start_exporter  # noqa: E402
-from supervisor.outputs.status_view import Status  # noqa: E402
+from bench.harness import ROOT
+from supervisor.config import Config
+from supervisor.sources.gpu_metrics import sample_all
+from supervisor.outputs.metrics import start_exporter
+from supervisor.outputs.status_view import Status
 
 TREE = ("import os, time\n"
         "for _ in range(2):\n"
@@ -125,8 +122,9 @@ def main() -> None:
         serve(args.gpu_root, args.sample_interval)
         return
 
-    child = subprocess.Popen([sys.executable, __file__, "--serve", "--gpu-root", str(args.gpu_root),
-                              "--sample-interval", str(args.sample_interval)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-m", "bench.exporter_cost", "--serve", "--gpu-root", str(args.gpu_root),
+                              "--sample-interval", str(args.sample_interval)], cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True)
     try:
         info = json.loads(child.stdout.readline())
         process = psutil.Process(child.pid)

@@ -15,7 +15,7 @@ from supervisor.decision import core, persistence
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import Incident
 from supervisor.decision.state import CheckpointMark, Supervision
-from supervisor.decision.vocabulary import Reason, State
+from supervisor.decision.vocabulary import State
 from test_core import Driver, make
 
 # Values unlike the defaults, for the kept types whose reading back is their own (a restarted supervisor starts over

@@ -35,7 +35,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from supervisor.patterns import REGEX_GROUPS, validate_regex
+from supervisor.patterns import validate_regex
 from worker.contract import Phase
 
 MAX_LINE_BYTES = 8192  # a longer run of bytes without \n or \r is not a progress line: dropped, counted
