@@ -25,6 +25,7 @@ import psutil
 
 from bench.harness import ROOT, write_config
 from supervisor.sources.stacks import capture_tree
+from worker.contract import STANDBY_FLAG
 
 HANG_AFTER_BATCH = 3
 BUDGET = 3.0
@@ -51,7 +52,8 @@ def hung_demo(state_dir: Path) -> tuple[subprocess.Popen, int]:
     else:
         raise SystemExit("the demo ended before the hang:\n  " + "\n  ".join(tail))
     time.sleep(3)  # the loop drains the prefetched batches, then every process of the tree waits
-    [worker] = psutil.Process(proc.pid).children()
+    # the training worker, not the standby that waits to be the next attempt's
+    [worker] = [p for p in psutil.Process(proc.pid).children() if STANDBY_FLAG not in p.cmdline()]
     return proc, worker.pid
 
 
