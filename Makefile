@@ -9,8 +9,8 @@ VENV        ?= .venv
 TORCH_REQ   ?= torch==2.14.1 torchvision==0.29.1
 SYSTEM_TORCH ?=
 # systemd-python compiles against libsystemd; promtool and prometheus serve the metrics tests;
-# systemd-journal-remote writes real journal files for the journal reader tests.
-DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev prometheus systemd systemd-journal-remote
+# systemd-journal-remote writes real journal files for the journal reader tests; chromium opens the page `report` writes.
+DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev prometheus systemd systemd-journal-remote chromium
 FAULT       ?=
 PYTEST_ARGS ?=
 

@@ -30,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     incidents.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
     incidents.add_argument("--state-dir", type=Path, help="override the config's state_dir")
     incidents.add_argument("--json", action="store_true", help="machine-readable output")
+    report = commands.add_parser("report", help="the night as one offline HTML page: timeline, incidents, goodput")
+    report.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
+    report.add_argument("--state-dir", type=Path, help="override the config's state_dir")
+    report.add_argument("-o", "--output", type=Path, default=Path("night.html"), help="the HTML file to write "
+                        "(default: night.html)")
+    report.add_argument("--png", action="store_true", help="also write the timeline as a picture (OUTPUT.png)")
     check = commands.add_parser("check-config", help="validate a config and print the ladder")
     check.add_argument("--config", type=Path)
     commands.add_parser("doctor", help="check torch, ROCm, GPU access, kernel log and disk", add_help=False)
@@ -105,6 +111,10 @@ def _main(argv: list[str]) -> int:
             from supervisor.outputs.incidents import incidents_main
 
             return incidents_main(config.state_dir, json_output=args.json)
+        if args.command == "report":
+            from supervisor.outputs.report import report_main
+
+            return report_main(config, args.output, png=args.png)
         if args.command == "check-config":
             from supervisor.sources.torch_build import ladder_for
 

@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from supervisor.decision.checkpoint_interval import MIN_SECONDS as CHECKPOINT_FLOOR
 from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
 from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
@@ -154,6 +155,18 @@ class IncidentsConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """``[notify]``: a command told when a person may want to know (supervisor/outputs/notify_command.py).
+
+    command: argv, run without a shell, the event as JSON on stdin and as YOLO_TRAIN_* variables; () for none.
+    timeout: seconds it may run before it is killed.
+    """
+
+    command: tuple[str, ...] = ()
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
 class ProbeConfig:
     """Giving the speed back: trying the faster rung again after a safer one has trained well for a while.
 
@@ -219,6 +232,7 @@ class Config:
     conv_fallback: str = "auto"  # [patches]: the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
     amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     # Parsed once, here: the deadline as a Unix timestamp, the listen address as (host, port).
     deadline_at: float | None = field(init=False, default=None)
@@ -257,7 +271,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
                          "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents",
-                         "distributed"})
+                         "distributed", "notify"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -308,7 +322,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                     command=command, standby=standby,
                     metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
                     conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"),
-                    distributed=distributed)
+                    distributed=distributed, notify=check.notify(raw.get("notify", {})))
     if not train and "command" not in worker:
         raise ConfigError(f"{label}: no [train] table: nothing to train; add one with Ultralytics' train arguments, "
                           f"e.g. [train] data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
@@ -552,6 +566,15 @@ class _Checker:
                 values[f.name] = value
         return cls(**values)
 
+    def notify(self, table: Any) -> NotifyConfig:
+        self.keys("notify", table, {"command", "timeout"})
+        argv = table.get("command", [])
+        if not isinstance(argv, list) or not all(isinstance(a, str) and a for a in argv):
+            self.fail("notify.command", 'a list of strings, e.g. command = ["notify-send", "yolo-train"]', argv)
+        self.no_nul("notify.command", argv)
+        timeout = self.section("notify", {k: v for k, v in table.items() if k == "timeout"}, NotifyConfig).timeout
+        return NotifyConfig(tuple(argv), timeout)
+
     def command(self, worker: dict[str, Any], progress: Any, path: Path | None) -> CommandConfig | None:
         self.keys("progress", progress, {"regex"})
         if "command" not in worker:
@@ -725,6 +748,9 @@ class _Checker:
         self.keys("checkpoint", table, {f.name for f in fields(CheckpointConfig)})
         every = table.get("every", CheckpointConfig.every)
         most = self.duration("checkpoint.max", table.get("max", CheckpointConfig.max))
+        if most < CHECKPOINT_FLOOR:
+            self.fail("checkpoint.max", f"at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval \"auto\" "
+                                        f"chooses), e.g. max = \"10m\"", table.get("max"))
         if every in ("auto", "epoch"):
             return CheckpointConfig(every=None if every == "epoch" else every, max=most)
         return CheckpointConfig(every=self.duration("checkpoint.every", every, '"auto"', '"epoch"'), max=most)

@@ -415,6 +415,38 @@ def test_a_stall_line_while_training_progresses_kills_nothing():
     assert d.s.kernel_events == {"stall": 1} and d.s.incidents == []
 
 
+# Kernel lines seen in the field since the catalogue was written (issue 30; tests/fixtures/kernel/amdkfd_svm.dmesg)
+FIELD_LINES = [
+    ("stall", "workqueue: svm_range_restore_work [amdgpu] hogged CPU for >10000us 259 times, consider switching to "
+              "WQ_UNBOUND"),
+    ("stall", "workqueue: kfd_process_wq_release [amdgpu] hogged CPU for >10000us 4 times, consider switching to "
+              "WQ_UNBOUND"),
+    ("stall", "workqueue: svm_range_deferred_list_work [amdgpu] hogged CPU for >10000us 5 times, consider switching "
+              "to WQ_UNBOUND"),
+    ("gpu_fault", "amdgpu 0000:03:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00801031"),
+    ("gpu_fault", "amdgpu 0000:c5:00.0: amdgpu: failed to remove hardware queue from MES, doorbell=0x1002"),
+]
+
+
+@pytest.mark.parametrize("kind, line", FIELD_LINES)
+def test_the_field_lines_are_evidence_while_progress_stops_and_never_kill_while_training_progresses(kind, line):
+    from supervisor.sources.kernel_messages import classify
+
+    found = classify(line)
+    assert found is not None and found.kind == kind
+    event = core.KernelMessage(kind=KernelKind(kind), message=line, source="kmsg", pattern=found.pattern)
+    d = healthy(watchdog={"stall_timeout": 600}, kernel_log={"confirm_window": 10})
+    d(event)
+    d.at(d.t + 0.5).beat()  # training goes on: the line was about something else
+    assert d.at(d.t + 30)(core.Tick()) == [] and d.s.incidents == []
+    stopped = healthy(watchdog={"stall_timeout": 600}, kernel_log={"confirm_window": 10})
+    t0 = stopped.t
+    stopped(event)
+    assert stopped.at(t0 + 9.9)(core.Tick()) == []
+    incident = stopped.at(t0 + 10.0)(core.Tick())[-1].incident  # no progress within the confirm window
+    assert incident.reason == "kernel" and incident.kernel_events[0]["pattern"] == found.pattern
+
+
 def test_a_line_about_another_process_only_counts():
     d = healthy(watchdog={"stall_timeout": 600})
     d(kernel(pid=999, in_tree=False, message="INFO: task kworker:999 blocked for more than 122 seconds."))

@@ -116,6 +116,8 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
         assert incident["culprit"].startswith(role) and frame in incident["culprit"], incident["culprit"]
         assert (state_dir / incident["stacks"]).exists() and incident["stacks_seconds"] <= 3.5
         assert any(line.startswith("main (pid") for line in incident["summary"])
+        # the evidence the ladder reads for the same hang at the same point (issue 30): the loader's rungs change it
+        assert incident["in_loader_worker"] is (kind == "dataloader_hang")
     if kind == "exception":
         assert "RuntimeError: injected fault after batch 10" in incident["detail"]
     if kind == "segfault":

@@ -8,6 +8,7 @@ from supervisor.config import ConfigError, parse
 from supervisor.decision import checkpoint_interval, core, rung_choice
 from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.rung_choice import RungFacts
+from supervisor.decision.incident import Stacks
 from supervisor.exit_codes import EXIT_CONFIG
 from supervisor.outputs.status_view import snapshot
 from test_core import PID, Driver, make
@@ -176,16 +177,99 @@ def test_rung_choice_worked_example_from_the_readme():
     assert rung_choice.hang_cost(untried, 15.0, [slow, RungFacts(9.9, 30, 1, 10.0), untried]) == 40.0
 
 
-def test_the_same_hang_at_the_same_point_three_times_is_deterministic_and_ends_with_exit_78():
-    night = Night({0: 2.0, 1: 2.0, 2: 2.0}, ladder={"probe_after": "off"})
-    ends = []
-    for _ in range(3):
-        night.train(4)  # 8 batches after resuming at batch 0: every attempt stops at epoch 1, batch 8
-        ends.append(night.hang())
-    assert night.d.s.state == core.State.FAILED
-    exit_ = [a for a in ends[-1] if isinstance(a, core.Exit)][0]
-    assert exit_.code == EXIT_CONFIG and "epoch 1, batch 8" in exit_.text and "3 times in a row" in exit_.text
-    assert night.d.s.attempt == 3  # not a walk up the ladder
+class SamePoint:
+    """Attempts that each hang at one point, resumed from chosen checkpoints, their stacks as chosen (issue 30)."""
+
+    def __init__(self, **sections):
+        self.d = Driver(make(workers=8, **sections))
+        self.spawns = [self.d.boot_and_spawn()]
+        self.pid, self.resume = PID, 0
+
+    def attempt(self, hang_batch: int, checkpoint_at: int | None = None, phase: str = "train",
+                stacks: Stacks | None = None) -> list:
+        """Train from the resume point to ``hang_batch`` (a checkpoint at ``checkpoint_at``), then hang in ``phase``."""
+        d = self.d
+        d.beat("train", kind="phase", pid=self.pid)
+        for batch in range(self.resume + 1, hang_batch + 1):
+            d.t += 0.5
+            d.beat(pid=self.pid, epoch=1, epochs=3, batch=batch, batches=100, samples=4)
+            if batch == checkpoint_at:
+                d.beat("train", kind="checkpoint", pid=self.pid, path="/s/last.pt", seconds=0.2, epoch=1,
+                       batch=batch, progress=d.progress)
+                self.resume = batch
+        if phase == "val":
+            d.t += 0.5
+            d.beat("val", kind="phase", pid=self.pid)
+        actions = d.at(d.t + 60.01)(core.Tick())
+        assert d.s.stop is not None and d.s.stop.reason == core.Reason.HANG, actions
+        if stacks is not None:
+            d(core.IncidentEnriched(d.s.stop.incident.id, ({"pid": self.pid},), stacks=stacks))
+        actions += d(core.TreeKilled(killed=1))
+        spawns = [a for a in actions if isinstance(a, core.Spawn)]
+        if spawns:
+            self.spawns.append(spawns[0])
+            self.pid += 1
+            d.t += 3.0
+            d(core.Spawned(self.pid, "/s/last.pt" if self.resume else None))
+        return actions
+
+
+LOADER_WORKER = Stacks("DataLoader worker in sleep at faults.py hang_forever", ("main (pid 4242) in poll",),
+                       "DataLoader worker 0 (pid 77) in sleep, faults.py:87 hang_forever", 0.4, None,
+                       in_loader_worker=True)
+MAIN = Stacks("main in futex wait at tasks.py forward", ("main (pid 4242) in futex wait",),
+              "main (pid 4242) in futex wait, tasks.py:120 forward", 0.4, None)
+
+
+def exit_of(actions):
+    return next((a for a in actions if isinstance(a, core.Exit)), None)
+
+
+def test_a_loader_hang_at_the_same_point_from_the_same_resume_point_climbs_to_the_rung_that_changes_the_loader():
+    """Issue 30 (a): env-only rungs first, a hang in DataLoader worker 0 at batch 28 from scratch at each: exit 78
+    after rungs 0-2 before, though rung 3 (no loader workers) cures it."""
+    run = SamePoint(ladder={"rungs": [{"env": {"FOO_A": "1"}}, {"env": {"FOO_B": "1"}}, {"loader": "process",
+                                                                                          "workers": 0}],
+                            "probe_after": "off"})
+    for _ in range(2):
+        assert exit_of(run.attempt(28, stacks=LOADER_WORKER)) is None
+    # The first hang: the ladder's own choice (rung 1); the second at the same point: straight to the loader's rung.
+    assert [spawn.rung for spawn in run.spawns] == [0, 1, 3] and run.spawns[-1].rung_settings["workers"] == 0
+    run.d.beat("train", kind="phase", pid=run.pid)
+    run.d.at(run.d.t + 0.5).beat(pid=run.pid, epoch=1, epochs=3, batch=29, batches=100)  # past the point: cured
+    assert run.d.s.exit is None and run.d.s.state == core.State.HEALTHY
+
+
+def test_the_same_point_from_different_resume_points_climbs_only_to_rungs_that_change_what_hung():
+    """A loader hang at the same point climbs to the loader's rungs, skipping env rungs; once none is left untried,
+    the third from a third different resume point ends the run as deterministic (exit 78)."""
+    run = SamePoint(ladder={"rungs": [{"env": {"FOO_A": "1"}}, {"workers": 0}, {"env": {"FOO_B": "1"}}],
+                            "probe_after": "off"})
+    ends = [run.attempt(28, checkpoint_at=checkpoint_at, stacks=LOADER_WORKER) for checkpoint_at in (10, 20, 25)]
+    # The first hang: the ladder's own choice; the second at the same point: workers = 0, never FOO_B's env rung.
+    assert [spawn.rung for spawn in run.spawns] == [0, 1, 2]
+    assert [exit_of(actions) is None for actions in ends] == [True, True, False]
+    exit_ = exit_of(ends[-1])
+    assert exit_.code == EXIT_CONFIG and "epoch 1, batch 28" in exit_.text
+    assert "from 3 different resume points" in exit_.text and "no rung left changes" in exit_.text
+
+
+def test_a_validation_hang_climbs_to_val_false_and_a_main_process_hang_from_different_resume_points_ends_with_78():
+    """Issue 30 (b): a hang in validation with the default ladder reached exit 78 after rungs 0-2: val = false, the
+    documented cure, was never tried."""
+    run = SamePoint(ladder={"probe_after": "off"})
+    top = len(run.d.s.ladder) - 1
+    assert run.d.s.ladder.settings(top)["val"] is False
+    for _ in range(2):
+        assert exit_of(run.attempt(28, phase="val", stacks=MAIN)) is None
+    assert run.spawns[-1].rung == top and run.spawns[-1].rung_settings["val"] is False
+    # A hang in the model's forward (the main process, in training) from different resume points: no rung changes
+    # it, and three of them end the run as deterministic, where the ladder stood.
+    main = SamePoint(ladder={"probe_after": "off"})
+    ends = [main.attempt(28, checkpoint_at=c, stacks=MAIN) for c in (10, 20, 25)]
+    assert [exit_of(a) is None for a in ends] == [True, True, False]
+    assert exit_of(ends[-1]).code == EXIT_CONFIG and "3 times in a row" in exit_of(ends[-1]).text
+    assert main.d.s.attempt == 3
 
 
 def test_startup_hangs_at_the_resume_point_are_never_taken_for_a_deterministic_hang():
@@ -195,7 +279,7 @@ def test_startup_hangs_at_the_resume_point_are_never_taken_for_a_deterministic_h
         d.at(d.t + 6)(core.Tick())
         d(core.TreeKilled(killed=1))
         d(core.Spawned(PID + i + 1, None))
-    assert d.s.exit is None and d.s.rung == 4 and d.s.hang_history.repeated_point() is not None
+    assert d.s.exit is None and d.s.rung == 4 and len(d.s.hang_history.same_point_run()) == 4
 
 
 def test_hangs_between_which_checkpoints_land_spend_no_restart_budget_and_a_loop_still_does():

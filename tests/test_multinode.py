@@ -274,7 +274,8 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
     read = core.JobLadderRead(seq=decision.seq, rung=decision.rung, remedies=decision.remedies, node_rank=1,
                               host="b", cause=decision.cause)
     _, actions = core.decide(a, read, core.Now(mono=5.0, wall=1005.0))
-    assert a.rung == 1 and a.job_seq == 1 and "host 1 moved the job to rung 1" in actions[0].text
+    # For its next attempt: the running one stays at the rung it was spawned at (issue 30)
+    assert a.rung == 0 and a.job_seq == 1 and "host 1 moved the job to rung 1" in actions[0].text
     core.decide(a, core.WorkerExited(1), core.Now(mono=6.0, wall=1006.0))  # its rank failed with B's
     [crash] = a.incidents
     assert crash.caused_by == {**decision.cause, "node_rank": 1, "host": "b"}

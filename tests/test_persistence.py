@@ -36,8 +36,8 @@ def sample(hint: typing.Any) -> typing.Any:
         return sample(next(a for a in args if a is not type(None)))
     if origin is list:
         return [sample(args[0])]
-    if origin is tuple:
-        return (sample(args[0]),)
+    if origin is tuple:  # tuple[X, ...] or tuple[X, Y]
+        return (sample(args[0]),) if args[-1] is Ellipsis else tuple(sample(a) for a in args)
     if origin is dict:
         return {{int: 1, str: "1"}[args[0]]: sample(args[1])}  # keys as rungs are: 1 or "1"
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
@@ -98,8 +98,9 @@ def test_every_field_of_a_kept_record_is_saved_and_read_back(record, not_kept):
         [(f.name, getattr(value, f.name)) for f, _, _ in fields]
 
 
-# incidents.jsonl lines as the supervisor wrote them before the incident's form was derived from its fields: a hang
-# with everything known (several hosts, stacks, the kill), and a crash before the first batch.
+# incidents.jsonl lines as the supervisor wrote them before the incident's form was derived from its fields (with
+# issue 30's in_loader_worker beside the stacks): a hang with everything known (several hosts, stacks, the kill), and
+# a crash before the first batch.
 INCIDENT_LINES = [
     {"id": "3-1-1700000000", "time": 1700000000.0, "time_iso": "2023-11-14T22:13:20Z", "reason": "hang",
      "phase": "train", "detail": "no progress for 30.0 s in train", "attempt": 3, "rung": 1, "rung_label": "workers=4",
@@ -109,6 +110,7 @@ INCIDENT_LINES = [
      "host": "gpu-a", "caused_by": {"node_rank": 1, "reason": "hang"}, "processes": [{"pid": 4242, "name": "python"}],
      "output_tail": ["Epoch 2/3 ..."], "where": "main in poll", "summary": ["main (pid 4242) in poll"],
      "culprit": "main (pid 4242) in poll", "stacks_seconds": 0.4, "stacks": "incidents/3-1/stacks.json",
+     "in_loader_worker": True,
      "last_error": None, "settings": {"workers": 4},
      "kill": {"processes": 2, "seconds": 0.05, "survivors": ["4243 python"], "confirmed_wall": 1700000001.0},
      "restart_seconds": 11.5},
@@ -187,3 +189,69 @@ def test_a_finished_training_and_a_shorter_ladder_restore_as_they_did():
     restored.restore({**TODAY, "state": "succeeded", "rung": 9})
     assert restored.state == State.SUCCEEDED and restored.rung == len(restored.ladder) - 1
     assert json.loads(json.dumps(restored.persistent(0.0)))["state"] == "succeeded"
+
+
+def _changed(key, value):
+    record = copy.deepcopy(TODAY)
+    record[key] = value
+    return record
+
+
+def _without(record, path):
+    record = copy.deepcopy(record)
+    target = record
+    for name in path[:-1]:
+        target = target[name]
+    del target[path[-1]]
+    return record
+
+
+# Issue 30: one-field changes to a state file, each of which crashed `run` with a traceback (systemd restarts it).
+WRONGLY_TYPED = {
+    "rung is text": _changed("rung", "x"),
+    "rung_speeds is a list": _changed("rung_speeds", [1, 2]),
+    "a hang point without epoch": _without(TODAY, ("hang_history", "points", 0, "epoch")),
+    "a checkpoint path that is a number": _changed("checkpoint", {**TODAY["checkpoint"], "path": 1}),
+    "budget_times is text": _changed("budget_times", "abc"),
+    "hang_history is a list": _changed("hang_history", [1, 2]),
+    "an incident without reason": _without(TODAY, ("incidents", 0, "reason")),
+    "a probation of null": _changed("probation", {"1": None}),
+    "an incident's epoch is text": _changed("incidents", [{**TODAY["incidents"][0], "epoch": "one"}]),
+    "rung is true": _changed("rung", True),
+    # the records whose reading is derived from their fields (issue 32): per type, as strict as the rest
+    "a hang point resumed at text": _changed("hang_history", {**TODAY["hang_history"], "points": [
+        {**TODAY["hang_history"]["points"][0], "resumed_at": "x"}]}),
+    "a hang point resumed at one number": _changed("hang_history", {**TODAY["hang_history"], "points": [
+        {**TODAY["hang_history"]["points"][0], "resumed_at": [1]}]}),
+    "an incident's stacks flag is text": _changed("incidents", [{**TODAY["incidents"][0], "where": "main in poll",
+                                                                 "in_loader_worker": "yes"}]),
+    "an incident's kill is a number": _changed("incidents", [{**TODAY["incidents"][0], "kill": 3}]),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONGLY_TYPED))
+def test_a_wrongly_typed_state_file_is_a_corrupt_one_moved_aside_in_one_line(case, tmp_path):
+    from supervisor.config import ConfigError
+    from supervisor.outputs.state_dir import StateDir
+    (tmp_path / "supervisor.json").write_text(json.dumps({"version": 1, **WRONGLY_TYPED[case]}))
+    with pytest.raises(ConfigError) as raised:
+        StateDir(tmp_path, "<test>").read_state(make().restore)
+    (aside,) = tmp_path.glob("supervisor.json.corrupt-*")
+    assert str(raised.value).startswith(f"{tmp_path / 'supervisor.json'}: corrupt state file: ")
+    assert f"moved aside to {aside.name}: run again to start the ladder afresh" in str(raised.value)
+    assert "\n" not in str(raised.value) and not (tmp_path / "supervisor.json").exists()
+
+
+def test_a_rung_below_the_ladder_is_clamped_to_it():
+    restored = make()
+    restored.restore(_changed("rung", -1) | {"probing_from": -3})
+    assert restored.rung == 0 and restored.probing_from is None
+    d = Driver(restored)
+    assert [a for a in d(core.Boot()) if isinstance(a, core.Spawn)][0].rung == 0
+
+
+def test_status_renders_a_malformed_last_incident_in_one_line():
+    from supervisor.outputs.status import render
+    for malformed in ({"reason": "hang"}, "x", {"time": "yesterday", "reason": 1, "phase": None, "detail": 2}):
+        text = render({"state": "not running", "last_incident": malformed}, now=1_700_000_000.0)
+        assert "last incident: unreadable record" in text

@@ -80,7 +80,7 @@ CORE_KEYS = [
     "trained_seconds", "lost_seconds", "lost_batches", "goodput", "run_started", "rung_speed", "rung0_speed",
     "rung_speeds", "node_rank", "ranks", "probe", "ladder"]
 AGENT_KEYS = ["supervisor_pid", "config", "state_dir", "updated", "heartbeats", "metrics_bind_failures",
-              "standby_pid", "checkpoint"]
+              "standby_pid", "run_dir", "checkpoint"]  # run_dir: several hosts' shared directory (issue 30)
 NESTED_KEYS = {
     "watchdog": ["timeout", "fires_in"],
     "last_checkpoint": ["path", "epoch", "batch", "age_seconds", "seconds"],
@@ -111,3 +111,35 @@ def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
     assert list(full) == CORE_KEYS + AGENT_KEYS
     assert {key: list(full[key]) for key in NESTED_KEYS} == NESTED_KEYS
     assert list(full["ranks"][0]) == ["rank", "local_rank", "pid", "device", "seconds_since_progress"]
+
+
+def test_a_stop_before_training_shows_no_epoch_count():
+    text = render({"state": "stopped", "phase": "setup", "epoch": 0, "epochs": 0, "batch": 0, "batches": 0})
+    assert "epoch 0/0" not in text and "epoch -  (training not reached)" in text
+
+
+def test_status_of_a_several_hosts_state_dir_without_its_config_shows_the_hosts(tmp_path):
+    from supervisor.config import parse
+    from supervisor.outputs import hosts
+    from supervisor.outputs.status import gather
+
+    state_dir, run_dir = tmp_path / "state", tmp_path / "shared"
+    state_dir.mkdir()
+    (state_dir / "supervisor.json").write_text(json.dumps({"version": 1, "status": {
+        "state": "failed", "node_rank": 0, "run_dir": str(run_dir)}}))
+    hosts.publish(run_dir, 1, {"state": "healthy", "rung": 0, "attempt": 1, "ranks": []})
+    demo = parse({"train": {"data": "demo"}}, "<demo>", state_dir=state_dir)  # `status --state-dir` alone
+    assert [h["node_rank"] for h in gather(demo)["hosts"]] == [1]
+
+
+def test_checkpoint_max_below_the_floor_is_one_line_naming_the_key():
+    from pathlib import Path
+
+    import pytest
+
+    from supervisor.config import ConfigError, parse
+
+    with pytest.raises(ConfigError, match=r"^c.toml: checkpoint.max: expected at least 5 s .*got '1s'$"):
+        parse({"train": {"data": "demo"}, "checkpoint": {"max": "1s"}}, "c.toml", state_dir=Path("/x"))
+    assert parse({"train": {"data": "demo"}, "checkpoint": {"max": "5s"}}, "c.toml",
+                 state_dir=Path("/x")).checkpoint.max == 5.0

@@ -128,6 +128,8 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
     ddp.prepare_ranks(record_path, hb.fd, trainer.supervision.resume_point)
     signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))
     began = time.monotonic()
+    bound = multinode.bound_the_launch(record.rendezvous, multinode.started_dir()) \
+        if record.rendezvous is not None else None
     try:
         trainer.train()
     except subprocess.CalledProcessError as e:
@@ -141,6 +143,8 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
               file=sys.stderr, flush=True)
         return 1
     finally:
+        if bound is not None:
+            bound.cancel()
         if record.rendezvous is not None:
             multinode.forget_started()
     hb.phase("done")

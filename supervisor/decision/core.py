@@ -35,22 +35,23 @@ import signal
 from typing import Any
 
 from supervisor.decision import heartbeats, kernel, restart, stopping
-from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishLadder,
-                                         RecordIncident, RequestCheckpoint, Spawn)
-from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobLadderRead, KernelMessage, Now,
-                                        SignatureSeen, Spawned, StateDirTaken, StopRequested, SupervisorPaused, Tick,
-                                        TreeKilled, WorkerExited)
+from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishCheckpoint,
+                                         PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
+from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
+                                        KernelMessage, Now, SignatureSeen, Spawned, StateDirTaken, StopRequested,
+                                        SupervisorPaused, Tick, TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.signatures import scan
-from supervisor.decision.state import Attempt, DeadlineKind, Supervision
+from supervisor.decision.state import Attempt, DeadlineKind, JobRung, Supervision
 from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from worker.contract import Phase
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out.
-__all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobLadderRead", "KernelMessage", "Now", "SignatureSeen",
-           "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick", "TreeKilled", "WorkerExited",
-           "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby", "PublishLadder", "RecordIncident",
+__all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
+           "Now", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick",
+           "TreeKilled", "WorkerExited", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
+           "PublishCheckpoint", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
 
@@ -109,6 +110,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _state_dir_taken(s, event, now)
     if isinstance(event, JobLadderRead):
         return _job_ladder(s, event)
+    if isinstance(event, JobCheckpointRead):
+        return heartbeats.job_checkpoint(s, event, now)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -148,7 +151,9 @@ def training_fingerprint(s: Supervision) -> str:
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall,
-                        resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes)
+                        resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes,
+                        resumed_at=(s.checkpoint.epoch, s.checkpoint.batch) if event.resumed_from and s.checkpoint
+                        else None)
     s.hang_history.spawned(now.mono)
     origin = f"resuming from {event.resumed_from}" if event.resumed_from else "from scratch"
     return [Log("info", f"attempt {s.attempt}: worker pid {event.pid} at rung {s.rung} "
@@ -357,7 +362,8 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
 
 
 def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
-    """Another host's ladder decision: this host's next attempt goes where it says. Two decisions with the same
+    """Another host's ladder decision: this host's next attempt goes where it says, whatever this host decided at
+    the same moment (its own choice is dropped; the running attempt keeps its rung). Two decisions with the same
     number (made at once) resolve to the one the file kept, which every host reads."""
     own = event.node_rank == s.config.distributed.node_rank
     if not s.config.distributed.several_hosts or event.seq < s.job_seq or own:
@@ -365,12 +371,14 @@ def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
     s.job_seq = event.seq
     if s.state in (State.STARTING, State.HEALTHY):
         s.current.peer_cause = {**event.cause, "node_rank": event.node_rank, "host": event.host}
-    if (event.rung, event.remedies) == (s.rung, s.remedies) or not 0 <= event.rung < len(s.ladder):
+    if not 0 <= event.rung < len(s.ladder):
         return []
-    s.move_to(event.rung)
-    s.remedies, s.probe.probing_from = dict(event.remedies), None
-    if s.stop is not None:  # this host's own climb, decided at the same moment, is the job's decision's to replace
-        s.stop.climb = False
-    return [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {s.rung} "
-                           f"({s.ladder.label(s.rung)})" + (f" with {s.remedies}" if s.remedies else "")
+    s.job_next = JobRung(event.rung, dict(event.remedies))
+    replaced = s.stop is not None and (s.stop.climb or bool(s.stop.remedy))
+    if s.stop is not None:  # this host's own climb or remedy, decided at the same moment, is the job's to replace
+        s.stop.climb, s.stop.choice, s.stop.remedy = False, None, None
+    if (event.rung, event.remedies) == (s.rung, s.remedies) and not replaced:
+        return []
+    return [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {event.rung} "
+                           f"({s.ladder.label(event.rung)})" + (f" with {event.remedies}" if event.remedies else "")
                            + "; this host's next attempt starts there")]

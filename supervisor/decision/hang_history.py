@@ -10,7 +10,10 @@ One record, kept across supervisor restarts (its ``kept`` fields, persistence.py
 - ``rung_starts``: each rung's recent starts, spawn to first training batch (the rest of a hang's cost);
 - ``hang_marks``/``window_start``: the run's trained seconds at each recent hang, behind the mean time between hangs;
 - ``holds``: how long the training loop waited for each recent checkpoint;
-- ``points``: where each recent hang sat (phase, epoch, batch), newest last, for "the same hang at the same point".
+- ``points``: where each recent hang sat (phase, epoch, batch) and the checkpoint its attempt resumed from, newest
+  last, for "the same hang at the same point". A hang the settings cause also recurs at the same point when no
+  checkpoint lands between the resume point and the hang: only hangs that resumed from different points count as
+  repeats of a deterministic one.
 """
 
 from __future__ import annotations
@@ -22,15 +25,21 @@ from supervisor.decision.persistence import kept
 
 COSTS_KEPT = 8
 STARTS_KEPT = 5  # starts per rung behind its median
-POINTS_KEPT = 3  # a hang at the same point this many times in a row is deterministic
+POINTS_KEPT = 8
+REPEATS = 3  # hangs in a row at the same point, from this many different resume points, are deterministic
 
 
 @dataclass(frozen=True)
 class HangPoint:
-    """Where a hang sat: the last progress the worker reported before it."""
-    phase: str
-    epoch: int
-    batch: int
+    """Where a hang sat: the last progress the worker reported before it, and where its attempt resumed."""
+    phase: str = kept()
+    epoch: int = kept()
+    batch: int = kept()
+    # the checkpoint's (epoch, batch); None (left out of the file): from scratch or unknown
+    resumed_at: tuple[int, int] | None = kept(default=None, omitted=True)
+
+    def same_place(self, other: HangPoint) -> bool:
+        return (self.phase, self.epoch, self.batch) == (other.phase, other.epoch, other.batch)
 
 
 @dataclass
@@ -85,8 +94,17 @@ class HangHistory:
             lost = min(lost, interval / 2)
         return sum(self.stalls) / len(self.stalls) + lost
 
+    def same_point_run(self) -> list[HangPoint]:
+        """The newest hangs in a row that sat at the newest one's point (phase, epoch, batch)."""
+        run: list[HangPoint] = []
+        for point in reversed(self.points):
+            if run and not point.same_place(run[0]):
+                break
+            run.insert(0, point)
+        return run
+
     def repeated_point(self) -> HangPoint | None:
-        """The point of the last ``POINTS_KEPT`` hangs, when they all sat at the same one."""
-        if len(self.points) == POINTS_KEPT and len(set(self.points)) == 1:
-            return self.points[-1]
-        return None
+        """The newest hang's point, when the hangs in a row there resumed from ``REPEATS`` different points: a hang
+        the settings cause, recurring a fixed distance after one resume point, is no evidence of a deterministic one."""
+        run = self.same_point_run()
+        return run[-1] if len({p.resumed_at for p in run}) >= REPEATS else None

@@ -20,8 +20,8 @@ from collections import deque
 from typing import Any
 
 from supervisor.decision import goodput, kernel, probe, stopping
-from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby
-from supervisor.decision.events import Now
+from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby, PublishCheckpoint
+from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
 from supervisor.decision.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase
@@ -104,7 +104,27 @@ def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any
     if m.seconds is not None:
         s.hang_history.checkpoint_hold(m.seconds)
     s.current.batches_since_checkpoint = 0
-    return [KeepVerifiedCopy(m.path)]
+    mark = s.checkpoint
+    shared = [PublishCheckpoint(mark.path, mark.epoch, mark.batch, mark.seconds)] \
+        if s.config.distributed.several_hosts else []
+    return [KeepVerifiedCopy(m.path), *shared]
+
+
+def job_checkpoint(s: Supervision, event: JobCheckpointRead, now: Now) -> list[Any]:
+    """Several hosts: the checkpoint another host's rank 0 saved is this host's too, where its ranks resume from;
+    its age is read from the wall clock, so one saved before this attempt's spawn counts as older."""
+    own = event.node_rank == s.config.distributed.node_rank
+    known = s.checkpoint
+    if not s.config.distributed.several_hosts or own or \
+            known is not None and (event.epoch, event.batch, event.wall) <= (known.epoch, known.batch, known.wall):
+        return []
+    s.checkpoint = CheckpointMark(event.path, event.epoch, event.batch, event.wall,
+                                  now.mono - max(0.0, now.wall - event.wall), event.seconds)
+    s.hang_history.checkpoint_hold(event.seconds)
+    p = s.current.progress
+    s.current.batches_since_checkpoint = max(0, (p.epoch - event.epoch) * p.batches + p.batch - event.batch) \
+        if p.batches else 0
+    return []
 
 
 def _note_position(p: Progress, m: HeartbeatMessage) -> None:

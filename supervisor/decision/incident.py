@@ -44,6 +44,8 @@ class Stacks:
     culprit: str | None = kept(default=None)  # the line of the process the hang is best described by
     seconds: float = kept(default=0.0, key="stacks_seconds")  # the capture's duration
     path: str | None = kept(default=None, key="stacks")  # stacks.json, relative to the state directory; None: unwritten
+    # the culprit is a DataLoader worker inside a sample: the loader's rungs change it
+    in_loader_worker: bool = kept(default=False)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,15 @@ back where its first key is present). A field's type says how it reads back (``i
 that is missing or null gives the field its default. ``save``/``load`` spell a field whose form in the file is not
 its type's (the incidents: only the newest and those not yet in incidents.jsonl are kept). A record people read
 (an incident) leaves out what is not known: ``omitted`` fields while at their default, ``with_field`` ones unless
-that field is set.
+that field is set. A value not of its field's type, or a field without a default that the file lacks, is
+``Unreadable``, named by its key: the shell treats the file as corrupt rather than run on a half-read record.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import types
 import typing
 from dataclasses import dataclass
@@ -22,6 +24,11 @@ from enum import Enum
 from typing import Any, Callable
 
 KEPT = "kept"
+
+
+class Unreadable(ValueError):
+    """A state file's value is not of its field's type, or missing where the field has no default; the message names
+    the key (and the keys it sits in)."""
 
 
 @dataclass(frozen=True)
@@ -80,26 +87,38 @@ def load(record: Any, saved: dict[str, Any]) -> None:
             setattr(record, f.name, read(f, how, hint, saved))
 
 
-def construct(cls: type, saved: dict[str, Any]) -> Any:
+def construct(cls: type, saved: Any) -> Any:
     """A record of ``cls`` from ``saved``, its kept fields read as ``load`` reads them (for frozen records)."""
+    _expect(saved, dict)
     return cls(**{f.name: read(f, how, hint, saved) for f, how, hint in kept_fields(cls)})
 
 
 def read(f: dataclasses.Field, how: Kept, hint: Any, saved: dict[str, Any]) -> Any:
-    """The value of the kept field ``f``, of the type ``hint``, in ``saved``."""
+    """The value of the kept field ``f``, of the type ``hint``, in ``saved``; ``Unreadable``, naming its key (and
+    the keys it sits in), where it is not of that type or missing without a default."""
     if how.flat:
         record = _without_none(hint)
         if record is not hint and not any(k in saved for k in keys(record)[:1]):
             return None  # an optional record that was not written
         return construct(record, saved)
-    value = saved.get(how.key or f.name)
+    key = how.key or f.name
+    value = saved.get(key)
     if value is None:
-        return default(f)
-    return how.load(value) if how.load else from_json(hint, value)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            return default(f)
+        if key in saved and _without_none(hint) is not hint:
+            return None  # a field without a default that may be unknown (null)
+        raise Unreadable(f"{key!r} is {'null' if key in saved else 'missing'}, not {_name(hint)}")
+    try:
+        return how.load(value) if how.load else from_json(hint, value)
+    except Unreadable as e:  # a record's own field: the key it sits in, then its own
+        raise Unreadable(f"{key!r}: {e}") from None
+    except Exception as e:  # whatever a wrongly typed value breaks in its reader
+        raise Unreadable(f"{key!r} is not {_name(hint)} ({type(e).__name__}: {e})") from None
 
 
 def default(f: dataclasses.Field) -> Any:
-    """The field's default; None for a field without one (a record's required fields, unknown in the file)."""
+    """The field's default; None for a field without one."""
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return None if f.default is dataclasses.MISSING else f.default
@@ -130,7 +149,7 @@ def to_json(value: Any) -> Any:
 
 
 def from_json(hint: Any, value: Any) -> Any:
-    """``value`` read from JSON as the type ``hint`` says."""
+    """``value`` read from JSON as the type ``hint`` says; TypeError or ValueError where it is not of that type."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None:
@@ -138,19 +157,50 @@ def from_json(hint: Any, value: Any) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return from_json(inner, value)
     if origin is list:
+        _expect(value, list)
         return [from_json(args[0], v) for v in value]
-    if origin is tuple:  # tuple[X, ...]
-        return tuple(from_json(args[0], v) for v in value)
+    if origin is tuple:
+        _expect(value, list)
+        if args[-1] is Ellipsis:  # tuple[X, ...]
+            return tuple(from_json(args[0], v) for v in value)
+        if len(value) != len(args):  # tuple[X, Y]
+            raise ValueError(f"{len(value)} items, not {len(args)}")
+        return tuple(from_json(a, v) for a, v in zip(args, value))
     if origin is dict:
-        return {from_json(args[0], k): from_json(args[1], v) for k, v in value.items()}
+        _expect(value, dict)
+        return {_key(args[0], k): from_json(args[1], v) for k, v in value.items()}
     if hint is Any:
         return value
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if hasattr(hint, "from_dict"):
             return hint.from_dict(value)
-        if kept_fields(hint):
-            return construct(hint, value)
-        hints = typing.get_type_hints(hint)
-        return hint(**{f.name: from_json(hints[f.name], value[f.name]) for f in dataclasses.fields(hint)
-                       if f.name in value})
-    return hint(value)  # int, float, str, bool, an enum
+        return construct(hint, value) if kept_fields(hint) else record_from(hint, value)
+    if hint is float:
+        _expect(value, (int, float))
+        return float(value)
+    if hint in (int, str, bool):
+        _expect(value, hint)
+        return value
+    return hint(value)  # an enum
+
+
+def record_from(cls: type, value: Any, **given: Any) -> Any:
+    """The record ``cls`` (without kept fields: all of them are read) from a state file's object, each field read as
+    its type says (``given`` as is)."""
+    _expect(value, dict)
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: given[f.name] if f.name in given else from_json(hints[f.name], value[f.name])
+                  for f in dataclasses.fields(cls) if f.name in value or f.name in given})
+
+
+def _key(hint: Any, key: str) -> Any:
+    return int(key) if hint is int else from_json(hint, key)  # JSON's keys are strings
+
+
+def _expect(value: Any, types_: Any) -> None:
+    if isinstance(value, bool) and types_ is not bool or not isinstance(value, types_):
+        raise TypeError(f"got {json.dumps(value, default=str)[:60]}")
+
+
+def _name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

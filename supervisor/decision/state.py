@@ -86,6 +86,14 @@ class StopPlan:
     choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
 
 
+@dataclass(frozen=True)
+class JobRung:
+    """Several hosts: where another host moved the job, for this host's next attempt (the running one, if any,
+    stays at the rung it was spawned at: its hang, seconds and speed are that rung's)."""
+    rung: int
+    remedies: dict[str, Any]
+
+
 @dataclass
 class Suspicion:
     """A kernel line that needs confirming: the worker must show progress within the confirm window."""
@@ -114,7 +122,7 @@ class CheckpointMark:
     def from_dict(cls, record: dict[str, Any]) -> CheckpointMark:
         """From the state file: an earlier supervisor's monotonic time means nothing here; its age is read from the
         wall clock, and it counts as older than any attempt of this supervisor."""
-        return cls(**{**record, "mono": -math.inf})
+        return persistence.record_from(cls, record, mono=-math.inf)
 
 
 @dataclass
@@ -136,6 +144,7 @@ class Attempt:
     spawned_wall: float | None = None
     startup_seconds: float | None = None  # spawn to the first training batch
     resumed_from: str | None = None
+    resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
     exit_0_finishes: bool = False  # the worker is a command: exit 0 means finished
     trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1
@@ -258,6 +267,7 @@ class Supervision:
     hang_history: HangHistory = kept(default_factory=HangHistory)
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
+    job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
 
     # -- read-only views of the records' figures that the shell and the tests read by these names --
     @property
@@ -408,8 +418,12 @@ class Supervision:
         return persistence.dump(replace(self, goodput=settled))
 
     def restore(self, record: dict[str, Any]) -> None:
+        """The kept fields from a state file's ``record``; persistence.Unreadable (naming the key) where one is not of
+        its type. Rungs are clamped to the ladder: it may have fewer rungs now."""
         persistence.load(self, record)
-        self.rung = min(self.rung, len(self.ladder) - 1)  # the ladder may have fewer rungs now
+        self.rung = max(0, min(self.rung, len(self.ladder) - 1))
+        if self.probe.probing_from is not None and not 0 <= self.probe.probing_from < len(self.ladder):
+            self.probe.probing_from = None
         if "budget_times" not in record:  # a state file from before the budget kept its own times
             self.budget_times = list(self.restart_times)
         if not record.get("run_seconds"):  # ... from before run_seconds: its training time is the one lower bound

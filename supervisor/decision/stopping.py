@@ -30,12 +30,15 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
     a = s.current
     earlier = s.record_complete()  # the one before, if its restart never reached a batch
-    point = HangPoint(phase, a.progress.epoch, a.progress.batch) if reason in (Reason.HANG, Reason.KERNEL) else None
+    point = HangPoint(phase, a.progress.epoch, a.progress.batch, a.resumed_at) \
+        if reason in (Reason.HANG, Reason.KERNEL) else None
     last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds
     # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
     loss, resumes_from, at_risk = goodput.close_attempt(s, lost=save_until is None and then != After.SUCCEED)
     if point is not None and then in (None, After.RESTART):
         s.hang_history.hang(point, s.trained(), last_progress_at, s.goodput.lost_seconds - lost_before)
+    if s.job_next is not None:  # another host already decided where the job goes for this attempt's failure
+        climb, remedy = False, None
     choice = s.after_a_hang() if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
     incident = Incident(
@@ -60,10 +63,8 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         log = Log("info", detail)
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
-    cause = {"id": incident.id, "reason": incident.reason.value, "phase": incident.phase,
-             "stopped_first_rank": incident.stopped_first_rank}
-    published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})}, cause) \
-        if climb or remedy else []
+    published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})},
+                        cause_of(incident)) if climb or remedy else []
     return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])
 
 
@@ -120,6 +121,14 @@ def climb_target(s: Supervision, choice: rung_choice.Choice | None) -> int:
     if s.probe.probing_from is not None:
         return s.probe.probing_from
     return choice.rung if choice is not None else s.ladder.next(s.rung)
+
+
+def cause_of(incident: Incident | None) -> dict[str, Any]:
+    """What the other hosts are told of the incident behind a ladder decision."""
+    if incident is None:
+        return {}
+    return {"id": incident.id, "reason": incident.reason.value, "phase": incident.phase,
+            "stopped_first_rank": incident.stopped_first_rank}
 
 
 def publish(s: Supervision, rung: int, remedies: dict[str, Any], cause: dict[str, Any]) -> list[Any]:

@@ -1,21 +1,26 @@
-"""Several hosts: the job-wide ladder decision, kept beside the checkpoint on the run directory every host shares.
+"""Several hosts: the job-wide ladder decision and the job's newest checkpoint, kept beside the checkpoint on the
+run directory every host shares.
 
 A host that moves the job on the ladder (a hang climbs, a remedy, a probe) writes ``job-ladder.json`` before its
 tree is killed; every host reads it, when it changed, before each event but heartbeats (``core.JobLadderRead``), so
 the hosts whose ranks fail with it restart on the same rung, with the same remedies, from the same checkpoint.
+The host whose rank 0 saves writes ``job-checkpoint.json`` at each checkpoint (``core.JobCheckpointRead``): the
+other hosts' ranks never report one, and their restart budget, lost work and goodput count from it.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
-from supervisor.decision.actions import PublishLadder
-from supervisor.decision.events import JobLadderRead
+from supervisor.decision.actions import PublishCheckpoint, PublishLadder
+from supervisor.decision.events import JobCheckpointRead, JobLadderRead
 from worker.durable_file import write_durably
 
 NAME = "job-ladder.json"
+CHECKPOINT_NAME = "job-checkpoint.json"
 
 
 class JobLadderFile:
@@ -42,5 +47,32 @@ class JobLadderFile:
             return JobLadderRead(seq=int(raw["seq"]), rung=int(raw["rung"]), remedies=dict(raw.get("remedies") or {}),
                                  node_rank=int(raw["node_rank"]), host=str(raw.get("host", "")),
                                  cause=dict(raw.get("cause") or {}))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+class JobCheckpointFile:
+    def __init__(self, run_dir: Path, node_rank: int):
+        self.path = run_dir / CHECKPOINT_NAME
+        self.node_rank = node_rank
+        self._seen: tuple[int, int] | None = None
+
+    def publish(self, mark: PublishCheckpoint) -> None:
+        """Raises OSError when the shared directory cannot be written (the caller says so and goes on)."""
+        record = {"path": mark.path, "epoch": mark.epoch, "batch": mark.batch, "seconds": mark.seconds,
+                  "wall": time.time(), "node_rank": self.node_rank}
+        write_durably(self.path, json.dumps(record).encode())
+
+    def read_if_changed(self) -> JobCheckpointRead | None:
+        """The checkpoint when the file changed since the last read; None when it did not, is missing or unreadable."""
+        try:
+            stat = self.path.stat()
+            if (stat.st_mtime_ns, stat.st_size) == self._seen:
+                return None
+            self._seen = (stat.st_mtime_ns, stat.st_size)
+            raw = json.loads(self.path.read_text())
+            return JobCheckpointRead(path=str(raw["path"]), epoch=int(raw["epoch"]), batch=int(raw["batch"]),
+                                     seconds=float(raw["seconds"]), wall=float(raw["wall"]),
+                                     node_rank=int(raw["node_rank"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -139,6 +139,7 @@ class Supervisor(View):
     heartbeats: Heartbeats = field(default_factory=Heartbeats)
     metrics_bind_failures: int = 0
     standby_pid: int | None = None
+    run_dir: str | None = None  # several hosts: the shared run directory (status --state-dir alone finds the hosts)
     checkpoint: str | None = None  # where the newest checkpoint is written
 
 

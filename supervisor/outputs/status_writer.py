@@ -33,14 +33,15 @@ class StatusWriter:
         self.systemd = systemd
         self._hosts_view_failed = False
 
-    def write(self, status: Status, record: dict[str, Any], on_taken: Callable[[StateDirTaken], None]
-              ) -> None:
-        """``record``: the state file's content, ``status`` as JSON in it. ``on_taken`` is told, once, that another
-        supervisor took the state directory; nothing is written there after it."""
+    def write(self, status: Status, record: dict[str, Any], on_taken: Callable[[StateDirTaken], None],
+              final: bool = False) -> None:
+        """``record``: the state file's content, ``status`` as JSON in it; ``final``: the supervisor's last.
+        ``on_taken`` is told, once, that another supervisor took the state directory; nothing is written there after
+        it."""
         self.metrics.publish(status)
         self.systemd.status(status_line(status))
         try:
-            self.state_dir.write_state(record)
+            self.state_dir.write_state(record, final=final)
         except StateDirTaken as e:
             on_taken(e)
         if self.config.distributed.several_hosts:

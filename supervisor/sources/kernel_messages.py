@@ -22,9 +22,10 @@ journalctl ``host kernel:`` prefix classifies the same as the bare message. A pa
 GPU job faulted. The first matching entry wins.
 
 Where each format comes from is cited per entry; the formats were read in the Linux sources
-(drivers/gpu/drm/amd/amdgpu, drivers/gpu/drm/drm_drv.c, kernel/workqueue.c, kernel/hung_task.c,
-kernel/watchdog.c, mm/oom_kill.c) and NVIDIA's Xid catalogue
-(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
+(drivers/gpu/drm/amd/amdgpu, drivers/gpu/drm/amd/amdkfd, drivers/gpu/drm/drm_drv.c, kernel/workqueue.c,
+kernel/hung_task.c, kernel/watchdog.c, mm/oom_kill.c) and NVIDIA's Xid catalogue
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), and checked against the lines users posted
+to ROCm's trackers: ROCm/TheRock (where ROCm's issues are filed now) and ROCm/legacy-rocm-build (the older ones).
 """
 
 from __future__ import annotations
@@ -83,6 +84,17 @@ _GPU_WORK = r"(?:\S*(?:amdgpu|amdkfd|kfd_|drm_|ttm_|drm_sched)\S*|\S+ \[(?:amdgp
 
 BUILTIN: tuple[tuple[str, str, str, str], ...] = (
     # --- stall ---------------------------------------------------------------------------------------
+    (
+        "amdkfd_svm_workqueue_hog",
+        r"workqueue: (?:svm_range_restore_work|svm_range_deferred_list_work|kfd_process_wq_release)"
+        r"(?: \[amdgpu\])? hogged CPU for >\d+us",
+        "stall",
+        "kernel/workqueue.c wq_cpu_intensive_report() for amdkfd's work: kfd_svm.c svm_range_restore_work() "
+        "(restoring SVM ranges an MMU notifier evicted), svm_range_deferred_list_work(), kfd_process.c "
+        'kfd_process_wq_release(): "workqueue: svm_range_restore_work [amdgpu] hogged CPU for >10000us 67 times, '
+        'consider switching to WQ_UNBOUND", the count doubling (67, 131, 259 ...) before a GPU page fault '
+        "(ROCm/legacy-rocm-build#5952, #4515; ROCm's issues are filed at ROCm/TheRock now)",
+    ),
     (
         "workqueue_gpu_hog",
         r"workqueue: " + _GPU_WORK + r" hogged CPU for >\d+us",
@@ -205,6 +217,14 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         'amdgpu_vm_print_task_info(): " Process %s pid %d thread %s pid %d" (after a timeout or page fault)',
     ),
     (
+        "amdgpu_l2_protection_fault",
+        r"\b(?:GC|MM)VM_L2_PROTECTION_FAULT_STATUS:0x[0-9A-Fa-f]{8}\b",
+        "gpu_fault",
+        "gfxhub_v2_0.c ... gfxhub_v12_0.c gfxhub_v*_print_l2_protection_fault_status(), mmhub_v2_0.c ... "
+        'mmhub_v*_print_l2_protection_fault_status(): "GCVM_L2_PROTECTION_FAULT_STATUS:0x%08X", '
+        '"MMVM_L2_PROTECTION_FAULT_STATUS:0x%08X" (after a page fault; legacy-rocm-build#5952, #6269, #6374)',
+    ),
+    (
         "amdgpu_vm_fault_legacy",
         r"amdgpu.*GPU fault detected: \d+ 0x[0-9a-fA-F]+",
         "gpu_fault",
@@ -216,6 +236,15 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         "gpu_fault",
         'amdgpu_mes.c/mes_v11_0.c mes_submit_pkt_and_poll_completion(): "MES failed to respond to msg=%s", '
         '"MES(%d) failed to respond to msg=%s (%s)"',
+    ),
+    (
+        "amdkfd_mes_remove_queue_failed",
+        r"failed to remove hardware queue from MES, doorbell=0x[0-9a-fA-F]+|"
+        r"MES might be in unrecoverable state, issue a GPU reset",
+        "gpu_fault",
+        'amdkfd kfd_device_queue_manager.c remove_queue_mes(): "failed to remove hardware queue from MES, '
+        'doorbell=0x%x" ("%s failed to remove ... queue: %d, caller: %s" in newer kernels), then "MES might be in '
+        'unrecoverable state, issue a GPU reset" (after "MES failed to respond to msg=REMOVE_QUEUE": #4515)',
     ),
     (
         "amdgpu_reset_begin",
