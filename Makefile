@@ -54,9 +54,9 @@ unit: install
 	$(BIN)/python -m pytest -q -m 'not e2e' $(PYTEST_ARGS)
 
 bench: install
-	$(BIN)/python bench/recovery.py
-	$(BIN)/python bench/heartbeat.py
-	$(BIN)/python bench/footprint.py
+	$(BIN)/python -m bench.recovery
+	$(BIN)/python -m bench.heartbeat
+	$(BIN)/python -m bench.footprint
 
 # Installs the unit, /etc/yolo-train/config.toml (never overwritten), the yolo-train user; then:
 #   systemctl enable --now yolo-train

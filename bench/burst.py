@@ -16,9 +16,9 @@ has none: its progress is printed instead); beside it, each hang's cost as its i
 restart, work lost), which the machine's speed drifting from one run to the next does not move. Printed beside it: hangs, the rungs the run visited, the checkpoint
 interval of its last attempt, and the supervisor's exit.
 
-    .venv/bin/python bench/burst.py                                    # the CPU demo (2 workers, 64 px)
-    python3 bench/burst.py --gpu --hang-every 20-40 --baseline /tmp/before      # YOLOv8n 640 px on a GPU
-    python3 bench/burst.py --gpu --epochs 28 --hang-every 270-330 --baseline /tmp/before --limit 1000  # every 5 min
+    .venv/bin/python -m bench.burst                                    # the CPU demo (2 workers, 64 px)
+    python3 -m bench.burst --gpu --hang-every 20-40 --baseline /tmp/before      # YOLOv8n 640 px on a GPU
+    python3 -m bench.burst --gpu --epochs 28 --hang-every 270-330 --baseline /tmp/before --limit 1000  # every 5 min
 """
 
 from __future__ import annotations
@@ -34,11 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.lost_work import BenchError, SupervisedRun  # noqa: E402
-from bench.recovery import free_port, to_toml  # noqa: E402
+from bench.harness import ROOT, write_config
+from bench.lost_work import BenchError, SupervisedRun
 
 POLL = 0.2  # seconds between looks at the run
 
@@ -54,16 +51,13 @@ class Night:
     status: dict = field(default_factory=dict)
 
 
-def write_config(path: Path, args: argparse.Namespace) -> Path:
+def burst_config(path: Path, args: argparse.Namespace) -> Path:
     from worker.demo_data import ensure_demo_dataset
 
     data = str(ensure_demo_dataset(train_images=args.images, val_images=8, size=args.imgsz))
     train = {"data": data, "model": args.model, "epochs": args.epochs, "imgsz": args.imgsz, "batch": args.batch,
              "workers": args.workers, "device": "0" if args.gpu else "cpu", "plots": False}
-    raw = {"name": path.stem, "train": train, "metrics": {"listen": f"127.0.0.1:{free_port()}"},
-           "kernel_log": {"source": "off", "gpu_events": "off"}}
-    path.write_text(to_toml(raw))
-    return path
+    return write_config(path, train, sections={"kernel_log": {"source": "off", "gpu_events": "off"}}, name=path.stem)
 
 
 def freeze_tree(pid: int) -> int:
@@ -197,12 +191,12 @@ def main() -> int:
           f"after each first training batch", flush=True)
     with tempfile.TemporaryDirectory(prefix="burst-") as tmp_name:
         tmp = Path(tmp_name)
-        config = write_config(tmp / "burst.toml", args)
+        config = burst_config(tmp / "burst.toml", args)
         runs = args.runs.split(",")
         limit, args.limit = args.limit, args.limit or 3600.0
         # The first training on a fresh machine builds the dataset's label cache and compiles the imports: a cost
         # no later run pays, so a one-epoch run pays it here, uncounted.
-        night(tmp, "warm-up", write_config(tmp / "warm-up.toml", argparse.Namespace(**{**vars(args), "epochs": 1})),
+        night(tmp, "warm-up", burst_config(tmp / "warm-up.toml", argparse.Namespace(**{**vars(args), "epochs": 1})),
               args, None)
         if args.reference is None:
             calm = night(tmp, "undisturbed", config, args, None)

@@ -2,32 +2,30 @@
 
 The supervisor writes a sample at most every 5 s (history.SAMPLE_INTERVAL), from its own loop, never from the training
 process: training pays nothing directly; the supervisor's loop pays one write per sample, and a heartbeat read late
-by that much. Times ``History.record`` with a live status as the agent builds it (the demo's), each call a sample (the
-clock is moved by the interval), on a real file in a temporary directory: median, 99th percentile and maximum, the
-WAL checkpoints (every ~1000 pages) and the thinning passes (every 10 minutes of samples) included; then the share of
-the supervisor's time (mean write / interval) and the CPU it takes per hour. ``--gpu`` adds a reading of each GPU
-(NVML or amdgpu sysfs) to every sample, as the agent does, and times that reading on its own.
+by that much. Times ``History.record`` with a live status as the agent passes it (a ``Status``'s JSON form), each
+call a sample (the clock is moved by the interval), on a real file in a temporary directory: median, 99th percentile
+and maximum, the WAL checkpoints (every ~1000 pages) and the thinning passes (every 10 minutes of samples) included;
+then the share of the supervisor's time (mean write / interval) and the CPU it takes per hour. ``--gpu`` adds a
+reading of each GPU (NVML or amdgpu sysfs) to every sample, as the agent does, and times that reading on its own.
 
-    .venv/bin/python bench/history.py [--samples 5000] [--gpu] [--dir /var/lib/yolo-train]
+    .venv/bin/python -m bench.history [--samples 5000] [--gpu] [--dir /var/lib/yolo-train]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from supervisor.outputs import history
+from supervisor.outputs.status_view import CheckpointView, Status, Supervisor
 
-from supervisor.outputs import history  # noqa: E402
-
-STATUS = {"state": "healthy", "phase": "train", "rung": 1, "attempt": 3, "epoch": 12, "epochs": 300,
-          "batch": 1834, "batches": 3665, "progress": 0.0381, "it_s": 15.07, "eta_seconds": 71234.5, "goodput": 0.934,
-          "trained_seconds": 7012.3, "lost_seconds": 12.1, "restarts": 2,
-          "last_checkpoint": {"epoch": 12, "batch": 1800}}
+STATUS = Status(state="healthy", phase="train", rung=1, attempt=3, epoch=12, epochs=300, batch=1834, batches=3665,
+                progress=0.0381, it_s=15.07, eta_seconds=71234.5, goodput=0.934, trained_seconds=7012.3,
+                lost_seconds=12.1, restarts=2, last_checkpoint=CheckpointView(epoch=12, batch=1800),
+                supervisor=Supervisor()).to_dict()
 
 
 class Clock:

@@ -15,12 +15,12 @@ import math
 import os
 import selectors
 import time
+from dataclasses import replace
 from typing import Any
 
 from supervisor.config import Config
 from supervisor.decision import core, notices
 from supervisor.decision.incident import Incident
-from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file, status_view
@@ -39,6 +39,7 @@ from supervisor.sources.kernel_sources import KernelSources
 from supervisor.sources.read_throttle import ReadThrottle
 from supervisor.sources.signals import catch_signals, stop_requests
 from supervisor.sources.standby import Standby
+from supervisor.sources.torch_build import ladder_for
 from supervisor.sources.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.sources.worker_spawn import WorkerSpawner
 from worker.contract import split_rung
@@ -52,8 +53,7 @@ PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor coun
 class Agent:
     def __init__(self, config: Config):
         self.config = config
-        self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)),
-                                   command=config.command is not None, device=config.train.get("device"))
+        self.ladder = ladder_for(config)
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
@@ -291,14 +291,15 @@ class Agent:
             self.handle(core.StopRequested(name))
 
     # -- state --
-    def status(self) -> dict[str, Any]:
+    def status(self) -> status_view.Status:
         now = self.now()
-        return {**status_view.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
-                "state_dir": str(self.config.state_dir), "updated": now.wall,
-                "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics.bind_failures,
-                "standby_pid": self.standby.pid,
-                "run_dir": str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
-                "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
+        return replace(status_view.snapshot(self.s, now), supervisor=status_view.Supervisor(
+            supervisor_pid=os.getpid(), config=self.config.source, state_dir=str(self.config.state_dir),
+            updated=now.wall,
+            heartbeats=status_view.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
+            metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
+            run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
+            checkpoint=str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")))
 
     def _write_state(self, force: bool, final: bool = False) -> None:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
@@ -306,11 +307,12 @@ class Agent:
         self._status_written = time.monotonic()
         self.kernel.remember_tree(self.worker is not None, spare=self._spare())
         status = self.status()
-        self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": status,
+        shown = status.to_dict()  # the status's JSON form: the state file's and the history's
+        self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": shown,
                                           "kernel_log_position": self.kernel.position()},
                                  on_taken=lambda e: self.handle(core.StateDirTaken(str(e))), final=final)
-        if self.state_dir.taken is None and self.history.due(status):
-            self.history.record(status, gpu_readings(self.metrics.gpu_readers))
+        if self.state_dir.taken is None and self.history.due(shown):
+            self.history.record(shown, gpu_readings(self.metrics.gpu_readers))
 
 
 def run(config: Config) -> int:

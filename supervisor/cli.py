@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from supervisor.config import ConfigError, load
-from supervisor.exit_codes import EXIT_CONFIG
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_USAGE
 from worker.faults import Fault, FaultError
 
 
@@ -116,10 +116,9 @@ def _main(argv: list[str]) -> int:
 
             return report_main(config, args.output, png=args.png)
         if args.command == "check-config":
-            from supervisor.decision.ladder import build_ladder
+            from supervisor.sources.torch_build import ladder_for
 
-            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None,
-                                  device=config.train.get("device"))
+            ladder = ladder_for(config)
             print(f"{config.source}: ok; state_dir {config.state_dir}")
             for i in range(len(ladder)):
                 print(f"  rung {i}: {ladder.label(i)}")
@@ -127,7 +126,7 @@ def _main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"yolo-train: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return 2
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.decision.checkpoint_interval import MIN_SECONDS as CHECKPOINT_FLOOR
-from supervisor.sources.kernel_log import SOURCE_CHOICES
+from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
 from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
 
 AUTO = "auto"
+SOURCE_CHOICES = ("auto", "kmsg", "journal", "off")  # [kernel_log] source: auto reads kmsg, else the journal
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 # units/yolo-train.service's WatchdogSec=30s: the longest the supervisor's loop may be away. Killing a tree holds
 # the loop for up to kill_grace + kill_timeout (no heartbeat read, no stop request handled), so their sum must fit.
@@ -575,8 +576,6 @@ class _Checker:
         return NotifyConfig(tuple(argv), timeout)
 
     def command(self, worker: dict[str, Any], progress: Any, path: Path | None) -> CommandConfig | None:
-        from supervisor.sources.progress_lines import validate_regex
-
         self.keys("progress", progress, {"regex"})
         if "command" not in worker:
             for key in ("cwd", "checkpoint", "resume_args"):
@@ -722,8 +721,6 @@ class _Checker:
         return tuple(dict(r) for r in rungs)
 
     def kernel_log(self, table: Any) -> KernelLogConfig:
-        from supervisor.sources.kernel_messages import CatalogueError, validate_patterns
-
         self.keys("kernel_log", table, {f.name for f in fields(KernelLogConfig)})
         source = table.get("source", "auto")
         if source not in SOURCE_CHOICES:

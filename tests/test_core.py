@@ -377,7 +377,7 @@ def test_snapshot_reports_rates_progress_and_eta():
     for i in range(1, 6):
         d.t += 0.5
         d.beat(epoch=2, epochs=3, batch=i, batches=10, samples=4)
-    snap = snapshot(d.s, core.Now(d.t, 0))
+    snap = snapshot(d.s, core.Now(d.t, 0)).to_dict()
     assert snap["it_s"] == pytest.approx(2.0) and snap["samples_s"] == pytest.approx(8.0)
     assert snap["progress"] == pytest.approx(15 / 30)
     assert snap["eta_seconds"] == pytest.approx(15 / 2.0)
@@ -490,7 +490,7 @@ def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_inci
     d.at(d.t + 3)
     d.beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=21, batches=40)
     assert d.s.incidents[-1].restart_seconds == pytest.approx(3.0)  # detection to the first new batch
-    snap = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
+    snap = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()
     assert snap["lost_seconds"] == 4.0 and snap["lost_batches"] == 8
     # kept 9.5 s of the 27 s since the boot at t=1000
     assert snap["goodput"] == pytest.approx((13.5 - 4.0) / (d.t - 1000.0))
@@ -577,9 +577,9 @@ def test_a_worker_that_exits_78_is_a_configuration_error_not_a_restart():
 def test_a_rung_shows_environment_variables_by_name_never_their_values():
     s = make(ladder={"rungs": [{"env": {"HF_TOKEN": "hunter2", "HSA_ENABLE_INTERRUPT": "0"}}, {"workers": 0}]})
     assert s.ladder.label(2) == "env=HF_TOKEN+HSA_ENABLE_INTERRUPT, workers=0"
-    snap = snapshot(s, core.Now(0.0, 0.0))
+    snap = snapshot(s, core.Now(0.0, 0.0)).to_dict()
     s.rung = 2
-    assert "hunter2" not in str(snapshot(s, core.Now(0.0, 0.0))) + str(snap)
+    assert "hunter2" not in str(snapshot(s, core.Now(0.0, 0.0)).to_dict()) + str(snap)
 
 
 def test_a_gpu_lost_line_ends_the_run_only_as_the_kernels_own_word_about_a_gpu_it_uses():
@@ -808,7 +808,7 @@ def test_under_ddp_rank_0_is_the_progress_every_rank_its_own_liveness_and_a_stra
     d.beat(pid=5001, progress=1, rank=1, epoch=1, epochs=3, batch=7, batches=10)
     assert d.s.progress.batch == 1  # rank 1 is liveness only
     d.beat(pid=6000, progress=99, rank=1, batch=9)  # a DataLoader worker of rank 1 (it inherits RANK)
-    snap = snapshot(d.s, core.Now(d.t, 0))
+    snap = snapshot(d.s, core.Now(d.t, 0)).to_dict()
     assert [(r["rank"], r["pid"], r["device"]) for r in snap["ranks"]] == [(0, 5000, "cuda:0"), (1, 5001, "cuda:1")]
     assert snap["ranks"][0]["seconds_since_progress"] == 1.0 and snap["ranks"][1]["seconds_since_progress"] == 0.0
     assert d.s.messages_ignored == 1
@@ -946,13 +946,13 @@ def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervi
     """A wall clock set back gave goodput None (or above 1). Monotonic time does not survive the supervisor, so the
     earlier supervisors' time is kept as a duration in the state file."""
     d = healthy()  # booted at t=1000, 0.5 s batches from 1000.5 to 1010: 9.5 s trained
-    snap = snapshot(d.s, core.Now(d.t + 10, 1_700_000_000 - 3600))  # the wall clock set back an hour
+    snap = snapshot(d.s, core.Now(d.t + 10, 1_700_000_000 - 3600)).to_dict()  # the wall clock set back an hour
     assert snap["goodput"] == pytest.approx(9.5 / 20)
     record = d.s.persistent(d.t + 10)  # then the supervisor dies
     again = Driver(make())
     again.s.restore(record)
     again.at(5.0)(core.Boot())  # a new supervisor after a reboot: another monotonic origin
-    assert snapshot(again.s, core.Now(15.0, 0))["goodput"] == pytest.approx(9.5 / 30)
+    assert snapshot(again.s, core.Now(15.0, 0)).to_dict()["goodput"] == pytest.approx(9.5 / 30)
 
 
 def test_a_signature_acts_only_on_the_failure_that_ended_the_worker():
@@ -980,7 +980,7 @@ def test_the_incident_is_one_record_enriched_by_the_shell_and_written_once_when_
     assert d(core.IncidentEnriched("another-id", ({"pid": 1},))) == []  # not the incident being stopped
     d(core.IncidentEnriched(kill.incident.id, ({"pid": PID, "state": "sleeping"},), ("last line",), stacks=where))
     assert "RecordIncident" not in kinds(d(core.TreeKilled(killed=2, seconds=0.5, confirmed_wall=1.0)))
-    status = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))["last_incident"]
+    status = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()["last_incident"]
     assert status["culprit"] == where.culprit and status["kill"]["processes"] == 2
     assert status["output_tail"] == ["last line"] and "restart_seconds" not in status  # not complete yet
     d(core.Spawned(PID + 1, None))
@@ -988,7 +988,7 @@ def test_the_incident_is_one_record_enriched_by_the_shell_and_written_once_when_
     [record] = [a for a in actions if isinstance(a, core.RecordIncident)]
     assert d.beat(pid=PID + 1, epoch=1, epochs=3, batch=2, batches=10) == []  # written once
     line = record.incident.to_dict()
-    assert line == snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))["last_incident"]  # the same record
+    assert line == snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()["last_incident"]  # the same record
     assert line["restart_seconds"] == pytest.approx(4.0) and line["culprit"] == where.culprit
     assert line["settings"] == {} and line["time_iso"].endswith("Z")
     restored = make()

@@ -92,7 +92,7 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
     assert status["rung"] == rung and status["attempt"] == 2
     # [checkpoint] every = "auto": a run that has not hung checkpoints every max; the attempt after a hang gets the
     # interval its hang rate asks for, and it is the one its worker was launched with.
-    launched = json.loads((state_dir / "worker-settings.json").read_text())
+    launched = json.loads((state_dir / "launch-record.json").read_text())
     assert launched["checkpoint_every"] == status["checkpoint_every"]
     assert (status["checkpoint_every"] < 600) is (reason == "hang")
     expected_workers = {0: 2, 1: 1}[rung]

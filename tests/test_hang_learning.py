@@ -57,7 +57,7 @@ class Night:
 def test_auto_is_the_default_and_a_run_that_has_not_hung_checkpoints_every_max():
     night = Night({0: 2.0})
     assert night.d.s.config.checkpoint.every == "auto" and night.spawns[0].checkpoint_every == 600.0
-    snap = snapshot(night.d.s, core.Now(night.d.t, 0))
+    snap = snapshot(night.d.s, core.Now(night.d.t, 0)).to_dict()
     assert snap["checkpoint_every"] == 600.0 and snap["checkpoint_interval"]["auto"] is True
     assert snap["checkpoint_interval"]["mean_time_between_hangs"] is None
 
@@ -72,7 +72,7 @@ def test_after_each_hang_the_interval_is_youngs_from_the_measured_hold_and_the_h
     night.hang()
     # Two hangs in 60 s of training (the 10 s stalls are no training): 30 s between hangs.
     assert night.spawns[-1].checkpoint_every == pytest.approx(math.sqrt(2 * 0.5 * 30), rel=0.05)
-    view = snapshot(night.d.s, core.Now(night.d.t, 0))["checkpoint_interval"]
+    view = snapshot(night.d.s, core.Now(night.d.t, 0)).to_dict()["checkpoint_interval"]
     assert view["hold_seconds"] == 0.5 and view["mean_time_between_hangs"] == pytest.approx(30, rel=0.05)
 
 
@@ -125,7 +125,7 @@ def test_hangs_that_come_as_often_whatever_the_rung_leave_the_run_on_the_fastest
     assert rungs == [0, 1, 0, 0, 0, 0]
     facts = night.d.s.rung_facts()
     assert facts[1].hangs == 1 and not facts[2].tried
-    ladder = snapshot(night.d.s, core.Now(night.d.t, 0))["ladder"]
+    ladder = snapshot(night.d.s, core.Now(night.d.t, 0)).to_dict()["ladder"]
     assert set(ladder["rungs"]) == {"0", "1"} and ladder["rungs"]["0"]["expected_goodput"] > \
         ladder["rungs"]["1"]["expected_goodput"]
     assert night.d.s.exit is None  # no livelock up the ladder, no budget spent climbing

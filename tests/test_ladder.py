@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.decision.ladder import (ROCM_ENV_RUNGS, build_ladder, cuda_version_in, default_ladder, hip_version_in,
-                                       nvidia_gpu_present)
+from supervisor.config import parse
+from supervisor.decision.ladder import ROCM_ENV_RUNGS, build_ladder, default_ladder
+from supervisor.sources.torch_build import cuda_version_in, detect, hip_version_in, ladder_for, nvidia_gpu_present
 from worker.contract import split_rung
 
 
@@ -58,7 +59,9 @@ def test_the_installed_torch_here_is_no_rocm_build_so_no_env_rungs():
     import torch
 
     gpu = torch.version.cuda is not None and torch.cuda.is_available()
-    assert build_ladder(None, 2) == default_ladder(2, rocm=torch.version.hip is not None, cuda=gpu)
+    assert detect().rocm is (torch.version.hip is not None) and detect().cuda is gpu
+    config = parse({"train": {"workers": 2}}, "t.toml")
+    assert ladder_for(config) == default_ladder(2, rocm=torch.version.hip is not None, cuda=gpu)
 
 
 def test_on_a_cuda_gpu_spawned_workers_come_first_and_never_for_a_cpu_training(tmp_path):
@@ -68,8 +71,8 @@ def test_on_a_cuda_gpu_spawned_workers_come_first_and_never_for_a_cpu_training(t
     assert ladder.label(2) == "start_method=spawn, workers=4"
     assert {"start_method": "spawn"} not in default_ladder(0, cuda=True).rungs
     # [train] device = "cpu": no GPU runtime in the training process for a forked worker to inherit.
-    assert build_ladder(None, 8, device="cpu", rocm=False) == default_ladder(8)
-    assert build_ladder(None, 8, device=" CPU ", rocm=False, cuda=None) == default_ladder(8)
+    assert not detect("cpu").cuda and not detect(" CPU ").cuda
+    assert ladder_for(parse({"train": {"workers": 8, "device": "cpu"}}, "t.toml")).rungs[1] == {"workers": 4}
 
 
 @pytest.mark.parametrize("text, cuda", [

@@ -236,7 +236,7 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
                             batch=1, batches=4, rank=1, local_rank=0)
     core.decide(s, core.HeartbeatReceived(beat), now)
     assert s.state.value == "healthy" and s.progress.batch == 1
-    view = snapshot(s, now)
+    view = snapshot(s, now).to_dict()
     assert view["node_rank"] == 1 and view["ranks"] == [
         {"rank": 1, "local_rank": 0, "pid": 12, "device": None, "seconds_since_progress": 0.0}]
 

@@ -154,6 +154,15 @@ def test_on_a_full_disk_the_final_state_write_still_lands(tmp_path):
         subprocess.run(["umount", "-l", str(mount)])
 
 
+def test_the_launch_record_is_named_for_what_it_holds_and_an_old_one_goes(tmp_path):
+    """Earlier versions wrote it as worker-settings.json: a state directory may still hold one, of an older attempt."""
+    (tmp_path / "worker-settings.json").write_text('{"attempt": 1}')
+    state = StateDir(tmp_path, "test.toml")
+    state.write_launch_record('{"attempt": 2}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["launch-record.json"]
+    assert json.loads(state.launch_record.read_text()) == {"attempt": 2}
+
+
 def other_network_namespace() -> list[str]:
     """A command prefix that runs in a network namespace of its own, where the lock's abstract socket is not seen."""
     for prefix in (["unshare", "--net"], ["unshare", "--map-root-user", "--net"]):

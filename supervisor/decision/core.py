@@ -122,10 +122,10 @@ def _boot(s: Supervision, now: Now) -> list[Any]:
     if s.state == State.SUCCEEDED:
         if s.training_fingerprint not in (None, training_fingerprint(s)):
             # Another config pointed at a finished training's directory: its record stays as it is.
-            return stopping.finish(s, State.SUCCEEDED, Exit(
+            return stopping.end_run(s, State.SUCCEEDED, Exit(
                 EXIT_CONFIG, f"{s.config.state_dir} holds a finished training of another [train] table or ladder; "
                              f"point state_dir (or the top-level name) elsewhere"))
-        return stopping.finish(s, State.SUCCEEDED, Exit(EXIT_OK, "training already finished; nothing to do "
+        return stopping.end_run(s, State.SUCCEEDED, Exit(EXIT_OK, "training already finished; nothing to do "
                                                                  "(remove the state directory to train again)"))
     s.state = State.STARTING
     note = []
@@ -223,7 +223,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping
     if code == 0 and (a.progress.phase == Phase.DONE.value or a.exit_0_finishes):
-        return stopping.finished(s)
+        return stopping.trained_to_the_end(s)
     how = describe_exit(code)
     if code == EXIT_CONFIG:  # the worker's own verdict: restarting cannot help (a checkpoint of another training)
         return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure="worker:config",
@@ -301,7 +301,7 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
                     *stopping.save_failed(s, f"{event.signal} again before the checkpoint came", Reason.STOP)]
         return []
     if s.state == State.BACKOFF:
-        return stopping.finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
+        return stopping.end_run(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
     return []
 
 
@@ -337,7 +337,7 @@ def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any
             return [Log("error", event.detail)] + stopping.save_failed(s, "the state directory was taken", Reason.STOP)
         return [Log("error", event.detail)]
     if s.state == State.BACKOFF:
-        return stopping.finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{event.detail}: {advice}; not restarting"))
+        return stopping.end_run(s, State.FAILED, Exit(EXIT_CONFIG, f"{event.detail}: {advice}; not restarting"))
     return []
 
 

@@ -1,6 +1,6 @@
 """What this run has learned from its hangs: the record the ladder and the checkpoint interval decide from.
 
-One record, kept across supervisor restarts (``to_dict``/``from_dict``), written only by the decision core:
+One record, kept across supervisor restarts (its ``kept`` fields, persistence.py), written only by the decision core:
 
 - ``rung_seconds``: training seconds spent at each rung (first batch to last progress of each attempt), beside the
   hangs and speeds the core already counts per rung: a rung's hang rate is hangs over these seconds;
@@ -18,10 +18,10 @@ One record, kept across supervisor restarts (``to_dict``/``from_dict``), written
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT, median
+from supervisor.decision.persistence import kept
 
 COSTS_KEPT = 8
 STARTS_KEPT = 5  # starts per rung behind its median
@@ -32,10 +32,11 @@ REPEATS = 3  # hangs in a row at the same point, from this many different resume
 @dataclass(frozen=True)
 class HangPoint:
     """Where a hang sat: the last progress the worker reported before it, and where its attempt resumed."""
-    phase: str
-    epoch: int
-    batch: int
-    resumed_at: tuple[int, int] | None = None  # the checkpoint's (epoch, batch); None: from scratch or unknown
+    phase: str = kept()
+    epoch: int = kept()
+    batch: int = kept()
+    # the checkpoint's (epoch, batch); None (left out of the file): from scratch or unknown
+    resumed_at: tuple[int, int] | None = kept(default=None, omitted=True)
 
     def same_place(self, other: HangPoint) -> bool:
         return (self.phase, self.epoch, self.batch) == (other.phase, other.epoch, other.batch)
@@ -43,15 +44,16 @@ class HangPoint:
 
 @dataclass
 class HangHistory:
-    rung_seconds: dict[int, float] = field(default_factory=dict)
-    rung_starts: dict[int, list[float]] = field(default_factory=dict)
-    stalls: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    hang_marks: list[float] = field(default_factory=list)
-    window_start: float = 0.0
-    holds: list[float] = field(default_factory=list)
-    points: list[HangPoint] = field(default_factory=list)
-    stall_since: float | None = None  # monotonic: the last progress before the newest hang, until the next spawn
+    rung_seconds: dict[int, float] = kept(default_factory=dict)
+    rung_starts: dict[int, list[float]] = kept(default_factory=dict)
+    stalls: list[float] = kept(default_factory=list)
+    losses: list[float] = kept(default_factory=list)
+    hang_marks: list[float] = kept(default_factory=list)
+    window_start: float = kept(default=0.0)
+    holds: list[float] = kept(default_factory=list)
+    points: list[HangPoint] = kept(default_factory=list)
+    # Not kept: a monotonic time means nothing to the next supervisor.
+    stall_since: float | None = None  # the last progress before the newest hang, until the next spawn
 
     def trained_at(self, rung: int, seconds: float) -> None:
         if seconds > 0:
@@ -106,26 +108,3 @@ class HangHistory:
         the settings cause, recurring a fixed distance after one resume point, is no evidence of a deterministic one."""
         run = self.same_point_run()
         return run[-1] if len({p.resumed_at for p in run}) >= REPEATS else None
-
-    def to_dict(self) -> dict[str, Any]:
-        record = asdict(self)
-        record["rung_seconds"] = {str(k): v for k, v in self.rung_seconds.items()}
-        record["rung_starts"] = {str(k): v for k, v in self.rung_starts.items()}
-        record.pop("stall_since")  # a monotonic time means nothing to the next supervisor
-        record["points"] = [{k: v for k, v in p.items() if v is not None} for p in record["points"]]
-        return record
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any] | None) -> HangHistory:
-        record = record or {}
-        return cls(rung_seconds={int(k): float(v) for k, v in (record.get("rung_seconds") or {}).items()},
-                   rung_starts={int(k): [float(x) for x in v] for k, v in (record.get("rung_starts") or {}).items()},
-                   stalls=[float(x) for x in record.get("stalls") or []],
-                   losses=[float(x) for x in record.get("losses") or []],
-                   hang_marks=[float(x) for x in record.get("hang_marks") or []],
-                   window_start=float(record.get("window_start") or 0.0),
-                   holds=[float(x) for x in record.get("holds") or []],
-                   points=[HangPoint(str(p["phase"]), int(p["epoch"]), int(p["batch"]),
-                                     None if p.get("resumed_at") is None else
-                                     (int(p["resumed_at"][0]), int(p["resumed_at"][1])))
-                           for p in record.get("points") or []])

@@ -12,9 +12,7 @@ Each rung's reason is beside it in ``default_ladder``. Which rung a hang moves t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -98,71 +96,13 @@ def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladd
 
 
 def build_ladder(configured: tuple[dict[str, Any], ...] | None, workers: int, command: bool = False,
-                 rocm: bool | None = None, cuda: bool | None = None, device: Any = None) -> Ladder:
+                 rocm: bool = False, cuda: bool = False) -> Ladder:
     """The configured rungs after rung 0; unconfigured, the default ladder, or none for a [worker] command (what
-    would make an unknown script safer is for its author to say: env and args rungs). ``rocm``, ``cuda`` None: ask
-    the installed torch (``cuda``: a CUDA build, an NVIDIA GPU present and ``device``, [train] device, not the CPU)."""
+    would make an unknown script safer is for its author to say: env and args rungs). ``rocm``, ``cuda``: the
+    installed build, as ``default_ladder`` takes them (read by the shell: sources/torch_build.py)."""
     if configured is None:
-        if command:
-            return Ladder(({},))
-        if cuda is None:
-            cuda = not on_cpu(device) and nvidia_gpu_present() and installed_torch_is_cuda()
-        return default_ladder(workers, installed_torch_is_rocm() if rocm is None else rocm, cuda)
+        return Ladder(({},)) if command else default_ladder(workers, rocm, cuda)
     return Ladder(({},) + tuple(configured))
-
-
-def on_cpu(device: Any) -> bool:
-    """[train] device names the CPU (or Apple's MPS): no GPU runtime for a forked worker to inherit."""
-    return str(device if device is not None else "").strip().lower() in ("cpu", "mps")
-
-
-def installed_torch_is_rocm() -> bool:
-    """Whether the torch distribution installed for this Python is a ROCm build ("2.5.1+rocm6.2", or a
-    ``torch/version.py`` that names a HIP version)."""
-    version, version_py = _installed_torch()
-    return "rocm" in version.lower() or hip_version_in(version_py)
-
-
-def installed_torch_is_cuda() -> bool:
-    """Whether it is a CUDA build: its ``torch/version.py`` names a CUDA version (CPU and ROCm builds say None)."""
-    return cuda_version_in(_installed_torch()[1])
-
-
-def nvidia_gpu_present(driver: Path = Path("/proc/driver/nvidia/gpus")) -> bool:
-    """The NVIDIA driver lists a GPU: a CUDA build on a machine without one trains on the CPU."""
-    try:
-        return any(driver.iterdir())
-    except OSError:
-        return False
-
-
-def _installed_torch() -> tuple[str, str]:
-    """The installed torch's version and its ``torch/version.py``, read as text from its distribution: importing
-    torch would cost the supervisor seconds and hundreds of MB. Empty strings where there is none."""
-    from importlib import metadata
-
-    try:
-        dist = metadata.distribution("torch")
-    except metadata.PackageNotFoundError:
-        return "", ""
-    try:
-        return dist.version or "", Path(str(dist.locate_file("torch/version.py"))).read_text()
-    except OSError:
-        return dist.version or "", ""
-
-
-def hip_version_in(version_py: str) -> bool:
-    """``torch/version.py`` of a ROCm build says ``hip: Optional[str] = '6.2.41133-dd7f95766'``; others ``None``."""
-    return _names_version("hip", version_py)
-
-
-def cuda_version_in(version_py: str) -> bool:
-    """``torch/version.py`` of a CUDA build says ``cuda: Optional[str] = '12.8'``; others ``None``."""
-    return _names_version("cuda", version_py)
-
-
-def _names_version(key: str, version_py: str) -> bool:
-    return bool(re.search(rf"""^{key}\b[^=\n]*=\s*['"][^'"]+['"]""", version_py, re.MULTILINE))
 
 
 def _shown(key: str, value: Any) -> str:

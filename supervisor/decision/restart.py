@@ -31,25 +31,25 @@ def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
                 kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
     if event.survivors:
         s.reboot_needed = True
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED,
             f"{len(event.survivors)} worker process(es) survived SIGKILL ({'; '.join(event.survivors)}): stuck in the "
             f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
     if plan.then == After.REBOOT:
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.detail}); no new worker is "
                                 f"started on it; reboot the machine, then run again to resume"))
     if plan.then == After.CONFIG_ERROR:
-        return stopping.finish(s, State.FAILED, Exit(EXIT_CONFIG,
+        return stopping.end_run(s, State.FAILED, Exit(EXIT_CONFIG,
                                                      f"{plan.incident.detail}: {plan.advice}; not restarting"))
     if plan.then == After.SUCCEED:
-        return stopping.finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
+        return stopping.end_run(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if plan.then == After.STOP:
         saved = "after saving a checkpoint" if plan.saved else "without a new checkpoint"
         if not plan.saved and plan.at_risk[1]:
             saved += (f" (none was written: the {plan.at_risk[0]:.0f} s and {plan.at_risk[1]} batches trained after "
                       f"the newest one are trained again)")
-        return stopping.finish(s, State.STOPPED, Exit(EXIT_OK,
+        return stopping.end_run(s, State.STOPPED, Exit(EXIT_OK,
                                                       f"stopped at rung {s.rung} {saved}; run again to resume"))
     return _restart(s, plan, now)
 
@@ -76,7 +76,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
                 if cure != published:
                     actions += stopping.publish(s, cure, dict(s.remedies), stopping.cause_of(plan.incident))
             elif repeated is not None:
-                return stopping.finish(s, State.FAILED, Exit(
+                return stopping.end_run(s, State.FAILED, Exit(
                     EXIT_CONFIG, f"the same hang {len(run)} times in a row at epoch {repeated.epoch}, batch "
                                  f"{repeated.batch} ({repeated.phase}), from {len({p.resumed_at for p in run})} "
                                  f"different resume points, whatever the rung: a deterministic hang in the model or "
@@ -90,7 +90,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     cfg = s.config.restart
     used = restart_budget.restarts_in_window(s.budget_times, now.wall, cfg)
     if used > cfg.max_restarts:
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_FAILED,
             f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s, none after a new checkpoint "
             f"(restart.max_restarts = "

@@ -2,9 +2,9 @@
 
 Whatever stops a worker (a hang, a confirmed kernel line, a crash, NaN losses, a stop request, a probe, another
 supervisor taking the state directory, a finished training) goes through ``begin`` (with an incident) or
-``finished`` (without): the attempt is closed into the goodput account, the plan of what follows is set, and the
-tree is killed at once unless the worker was asked to save first. What follows the kill is restart.py's.
-``finish`` ends the run in a final state, with every incident written.
+``trained_to_the_end`` (without): the attempt is closed into the goodput account, the plan of what follows is set,
+and the tree is killed at once unless the worker was asked to save first. What follows the kill is restart.py's.
+``end_run`` ends the run in a final state, with every incident written.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])
 
 
-def finished(s: Supervision) -> list[Any]:
+def trained_to_the_end(s: Supervision) -> list[Any]:
     """The worker finished training and exited: what is left of its tree goes, then the run succeeds. No incident,
     nothing lost."""
     goodput.close_attempt(s, lost=False)
@@ -108,7 +108,7 @@ def save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
     return actions + [KillTree(plan.incident)]
 
 
-def finish(s: Supervision, state: State, exit: Exit) -> list[Any]:
+def end_run(s: Supervision, state: State, exit: Exit) -> list[Any]:
     """The run ends in ``state``: every incident not written yet is, and the supervisor exits."""
     recorded: list[Any] = s.record_complete()
     s.state, s.exit, s.stop = state, exit, None

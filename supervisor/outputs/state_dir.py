@@ -5,7 +5,7 @@
     STATE_DIR/supervisor.reserve    space kept for the last state write: on a full disk, how the run ended still lands
     STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
     STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
-    STATE_DIR/worker-settings.json  the launch record of the current attempt (worker/contract.py)
+    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
     STATE_DIR/train/                Ultralytics' save_dir: weights/last.pt, results.csv
 
 A lock file inside the directory dies with the directory: delete STATE_DIR mid-run and a second supervisor
@@ -34,6 +34,7 @@ from supervisor.outputs import state_file
 
 log = logging.getLogger("yolo-train")
 
+OLD_LAUNCH_RECORD = "worker-settings.json"  # the launch record's name in earlier versions
 LOCK_FILE = "supervisor.lock"
 RESERVE_FILE = "supervisor.reserve"
 RESERVE_BYTES = 1 << 20  # several state files' worth: the last write on a full disk frees it first
@@ -66,7 +67,13 @@ class StateDir:
 
     @property
     def launch_record(self) -> Path:
-        return self.path / "worker-settings.json"
+        return self.path / "launch-record.json"
+
+    def write_launch_record(self, text: str) -> None:
+        """The current attempt's launch record. The name it had before (worker-settings.json) is removed where an
+        earlier version left one: nothing reads it, and an older attempt's settings would mislead a reader."""
+        self.launch_record.write_text(text)
+        (self.path / OLD_LAUNCH_RECORD).unlink(missing_ok=True)
 
     @property
     def incidents(self) -> Path:

@@ -131,6 +131,9 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(status.get("restarts_by_reason", {}).items())) + ")"
            if status.get("restarts") else "") + f", budget {status.get('budget_left', '?')} left",
     ]
+    ignored = (status.get("heartbeats") or {}).get("ignored")
+    if ignored:
+        lines.append(f"heartbeats ignored {ignored} (sent by processes other than the worker's main one: not progress)")
     incident = status.get("last_incident")
     if incident:
         lines.append(incident_line(incident, now))

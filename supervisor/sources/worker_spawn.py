@@ -83,7 +83,7 @@ class WorkerSpawner:
             faults=tuple(f.to_dict() for f in self.config.faults),
             fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid(),
             rendezvous=rendezvous_of(self.config))
-        self.state_dir.launch_record.write_text(record.to_json())
+        self.state_dir.write_launch_record(record.to_json())
         return record
 
     def worker(self, argv: list[str], env: dict[str, str], standby: bool = False) -> WorkerProcess:
