@@ -66,6 +66,10 @@ class Incident:
     node_rank: int | None = None  # this host's
     host: str | None = None  # this host's name (from the shell)
     caused_by: dict[str, Any] | None = None  # another host's decision that failed this host's ranks
+    # -- before the first batch: the startup step the worker was in, its bound then, and the stretch seen of it --
+    startup_step: str | None = None
+    startup_step_bound: float | None = None  # seconds; None: no bound (startup_timeout = "off")
+    startup_step_seen: float | None = None  # the longest stretch of that step this run had seen; None: not yet
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = None
     output_tail: tuple[str, ...] | None = None
@@ -91,6 +95,9 @@ class Incident:
             d["lost_seconds"], d["lost_batches"] = self.loss.seconds, self.loss.batches
         if self.resumes_from is not None:
             d["resumes_from"] = self.resumes_from
+        if self.startup_step is not None:
+            d.update(startup_step=self.startup_step, startup_step_bound=self.startup_step_bound,
+                     startup_step_seen=self.startup_step_seen)
         for key in ("stopped_first_rank", "node_rank", "host", "caused_by"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)

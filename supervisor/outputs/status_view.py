@@ -12,6 +12,7 @@ from typing import Any
 from supervisor.decision import rung_choice
 from supervisor.decision.events import Now
 from supervisor.decision.state import Attempt, Supervision
+from supervisor.decision.vocabulary import State
 
 
 def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
@@ -37,6 +38,7 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
         "seconds_since_progress": None if a.last_progress_at is None else now.mono - a.last_progress_at,
         "worker_uptime": None if a.spawned_at is None or a.worker_pid is None else now.mono - a.spawned_at,
         "worker_spawned": a.spawned_wall, "startup_seconds": a.startup_seconds,
+        **_startup_step_view(s),
         "watchdog": {"timeout": due.label, "fires_in": None if due.at is None else due.at - now.mono},
         "last_restart": s.restart_times[-1] if s.restart_times else None,
         "last_incident": s.incidents[-1].to_dict() if s.incidents else None,
@@ -58,6 +60,16 @@ def snapshot(s: Supervision, now: Now) -> dict[str, Any]:
                   "hangs_by_rung": s.rung_hangs, "target": s.probe_target() if s.rung else None},
         "ladder": _ladder_view(s),
     }
+
+
+def _startup_step_view(s: Supervision) -> dict[str, Any]:
+    """Before the first batch: the step the worker is in, its bound, its progress; and what this run has seen."""
+    a, starting = s.current, s.state == State.STARTING and s.current.step_since is not None
+    return {"startup_step": a.startup_step.value if starting else None,
+            "startup_step_bound": s.startup_step_bound()[0] if starting else None,
+            "startup_step_progress": {"done": a.step_done, "total": a.step_total}
+            if starting and a.step_done is not None else None,
+            "startup_steps_seen": s.startup_steps_seen}
 
 
 def samples_per_second(a: Attempt) -> float | None:
