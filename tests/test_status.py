@@ -62,3 +62,10 @@ def test_a_stopped_or_dead_supervisor_is_never_shown_healthy_with_live_figures(t
         sleeper.wait()
     dead = gather(config)
     assert dead["state"] == "not running" and dead["it_s"] is None and dead["samples_s"] is None
+
+
+def test_render_shows_the_startup_step_its_scan_and_its_bound():
+    status = {"state": "starting", "startup_step": "dataset", "startup_step_bound": 600.0,
+              "startup_step_progress": {"done": 12000, "total": 329299}}
+    assert "startup   step dataset 12000/329299, bound 10m00s without news" in render(status)
+    assert "startup" not in render({"state": "healthy", "startup_step": None})

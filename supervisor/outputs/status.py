@@ -118,6 +118,12 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(status.get("restarts_by_reason", {}).items())) + ")"
            if status.get("restarts") else "") + f", budget {status.get('budget_left', '?')} left",
     ]
+    if status.get("startup_step"):
+        scan = status.get("startup_step_progress") or {}
+        lines.append(f"startup   step {status['startup_step']}" + (f" {scan['done']}/{scan.get('total') or '?'}"
+                                                                  if scan else "")
+                     + (f", bound {duration(status['startup_step_bound'])} without news"
+                        if status.get("startup_step_bound") is not None else ", no bound"))
     incident = status.get("last_incident")
     if incident:
         lines.append(f"last incident {duration(now - incident['time'])} ago: {incident['reason']} in "
