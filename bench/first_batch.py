@@ -6,8 +6,8 @@ Ultralytics; for "forkserver" it starts the server with the worker's preload (wo
 touches the device, and waits until its imports are done (``server ready``: the cost a standby pays ahead); then it
 builds a model on the device and runs it once (on a GPU: the CUDA runtime a forked worker inherits), builds the
 training loader (``--workers`` processes, the embedded demo at ``--imgsz``, mosaic and all), and times its first batch
-(the workers' start) and its samples/s over ``--batches`` batches after the ones prefetched meanwhile. Rounds are interleaved; the best round of
-each method is printed, with the ratios to fork.
+(the workers' start) and its samples/s over ``--batches`` batches after the ones prefetched meanwhile. Rounds are
+interleaved; the best round of each method is printed, with the ratios to fork.
 
     .venv/bin/python bench/first_batch.py                 # the CPU demo: 2 workers, 64 px
     python3 bench/first_batch.py --gpu                    # a GPU: 8 workers, 640 px, batch 32, 1,024 images

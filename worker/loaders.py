@@ -109,6 +109,8 @@ def start_workers_with(loader: Any, start_method: str | None) -> None:
     if start_method is None or loader.num_workers == 0:
         return
     loader.multiprocessing_context = start_method
+    if start_method == "forkserver":
+        start_forkserver()  # started already where it could be earlier (train.py, a standby); a DDP rank's is here
     if start_method == "spawn":
         chain_worker_init(loader, exit_without_finalizing)
 

@@ -4,10 +4,10 @@ Rung 0 is the configured ``[train]`` as it is. Each later rung adds its settings
 below it, so rung k is "everything that rungs 1..k changed". The default ladder is what the seeds' users
 did by hand, with the rungs that cost no speed first: under a ROCm build of torch, environment rungs that cure
 known runtime hangs at (almost) no cost, then DataLoader workers forked from a forkserver instead of from the
-training process (first of all under a CUDA build training on a GPU); then halve ``workers`` down to 1, ``persistent_workers = false``, the thread loader
-(no worker processes, most of their speed), ``workers = 0`` (no loader concurrency at all), then ``val = false``.
-Each rung's reason is beside it in ``default_ladder``. Which rung a hang moves to, and which one a probe tries, is
-``rung_choice.py``'s: this module only says what the rungs are.
+training process (first of all under a CUDA build training on a GPU); then halve ``workers`` down to 1,
+``persistent_workers = false``, the thread loader (no worker processes, most of their speed), ``workers = 0`` (no
+loader concurrency at all), then ``val = false``. Each rung's reason is beside it in ``default_ladder``. Which rung
+a hang moves to, and which one a probe tries, is ``rung_choice.py``'s: this module only says what the rungs are.
 """
 
 from __future__ import annotations

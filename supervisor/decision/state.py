@@ -250,7 +250,7 @@ class Supervision:
     goodput: Goodput = kept(default_factory=Goodput, flat=True)
     checkpoint: CheckpointMark | None = kept(default=None)
     # -- what this run has observed, to bound the phases that have no batch rhythm --
-    # startup step (its key: ``step_key``) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
+    # startup step (``step_key``) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
     startup_steps_seen: dict[str, float] = kept(default_factory=dict)
     epoch_end_seen: float | None = kept(default=None)  # the longest gap between two progress events of an epoch end
     startup_failure: str | None = kept(default=None)  # the last attempt's failure and last words, before a batch
