@@ -4,18 +4,9 @@ the training process), the loader faults fire in them, and their tree is killed 
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
-
-import psutil
 import pytest
 
-from tests.conftest import ROOT, climb_to_loader_rung
-from tests.test_e2e import wait_for
-from worker.contract import ENV_FORKSERVER, STANDBY_FLAG
+from tests.conftest import climb_to_loader_rung
 
 pytestmark = pytest.mark.e2e
 
@@ -29,30 +20,10 @@ def test_rung_1_trains_on_workers_forked_from_the_forkserver_and_their_loader_fa
     tree = {p["pid"]: p for p in second["processes"]}
     [server] = [p for p in tree.values() if p["ppid"] == second["worker_pid"] and "forkserver" in p["cmdline"]]
     assert len([p for p in tree.values() if p["ppid"] == server["pid"]]) == 2  # the loader workers, its children
+    # Attempt 2 was the standby made for rung 1, which started the server while it waited, preloaded: torch, cv2 and
+    # Ultralytics make hundreds of MB where a bare forkserver holds about 15.
+    assert "--standby" in tree[second["worker_pid"]]["cmdline"] and server["rss_bytes"] > 200 * 2**20
     # main + the server + 2 workers + the resource tracker that multiprocessing starts beside it: none outlives it.
     assert second["kill"]["processes"] == 5 and second["kill"]["survivors"] == []
     assert status["settings"]["start_method"] == "forkserver"
 
-
-def test_a_standby_made_for_a_forkserver_rung_starts_the_server_with_torch_and_cv2_imported_while_it_waits():
-    env = {**os.environ, "PYTHONPATH": str(ROOT), ENV_FORKSERVER: "1"}
-    standby = subprocess.Popen([sys.executable, "-m", "worker", STANDBY_FLAG], cwd=ROOT, env=env,
-                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        def preloaded_server() -> int | None:
-            for child in psutil.Process(standby.pid).children():
-                try:
-                    maps, cmdline = Path(f"/proc/{child.pid}/maps").read_text(), " ".join(child.cmdline())
-                except (OSError, psutil.Error):
-                    continue
-                if "forkserver" in cmdline and re.search(r"cv2.*\.so", maps) and "libtorch" in maps:
-                    return child.pid
-            return None
-
-        server = wait_for(preloaded_server, 120, "the standby's forkserver, its imports done")
-        standby.stdin.close()  # no launch: the standby exits, and its server with it
-        assert standby.wait(timeout=60) == 0
-        wait_for(lambda: not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE,
-                 30, "the server's end")
-    finally:
-        standby.kill()

@@ -232,3 +232,26 @@ def test_bad_thread_counts_and_used_loaders_are_refused(data):
     with pytest.raises(ValueError, match="iterated already"):
         thread_loader_from(used, threads=2)
     assert isinstance(thread_loader_from(process_loader(data, workers=0), threads=1), ThreadDataLoader)
+
+
+def test_a_standby_made_for_a_forkserver_rung_starts_the_server_before_it_waits(monkeypatch):
+    import io
+
+    from worker import train
+    from worker.contract import ENV_FORKSERVER
+
+    events = []
+
+    class Stdin(io.StringIO):
+        def readline(self, *args):
+            events.append("waits for its launch")
+            return ""
+
+    monkeypatch.setattr(train, "start_forkserver", lambda: events.append("starts the forkserver"))
+    monkeypatch.setattr(train.sys, "stdin", Stdin())
+    monkeypatch.delenv(ENV_FORKSERVER, raising=False)
+    assert train.stand_by(os.getppid()) is None and events == ["waits for its launch"]
+    events.clear()
+    monkeypatch.setenv(ENV_FORKSERVER, "1")
+    assert train.stand_by(os.getppid()) is None
+    assert events == ["starts the forkserver", "waits for its launch"]
