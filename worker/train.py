@@ -21,9 +21,8 @@ from typing import Any
 
 from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-from worker import ddp, multinode
+from worker import ddp, multinode, startup_steps
 from worker.checkpointing import EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint
-from worker import startup_steps
 from worker.contract import (ENV_FORKSERVER, EXIT_CONFIG, STANDBY_FLAG, ULTRALYTICS_DEFAULT_WORKERS, LaunchRecord,
                              LaunchRecordError, StartupStep)
 from worker.demo_data import ensure_demo_dataset
