@@ -2,8 +2,8 @@
 
 (a) InfiniteDataLoader with ``workers = N`` (the top rung), (b) ``workers = 0`` (the safest process-free rung until
 now), (c) ThreadDataLoader with ``threads = N`` (the safe rung that should keep its speed; goal: at least 0.9x (a)
-in training throughput on a GPU), (d) ``workers = N`` started with "spawn" (the ROCm ladder's first loader rung).
-Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and all) for ``--batches`` batches
+in training throughput on a GPU), (d) ``workers = N`` started with "spawn" (the first loader rung of the CUDA and
+ROCm ladders before "forkserver": bench/first_batch.py compares their starts). Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and all) for ``--batches`` batches
 after ``--warmup`` ones (the first one's wait printed: the workers' start); the best of ``--rounds`` interleaved
 rounds, in samples/s, with the ratio to (a). With ``--train``, a short real training (``--model``, YOLOv8n from its
 yaml by default, device auto) at each loader, in iterations/s over the epochs after the first, with the ratio to

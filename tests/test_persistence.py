@@ -158,7 +158,8 @@ TODAY = {
     "restart_times": [1700001055.0, 1700001076.0], "restarts_by_reason": {"crash": 1, "hang": 1},
     "run_seconds": 107.0, "run_started_wall": 1700001000.0, "rung": 1, "rung_entered_trained": 24.5,
     "rung_hangs": {"0": 1}, "rung_speeds": {"0": [2.0, 2.0, 2.0], "1": [1.4286, 1.4286, 1.4286]},
-    "startup_failure": None, "startup_seen": 0.7, "state": "healthy", "trained_seconds": 65.1,
+    "startup_failure": None, "startup_steps_seen": {"imports": 0.4, "first_batch": 0.3}, "state": "healthy",
+    "trained_seconds": 65.1,
     "training_fingerprint": "e3eed639ceb26a78"}
 
 

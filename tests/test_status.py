@@ -75,7 +75,9 @@ CORE_KEYS = [
     "state", "phase", "epoch", "epochs", "batch", "batches", "losses", "lr", "it_s", "samples_s", "eta_seconds",
     "progress", "rung", "rungs", "rung_label", "attempt", "remedies", "restarts", "restarts_by_reason",
     "hangs_by_phase", "budget_left", "kernel_events", "reboot_needed", "suspicion", "worker_pid", "resumed_from",
-    "settings", "seconds_since_progress", "worker_uptime", "worker_spawned", "startup_seconds", "watchdog",
+    "settings", "seconds_since_progress", "worker_uptime", "worker_spawned", "startup_seconds",
+    "startup_step", "startup_step_bound", "startup_step_progress", "startup_steps_seen",  # issue 29
+    "watchdog",
     "last_restart", "last_incident", "exit", "last_checkpoint", "checkpoint_every", "checkpoint_interval",
     "trained_seconds", "lost_seconds", "lost_batches", "goodput", "run_started", "rung_speed", "rung0_speed",
     "rung_speeds", "node_rank", "ranks", "probe", "ladder"]
@@ -88,6 +90,7 @@ NESTED_KEYS = {
     "probe": ["in_seconds", "from", "probation", "hangs_by_rung", "target"],
     "ladder": ["stall_cost_seconds", "rungs"],
     "exit": ["code", "text"],
+    "startup_step_progress": ["done", "total"],
     "heartbeats": ["received", "malformed", "oversized", "dropped", "ignored"],  # ignored: the core's, shown since
 }
 
@@ -95,8 +98,8 @@ NESTED_KEYS = {
 def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
     from supervisor.decision import core
     from supervisor.decision.actions import Exit
-    from supervisor.outputs.status_view import (CheckpointView, LadderView, RankStatus, RungView, Status, Supervisor,
-                                                snapshot)
+    from supervisor.outputs.status_view import (CheckpointView, LadderView, RankStatus, RungView, Status, StepProgress,
+                                                Supervisor, snapshot)
     from test_core import healthy
 
     d = healthy()
@@ -107,6 +110,7 @@ def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
     assert list(status.to_dict()["ladder"]["rungs"]["0"]) == ["speed", "seconds", "hangs", "start", "expected_goodput"]
     assert Status.from_dict(json.loads(json.dumps(status.to_dict()))) == status
     full = Status(last_checkpoint=CheckpointView(), exit=Exit(0, "done"), ranks=[RankStatus()],
+                  startup_step_progress=StepProgress(),
                   ladder=LadderView(rungs={"0": RungView()}), supervisor=Supervisor()).to_dict()
     assert list(full) == CORE_KEYS + AGENT_KEYS
     assert {key: list(full[key]) for key in NESTED_KEYS} == NESTED_KEYS
@@ -143,3 +147,10 @@ def test_checkpoint_max_below_the_floor_is_one_line_naming_the_key():
         parse({"train": {"data": "demo"}, "checkpoint": {"max": "1s"}}, "c.toml", state_dir=Path("/x"))
     assert parse({"train": {"data": "demo"}, "checkpoint": {"max": "5s"}}, "c.toml",
                  state_dir=Path("/x")).checkpoint.max == 5.0
+
+
+def test_render_shows_the_startup_step_its_scan_and_its_bound():
+    status = {"state": "starting", "startup_step": "dataset", "startup_step_bound": 600.0,
+              "startup_step_progress": {"done": 12000, "total": 329299}}
+    assert "startup   step dataset 12000/329299, bound 10m00s without news" in render(status)
+    assert "startup" not in render({"state": "healthy", "startup_step": None})

@@ -150,7 +150,7 @@ def training_fingerprint(s: Supervision) -> str:
 
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
-    s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall,
+    s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall, step_since=now.mono,
                         resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes,
                         resumed_at=(s.checkpoint.epoch, s.checkpoint.batch) if event.resumed_from and s.checkpoint
                         else None)
@@ -174,9 +174,10 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         return kernel.unconfirmed(s, now, phase)
-    since = a.spawned_at if s.state == State.STARTING else a.last_progress_at
+    since = a.step_since if s.state == State.STARTING else a.last_progress_at
     quiet = now.mono - (since or now.mono)
-    detail = f"no progress for {quiet:.1f} s in {phase} ({due.label} {due.at - (since or due.at):.1f} s)"
+    where = f"{phase} step {a.startup_step.value}" if s.state == State.STARTING else phase
+    detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - (since or due.at):.1f} s)"
     if phase == Phase.DONE.value:
         # Training finished and its last checkpoint is written: a worker that then never exits (stuck in the GPU
         # runtime's teardown) has nothing left to lose. Its tree is killed and the run ends as it would have.
@@ -312,6 +313,8 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         a.last_progress_at += gap
     if a.spawned_at is not None:
         a.spawned_at += gap
+    if a.step_since is not None:
+        a.step_since += gap
     if a.healthy_since is not None:
         a.healthy_since += gap
     if a.suspicion is not None:

@@ -73,6 +73,10 @@ class Incident:
     node_rank: int | None = kept(default=None, omitted=True)  # this host's
     host: str | None = kept(default=None, omitted=True)  # this host's name (from the shell)
     caused_by: dict[str, Any] | None = kept(default=None, omitted=True)  # another host's decision that failed ours
+    # -- before the first batch: the startup step the worker was in, its bound then, and the stretch seen of it --
+    startup_step: str | None = kept(default=None, omitted=True)
+    startup_step_bound: float | None = kept(default=None, omitted=True)  # seconds; None: no bound
+    startup_step_seen: float | None = kept(default=None, omitted=True)  # the longest stretch seen; None: not yet
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = kept(default=None, omitted=True)
     output_tail: tuple[str, ...] | None = kept(default=None, omitted=True)

@@ -3,11 +3,11 @@
 Rung 0 is the configured ``[train]`` as it is. Each later rung adds its settings on top of the rungs
 below it, so rung k is "everything that rungs 1..k changed". The default ladder is what the seeds' users
 did by hand, with the rungs that cost no speed first: under a ROCm build of torch, environment rungs that cure
-known runtime hangs at (almost) no cost, then DataLoader workers spawned instead of forked (first of all under a
-CUDA build training on a GPU); then halve ``workers`` down to 1, ``persistent_workers = false``, the thread loader
-(no worker processes, most of their speed), ``workers = 0`` (no loader concurrency at all), then ``val = false``.
-Each rung's reason is beside it in ``default_ladder``. Which rung a hang moves to, and which one a probe tries, is
-``rung_choice.py``'s: this module only says what the rungs are.
+known runtime hangs at (almost) no cost, then DataLoader workers forked from a forkserver instead of from the
+training process (first of all under a CUDA build training on a GPU); then halve ``workers`` down to 1,
+``persistent_workers = false``, the thread loader (no worker processes, most of their speed), ``workers = 0`` (no
+loader concurrency at all), then ``val = false``. Each rung's reason is beside it in ``default_ladder``. Which rung
+a hang moves to, and which one a probe tries, is ``rung_choice.py``'s: this module only says what the rungs are.
 """
 
 from __future__ import annotations
@@ -64,18 +64,20 @@ ROCM_ENV_RUNGS: tuple[dict[str, Any], ...] = (
 
 def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladder:
     """The default ladder for a configured ``workers`` count; ``rocm``: torch is a ROCm build (env rungs first);
-    ``cuda``: a CUDA build training on a GPU (spawned workers first)."""
+    ``cuda``: a CUDA build training on a GPU (forkserver workers first)."""
     rungs: list[dict[str, Any]] = [{}]
     if rocm:
         rungs.extend(ROCM_ENV_RUNGS)
     if (rocm or cuda) and workers > 0:
-        # The same worker processes started from a fresh interpreter instead of forked from the training process:
-        # none inherits the HIP or CUDA runtime's state (not fork-safe: threads, locks, device handles), and no page of
-        # the parent's is shared copy-on-write, whose first write makes the kernel invalidate the GPU's mappings
-        # of it (the amdgpu userptr restore worker of the seeds' kernel line). Same batches for the same seed, no
-        # throughput lost (median 1.03x on the H100); the cost is the pool's start, each worker importing torch
-        # and Ultralytics (33-40 s for 8 on the H100's image, 1.5 s for 2 on the CPU demo).
-        rungs.append({"start_method": "spawn"})
+        # The same worker processes forked from a forkserver (a fresh interpreter that imported torch, cv2 and
+        # Ultralytics' data modules, started before the trainer touches the GPU; by the standby while it waits)
+        # instead of from the training process: none inherits the HIP or CUDA runtime's state (not fork-safe:
+        # threads, locks, device handles), and no page of the training process's is shared copy-on-write, whose
+        # first write makes the kernel invalidate the GPU's mappings of it (the amdgpu userptr restore worker of the
+        # seeds' kernel line). Same batches for the same seed; its first batch as soon as forked workers' (0.89-0.95 s
+        # against 0.88-0.91 s for 8 on the H100), where "spawn", each worker importing torch and Ultralytics anew,
+        # took 27.6-28.3 s. "spawn" stays available as a rung of one's own.
+        rungs.append({"start_method": "forkserver"})
     # Fewer DataLoader worker processes: less shared memory and fewer forked HIP/CUDA contexts to deadlock; the
     # seeds' first cure, and cheap while the workers left still outrun the GPU.
     w = workers // 2

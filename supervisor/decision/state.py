@@ -29,7 +29,7 @@ from supervisor.decision.incident import Incident
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.vocabulary import After, Reason, State
-from worker.contract import InForce, Phase
+from worker.contract import InForce, Phase, StartupStep, split_rung
 
 INCIDENTS_KEPT = 20
 THROUGHPUT_WINDOW = 20  # training beats behind it/s
@@ -55,7 +55,7 @@ class Progress:
 class DeadlineKind(Enum):
     """Which timeout the next deadline is; the agent sleeps until it, ``core._tick`` acts on its kind."""
     BACKOFF = "backoff"  # the wait after a crash is over: spawn
-    STARTUP = "startup"  # spawn to the first training batch
+    STARTUP = "startup"  # a startup step (spawn to the first training batch) made no progress in its bound
     PHASE = "phase"  # no progress within the current phase's timeout
     KERNEL_CONFIRM = "kernel confirm"  # a kernel line's confirm window passed without progress
     SAVE = "save"  # a stop's checkpoint did not come within save_timeout
@@ -143,6 +143,10 @@ class Attempt:
     spawned_at: float | None = None  # monotonic
     spawned_wall: float | None = None
     startup_seconds: float | None = None  # spawn to the first training batch
+    startup_step: StartupStep = StartupStep.IMPORTS  # the step of its startup the worker said it is in
+    step_since: float | None = None  # monotonic: the step's clock, from its entry or its last progress
+    step_done: int | None = None  # the step's progress as last said: items done (labels scanned, images cached) ...
+    step_total: int | None = None  # ... of how many
     resumed_from: str | None = None
     resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
     exit_0_finishes: bool = False  # the worker is a command: exit 0 means finished
@@ -255,7 +259,8 @@ class Supervision:
     goodput: Goodput = kept(default_factory=Goodput, flat=True)
     checkpoint: CheckpointMark | None = kept(default=None)
     # -- what this run has observed, to bound the phases that have no batch rhythm --
-    startup_seen: float | None = kept(default=None)  # the longest spawn-to-first-batch of this run
+    # startup step (``step_key``) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
+    startup_steps_seen: dict[str, float] = kept(default_factory=dict)
     epoch_end_seen: float | None = kept(default=None)  # the longest gap between two progress events of an epoch end
     startup_failure: str | None = kept(default=None)  # the last attempt's failure and last words, before a batch
     training_fingerprint: str | None = kept(default=None)  # the [train] table and ladder the rung was climbed under
@@ -316,9 +321,9 @@ class Supervision:
                     due = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
             return due
         due = Deadline(None)
-        if self.state == State.STARTING and a.spawned_at is not None:
-            t, label = watchdog.startup_timeout(self.config.watchdog, self.startup_seen)
-            due = Deadline(None if t is None else a.spawned_at + t, DeadlineKind.STARTUP, label)
+        if self.state == State.STARTING and a.step_since is not None:
+            t, label = self.startup_step_bound()
+            due = Deadline(None if t is None else a.step_since + t, DeadlineKind.STARTUP, label)
         elif self.state == State.HEALTHY and a.last_progress_at is not None:
             phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
             t, label = watchdog.phase_timeout(self.config.watchdog, phase, a.intervals, self.epoch_end_seen)
@@ -328,6 +333,22 @@ class Supervision:
             if due.at is None or confirm < due.at:
                 return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
         return due
+
+    def step_key(self, step: StartupStep) -> str:
+        """Where this run keeps what it has seen of ``step`` at the current rung. The first batch of spawned loader
+        workers (each a fresh interpreter importing torch and Ultralytics: 28 s for 8 on the H100, against 0.9 s
+        forked) is kept apart: a hang's climb to such a rung must not meet the bound of forked workers."""
+        spawned = split_rung(self.ladder.settings(self.rung)).options.start_method == "spawn"
+        return f"{step.value} spawn" if step == StartupStep.FIRST_BATCH and spawned else step.value
+
+    def startup_step_seen(self) -> float | None:
+        """The longest stretch this run has seen in the current attempt's startup step; None: not seen yet."""
+        return self.startup_steps_seen.get(self.step_key(self.current.startup_step))
+
+    def startup_step_bound(self) -> tuple[float | None, str]:
+        """Seconds the current startup step may go without news, and how that was decided."""
+        return watchdog.startup_step_timeout(self.config.watchdog, self.current.startup_step.value,
+                                             self.startup_step_seen())
 
     def saving(self) -> bool:
         """The worker was asked to save a checkpoint and exit, and has not yet."""

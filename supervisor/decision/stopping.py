@@ -41,6 +41,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         climb, remedy = False, None
     choice = s.after_a_hang() if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
+    starting = s.state == State.STARTING
     incident = Incident(
         id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
         detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
@@ -50,7 +51,10 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
         loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
         node_rank=s.config.distributed.node_rank if several_hosts else None,
-        caused_by=a.peer_cause if several_hosts else None)
+        caused_by=a.peer_cause if several_hosts else None,
+        startup_step=a.startup_step.value if starting else None,
+        startup_step_bound=s.startup_step_bound()[0] if starting else None,
+        startup_step_seen=s.startup_step_seen() if starting else None)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
                        climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,

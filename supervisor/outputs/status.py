@@ -134,6 +134,12 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
     ignored = (status.get("heartbeats") or {}).get("ignored")
     if ignored:
         lines.append(f"heartbeats ignored {ignored} (sent by processes other than the worker's main one: not progress)")
+    if status.get("startup_step"):
+        scan = status.get("startup_step_progress") or {}
+        lines.append(f"startup   step {status['startup_step']}" + (f" {scan['done']}/{scan.get('total') or '?'}"
+                                                                  if scan else "")
+                     + (f", bound {duration(status['startup_step_bound'])} without news"
+                        if status.get("startup_step_bound") is not None else ", no bound"))
     incident = status.get("last_incident")
     if incident:
         lines.append(incident_line(incident, now))

@@ -87,6 +87,12 @@ class IntervalView(View):
 
 
 @dataclass(frozen=True)
+class StepProgress(View):
+    done: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
 class RankStatus(View):
     rank: int = 0
     local_rank: int | None = None
@@ -177,6 +183,10 @@ class Status(View):
     worker_uptime: float | None = None
     worker_spawned: float | None = None
     startup_seconds: float | None = None
+    startup_step: str | None = None  # before the first batch: the step the worker is in
+    startup_step_bound: float | None = None  # seconds that step may go without news
+    startup_step_progress: StepProgress | None = None  # a dataset scan's progress
+    startup_steps_seen: dict[str, float] = field(default_factory=dict)  # the longest stretch of each step seen
     watchdog: Watchdog = field(default_factory=Watchdog)
     last_restart: float | None = None
     last_incident: dict[str, Any] | None = None  # Incident.to_dict(): the incident's own schema
@@ -219,7 +229,7 @@ def snapshot(s: Supervision, now: Now) -> Status:
         worker_pid=a.worker_pid, resumed_from=a.resumed_from, settings=a.in_force_shown(),
         seconds_since_progress=None if a.last_progress_at is None else now.mono - a.last_progress_at,
         worker_uptime=None if a.spawned_at is None or a.worker_pid is None else now.mono - a.spawned_at,
-        worker_spawned=a.spawned_wall, startup_seconds=a.startup_seconds,
+        worker_spawned=a.spawned_wall, startup_seconds=a.startup_seconds, **_startup_step_view(s),
         watchdog=Watchdog(due.label, None if due.at is None else due.at - now.mono),
         last_restart=s.restart_times[-1] if s.restart_times else None,
         last_incident=s.incidents[-1].to_dict() if s.incidents else None,
@@ -240,6 +250,16 @@ def snapshot(s: Supervision, now: Now) -> Status:
         probe=ProbeView(s.probe_in(), s.probe.probing_from, dict(s.probe.probation), dict(s.rung_hangs),
                         s.probe_target() if s.rung else None),
         ladder=_ladder_view(s))
+
+
+def _startup_step_view(s: Supervision) -> dict[str, Any]:
+    """Before the first batch: the step the worker is in, its bound, its progress; and what this run has seen."""
+    a, starting = s.current, s.state == State.STARTING and s.current.step_since is not None
+    return {"startup_step": a.startup_step.value if starting else None,
+            "startup_step_bound": s.startup_step_bound()[0] if starting else None,
+            "startup_step_progress": StepProgress(a.step_done, a.step_total)
+            if starting and a.step_done is not None else None,
+            "startup_steps_seen": dict(s.startup_steps_seen)}
 
 
 def samples_per_second(a: Attempt) -> float | None:
