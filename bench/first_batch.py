@@ -9,8 +9,8 @@ training loader (``--workers`` processes, the embedded demo at ``--imgsz``, mosa
 (the workers' start) and its samples/s over ``--batches`` batches after the ones prefetched meanwhile. Rounds are
 interleaved; the best round of each method is printed, with the ratios to fork.
 
-    .venv/bin/python bench/first_batch.py                 # the CPU demo: 2 workers, 64 px
-    python3 bench/first_batch.py --gpu                    # a GPU: 8 workers, 640 px, batch 32, 1,024 images
+    .venv/bin/python -m bench.first_batch                 # the CPU demo: 2 workers, 64 px
+    python3 -m bench.first_batch --gpu                    # a GPU: 8 workers, 640 px, batch 32, 1,024 images
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.harness import ROOT
+
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -109,7 +108,7 @@ def main() -> int:
     flags = [f"--{k}={getattr(args, k)}" for k in ("workers", "imgsz", "batch", "images", "batches")]
     for _ in range(args.rounds):
         for method in methods:
-            out = subprocess.run([sys.executable, __file__, "--one", method, *flags] + (["--gpu"] if args.gpu else []),
+            out = subprocess.run([sys.executable, "-m", "bench.first_batch", "--one", method, *flags] + (["--gpu"] if args.gpu else []),
                                  capture_output=True, text=True, cwd=ROOT)
             lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
             if out.returncode != 0 or not lines:
