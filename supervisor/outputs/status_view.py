@@ -81,8 +81,10 @@ def _ladder_view(s: Supervision) -> dict[str, Any]:
     stall = s.stall_cost()
     facts = s.rung_facts()
     used = rung_choice.DEFAULT_STALL_COST if stall is None else stall
+    prior = s.config.probe.prior_between_hangs
     return {"stall_cost_seconds": stall,
             "rungs": {str(k): {"speed": f.speed, "seconds": round(f.seconds, 3), "hangs": f.hangs, "start": f.start,
                                "expected_goodput": rung_choice.expected_goodput(
-                                   f, rung_choice.hang_cost(f, used, facts))}
+                                   f, rung_choice.hang_cost(f, used, facts), rung_choice.prior_of(k, facts, prior)),
+                               "between_hangs": rung_choice.between_hangs(f, rung_choice.prior_of(k, facts, prior))}
                       for k, f in enumerate(facts) if f.tried}}
