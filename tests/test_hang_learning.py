@@ -241,7 +241,19 @@ def test_the_cpu_demo_one_loader_hang_at_batch_10_never_keeps_rung_0_away():
     assert alone.spawns[-1].rung == 0 and alone.d.t - start < 30
 
 
-def test_rung_choice_worked_example_from_the_readme():
+def test_the_prior_worked_example_from_the_readme():
+    # Issue 29's H100: rung 0 at 15.68 it/s, started in 0.9 s, hung 6 s into training; a hang costs 26.7 s.
+    untried = RungFacts(None, 0, 0)
+    alone = rung_choice.after_hang(0, [RungFacts(15.68, 6, 1, 0.9), untried], 25.8)
+    assert alone.rung == 1 and "keeps 2.88 it/s of 15.68" in alone.why  # the evidence alone: it moved
+    first = rung_choice.after_hang(0, [RungFacts(15.68, 6, 1, 0.9), untried], 25.8, prior=300.0)
+    assert first.rung == 0 and "keeps 13.35 it/s" in first.why  # 15.68 x 153 / (153 + 26.7)
+    assert "one hang per 153 s (1 in 6 s trained + a prior of 1 in 300 s)" in first.why
+    second = rung_choice.after_hang(0, [RungFacts(15.68, 12, 2, 0.9), untried], 25.8, prior=300.0)
+    assert second.rung == 1 and "keeps 12.48 it/s" in second.why  # M = 312 / 3; 15.68 > 1.25 x 12.48
+
+
+def test_rung_choice_judged_on_each_rungs_evidence_alone():
     # Rung 0: 18.7 it/s, starts in 10 s, hung after 30 s of training; 15 s from a hang to the next spawn.
     untried = RungFacts(None, 0, 0)
     after_first = rung_choice.after_hang(0, [RungFacts(18.7, 30, 1, 10.0), untried, untried], 15.0)
