@@ -5,7 +5,6 @@ On one machine, two supervisors play two hosts (127.0.0.1, gloo, one CPU rank ea
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -59,7 +58,7 @@ def free_port() -> int:
 
 
 def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: float = 180,
-               stall_timeout: float = 90, epochs: int = 2, *faults: str) -> subprocess.Popen:
+               stall_timeout: float = 90, epochs: int = 2, faults: tuple[str, ...] = ()) -> subprocess.Popen:
     config = tmp_path / f"host-{node_rank}.toml"
     config.write_text(HOST.format(node_rank=node_rank, port=port, rdzv_id=rdzv_id, run_dir=tmp_path / "shared",
                                   join_timeout=join_timeout, stall_timeout=stall_timeout, epochs=epochs))
@@ -105,7 +104,7 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     # the epoch whatever this machine's speed (a freeze sent from outside once a status showed a batch could land at
     # the epoch's end, where the epoch end's timeout holds, not the batch rhythm).
     hosts = [start_host(tmp_path, 0, port, rdzv_id),
-             start_host(tmp_path, 1, port, rdzv_id, 15, 2, "freeze,at_batch=24,attempt=1")]
+             start_host(tmp_path, 1, port, rdzv_id, stall_timeout=15, faults=("freeze,at_batch=24,attempt=1",))]
     try:
         b_state = tmp_path / "state-1"
         deadline = time.monotonic() + 400
