@@ -1,18 +1,20 @@
 """Which rung after a hang, and which rung a probe tries: the ladder's choices from what each rung has shown.
 
-A rung that has trained is known by its speed S (median it/s) and its mean time between hangs M. M is not its training
-seconds over its hangs alone, which one hang a few seconds in would make a few seconds: its evidence (T training
-seconds, H hangs) is weighed with a prior counted as one hang seen, one hang per P' seconds of training:
+A rung that has trained is known by its speed S (median it/s) and its mean time between hangs M. M is not its
+training seconds over its hangs alone, which one hang a few seconds in would make a few seconds: its evidence (T
+training seconds, H hangs) is weighed with a prior counted as one hang seen, one hang per P' seconds of training:
 
     M = (T + P') / (H + 1)          P' = (P + the other rungs' training seconds) / (1 + their hangs)
 
 P is ``[ladder] prior_between_hangs`` (off: M = T / H, the evidence alone); the other rungs' hangs count because
 hangs that come whatever the rung (a driver's bad night) say as much about this rung as about those. So one early
 hang leaves M near P / 2; a rung that hangs again and again is soon judged by its own rate (H quick hangs:
-M = P' / (H + 1)); a rung tried after others hung quickly starts from their rate, not from P. A hang at it costs L seconds of training time: the stall until detection, the kill and the
-work thrown away (measured, ``DEFAULT_STALL_COST`` until this run has measured one), plus the rung's own
-start to its first batch (measured per rung: spawned loader workers start far slower than forked ones). A rung's
-expected goodput is the speed it keeps:
+M = P' / (H + 1)); a rung tried after others hung quickly starts from their rate, not from P.
+
+A hang at it costs L seconds of training time: the stall until detection, the kill and the work thrown away
+(measured, ``DEFAULT_STALL_COST`` until this run has measured one), plus the rung's own start to its first batch
+(measured per rung: spawned loader workers start far slower than forked ones). A rung's expected goodput is the
+speed it keeps:
 
     G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
 
