@@ -137,7 +137,8 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
     s = result.status
     done = "not finished" if result.seconds is None else f"{result.seconds:.0f} s, exit {result.exit_code}"
     landed = f"; phases {result.phases}" if result.phases else ""
-    print(f"  {label}: {done}; {result.hangs} hangs; rungs {result.rungs}{landed}; epoch {s.get('epoch')}/{s.get('epochs')}; "
+    print(f"  {label}: {done}; {result.hangs} hangs; rungs {result.rungs}{landed}; "
+          f"epoch {s.get('epoch')}/{s.get('epochs')}; "
           f"checkpoint every {s.get('checkpoint_every')} s at the end", flush=True)
     if result.exit_code:
         print(f"    its exit: {(s.get('exit') or {}).get('text')}", flush=True)

@@ -661,7 +661,8 @@ class _Checker:
         after = table.get("probe_after", ProbeConfig.probe_after)
         give_up = table.get("give_up_after", ProbeConfig.give_up_after)
         if isinstance(give_up, bool) or not isinstance(give_up, int) or give_up < 1:
-            self.fail("ladder.give_up_after", "a whole number >= 1 (failed probes of a rung before it is not probed again)",
+            self.fail("ladder.give_up_after", "a whole number >= 1 (failed probes of a rung before it is not probed "
+                                              "again)",
                       give_up)
         prior = table.get("prior_between_hangs", ProbeConfig.prior_between_hangs)
         return ProbeConfig(probe_after=None if after == "off" else self.duration("ladder.probe_after", after, '"off"'),

@@ -131,8 +131,8 @@ def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
     measured = [rungs[k].speed for k in tried if rungs[k].speed is not None]
     if untried <= top and measured and measured[-1] > EXPLORE_GAIN * goodput[best]:
         return Choice(untried, f"rung {best} keeps {goodput[best]:.2f} it/s of {rungs[best].speed:.2f} once its "
-                               f"hangs are paid for ({basis(rungs[best], priors[best])}); rung {untried} is untried and "
-                               f"could keep up to {measured[-1]:.2f}")
+                               f"hangs are paid for ({basis(rungs[best], priors[best])}); rung {untried} is untried "
+                               f"and could keep up to {measured[-1]:.2f}")
     why = "the best known" if best != current else "still the best known"
     return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for "
                         f"({basis(rungs[best], priors[best])}); "
