@@ -241,6 +241,17 @@ def test_the_cpu_demo_one_loader_hang_at_batch_10_never_keeps_rung_0_away():
     assert alone.spawns[-1].rung == 0 and alone.d.t - start < 30
 
 
+def test_a_startup_hang_at_a_rung_not_yet_measured_is_one_sample_not_a_climb():
+    # The issue's bad night: rung 0 measured (one hang in 60 s), then a freeze before rung 1's first batch.
+    rungs = [RungFacts(15.0, 60, 1, 1.0), RungFacts(None, 0, 1), RungFacts(None, 0, 0)]
+    back = rung_choice.after_hang(1, rungs, 15.0, prior=300.0)
+    assert back.rung == 0 and "rung 1 unmeasured: at rung 0's speed" in back.why
+    # With nothing measured below (the first attempt's startup), or judged on evidence alone, it climbs as before.
+    first = rung_choice.after_hang(0, [RungFacts(None, 0, 1), RungFacts(None, 0, 0)], 15.0, prior=300.0)
+    assert first.rung == 1
+    assert rung_choice.after_hang(1, rungs, 15.0).rung == 2
+
+
 def test_the_prior_worked_example_from_the_readme():
     # Issue 29's H100: rung 0 at 15.68 it/s, started in 0.9 s, hung 6 s into training; a hang costs 26.7 s.
     untried = RungFacts(None, 0, 0)

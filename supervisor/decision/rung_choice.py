@@ -18,6 +18,10 @@ speed it keeps:
 
     G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
 
+A rung that hung before its speed was measured (in its startup) climbs one rung when nothing below it was measured
+or there is no prior; otherwise that hang is one sample like any other, the rung judged at the speed of the nearest
+rung measured below it.
+
 After a hang the next rung is, of two candidates, the better:
 
 - the known rung of the highest G (on a tie the lower, faster one): a rung that hung as often as the one below it
@@ -36,7 +40,7 @@ not one rung at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_STALL_COST = 15.0  # seconds from a hang to the next spawn, work lost included, until one is measured
 DEFAULT_START = 15.0  # seconds from a spawn to its first batch, for a rung whose start this run has not measured
@@ -119,10 +123,18 @@ def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
     ``[ladder] prior_between_hangs`` (None: each rung judged on its own evidence alone)."""
     stall = DEFAULT_STALL_COST if stall_cost is None else stall_cost
     top = len(rungs) - 1
-    if rungs[current].speed is None:  # it hung before it trained: no evidence for any rung but a safer one
-        if current < top:
-            return Choice(current + 1, f"rung {current} hung before its speed was measured: one rung safer")
-        return Choice(current, "ladder exhausted: staying at the top rung")
+    below = [k for k in range(current) if rungs[k].speed is not None]
+    assumed = ""
+    if rungs[current].speed is None:  # it hung before it trained
+        if not prior or not below:  # no evidence for any rung but a safer one
+            if current < top:
+                return Choice(current + 1, f"rung {current} hung before its speed was measured: one rung safer")
+            return Choice(current, "ladder exhausted: staying at the top rung")
+        # One hang before a first batch is one sample like any other: judged at the speed of the nearest rung
+        # measured below (a safer rung is seldom faster), not a reflex up the ladder.
+        rungs = list(rungs)
+        rungs[current] = replace(rungs[current], speed=rungs[below[-1]].speed)
+        assumed = f" (rung {current} unmeasured: at rung {below[-1]}'s speed)"
     tried = [k for k, facts in enumerate(rungs) if facts.tried]
     priors = {k: prior_of(k, rungs, prior) for k in tried}
     goodput = {k: expected_goodput(rungs[k], hang_cost(rungs[k], stall, rungs), priors[k]) for k in tried}
@@ -132,11 +144,11 @@ def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
     if untried <= top and measured and measured[-1] > EXPLORE_GAIN * goodput[best]:
         return Choice(untried, f"rung {best} keeps {goodput[best]:.2f} it/s of {rungs[best].speed:.2f} once its "
                                f"hangs are paid for ({basis(rungs[best], priors[best])}); rung {untried} is untried "
-                               f"and could keep up to {measured[-1]:.2f}")
+                               f"and could keep up to {measured[-1]:.2f}{assumed}")
     why = "the best known" if best != current else "still the best known"
     return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for "
                         f"({basis(rungs[best], priors[best])}); "
-                        + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried))
+                        + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried) + assumed)
 
 
 def probe_target(current: int, rungs: list[RungFacts], give_up_after: int) -> int | None:
