@@ -173,11 +173,15 @@ class ProbeConfig:
     probe_after: seconds (or a duration such as "2h") of healthy training at rung k before the supervisor moves to
         rung k-1 at the next batch boundary (the worker saves and exits, nothing is lost); None ("off") keeps the
         ladder one-way. A hang on the probed rung returns to rung k and doubles rung k's probation.
-    give_up_after: a rung that hung this many times is not probed again.
+    give_up_after: a rung whose probes hung this many times is not probed again.
+    prior_between_hangs: seconds (or a duration) of training one hang is assumed to take at any rung, weighed as one
+        hang seen, until the rung shows its own rate (rung_choice.py): one hang a few seconds in is no proof; None
+        ("off"): each rung judged on its own hangs alone.
     """
 
     probe_after: float | None = 7200.0
     give_up_after: int = 3
+    prior_between_hangs: float | None = 300.0
 
 
 @dataclass(frozen=True)
@@ -679,13 +683,17 @@ class _Checker:
         after = table.get("probe_after", ProbeConfig.probe_after)
         give_up = table.get("give_up_after", ProbeConfig.give_up_after)
         if isinstance(give_up, bool) or not isinstance(give_up, int) or give_up < 1:
-            self.fail("ladder.give_up_after", "a whole number >= 1 (hangs of a rung before it is not probed again)",
+            self.fail("ladder.give_up_after", "a whole number >= 1 (failed probes of a rung before it is not probed "
+                                              "again)",
                       give_up)
+        prior = table.get("prior_between_hangs", ProbeConfig.prior_between_hangs)
         return ProbeConfig(probe_after=None if after == "off" else self.duration("ladder.probe_after", after, '"off"'),
-                           give_up_after=give_up)
+                           give_up_after=give_up,
+                           prior_between_hangs=None if prior == "off" else self.duration("ladder.prior_between_hangs",
+                                                                                         prior, '"off"'))
 
     def ladder(self, table: Any) -> tuple[dict[str, Any], ...] | None:
-        self.keys("ladder", table, {"rungs", "probe_after", "give_up_after"})
+        self.keys("ladder", table, {"rungs", "probe_after", "give_up_after", "prior_between_hangs"})
         rungs = table.get("rungs")
         if rungs is None or rungs == "default":
             return None

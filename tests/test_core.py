@@ -84,8 +84,12 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     assert d.s.state == core.State.STOPPING
     actions = d(core.TreeKilled(killed=3))
     spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
-    assert (spawn.rung, spawn.rung_settings, spawn.attempt) == (1, {"workers": 4}, 2)
+    # One hang 10 s in is no proof against rung 0 (the prior, rung_choice.py): the same rung again.
+    assert (spawn.rung, spawn.rung_settings, spawn.attempt) == (0, {}, 2)
     assert d.s.restarts_by_reason == {"hang": 1} and d.s.hangs_by_phase == {"train": 1}
+    # Judged on its own hangs alone, one hang in 10 s of training climbs one rung.
+    alone = at_rung_1_after_a_hang()
+    assert alone.s.rung == 1 and alone.s.ladder.settings(1) == {"workers": 4}
 
 
 def test_a_standby_is_asked_for_once_an_attempt_trains_with_the_rung_a_hang_moves_to():
@@ -403,7 +407,7 @@ def test_a_stall_line_without_progress_kills_within_the_confirm_window():
     incident = actions[-1].incident
     assert incident.reason == "kernel" and incident.kernel_events[0]["message"] == SEEDS_LINE
     d(core.TreeKilled(killed=3))
-    assert d.s.rung == 1 and d.s.kernel_events == {"stall": 1}
+    assert d.s.rung == 0 and d.s.kernel_events == {"stall": 1}  # one hang 10 s in: no proof against rung 0
 
 
 def test_a_stall_line_while_training_progresses_kills_nothing():
@@ -664,6 +668,8 @@ SAFER = 0.75  # seconds a batch at rung 1: slower than rung 0's 0.5 s, so rung 0
 
 
 def at_rung_1_after_a_hang(**sections) -> Driver:
+    """One hang after 10 s of training, rungs judged on their own hangs alone (no prior): at rung 1."""
+    sections["ladder"] = {"prior_between_hangs": "off", **sections.get("ladder", {})}
     d = healthy(**sections)
     d.at(d.t + 10.01)(core.Tick())
     d(core.TreeKilled(killed=1))
@@ -697,8 +703,8 @@ def test_after_probe_after_of_healthy_training_the_faster_rung_is_tried_at_a_che
     assert d.s.lost_seconds == pytest.approx(9.5)  # the hang's; the probe lost nothing
 
 
-def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_that_hung_enough_is_left_alone():
-    d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 2}, checkpoint={"every": 30})
+def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_whose_probes_hung_is_left_alone():
+    d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 1}, checkpoint={"every": 30})
     train(d, 70, PID + 1, SAFER)
     d.beat("save", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
     d(core.WorkerExited(0))
@@ -708,7 +714,8 @@ def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_
     actions = d.at(d.t + 10.01)(core.Tick())  # the probed rung 0 hangs again
     actions += d(core.TreeKilled(killed=1))
     assert d.s.rung == 1 and d.s.probing_from is None and d.s.probation == {"1": 120.0}
-    assert d.s.rung_hangs == {"0": 2} and d.s.probe_in() is None  # rung 0 hung twice: never probed again
+    # its probe hung give_up_after (1) times: never probed again (the hang that left it does not count)
+    assert d.s.rung_hangs == {"0": 2} and d.s.probe.failed == {"0": 1} and d.s.probe_in() is None
     assert any("not probed again" in a.text for a in actions if isinstance(a, core.Log))
 
 
@@ -783,7 +790,7 @@ def test_probing_survives_a_supervisor_restart_and_off_keeps_the_ladder_one_way(
     d = at_rung_1_after_a_hang(ladder={"probe_after": 60}, checkpoint={"every": 30})
     train(d, 40, PID + 1, SAFER)
     record = d.s.persistent(d.t)
-    again = make(ladder={"probe_after": 60}, checkpoint={"every": 30})
+    again = make(ladder={"probe_after": 60, "prior_between_hangs": "off"}, checkpoint={"every": 30})
     again.restore(record)
     assert again.rung == 1 and again.probe_in() == pytest.approx(60 - 40, abs=2 * SAFER)
     off = at_rung_1_after_a_hang(ladder={"probe_after": "off"})

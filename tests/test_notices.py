@@ -43,7 +43,7 @@ def kinds(notices):
 
 
 def test_a_hang_gives_a_rung_change_at_the_verdict_and_hang_recovered_once_the_next_attempt_trains():
-    d = noticing()
+    d = noticing(ladder={"prior_between_hangs": "off"})  # one hang climbs: the rung change to tell
     d.at(1030)(core.Tick())  # 20 s without progress: hung
     d(core.TreeKilled(3, (), 0.2, 1_700_001_030.0))
     assert kinds(d.notices) == [NoticeKind.RUNG_CHANGED]

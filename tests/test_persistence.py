@@ -154,7 +154,7 @@ TODAY = {
          "seconds_since_progress": 0.0, "settings": {}, "time": 1700001076.0, "time_iso": "2023-11-14T22:31:16Z",
          "worker_pid": 4243}],
     "job_seq": 2, "kernel_events": {"stall": 1}, "last_failure": "crash:exited with status 1", "lost_batches": 40,
-    "lost_seconds": 25.3, "probation": {"1": 120.0}, "probing_from": 2, "remedies": {"batch": 8},
+    "lost_seconds": 25.3, "probation": {"1": 120.0}, "probing_from": 2, "failed": {"0": 1}, "remedies": {"batch": 8},
     "restart_times": [1700001055.0, 1700001076.0], "restarts_by_reason": {"crash": 1, "hang": 1},
     "run_seconds": 107.0, "run_started_wall": 1700001000.0, "rung": 1, "rung_entered_trained": 24.5,
     "rung_hangs": {"0": 1}, "rung_speeds": {"0": [2.0, 2.0, 2.0], "1": [1.4286, 1.4286, 1.4286]},

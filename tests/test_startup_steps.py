@@ -111,7 +111,9 @@ def test_a_long_scan_that_progresses_is_never_a_hang_and_one_that_stops_progress
 
 
 def test_the_first_batch_of_spawned_loader_workers_is_kept_apart_from_forked_ones():
-    d = Driver(make(ladder={"rungs": [{"start_method": "spawn"}]}, watchdog={"startup_timeout": 600}))
+    # prior off: one hang climbs, so the next attempt starts on the spawned-workers rung this test is about
+    d = Driver(make(ladder={"rungs": [{"start_method": "spawn"}], "prior_between_hangs": "off"},
+                    watchdog={"startup_timeout": 600}))
     d.boot_and_spawn()
     start(d)  # rung 0, forked workers: first batch 0.8 s
     hang_in_training(d, PID + 1)

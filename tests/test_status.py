@@ -107,7 +107,8 @@ def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
     d(core.Tick())  # a hang: an incident, a restart
     status = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
     assert list(status.to_dict()) == CORE_KEYS
-    assert list(status.to_dict()["ladder"]["rungs"]["0"]) == ["speed", "seconds", "hangs", "start", "expected_goodput"]
+    assert list(status.to_dict()["ladder"]["rungs"]["0"]) == ["speed", "seconds", "hangs", "start", "expected_goodput",
+                                                               "between_hangs"]
     assert Status.from_dict(json.loads(json.dumps(status.to_dict()))) == status
     full = Status(last_checkpoint=CheckpointView(), exit=Exit(0, "done"), ranks=[RankStatus()],
                   startup_step_progress=StepProgress(),

@@ -288,6 +288,8 @@ REAL_DAEMON = ROOT / ".venv" / "bin" / "yolo-train"
 # far more epochs than the test waits for: it stops the service itself
 DAEMON_CONFIG = 'name = "systemd-demo"\n' + demo_train(epochs=300) + """[metrics]
 listen = "127.0.0.1:10133"
+[ladder]
+prior_between_hangs = "off"  # the rung's own hangs alone: this one hang climbs, which the test waits to see
 [[faults]]
 kind = "dataloader_hang"
 at_batch = 10

@@ -216,6 +216,7 @@ class Probe:
     rung_entered_trained: float = kept(default=0.0)  # trained() when the current rung was entered
     probation: dict[str, float] = kept(default_factory=dict)  # rung -> healthy seconds before probing the one below
     probing_from: int | None = kept(default=None)  # the rung left to probe the current one; a hang here returns to it
+    failed: dict[str, int] = kept(default_factory=dict)  # rung -> probes of it that hung (give_up_after)
 
 
 def _finished_only(state: str) -> State:
@@ -381,7 +382,7 @@ class Supervision:
         """What each rung has shown in this run, as the ladder's choices read it."""
         h = self.hang_history
         return [rung_choice.RungFacts(self.rung_speed(k), h.rung_seconds.get(k, 0.0), self.rung_hangs.get(str(k), 0),
-                                      h.start_of(k)) for k in range(len(self.ladder))]
+                                      h.start_of(k), self.probe.failed.get(str(k), 0)) for k in range(len(self.ladder))]
 
     def probe_target(self) -> int | None:
         return rung_choice.probe_target(self.rung, self.rung_facts(), self.config.probe.give_up_after)
@@ -391,8 +392,8 @@ class Supervision:
         closed and this hang counted; the standby is prepared for it in advance."""
         facts = self.rung_facts()
         here = facts[self.rung]
-        facts[self.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1, here.start)
-        return rung_choice.after_hang(self.rung, facts, self.stall_cost())
+        facts[self.rung] = replace(here, hangs=here.hangs + 1)
+        return rung_choice.after_hang(self.rung, facts, self.stall_cost(), self.config.probe.prior_between_hangs)
 
     def stall_cost(self) -> float | None:
         """What a hang costs before the next worker starts, at the checkpoint interval the next spawn would choose."""

@@ -118,6 +118,7 @@ class RungView(View):
     hangs: int = 0
     start: float | None = None
     expected_goodput: float | None = None
+    between_hangs: float | None = None  # its mean training seconds between hangs, the prior included
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,9 @@ def _ladder_view(s: Supervision) -> LadderView:
     stall = s.stall_cost()
     facts = s.rung_facts()
     used = rung_choice.DEFAULT_STALL_COST if stall is None else stall
+    prior = s.config.probe.prior_between_hangs
     return LadderView(stall, {str(k): RungView(f.speed, round(f.seconds, 3), f.hangs, f.start,
-                                               rung_choice.expected_goodput(f, rung_choice.hang_cost(f, used, facts)))
+                                               rung_choice.expected_goodput(f, rung_choice.hang_cost(f, used, facts),
+                                                                            rung_choice.prior_of(k, facts, prior)),
+                                               rung_choice.between_hangs(f, rung_choice.prior_of(k, facts, prior)))
                               for k, f in enumerate(facts) if f.tried})
