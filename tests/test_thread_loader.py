@@ -105,6 +105,9 @@ def test_forkserver_workers_fork_from_the_preloaded_server_and_give_the_same_bat
     the same seed: through the exact-resume sampler from a mid-epoch point, and in validation's loader."""
     start_forkserver()
     server = psutil.Process(forkserver_pid())
+    deadline = time.monotonic() + 30
+    while not server.cmdline() and time.monotonic() < deadline:  # started, maybe not yet past its exec
+        time.sleep(0.01)
     assert server.ppid() == os.getpid() and "forkserver" in " ".join(server.cmdline())
     resume = ResumePoint(epoch=0, batches=3, samples=12)
     loaders = []
