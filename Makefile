@@ -9,8 +9,8 @@ VENV        ?= .venv
 TORCH_REQ   ?= torch==2.14.1 torchvision==0.29.1
 SYSTEM_TORCH ?=
 # systemd-python compiles against libsystemd; promtool and prometheus serve the metrics tests;
-# systemd-journal-remote writes real journal files for the journal reader tests.
-DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev prometheus systemd systemd-journal-remote
+# systemd-journal-remote writes real journal files for the journal reader tests; chromium opens the page `report` writes.
+DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev prometheus systemd systemd-journal-remote chromium
 FAULT       ?=
 PYTEST_ARGS ?=
 
@@ -54,9 +54,9 @@ unit: install
 	$(BIN)/python -m pytest -q -m 'not e2e' $(PYTEST_ARGS)
 
 bench: install
-	$(BIN)/python bench/recovery.py
-	$(BIN)/python bench/heartbeat.py
-	$(BIN)/python bench/footprint.py
+	$(BIN)/python -m bench.recovery
+	$(BIN)/python -m bench.heartbeat
+	$(BIN)/python -m bench.footprint
 
 # Installs the unit, /etc/yolo-train/config.toml (never overwritten), the yolo-train user; then:
 #   systemctl enable --now yolo-train

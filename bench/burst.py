@@ -7,6 +7,10 @@ The real CLI (``python -m supervisor run``), default settings but the training, 
   batch, every process of the worker's tree gets SIGSTOP (a real hang: nothing raised, nothing printed, the loader
   workers frozen too). The supervisor detects it, kills the tree and resumes; the bench waits for the next attempt's
   first batch and draws the next point;
+- with ``--whatever-phase``, the compressed bad night of issue 29: each freeze ``--hang-every`` seconds after the
+  previous one (the first after the run's start), whatever the phase: before an attempt's first batch (its startup,
+  a resume's), in training, validation or at an epoch's end. A freeze that falls due while the tree frozen last is
+  not yet replaced waits for the next worker and freezes it at once;
 - with ``--baseline DIR``, the burst again with the code in DIR (a checkout of an earlier commit, e.g. ``git worktree
   add /tmp/before fe7f68b``): what the run did before, with the same hang points.
 
@@ -16,9 +20,10 @@ has none: its progress is printed instead); beside it, each hang's cost as its i
 restart, work lost), which the machine's speed drifting from one run to the next does not move. Printed beside it: hangs, the rungs the run visited, the checkpoint
 interval of its last attempt, and the supervisor's exit.
 
-    .venv/bin/python bench/burst.py                                    # the CPU demo (2 workers, 64 px)
-    python3 bench/burst.py --gpu --hang-every 20-40 --baseline /tmp/before      # YOLOv8n 640 px on a GPU
-    python3 bench/burst.py --gpu --epochs 28 --hang-every 270-330 --baseline /tmp/before --limit 1000  # every 5 min
+    .venv/bin/python -m bench.burst                                    # the CPU demo (2 workers, 64 px)
+    python3 -m bench.burst --gpu --hang-every 20-40 --baseline /tmp/before      # YOLOv8n 640 px on a GPU
+    python3 -m bench.burst --gpu --epochs 28 --hang-every 270-330 --baseline /tmp/before --limit 1000  # every 5 min
+    python3 -m bench.burst --gpu --whatever-phase --hang-every 20-40 --limit 1200   # issue 29's compressed night
 """
 
 from __future__ import annotations
@@ -34,11 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.lost_work import BenchError, SupervisedRun  # noqa: E402
-from bench.recovery import free_port, to_toml  # noqa: E402
+from bench.harness import ROOT, write_config
+from bench.lost_work import BenchError, SupervisedRun
 
 POLL = 0.2  # seconds between looks at the run
 
@@ -50,20 +52,19 @@ class Night:
     exit_code: int | None = None
     hangs: int = 0
     hang_costs: list[float | None] = field(default_factory=list)  # each hang's cost by its incident, in seconds
-    rungs: list[int] = field(default_factory=list)  # rung of each attempt
+    rungs: list[int] = field(default_factory=list)  # rung of each attempt (--whatever-phase: of each freeze)
+    phases: list[str] = field(default_factory=list)  # --whatever-phase: the phase each freeze landed in
     status: dict = field(default_factory=dict)
 
 
-def write_config(path: Path, args: argparse.Namespace) -> Path:
+def burst_config(path: Path, args: argparse.Namespace, sections: dict | None = None) -> Path:
     from worker.demo_data import ensure_demo_dataset
 
     data = str(ensure_demo_dataset(train_images=args.images, val_images=8, size=args.imgsz))
     train = {"data": data, "model": args.model, "epochs": args.epochs, "imgsz": args.imgsz, "batch": args.batch,
              "workers": args.workers, "device": "0" if args.gpu else "cpu", "plots": False}
-    raw = {"name": path.stem, "train": train, "metrics": {"listen": f"127.0.0.1:{free_port()}"},
-           "kernel_log": {"source": "off", "gpu_events": "off"}}
-    path.write_text(to_toml(raw))
-    return path
+    quiet = {"kernel_log": {"source": "off", "gpu_events": "off"}}
+    return write_config(path, train, sections={**quiet, **(sections or {})}, name=path.stem)
 
 
 def freeze_tree(pid: int) -> int:
@@ -85,10 +86,11 @@ def freeze_tree(pid: int) -> int:
 
 
 class Burst:
-    """Freezes each attempt at a seeded point after its first training batch."""
+    """Freezes each attempt at a seeded point after its first training batch, or (``anywhere``) a seeded time after
+    the previous freeze, whatever the phase."""
 
-    def __init__(self, low: float, high: float, seed: int):
-        self.low, self.high, self.rng = low, high, random.Random(seed)
+    def __init__(self, low: float, high: float, seed: int, anywhere: bool = False):
+        self.low, self.high, self.rng, self.anywhere = low, high, random.Random(seed), anywhere
 
     def delay(self) -> float:
         return self.rng.uniform(self.low, self.high)
@@ -101,7 +103,9 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
     result = Night(label)
     attempts = 0
     try:
-        while run.proc.poll() is None and time.time() - run.started < args.limit:
+        if burst is not None and burst.anywhere:
+            freeze_whatever_the_phase(run, burst, result, args.limit)
+        while run.proc.poll() is None and time.time() - run.started < args.limit and not (burst and burst.anywhere):
             try:
                 pid, first = run.wait_training(attempts, limit=args.limit - (time.time() - run.started))
             except BenchError:
@@ -127,11 +131,30 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
             keep(run, slug, args.keep)
     s = result.status
     done = "not finished" if result.seconds is None else f"{result.seconds:.0f} s, exit {result.exit_code}"
-    print(f"  {label}: {done}; {result.hangs} hangs; rungs {result.rungs}; epoch {s.get('epoch')}/{s.get('epochs')}; "
+    landed = f"; phases {result.phases}" if result.phases else ""
+    print(f"  {label}: {done}; {result.hangs} hangs; rungs {result.rungs}{landed}; "
+          f"epoch {s.get('epoch')}/{s.get('epochs')}; "
           f"checkpoint every {s.get('checkpoint_every')} s at the end", flush=True)
     if result.exit_code:
         print(f"    its exit: {(s.get('exit') or {}).get('text')}", flush=True)
     return result
+
+
+def freeze_whatever_the_phase(run: SupervisedRun, burst: Burst, result: Night, limit: float) -> None:
+    """Freeze the worker's tree a seeded delay after the previous freeze, in whatever phase it is; the rung and
+    phase of each freeze are recorded."""
+    frozen_pid, due = None, run.started + burst.delay()
+    while run.proc.poll() is None and time.time() - run.started < limit:
+        time.sleep(POLL)
+        status = run.state().get("status", {})
+        pid = status.get("worker_pid")
+        if time.time() < due or not pid or pid == frozen_pid or status.get("state") not in ("starting", "healthy"):
+            continue
+        if freeze_tree(pid):
+            frozen_pid, due = pid, time.time() + burst.delay()
+            result.hangs += 1
+            result.rungs.append(status.get("rung", -1))
+            result.phases.append(status.get("phase") or status.get("state"))
 
 
 def hang_costs(incidents: Path) -> list[float | None]:
@@ -171,6 +194,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", action="store_true", help="device 0, YOLOv8n at 640 px, batch 32, 8 workers")
     parser.add_argument("--hang-every", default="20-40", help="LO-HI seconds after each first training batch")
+    parser.add_argument("--whatever-phase", action="store_true",
+                        help="each freeze LO-HI seconds after the previous one, in whatever phase (issue 29)")
     parser.add_argument("--baseline", type=Path, help="a checkout of earlier code to run the same burst with")
     parser.add_argument("--limit", type=float, default=None, help="seconds a run may take (default 6x undisturbed)")
     parser.add_argument("--seed", type=int, default=1)
@@ -192,17 +217,18 @@ def main() -> int:
             setattr(args, key, value)
     low, high = (float(x) for x in args.hang_every.split("-"))
     print("command: " + shlex.join([sys.executable, *sys.argv]), flush=True)
+    when = "after the previous freeze, whatever the phase" if args.whatever_phase else "after each first training batch"
     print(f"{args.model} {args.imgsz} px, batch {args.batch}, workers {args.workers}, {args.images} images "
           f"({args.images // args.batch} batches an epoch), {args.epochs} epochs; the tree frozen {low:g}-{high:g} s "
-          f"after each first training batch", flush=True)
+          f"{when}", flush=True)
     with tempfile.TemporaryDirectory(prefix="burst-") as tmp_name:
         tmp = Path(tmp_name)
-        config = write_config(tmp / "burst.toml", args)
+        config = burst_config(tmp / "burst.toml", args)
         runs = args.runs.split(",")
         limit, args.limit = args.limit, args.limit or 3600.0
         # The first training on a fresh machine builds the dataset's label cache and compiles the imports: a cost
         # no later run pays, so a one-epoch run pays it here, uncounted.
-        night(tmp, "warm-up", write_config(tmp / "warm-up.toml", argparse.Namespace(**{**vars(args), "epochs": 1})),
+        night(tmp, "warm-up", burst_config(tmp / "warm-up.toml", argparse.Namespace(**{**vars(args), "epochs": 1})),
               args, None)
         if args.reference is None:
             calm = night(tmp, "undisturbed", config, args, None)
@@ -213,9 +239,10 @@ def main() -> int:
         args.limit = limit or 6 * calm.seconds
         rows = [calm]
         if "burst" in runs:
-            rows.append(night(tmp, "burst", config, args, Burst(low, high, args.seed)))
+            rows.append(night(tmp, "burst", config, args, Burst(low, high, args.seed, args.whatever_phase)))
         if args.baseline and "baseline" in runs:
-            rows.append(night(tmp, "burst, baseline", config, args, Burst(low, high, args.seed), root=args.baseline))
+            rows.append(night(tmp, "burst, baseline", config, args, Burst(low, high, args.seed, args.whatever_phase),
+                              root=args.baseline))
     print(f"\n{'run':<16} {'seconds':>8} {'goodput':>8} {'hangs':>5} {'exit':>4}  rungs; checkpoint interval at the end")
     for r in rows:
         goodput = "-" if r.seconds is None or r.exit_code else f"{calm.seconds / r.seconds:.3f}"

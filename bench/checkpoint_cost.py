@@ -7,8 +7,8 @@ waits for the whole write), and the same written from a thread (the loop waits f
 worker's default); it reads the hold times the worker reports in its checkpoint messages and compares the training
 times.
 
-    .venv/bin/python bench/checkpoint_cost.py [--every 0.2] [--epochs 4]
-    python3 bench/checkpoint_cost.py --model yolov8x.yaml --imgsz 640 --batch 16 --images 512 --device 0 --every 5
+    .venv/bin/python -m bench.checkpoint_cost [--every 0.2] [--epochs 4]
+    python3 -m bench.checkpoint_cost --model yolov8x.yaml --imgsz 640 --batch 16 --images 512 --device 0 --every 5
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from worker.contract import LaunchRecord, MessageKind  # noqa: E402
-from worker.heartbeat import Decoder  # noqa: E402
+from bench.harness import ROOT
+from worker.contract import LaunchRecord, MessageKind
+from worker.heartbeat import Decoder
 
 DEFAULT_EVERY = 600.0  # CheckpointConfig.every
 

@@ -1,7 +1,7 @@
 """A training script as the worker: detection from its output against the heartbeat client, and the supervisor's
 CPU while it parses a chatty progress bar (issue: supervise any training script).
 
-    .venv/bin/python bench/command_worker.py [--repeat 3] [--seconds 20]
+    .venv/bin/python -m bench.command_worker [--repeat 3] [--seconds 20]
 
 The same loop (a tqdm bar, 20 ms steps, redrawn at every step: 50 updates/s) runs under the real supervisor as a
 `[worker] command`, once reading only its output, once also sending heartbeats; each is frozen with SIGSTOP after
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.harness import ROOT
+
 LOOP = r'''
 import os, sys, time
 from tqdm import tqdm

@@ -9,9 +9,9 @@ compared: the relative difference of the loss and of the flattened gradient.
 
 Goal (issue 6): ratio <= 1.8 on an H100.
 
-    python bench/conv_fallback.py                      # cuda, batch 16, imgsz 640
-    python bench/conv_fallback.py --device cpu --batch 2 --imgsz 128 --steps 3   # smoke test
-    python bench/conv_fallback.py --profile out/       # also writes a kernel table per run
+    python -m bench.conv_fallback                      # cuda, batch 16, imgsz 640
+    python -m bench.conv_fallback --device cpu --batch 2 --imgsz 128 --steps 3   # smoke test
+    python -m bench.conv_fallback --profile out/       # also writes a kernel table per run
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from worker.patches import conv2d as conv_fallback  # noqa: E402
+from worker.patches import conv2d as conv_fallback
 
 
 def build_model(device: str):

@@ -10,7 +10,7 @@
    watchdog settings), then the run must finish and leave no process of its tree (worker, torch.distributed.run,
    ranks, DataLoader workers) behind.
 
-    python bench/ddp.py [--devices 0,1] [--images 2048] [--imgsz 320] [--batch 64] [--epochs 4]
+    python -m bench.ddp [--devices 0,1] [--images 2048] [--imgsz 320] [--batch 64] [--epochs 4]
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.harness import ROOT
 
 
 def train_args(a: argparse.Namespace, data: str, epochs: int) -> dict:

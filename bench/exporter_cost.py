@@ -6,7 +6,7 @@ over a real small process tree (a main process and two "DataLoader" children). T
 before and after; the same window without scrapes gives the idle cost of the publishing loop. Printed: CPU
 seconds, the share of one core, and the CPU of one scrape measured in-process.
 
-    python bench/exporter_cost.py [--every 15 5] [--duration 60] [--gpu-root /] [--sample-interval 5]
+    python -m bench.exporter_cost [--every 15 5] [--duration 60] [--gpu-root /] [--sample-interval 5]
 
 ``--gpu-root tests/fixtures/amdgpu_sysfs`` samples the two fixture GPUs (regular files, not a driver: a
 lower bound for real amdgpu sysfs reads) on a machine without a GPU.
@@ -25,15 +25,13 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from prometheus_client import generate_latest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from prometheus_client import generate_latest  # noqa: E402
-
-from supervisor.config import Config  # noqa: E402
-from supervisor.sources.gpu_metrics import sample_all  # noqa: E402
-from supervisor.outputs.metrics import start_exporter  # noqa: E402
+from bench.harness import ROOT
+from supervisor.config import Config
+from supervisor.sources.gpu_metrics import sample_all
+from supervisor.outputs.metrics import start_exporter
+from supervisor.outputs.status_view import Status
 
 TREE = ("import os, time\n"
         "for _ in range(2):\n"
@@ -42,10 +40,10 @@ TREE = ("import os, time\n"
         "time.sleep(3600)\n")
 
 
-def status(worker_pid: int, started: float) -> dict:
+def status(worker_pid: int, started: float) -> Status:
     """A mid-run status as Agent.status() gives it."""
     now = time.time()
-    return {
+    return Status.from_dict({
         "state": "healthy", "phase": "train", "epoch": 3, "epochs": 100, "batch": 120, "batches": 500,
         "losses": {"box_loss": 1.2, "cls_loss": 2.1, "dfl_loss": 1.1}, "lr": 0.00125, "it_s": 7.5,
         "samples_s": 120.0, "eta_seconds": 6500.0, "progress": 0.0124, "rung": 1, "rungs": 6,
@@ -54,7 +52,7 @@ def status(worker_pid: int, started: float) -> dict:
         "worker_pid": worker_pid, "settings": {"versions": {"python": "3.11.2", "ultralytics": "8.3", "torch": "2"}},
         "seconds_since_progress": 0.1, "worker_uptime": now - started, "last_restart": started,
         "heartbeats": {"malformed": 0, "oversized": 0, "dropped": 0}, "updated": now,
-    }
+    })
 
 
 def serve(gpu_root: Path, sample_interval: float) -> None:
@@ -124,8 +122,9 @@ def main() -> None:
         serve(args.gpu_root, args.sample_interval)
         return
 
-    child = subprocess.Popen([sys.executable, __file__, "--serve", "--gpu-root", str(args.gpu_root),
-                              "--sample-interval", str(args.sample_interval)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-m", "bench.exporter_cost", "--serve", "--gpu-root", str(args.gpu_root),
+                              "--sample-interval", str(args.sample_interval)], cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True)
     try:
         info = json.loads(child.stdout.readline())
         process = psutil.Process(child.pid)

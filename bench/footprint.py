@@ -13,7 +13,7 @@
 
 Medians over the runs; the machine is shared, so expect noise.
 
-    .venv/bin/python bench/footprint.py [--repeat 3] [--interval 0.25] [--rate 25]
+    .venv/bin/python -m bench.footprint [--repeat 3] [--interval 0.25] [--rate 25]
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import psutil
 
-from heartbeat import FIELDS, timed_worker  # bench/heartbeat.py, next to this file
-from recovery import ROOT, demo_config
+from bench.harness import ROOT, write_config
+from bench.heartbeat import FIELDS, timed_worker
 
 GOAL_RSS_MB = 60.0
 GOAL_CPU_PERCENT = 1.0
@@ -116,7 +116,7 @@ def between(samples: list, start: float, end: float) -> tuple[float, float]:
 
 def demo_run(work: Path, interval: float) -> dict:
     python, records = timed_worker(work)
-    config = demo_config(work / "demo.toml", worker={"python": str(python)})
+    config = write_config(work / "demo.toml", worker={"python": str(python)})
     samples, _ = supervise(work, config, interval)
     recorded = json.loads(records.read_text())
     train = [b for b in recorded["beats"] if b[2] == "train"]
@@ -137,7 +137,7 @@ def beating_run(work: Path, interval: float, rate: float) -> dict:
     python = work / "python-beating"
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}"\n')
     python.chmod(0o755)
-    config = demo_config(work / "demo.toml", worker={"python": str(python)})
+    config = write_config(work / "demo.toml", worker={"python": str(python)})
     samples, log_text = supervise(work, config, interval)
     marks = {m[1]: m for m in MARK.finditer(log_text)}
     if set(marks) != {"idle", "beats", "end"}:

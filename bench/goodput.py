@@ -15,24 +15,20 @@ and ``lost_seconds``, then stops it with SIGTERM. Its own measure, which trusts 
 training got (epoch and batch from the state file, sampled every few seconds), against the no-fault run at the
 same wall time. Goal: goodput at least 0.95 with faults and 30 s checkpoints.
 
-    .venv/bin/python bench/goodput.py                       # the issue's soak: 3 x 30 min, about 95 minutes
-    .venv/bin/python bench/goodput.py --minutes 3 --hang-every 1 --every 10 --images 4000   # a quick check
+    .venv/bin/python -m bench.goodput                       # the issue's soak: 3 x 30 min, about 95 minutes
+    .venv/bin/python -m bench.goodput --minutes 3 --hang-every 1 --every 10 --images 4000   # a quick check
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.lost_work import SupervisedRun, hang_incident, write_config  # noqa: E402
+from bench.lost_work import SupervisedRun, checkpointed_config, hang_incident
 
 SAMPLE_EVERY = 5.0  # seconds between progress samples read from the state file
 
@@ -65,7 +61,7 @@ def position(status: dict) -> int | None:
 def soak(tmp: Path, label: str, data: str, every: float | str, minutes: float, hang_points: list[float]) -> Soak:
     """Run ``minutes`` of supervised training, freezing the worker at each hang point (seconds since the start)."""
     slug = label.replace(" ", "-").replace(",", "")
-    run = SupervisedRun(write_config(tmp / f"{slug}.toml", data, every, epochs=1000), tmp / f"state-{slug}",
+    run = SupervisedRun(checkpointed_config(tmp / f"{slug}.toml", data, every, epochs=1000), tmp / f"state-{slug}",
                         tmp / f"{slug}.log")
     result = Soak(label, minutes)
     end = run.started + minutes * 60

@@ -3,19 +3,17 @@
 Prints every GpuSample the discovered readers return, then the CPU time of one ``sample_all()`` (mean over
 ``--repeat`` calls) and the share of one core that sampling every ``--interval`` seconds takes.
 
-    python bench/gpu_sampling.py [--root /] [--repeat 200] [--interval 5]
+    python -m bench.gpu_sampling [--root /] [--repeat 200] [--interval 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from supervisor.sources.gpu_metrics import discover_gpu_readers, sample_all  # noqa: E402
+from supervisor.sources.gpu_metrics import discover_gpu_readers, sample_all
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ prints the beat's cost inside real training, the median training step (from one 
 within an epoch: data, forward, backward, optimizer step, callbacks) and the beat as a fraction of a step
 (goal: under 0.1%). Medians, since the machine is shared.
 
-    .venv/bin/python bench/heartbeat.py [--beats 20000] [--epochs 10]
+    .venv/bin/python -m bench.heartbeat [--beats 20000] [--epochs 10]
 """
 
 from __future__ import annotations
@@ -28,12 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from recovery import demo_config  # noqa: E402  (bench/recovery.py, next to this file)
-from worker.heartbeat import Heartbeat, encode  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import ROOT, write_config
+from worker.heartbeat import Heartbeat, encode
 GOAL_US = 20.0
 GOAL_STEP_FRACTION = 0.001
 PACE_SECONDS = 0.0002  # between beats into the drained pipe: the reader keeps up, as it does in training
@@ -154,7 +150,7 @@ def full_pipe(n: int) -> tuple[tuple[list[float], list[float]], int]:
 def in_training(epochs: int, work: Path) -> dict:
     """Train the demo under the supervisor with the worker's beats timed; the worker's beat records."""
     python, out = timed_worker(work)
-    config = demo_config(work / "demo.toml", train={"epochs": epochs}, worker={"python": str(python)})
+    config = write_config(work / "demo.toml", train={"epochs": epochs}, worker={"python": str(python)})
     result = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config),
                              "--state-dir", str(work / "state")], cwd=ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)

@@ -9,9 +9,9 @@ the next trained batch, and the batches trained twice (a restart's lost work, co
 to the model); and the run's wall time. With ``--night SECONDS``: a compressed night as well, a loader worker frozen
 every ``--hang-every`` seconds (seeded) for that long, each mode, and the batches per second each kept.
 
-    .venv/bin/python bench/in_place.py                          # the CPU demo (2 workers, 64 px)
-    python3 bench/in_place.py --gpu                             # YOLOv8n 640 px, batch 32, 8 workers on GPU 0
-    python3 bench/in_place.py --gpu --night 300 --hang-every 20-40
+    .venv/bin/python -m bench.in_place                          # the CPU demo (2 workers, 64 px)
+    python3 -m bench.in_place --gpu                             # YOLOv8n 640 px, batch 32, 8 workers on GPU 0
+    python3 -m bench.in_place --gpu --night 300 --hang-every 20-40
 """
 
 from __future__ import annotations
@@ -27,20 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.burst import write_config as burst_config  # noqa: E402
-from bench.lost_work import BenchError, SupervisedRun  # noqa: E402
-from worker.trainer import RECORD_FED_ENV  # noqa: E402
+from bench.burst import burst_config
+from bench.lost_work import BenchError, SupervisedRun
+from worker.trainer import RECORD_FED_ENV
 
 POLL = 0.01
 
 
 def config(path: Path, args: argparse.Namespace, in_place: bool) -> Path:
-    burst_config(path, args)
-    path.write_text(path.read_text() + f"\n[recovery]\nin_place = {str(in_place).lower()}\n")
-    return path
+    return burst_config(path, args, sections={"recovery": {"in_place": in_place}})
 
 
 def fed_batches(path: Path) -> list[tuple[int, int]]:

@@ -6,7 +6,7 @@
 2. Soak: while training progresses, the same line every --soak-interval seconds for --soak seconds: kills
    must stay at zero.
 
-    .venv/bin/python bench/kernel_kill.py [--repeat 3] [--soak 60]
+    .venv/bin/python -m bench.kernel_kill [--repeat 3] [--soak 60]
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import ROOT
+
 SEEDS_LINE = ("workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged CPU for >10000us 4 times, "
               "consider switching to WQ_UNBOUND")
 CONFIG = """

@@ -6,7 +6,7 @@ classifying one line (built-in catalogue, a line that matches nothing: the commo
 open a reader (it reads the whole ring buffer once), and the supervisor's RSS growth from importing
 the three modules with pyudev and systemd-python. Figures, not pass/fail: the goals are set in the issue.
 
-    .venv/bin/python bench/kernel_log.py [N]
+    .venv/bin/python -m bench.kernel_log [N]
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ supervisor's (the incident's ``lost_seconds``), with the incident's detection (`
 restart (hang declared -> first batch of the resumed worker, ``restart_seconds``). Goal: the worst lost work is
 at most the interval plus detection plus restart.
 
-    .venv/bin/python bench/lost_work.py [--hangs 5] [--every 10] [--images 3000] [--seed 1]
+    .venv/bin/python -m bench.lost_work [--hangs 5] [--every 10] [--images 3000] [--seed 1]
 
 The default took 16 minutes on the shared 2-core VM (its speed varies with the load); ``--hangs 20`` for a
 tighter worst case (four times as long).
@@ -39,10 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.recovery import free_port, to_toml  # noqa: E402
+from bench.harness import ROOT, write_config
 
 FIRST_BATCH = "first training batch"  # the supervisor's line when an attempt trains (supervisor/decision/heartbeats.py)
 SPEED_WINDOW = (3.0, 10.0)  # seconds after the first batch between which the first attempt's speed is taken
@@ -69,14 +66,10 @@ class Hang:
         return self.lost + self.detection + self.restart
 
 
-def write_config(path: Path, data: str, every: float | str, epochs: int) -> Path:
+def checkpointed_config(path: Path, data: str, every: float | str, epochs: int) -> Path:
     """The demo's training on ``data`` (CPU, imgsz 64, batch 4, 2 loader workers), checkpoints every ``every``."""
-    raw = {"name": path.stem, "train": {"data": data, "model": "yolov8n.yaml", "epochs": epochs, "imgsz": 64,
-                                        "batch": 4, "workers": 2, "device": "cpu", "plots": False},
-           "checkpoint": {"every": every if isinstance(every, str) else f"{every:g}s"},
-           "metrics": {"listen": f"127.0.0.1:{free_port()}"}}
-    path.write_text(to_toml(raw))
-    return path
+    return write_config(path, {"data": data, "epochs": epochs}, name=path.stem,
+                        sections={"checkpoint": {"every": every if isinstance(every, str) else f"{every:g}s"}})
 
 
 class SupervisedRun:
@@ -191,7 +184,7 @@ def measure(tmp: Path, label: str, data: str, every: float | str, points: list[f
             epoch: float | None) -> tuple[list[Hang], float]:
     """One supervised run of the variant, frozen at each point (a share of an epoch's length after an attempt's
     first batch); the epoch's length is measured here when not given."""
-    config = write_config(tmp / f"{label}.toml", data, every, epochs=1000)
+    config = checkpointed_config(tmp / f"{label}.toml", data, every, epochs=1000)
     run = SupervisedRun(config, tmp / f"state-{label}", tmp / f"{label}.log")
     hangs: list[Hang] = []
     try:

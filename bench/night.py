@@ -12,7 +12,7 @@ restart and probe included) and its ratio to rung 0's median it/s (``rung_speeds
 ``--window`` seconds first trains at >= 0.95 of rung 0's speed (goal: within ``probe_after`` plus one
 checkpoint interval), and the hangs counted (goal: 1, the probe caused none).
 
-    .venv/bin/python bench/night.py [--epochs 60] [--imgsz 128] [--probe-after 20] [--every 10]
+    .venv/bin/python -m bench.night [--epochs 60] [--imgsz 128] [--probe-after 20] [--every 10]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import ROOT
 
 CONFIG = """
 name = "night"

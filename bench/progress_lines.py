@@ -10,7 +10,7 @@ Two measurements in one run:
    selector as the agent does, once only reading, once reading and parsing, for the same time each. The CPU of
    this process over the wall time is the % of a core; the difference is the parser's.
 
-    .venv/bin/python bench/progress_lines.py [--seconds 5]
+    .venv/bin/python -m bench.progress_lines [--seconds 5]
 """
 
 from __future__ import annotations
@@ -23,12 +23,9 @@ import selectors
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from supervisor.sources.progress_lines import ProgressCounter, ProgressParser  # noqa: E402
+from bench.harness import ROOT
+from supervisor.sources.progress_lines import ProgressCounter, ProgressParser
 
 RATE = 50  # updates per second: a fast bar (tqdm redraws at most every 0.1 s by default: this is 5x that)
 CHILD = f"""

@@ -19,7 +19,7 @@ Timestamps are CLOCK_MONOTONIC (system-wide on Linux), taken by this script as i
 printed by the plain loop itself. Figures are medians over ``--repeat`` runs; the machine is shared, so
 expect noise.
 
-    .venv/bin/python bench/recovery.py [--repeat 3] [--kinds dataloader_hang,main_hang,spin] [--no-torchrun]
+    .venv/bin/python -m bench.recovery [--repeat 3] [--kinds dataloader_hang,main_hang,spin] [--no-torchrun]
 """
 
 from __future__ import annotations
@@ -31,20 +31,17 @@ import re
 import selectors
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from bench.harness import ROOT, write_config
 from worker import heartbeat
-
-ROOT = Path(__file__).resolve().parent.parent
 HANG_AFTER_BATCH = 10  # the demo has 8 batches per epoch: epoch 1's last.pt exists when the hang starts
 GOAL_SECONDS = 20.0  # issue 2: a DataLoader-worker hang resumed within 20 s
 BASELINE_TIMEOUT = 10.0  # DataLoader(timeout=10), the baseline's only hang detection
@@ -167,51 +164,14 @@ def timestamped_lines(stream, deadline: Deadline, extra_fds: tuple[int, ...] = (
 
 # -- yolo-train --------------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 STACKS_GOAL = 3.0  # seconds the stack capture may add to a recovery (issue: an incident says where it hung)
-
-
-def demo_config(path: Path, train: dict | None = None, worker: dict | None = None,
-                sections: dict | None = None) -> Path:
-    """The embedded demo's config, unchanged but for the metrics port (a free one: the machine is shared, the
-    default port may be taken) and the given ``[train]``/``[worker]`` keys."""
-    raw = tomllib.loads((ROOT / "supervisor" / "demo.toml").read_text())
-    raw.setdefault("metrics", {})["listen"] = f"127.0.0.1:{free_port()}"
-    raw["train"].update(train or {})
-    raw.setdefault("recovery", {})["in_place"] = False  # these figures are the restart path's
-    if worker:
-        raw.setdefault("worker", {}).update(worker)
-    for name, table in (sections or {}).items():
-        raw.setdefault(name, {}).update(table)
-    path.write_text(to_toml(raw))
-    return path
-
-
-def to_toml(raw: dict) -> str:
-    """Enough TOML for a config: top-level scalars, then one table per section (inline tables inside)."""
-    def value(v) -> str:
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + "}"
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return json.dumps(v)  # str, int, float and bool are spelled the same in JSON and TOML
-
-    lines = [f"{k} = {value(v)}" for k, v in raw.items() if not isinstance(v, dict)]
-    for section, table in raw.items():
-        if isinstance(table, dict):
-            lines += [f"\n[{section}]"] + [f"{k} = {value(v)}" for k, v in table.items()]
-    return "\n".join(lines) + "\n"
 
 
 def measure_supervised(kind: str, state_dir: Path, stacks: bool = True) -> Recovery:
     """Run the demo under the supervisor with ``kind`` injected; stop it once the resumed worker trains."""
     state_dir.mkdir(parents=True)
-    config = demo_config(state_dir / "demo.toml", sections={"incidents": {"stacks": stacks}})
+    config = write_config(state_dir / "demo.toml", sections={"incidents": {"stacks": stacks},
+                                                             "recovery": {"in_place": False}})  # the restart path's
     command = [sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir", str(state_dir),
                "--fault", f"{kind},at_batch={HANG_AFTER_BATCH},attempt=1"]
     proc = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

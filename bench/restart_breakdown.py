@@ -4,8 +4,8 @@ supervisor's detection and kill figures (issue: lose minutes, not epochs; restar
 
 With ``[worker] standby`` off and on, one after the other, and their ratio.
 
-    .venv/bin/python bench/restart_breakdown.py                                   # the CPU demo
-    python3 bench/restart_breakdown.py --imgsz 640 --images 1024 --batch 32 --workers 8 --device 0   # a GPU
+    .venv/bin/python -m bench.restart_breakdown                                   # the CPU demo
+    python3 -m bench.restart_breakdown --imgsz 640 --images 1024 --batch 32 --workers 8 --device 0   # a GPU
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from worker.demo_data import ensure_demo_dataset  # noqa: E402
+from bench.harness import ROOT
+from worker.demo_data import ensure_demo_dataset
 
 
 def main() -> None:

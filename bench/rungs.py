@@ -2,8 +2,8 @@
 
 (a) InfiniteDataLoader with ``workers = N`` (the top rung), (b) ``workers = 0`` (the safest process-free rung until
 now), (c) ThreadDataLoader with ``threads = N`` (the safe rung that should keep its speed; goal: at least 0.9x (a)
-in training throughput on a GPU), (d) ``workers = N`` started with "spawn" (the ROCm ladder's first loader rung).
-Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and all) for ``--batches`` batches
+in training throughput on a GPU), (d) ``workers = N`` started with "spawn" (the first loader rung of the CUDA and
+ROCm ladders before "forkserver": bench/first_batch.py compares their starts). Each reads the embedded demo dataset (generated at ``--imgsz`` pixels, mosaic and all) for ``--batches`` batches
 after ``--warmup`` ones (the first one's wait printed: the workers' start); the best of ``--rounds`` interleaved
 rounds, in samples/s, with the ratio to (a). With ``--train``, a short real training (``--model``, YOLOv8n from its
 yaml by default, device auto) at each loader, in iterations/s over the epochs after the first, with the ratio to
@@ -16,9 +16,9 @@ samples each training's timed epochs: ``--gil holders``, the shares of wall time
 threads and the rest held the GIL; ``--gil waits``, the share of the training thread's time spent waiting to take it
 back (at the torch calls, which each release it).
 
-    .venv/bin/python bench/rungs.py [--imgsz 64] [--workers N] [--batch 16] [--images 128] [--train]
-    python3 bench/rungs.py --imgsz 640 --batch 32 --images 1024 --workers 8 --train --ladder   # a GPU machine
-    python3 bench/rungs.py --imgsz 640 --batch 32 --images 1024 --workers 8 --epochs 4 --kinds workers \
+    .venv/bin/python -m bench.rungs [--imgsz 64] [--workers N] [--batch 16] [--images 128] [--train]
+    python3 -m bench.rungs --imgsz 640 --batch 32 --images 1024 --workers 8 --train --ladder   # a GPU machine
+    python3 -m bench.rungs --imgsz 640 --batch 32 --images 1024 --workers 8 --epochs 4 --kinds workers \
         --rounds 1 --batches 8 --threads-sweep 4,8,12,16   # the threads rung's pool size, a GPU machine
 
 Needs only torch and Ultralytics' wheels (and this repository).
@@ -38,13 +38,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("YOLO_OFFLINE", "1")  # no download may stall the bench: fonts, AMP check weights
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from worker.demo_data import ensure_demo_dataset  # noqa: E402
-from worker.loaders import start_workers_with  # noqa: E402
-from worker.thread_loader import thread_loader_from  # noqa: E402
+from worker.demo_data import ensure_demo_dataset
+from worker.loaders import start_workers_with
+from worker.thread_loader import thread_loader_from
 
 KINDS = ("workers", "workers0", "threads", "spawn")
 

@@ -6,7 +6,7 @@ training batch 3 and the stall timeout raised, so the tree stays hung while this
 Side by side, in the same run on the same tree: the /proc-only capture (no py-spy), the floor of the cost.
 Prints the medians, their ratio to the budget, and the summary lines and grouping key of the last capture.
 
-    .venv/bin/python bench/stacks.py [--repeat 5]
+    .venv/bin/python -m bench.stacks [--repeat 5]
 """
 
 from __future__ import annotations
@@ -19,15 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.recovery import free_port, to_toml  # noqa: E402  (bench/ is run as a script)
-from supervisor.sources.stacks import capture_tree  # noqa: E402
+from bench.harness import ROOT, write_config
+from supervisor.sources.stacks import capture_tree
+from worker.contract import STANDBY_FLAG
 
 HANG_AFTER_BATCH = 3
 BUDGET = 3.0
@@ -36,12 +34,9 @@ RUN_LIMIT = 180.0
 
 def hung_demo(state_dir: Path) -> tuple[subprocess.Popen, int]:
     """The supervisor, and the pid of its worker once the DataLoader hang has started."""
-    raw = tomllib.loads((ROOT / "supervisor" / "demo.toml").read_text())
-    raw.setdefault("metrics", {})["listen"] = f"127.0.0.1:{free_port()}"
-    raw.setdefault("watchdog", {})["stall_timeout"] = 600.0  # keep it hung while we look
-    raw.setdefault("kernel_log", {})["source"] = "off"  # the capture is measured, not the kernel watch
-    config = state_dir / "demo.toml"
-    config.write_text(to_toml(raw))
+    config = write_config(state_dir / "demo.toml", sections={
+        "watchdog": {"stall_timeout": 600.0},  # keep it hung while we look
+        "kernel_log": {"source": "off"}})  # the capture is measured, not the kernel watch
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(state_dir), "--fault", f"dataloader_hang,at_batch={HANG_AFTER_BATCH},attempt=1"],
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -57,7 +52,8 @@ def hung_demo(state_dir: Path) -> tuple[subprocess.Popen, int]:
     else:
         raise SystemExit("the demo ended before the hang:\n  " + "\n  ".join(tail))
     time.sleep(3)  # the loop drains the prefetched batches, then every process of the tree waits
-    [worker] = psutil.Process(proc.pid).children()
+    # the training worker, not the standby that waits to be the next attempt's
+    [worker] = [p for p in psutil.Process(proc.pid).children() if STANDBY_FLAG not in p.cmdline()]
     return proc, worker.pid
 
 

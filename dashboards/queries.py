@@ -15,34 +15,14 @@ from pathlib import Path
 
 import yaml
 
-# The metric families the exporter serves; nothing else may appear in a panel or an alert.
-METRIC_NAMES = frozenset({
-    "yolo_train_info", "yolo_train_state", "yolo_train_phase",
-    "yolo_train_epoch", "yolo_train_epochs", "yolo_train_batch", "yolo_train_batches_per_epoch",
-    "yolo_train_batches_per_second", "yolo_train_samples_per_second",
-    "yolo_train_loss", "yolo_train_learning_rate", "yolo_train_progress_ratio", "yolo_train_eta_seconds",
-    "yolo_train_deadline_timestamp_seconds", "yolo_train_deadline_slack_seconds",
-    "yolo_train_rung", "yolo_train_rungs", "yolo_train_rung_info",
-    "yolo_train_restarts_total", "yolo_train_recoveries_total", "yolo_train_hangs_total", "yolo_train_kernel_events_total",
-    "yolo_train_seconds_since_progress", "yolo_train_worker_uptime_seconds",
-    "yolo_train_last_restart_timestamp_seconds", "yolo_train_restart_budget_remaining", "yolo_train_reboot_needed",
-    "yolo_train_heartbeats_dropped_total", "yolo_train_heartbeats_malformed_total",
-    "yolo_train_lost_seconds_total", "yolo_train_goodput_ratio", "yolo_train_checkpoint_age_seconds",
-    "yolo_train_checkpoint_duration_seconds", "yolo_train_checkpoint_interval_seconds",
-    "yolo_train_last_incident_info", "yolo_train_rung_batches_per_second",
-    "yolo_train_rank_seconds_since_progress",
-    "yolo_train_worker_cpu_seconds_total", "yolo_train_worker_resident_memory_bytes", "yolo_train_worker_threads",
-    "yolo_train_worker_processes", "yolo_train_worker_dataloader_processes",
-    "yolo_train_gpu_utilization_ratio", "yolo_train_gpu_memory_used_bytes", "yolo_train_gpu_memory_total_bytes",
-    "yolo_train_gpu_temperature_celsius", "yolo_train_gpu_power_watts", "yolo_train_gpu_clock_hertz",
-})
+from supervisor.outputs import metric_table
 
+# The metric families the exporter serves (its table's rows); nothing else may appear in a panel or an alert.
+METRIC_NAMES = metric_table.METRIC_NAMES
 # Only present while a distributed (multi-rank) worker trains.
-RANK_METRIC_NAMES = frozenset({"yolo_train_rank_seconds_since_progress"})
+RANK_METRIC_NAMES = frozenset(row.exported for row in metric_table.METRICS if row.only_with == "ranks")
 # Only present on a machine with a GPU: panels on these stay empty on a CPU-only box.
-GPU_METRIC_NAMES = frozenset(name for name in METRIC_NAMES if name.startswith("yolo_train_gpu_"))
-# Only present when a deadline is configured.
-DEADLINE_METRIC_NAMES = frozenset({"yolo_train_deadline_timestamp_seconds", "yolo_train_deadline_slack_seconds"})
+GPU_METRIC_NAMES = frozenset(row.exported for row in metric_table.METRICS if row.only_with == "gpu")
 
 DEFAULT_VARIABLES = {"instance": ".+", "__rate_interval": "1m", "__interval": "1m", "__range": "1h"}
 

@@ -15,18 +15,20 @@ import math
 import os
 import selectors
 import time
+from dataclasses import replace
 from typing import Any
 
 from supervisor.config import Config
-from supervisor.decision import core
+from supervisor.decision import core, notices
 from supervisor.decision.incident import Incident
-from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file, status_view
+from supervisor.outputs.history import History, gpu_readings
 from supervisor.outputs.incidents import one_line
-from supervisor.outputs.job_ladder import JobLadderFile
+from supervisor.outputs.job_ladder import JobCheckpointFile, JobLadderFile
 from supervisor.outputs.metrics_endpoint import MetricsEndpoint
+from supervisor.outputs.notify_command import NotifyCommand
 from supervisor.outputs.state_dir import StateDir
 from supervisor.outputs.status_writer import StatusWriter
 from supervisor.outputs.systemd_notify import Notifier
@@ -37,6 +39,7 @@ from supervisor.sources.kernel_sources import KernelSources
 from supervisor.sources.read_throttle import ReadThrottle
 from supervisor.sources.signals import catch_signals, stop_requests
 from supervisor.sources.standby import Standby
+from supervisor.sources.torch_build import ladder_for
 from supervisor.sources.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.sources.worker_spawn import WorkerSpawner
 from worker.contract import Command, CommandKind, split_rung
@@ -50,12 +53,13 @@ PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor coun
 class Agent:
     def __init__(self, config: Config):
         self.config = config
-        self.ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)),
-                                   command=config.command is not None, device=config.train.get("device"))
+        self.ladder = ladder_for(config)
         self.s = core.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
         self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
+            if config.distributed.several_hosts else None
+        self.job_checkpoint = JobCheckpointFile(self.state_dir.run_dir, config.distributed.node_rank) \
             if config.distributed.several_hosts else None
         self.worker: WorkerProcess | None = None
         self.systemd = Notifier()
@@ -66,6 +70,8 @@ class Agent:
         self.kernel = KernelSources(config.kernel_log)
         self.metrics = MetricsEndpoint(config)
         self.status_writer = StatusWriter(config, self.state_dir, self.metrics, self.systemd)
+        self.history = History(config.state_dir)
+        self.notify = NotifyCommand(config.notify, config.name, config.state_dir)
         self._ready_sent = False
         self._status_written = 0.0
 
@@ -75,9 +81,7 @@ class Agent:
         self.metrics.start()
         process_tree.become_subreaper()
         self.selector.register(catch_signals(), selectors.EVENT_READ, self._on_signal)
-        record = self.state_dir.read_state()
-        if record:
-            self.s.restore(record)
+        record = self.state_dir.read_state(self.s.restore)
         for source in self.kernel.open((record or {}).get("kernel_log_position") or {}):
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
         self.handle(core.Boot())
@@ -105,28 +109,37 @@ class Agent:
                 if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                     self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
+            self.notify.poll()
             self.systemd.keepalive()
         if self.worker is not None:  # leaving with a worker still up: never leave it behind
             self._kill(None)
         self.standby.discard()
-        self._write_state(force=True)
+        self._write_state(force=True, final=True)
+        self.history.close()
         self.kernel.close()
         self.systemd.stopping(self.s.exit.text)
         self.metrics.close()
         log.log(logging.INFO if self.s.exit.code == 0 else logging.ERROR, self.s.exit.text)
+        self.notify.close(self.systemd.keepalive)  # the last notices get their time (bounded by [notify] timeout)
         return self.s.exit.code
 
     def now(self) -> core.Now:
         return core.Now(mono=time.monotonic(), wall=time.time())
 
     def handle(self, event: Any) -> None:
-        if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead)):
-            decision = self.job_ladder.read_if_changed()  # another host's, before this event is judged
-            if decision is not None:
-                self.handle(decision)
-        _, actions = core.decide(self.s, event, self.now())
+        if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead,
+                                                                  core.JobCheckpointRead)):
+            for shared in (self.job_checkpoint, self.job_ladder):  # another host's, before this event is judged
+                read = shared.read_if_changed()
+                if read is not None:
+                    self.handle(read)
+        state_before, rung_before, now = self.s.state, self.s.rung, self.now()
+        _, actions = core.decide(self.s, event, now)
+        told = notices.derive(self.s, state_before, rung_before, actions, now.wall)  # before a nested decision
         for action in actions:
             self._execute(action)
+        for notice in told:
+            self.notify.tell(notice)
         if not isinstance(event, (core.HeartbeatReceived, core.Tick, core.IncidentEnriched)) or actions:
             self._write_state(force=True)
 
@@ -145,7 +158,7 @@ class Agent:
             self._kill(action.incident)
         elif isinstance(action, core.InspectStall):
             self.handle(inspect_stall(self.config, self.worker, action.incident, action.loader_pids,
-                                      self.standby.spare(), self.metrics.gpu_readers))
+                                      self._spare(), self.metrics.gpu_readers))
         elif isinstance(action, core.ReplaceLoaderWorkers):
             self._replace_loader_workers(action)
         elif isinstance(action, core.RecordIncident):
@@ -163,6 +176,12 @@ class Agent:
             except OSError as e:
                 log.error(f"cannot write the job-wide ladder decision to {self.job_ladder.path} ({e.strerror}): the "
                           f"other hosts stay on their rung")
+        elif isinstance(action, core.PublishCheckpoint):
+            try:
+                self.job_checkpoint.publish(action)
+            except OSError as e:
+                log.error(f"cannot write the job's checkpoint to {self.job_checkpoint.path} ({e.strerror}): the "
+                          f"other hosts count their restarts as if none was saved")
         elif isinstance(action, core.Exit):
             pass  # the loop ends on s.exit
         else:
@@ -239,7 +258,7 @@ class Agent:
         clean exit)."""
         worker, self.worker = self.worker, None
         if incident is not None:
-            seen = what_the_tree_shows(self.config, worker, incident, self.standby.spare(), self.metrics.gpu_readers)
+            seen = what_the_tree_shows(self.config, worker, incident, self._spare(), self.metrics.gpu_readers)
             self.handle(seen)
             if seen.stacks is not None:  # where it hung, in the journal before the kill's own lines
                 log.info(one_line(self.s.stop.incident.to_dict()), extra={"INCIDENT_ID": incident.id})
@@ -248,10 +267,10 @@ class Agent:
             for fd in worker.fds:
                 self.reads.forget(fd)
             report = worker.kill(w.kill_grace, w.kill_timeout, keepalive=self.systemd.keepalive,
-                                 spare=self.standby.spare())
+                                 spare=self._spare())
         else:
             report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self.systemd.keepalive,
-                                            spare=self.standby.spare())
+                                            spare=self._spare())
         if incident is not None:
             log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
                      extra={"INCIDENT_ID": incident.id, "RUNG": incident.rung, "EPOCH": incident.epoch,
@@ -266,13 +285,17 @@ class Agent:
                                                 keepalive=self.systemd.keepalive) if sent else []
         self.handle(core.LoaderWorkersKilled(action.pids, tuple(survivors), time.monotonic() - started, sent))
 
+    def _spare(self) -> tuple[int, ...]:
+        """Children of the supervisor a kill of the worker's tree leaves alone: the standby, the notify commands."""
+        return self.standby.spare() + self.notify.pids()
+
     # -- the kernel --
     def _on_kernel(self, source: KernelLogSource) -> None:
         events = source.read()
         if events:
             self._drain_worker()  # beats already queued came before the line: they must not pass for progress after it
         for event in events:
-            self.handle(self.kernel.message(event, spare=self.standby.spare()))
+            self.handle(self.kernel.message(event, spare=self._spare()))
 
     # -- signals --
     def _on_signal(self, fd: int) -> None:
@@ -281,23 +304,28 @@ class Agent:
             self.handle(core.StopRequested(name))
 
     # -- state --
-    def status(self) -> dict[str, Any]:
+    def status(self) -> status_view.Status:
         now = self.now()
-        return {**status_view.snapshot(self.s, now), "supervisor_pid": os.getpid(), "config": self.config.source,
-                "state_dir": str(self.config.state_dir), "updated": now.wall,
-                "heartbeats": dict(vars(self.heartbeats)), "metrics_bind_failures": self.metrics.bind_failures,
-                "standby_pid": self.standby.pid,
-                "checkpoint": str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")}
+        return replace(status_view.snapshot(self.s, now), supervisor=status_view.Supervisor(
+            supervisor_pid=os.getpid(), config=self.config.source, state_dir=str(self.config.state_dir),
+            updated=now.wall,
+            heartbeats=status_view.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
+            metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
+            run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
+            checkpoint=str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")))
 
-    def _write_state(self, force: bool) -> None:
+    def _write_state(self, force: bool, final: bool = False) -> None:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
             return
         self._status_written = time.monotonic()
-        self.kernel.remember_tree(self.worker is not None, spare=self.standby.spare())
+        self.kernel.remember_tree(self.worker is not None, spare=self._spare())
         status = self.status()
-        self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": status,
+        shown = status.to_dict()  # the status's JSON form: the state file's and the history's
+        self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": shown,
                                           "kernel_log_position": self.kernel.position()},
-                                 on_taken=lambda e: self.handle(core.StateDirTaken(str(e))))
+                                 on_taken=lambda e: self.handle(core.StateDirTaken(str(e))), final=final)
+        if self.state_dir.taken is None and self.history.due(shown):
+            self.history.record(shown, gpu_readings(self.metrics.gpu_readers))
 
 
 def run(config: Config) -> int:

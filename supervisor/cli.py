@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from supervisor.config import ConfigError, load
-from supervisor.exit_codes import EXIT_CONFIG
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_USAGE
 from worker.faults import Fault, FaultError
 
 
@@ -30,6 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     incidents.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
     incidents.add_argument("--state-dir", type=Path, help="override the config's state_dir")
     incidents.add_argument("--json", action="store_true", help="machine-readable output")
+    report = commands.add_parser("report", help="the night as one offline HTML page: timeline, incidents, goodput")
+    report.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
+    report.add_argument("--state-dir", type=Path, help="override the config's state_dir")
+    report.add_argument("-o", "--output", type=Path, default=Path("night.html"), help="the HTML file to write "
+                        "(default: night.html)")
+    report.add_argument("--png", action="store_true", help="also write the timeline as a picture (OUTPUT.png)")
     check = commands.add_parser("check-config", help="validate a config and print the ladder")
     check.add_argument("--config", type=Path)
     commands.add_parser("doctor", help="check torch, ROCm, GPU access, kernel log and disk", add_help=False)
@@ -105,11 +111,14 @@ def _main(argv: list[str]) -> int:
             from supervisor.outputs.incidents import incidents_main
 
             return incidents_main(config.state_dir, json_output=args.json)
-        if args.command == "check-config":
-            from supervisor.decision.ladder import build_ladder
+        if args.command == "report":
+            from supervisor.outputs.report import report_main
 
-            ladder = build_ladder(config.ladder, int(config.train.get("workers", 8)), command=config.command is not None,
-                                  device=config.train.get("device"))
+            return report_main(config, args.output, png=args.png)
+        if args.command == "check-config":
+            from supervisor.sources.torch_build import ladder_for
+
+            ladder = ladder_for(config)
             print(f"{config.source}: ok; state_dir {config.state_dir}")
             for i in range(len(ladder)):
                 print(f"  rung {i}: {ladder.label(i)}")
@@ -117,7 +126,7 @@ def _main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"yolo-train: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return 2
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

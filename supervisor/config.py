@@ -19,11 +19,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from supervisor.sources.kernel_log import SOURCE_CHOICES
+from supervisor.decision.checkpoint_interval import MIN_SECONDS as CHECKPOINT_FLOOR
+from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
 from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
 
 AUTO = "auto"
+SOURCE_CHOICES = ("auto", "kmsg", "journal", "off")  # [kernel_log] source: auto reads kmsg, else the journal
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 # units/yolo-train.service's WatchdogSec=30s: the longest the supervisor's loop may be away. Killing a tree holds
 # the loop for up to kill_grace + kill_timeout (no heartbeat read, no stop request handled), so their sum must fit.
@@ -153,17 +155,33 @@ class IncidentsConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """``[notify]``: a command told when a person may want to know (supervisor/outputs/notify_command.py).
+
+    command: argv, run without a shell, the event as JSON on stdin and as YOLO_TRAIN_* variables; () for none.
+    timeout: seconds it may run before it is killed.
+    """
+
+    command: tuple[str, ...] = ()
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
 class ProbeConfig:
     """Giving the speed back: trying the faster rung again after a safer one has trained well for a while.
 
     probe_after: seconds (or a duration such as "2h") of healthy training at rung k before the supervisor moves to
         rung k-1 at the next batch boundary (the worker saves and exits, nothing is lost); None ("off") keeps the
         ladder one-way. A hang on the probed rung returns to rung k and doubles rung k's probation.
-    give_up_after: a rung that hung this many times is not probed again.
+    give_up_after: a rung whose probes hung this many times is not probed again.
+    prior_between_hangs: seconds (or a duration) of training one hang is assumed to take at any rung, weighed as one
+        hang seen, until the rung shows its own rate (rung_choice.py): one hang a few seconds in is no proof; None
+        ("off"): each rung judged on its own hangs alone.
     """
 
     probe_after: float | None = 7200.0
     give_up_after: int = 3
+    prior_between_hangs: float | None = 300.0
 
 
 @dataclass(frozen=True)
@@ -235,6 +253,7 @@ class Config:
     amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
     # Parsed once, here: the deadline as a Unix timestamp, the listen address as (host, port).
     deadline_at: float | None = field(init=False, default=None)
@@ -273,7 +292,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
     check = _Checker(label)
     check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
                          "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents",
-                         "distributed", "recovery"})
+                         "distributed", "recovery", "notify"})
     name = check.string("name", raw.get("name", "yolo-train"))
     train = check.train(raw.get("train", {}))
     watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
@@ -325,7 +344,8 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                     command=command, standby=standby,
                     metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
                     conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"),
-                    distributed=distributed, recovery=recovery)
+                    distributed=distributed, recovery=recovery,
+                    notify=check.notify(raw.get("notify", {})))
     if not train and "command" not in worker:
         raise ConfigError(f"{label}: no [train] table: nothing to train; add one with Ultralytics' train arguments, "
                           f"e.g. [train] data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
@@ -569,9 +589,16 @@ class _Checker:
                 values[f.name] = value
         return cls(**values)
 
-    def command(self, worker: dict[str, Any], progress: Any, path: Path | None) -> CommandConfig | None:
-        from supervisor.sources.progress_lines import validate_regex
+    def notify(self, table: Any) -> NotifyConfig:
+        self.keys("notify", table, {"command", "timeout"})
+        argv = table.get("command", [])
+        if not isinstance(argv, list) or not all(isinstance(a, str) and a for a in argv):
+            self.fail("notify.command", 'a list of strings, e.g. command = ["notify-send", "yolo-train"]', argv)
+        self.no_nul("notify.command", argv)
+        timeout = self.section("notify", {k: v for k, v in table.items() if k == "timeout"}, NotifyConfig).timeout
+        return NotifyConfig(tuple(argv), timeout)
 
+    def command(self, worker: dict[str, Any], progress: Any, path: Path | None) -> CommandConfig | None:
         self.keys("progress", progress, {"regex"})
         if "command" not in worker:
             for key in ("cwd", "checkpoint", "resume_args"):
@@ -683,13 +710,17 @@ class _Checker:
         after = table.get("probe_after", ProbeConfig.probe_after)
         give_up = table.get("give_up_after", ProbeConfig.give_up_after)
         if isinstance(give_up, bool) or not isinstance(give_up, int) or give_up < 1:
-            self.fail("ladder.give_up_after", "a whole number >= 1 (hangs of a rung before it is not probed again)",
+            self.fail("ladder.give_up_after", "a whole number >= 1 (failed probes of a rung before it is not probed "
+                                              "again)",
                       give_up)
+        prior = table.get("prior_between_hangs", ProbeConfig.prior_between_hangs)
         return ProbeConfig(probe_after=None if after == "off" else self.duration("ladder.probe_after", after, '"off"'),
-                           give_up_after=give_up)
+                           give_up_after=give_up,
+                           prior_between_hangs=None if prior == "off" else self.duration("ladder.prior_between_hangs",
+                                                                                         prior, '"off"'))
 
     def ladder(self, table: Any) -> tuple[dict[str, Any], ...] | None:
-        self.keys("ladder", table, {"rungs", "probe_after", "give_up_after"})
+        self.keys("ladder", table, {"rungs", "probe_after", "give_up_after", "prior_between_hangs"})
         rungs = table.get("rungs")
         if rungs is None or rungs == "default":
             return None
@@ -725,8 +756,6 @@ class _Checker:
         return tuple(dict(r) for r in rungs)
 
     def kernel_log(self, table: Any) -> KernelLogConfig:
-        from supervisor.sources.kernel_messages import CatalogueError, validate_patterns
-
         self.keys("kernel_log", table, {f.name for f in fields(KernelLogConfig)})
         source = table.get("source", "auto")
         if source not in SOURCE_CHOICES:
@@ -754,6 +783,9 @@ class _Checker:
         self.keys("checkpoint", table, {f.name for f in fields(CheckpointConfig)})
         every = table.get("every", CheckpointConfig.every)
         most = self.duration("checkpoint.max", table.get("max", CheckpointConfig.max))
+        if most < CHECKPOINT_FLOOR:
+            self.fail("checkpoint.max", f"at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval \"auto\" "
+                                        f"chooses), e.g. max = \"10m\"", table.get("max"))
         if every in ("auto", "epoch"):
             return CheckpointConfig(every=None if every == "epoch" else every, max=most)
         return CheckpointConfig(every=self.duration("checkpoint.every", every, '"auto"', '"epoch"'), max=most)

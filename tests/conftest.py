@@ -73,16 +73,17 @@ rungs = [{rung}]
 
 
 def climb_to_loader_rung(tmp_path: Path, name: str, rung: str) -> tuple[dict, dict, dict]:
-    """The demo (``workers = 2``) with one ladder rung, ``rung`` (TOML), whose loader hangs at rung 0 (attempt 1,
-    after its first batch: too soon for rung 0's speed to be measured) and again at that rung (attempt 2, batch 3);
-    attempt 3 finishes there, the only rung measured (rung_choice.py). The final status and the two incidents, after
-    checking that the run succeeded with two hangs in training at rungs 0 and 1."""
+    """The demo (``workers = 2``) with one ladder rung, ``rung`` (TOML): attempt 1's training loop hangs after its
+    first batch (one training beat: rung 0's speed is never measured, so any rule climbs, rung_choice.py), attempt 2's
+    loader hangs at that rung after batch 2 (inside the epoch of 8, never at its end), and attempt 3 finishes there:
+    rung 0, never measured, keeps nothing. The final status and the two incidents, after checking that the run
+    succeeded with two hangs in training at rungs 0 and 1."""
     config = tmp_path / "config.toml"
     config.write_text(LOADER_RUNG_CONFIG.format(name=name, train=demo_train(), rung=rung))
     state_dir = tmp_path / "state"
     result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
-                        "--fault", "dataloader_hang,at_batch=1,attempt=1",
-                        "--fault", "dataloader_hang,at_batch=3,attempt=2")
+                        "--fault", "main_hang,at_batch=1,attempt=1",
+                        "--fault", "dataloader_hang,at_batch=2,attempt=2")
     assert result.returncode == 0, result.stderr[-3000:]
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded" and (status["epoch"], status["epochs"]) == (3, 3)

@@ -59,7 +59,9 @@ def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, ar
 
 def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resumed_from_its_checkpoint(tmp_path):
     config = copy_example("plain_loop", tmp_path, step_delay=0.05)
-    config.write_text(config.read_text().replace("[watchdog]\n", "[watchdog]\nauto_floor = 20\n"))
+    # The rung's own hangs alone (no prior): the one hang climbs, so the rung's argv is seen to reach the script.
+    config.write_text(config.read_text().replace("[watchdog]\n", "[watchdog]\nauto_floor = 20\n")
+                      .replace("[ladder]\n", '[ladder]\nprior_between_hangs = "off"\n'))
     state_dir = tmp_path / "state"
     code, stderr, before = freeze_when_checkpointed(config, state_dir, lambda main: main, after_batches=25)
     assert code == 0, stderr[-3000:]

@@ -84,8 +84,12 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     assert d.s.state == core.State.STOPPING
     actions = d(core.TreeKilled(killed=3))
     spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
-    assert (spawn.rung, spawn.rung_settings, spawn.attempt) == (1, {"workers": 4}, 2)
+    # One hang 10 s in is no proof against rung 0 (the prior, rung_choice.py): the same rung again.
+    assert (spawn.rung, spawn.rung_settings, spawn.attempt) == (0, {}, 2)
     assert d.s.restarts_by_reason == {"hang": 1} and d.s.hangs_by_phase == {"train": 1}
+    # Judged on its own hangs alone, one hang in 10 s of training climbs one rung.
+    alone = at_rung_1_after_a_hang()
+    assert alone.s.rung == 1 and alone.s.ladder.settings(1) == {"workers": 4}
 
 
 def test_a_standby_is_asked_for_once_an_attempt_trains_with_the_rung_a_hang_moves_to():
@@ -377,7 +381,7 @@ def test_snapshot_reports_rates_progress_and_eta():
     for i in range(1, 6):
         d.t += 0.5
         d.beat(epoch=2, epochs=3, batch=i, batches=10, samples=4)
-    snap = snapshot(d.s, core.Now(d.t, 0))
+    snap = snapshot(d.s, core.Now(d.t, 0)).to_dict()
     assert snap["it_s"] == pytest.approx(2.0) and snap["samples_s"] == pytest.approx(8.0)
     assert snap["progress"] == pytest.approx(15 / 30)
     assert snap["eta_seconds"] == pytest.approx(15 / 2.0)
@@ -403,7 +407,7 @@ def test_a_stall_line_without_progress_kills_within_the_confirm_window():
     incident = actions[-1].incident
     assert incident.reason == "kernel" and incident.kernel_events[0]["message"] == SEEDS_LINE
     d(core.TreeKilled(killed=3))
-    assert d.s.rung == 1 and d.s.kernel_events == {"stall": 1}
+    assert d.s.rung == 0 and d.s.kernel_events == {"stall": 1}  # one hang 10 s in: no proof against rung 0
 
 
 def test_a_stall_line_while_training_progresses_kills_nothing():
@@ -413,6 +417,38 @@ def test_a_stall_line_while_training_progresses_kills_nothing():
     assert d.s.suspicion is None
     assert d.at(d.t + 30)(core.Tick()) == []  # only the stall timeout (600 s) is left
     assert d.s.kernel_events == {"stall": 1} and d.s.incidents == []
+
+
+# Kernel lines seen in the field since the catalogue was written (issue 30; tests/fixtures/kernel/amdkfd_svm.dmesg)
+FIELD_LINES = [
+    ("stall", "workqueue: svm_range_restore_work [amdgpu] hogged CPU for >10000us 259 times, consider switching to "
+              "WQ_UNBOUND"),
+    ("stall", "workqueue: kfd_process_wq_release [amdgpu] hogged CPU for >10000us 4 times, consider switching to "
+              "WQ_UNBOUND"),
+    ("stall", "workqueue: svm_range_deferred_list_work [amdgpu] hogged CPU for >10000us 5 times, consider switching "
+              "to WQ_UNBOUND"),
+    ("gpu_fault", "amdgpu 0000:03:00.0: amdgpu: GCVM_L2_PROTECTION_FAULT_STATUS:0x00801031"),
+    ("gpu_fault", "amdgpu 0000:c5:00.0: amdgpu: failed to remove hardware queue from MES, doorbell=0x1002"),
+]
+
+
+@pytest.mark.parametrize("kind, line", FIELD_LINES)
+def test_the_field_lines_are_evidence_while_progress_stops_and_never_kill_while_training_progresses(kind, line):
+    from supervisor.sources.kernel_messages import classify
+
+    found = classify(line)
+    assert found is not None and found.kind == kind
+    event = core.KernelMessage(kind=KernelKind(kind), message=line, source="kmsg", pattern=found.pattern)
+    d = healthy(watchdog={"stall_timeout": 600}, kernel_log={"confirm_window": 10})
+    d(event)
+    d.at(d.t + 0.5).beat()  # training goes on: the line was about something else
+    assert d.at(d.t + 30)(core.Tick()) == [] and d.s.incidents == []
+    stopped = healthy(watchdog={"stall_timeout": 600}, kernel_log={"confirm_window": 10})
+    t0 = stopped.t
+    stopped(event)
+    assert stopped.at(t0 + 9.9)(core.Tick()) == []
+    incident = stopped.at(t0 + 10.0)(core.Tick())[-1].incident  # no progress within the confirm window
+    assert incident.reason == "kernel" and incident.kernel_events[0]["pattern"] == found.pattern
 
 
 def test_a_line_about_another_process_only_counts():
@@ -458,7 +494,7 @@ def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_inci
     d.at(d.t + 3)
     d.beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=21, batches=40)
     assert d.s.incidents[-1].restart_seconds == pytest.approx(3.0)  # detection to the first new batch
-    snap = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
+    snap = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()
     assert snap["lost_seconds"] == 4.0 and snap["lost_batches"] == 8
     # kept 9.5 s of the 27 s since the boot at t=1000
     assert snap["goodput"] == pytest.approx((13.5 - 4.0) / (d.t - 1000.0))
@@ -510,7 +546,7 @@ def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one
     assert actions[1].incident.phase == "save" and actions[1].incident.reason == "hang"
 
 
-def test_later_startups_are_bounded_by_the_startup_this_run_saw():
+def test_later_startups_of_a_worker_that_reports_no_steps_are_bounded_by_the_startup_this_run_saw():
     d = Driver(make(watchdog={"startup_timeout": 600}))
     d.boot_and_spawn()
     assert d.s.deadline().at - d.t == 600
@@ -520,7 +556,8 @@ def test_later_startups_are_bounded_by_the_startup_this_run_saw():
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 1, None))
     due = d.s.deadline()
-    assert (due.at - d.t, due.label) == (30.0, "startup auto")  # max(auto_floor, 10 x 3 s)
+    # Its whole startup is its first step, "imports": max(auto_floor, 10 x 3 s)
+    assert (due.at - d.t, due.label) == (30.0, "imports auto")
 
 
 def test_a_kernel_stall_line_during_startup_opens_the_confirm_window():
@@ -545,9 +582,9 @@ def test_a_worker_that_exits_78_is_a_configuration_error_not_a_restart():
 def test_a_rung_shows_environment_variables_by_name_never_their_values():
     s = make(ladder={"rungs": [{"env": {"HF_TOKEN": "hunter2", "HSA_ENABLE_INTERRUPT": "0"}}, {"workers": 0}]})
     assert s.ladder.label(2) == "env=HF_TOKEN+HSA_ENABLE_INTERRUPT, workers=0"
-    snap = snapshot(s, core.Now(0.0, 0.0))
+    snap = snapshot(s, core.Now(0.0, 0.0)).to_dict()
     s.rung = 2
-    assert "hunter2" not in str(snapshot(s, core.Now(0.0, 0.0))) + str(snap)
+    assert "hunter2" not in str(snapshot(s, core.Now(0.0, 0.0)).to_dict()) + str(snap)
 
 
 def test_a_gpu_lost_line_ends_the_run_only_as_the_kernels_own_word_about_a_gpu_it_uses():
@@ -631,6 +668,8 @@ SAFER = 0.75  # seconds a batch at rung 1: slower than rung 0's 0.5 s, so rung 0
 
 
 def at_rung_1_after_a_hang(**sections) -> Driver:
+    """One hang after 10 s of training, rungs judged on their own hangs alone (no prior): at rung 1."""
+    sections["ladder"] = {"prior_between_hangs": "off", **sections.get("ladder", {})}
     d = healthy(**sections)
     d.at(d.t + 10.01)(core.Tick())
     d(core.TreeKilled(killed=1))
@@ -664,8 +703,8 @@ def test_after_probe_after_of_healthy_training_the_faster_rung_is_tried_at_a_che
     assert d.s.lost_seconds == pytest.approx(9.5)  # the hang's; the probe lost nothing
 
 
-def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_that_hung_enough_is_left_alone():
-    d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 2}, checkpoint={"every": 30})
+def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_whose_probes_hung_is_left_alone():
+    d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 1}, checkpoint={"every": 30})
     train(d, 70, PID + 1, SAFER)
     d.beat("save", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
     d(core.WorkerExited(0))
@@ -675,7 +714,8 @@ def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_
     actions = d.at(d.t + 10.01)(core.Tick())  # the probed rung 0 hangs again
     actions += d(core.TreeKilled(killed=1))
     assert d.s.rung == 1 and d.s.probing_from is None and d.s.probation == {"1": 120.0}
-    assert d.s.rung_hangs == {"0": 2} and d.s.probe_in() is None  # rung 0 hung twice: never probed again
+    # its probe hung give_up_after (1) times: never probed again (the hang that left it does not count)
+    assert d.s.rung_hangs == {"0": 2} and d.s.probe.failed == {"0": 1} and d.s.probe_in() is None
     assert any("not probed again" in a.text for a in actions if isinstance(a, core.Log))
 
 
@@ -750,7 +790,7 @@ def test_probing_survives_a_supervisor_restart_and_off_keeps_the_ladder_one_way(
     d = at_rung_1_after_a_hang(ladder={"probe_after": 60}, checkpoint={"every": 30})
     train(d, 40, PID + 1, SAFER)
     record = d.s.persistent(d.t)
-    again = make(ladder={"probe_after": 60}, checkpoint={"every": 30})
+    again = make(ladder={"probe_after": 60, "prior_between_hangs": "off"}, checkpoint={"every": 30})
     again.restore(record)
     assert again.rung == 1 and again.probe_in() == pytest.approx(60 - 40, abs=2 * SAFER)
     off = at_rung_1_after_a_hang(ladder={"probe_after": "off"})
@@ -776,7 +816,7 @@ def test_under_ddp_rank_0_is_the_progress_every_rank_its_own_liveness_and_a_stra
     d.beat(pid=5001, progress=1, rank=1, epoch=1, epochs=3, batch=7, batches=10)
     assert d.s.progress.batch == 1  # rank 1 is liveness only
     d.beat(pid=6000, progress=99, rank=1, batch=9)  # a DataLoader worker of rank 1 (it inherits RANK)
-    snap = snapshot(d.s, core.Now(d.t, 0))
+    snap = snapshot(d.s, core.Now(d.t, 0)).to_dict()
     assert [(r["rank"], r["pid"], r["device"]) for r in snap["ranks"]] == [(0, 5000, "cuda:0"), (1, 5001, "cuda:1")]
     assert snap["ranks"][0]["seconds_since_progress"] == 1.0 and snap["ranks"][1]["seconds_since_progress"] == 0.0
     assert d.s.messages_ignored == 1
@@ -914,13 +954,13 @@ def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervi
     """A wall clock set back gave goodput None (or above 1). Monotonic time does not survive the supervisor, so the
     earlier supervisors' time is kept as a duration in the state file."""
     d = healthy()  # booted at t=1000, 0.5 s batches from 1000.5 to 1010: 9.5 s trained
-    snap = snapshot(d.s, core.Now(d.t + 10, 1_700_000_000 - 3600))  # the wall clock set back an hour
+    snap = snapshot(d.s, core.Now(d.t + 10, 1_700_000_000 - 3600)).to_dict()  # the wall clock set back an hour
     assert snap["goodput"] == pytest.approx(9.5 / 20)
     record = d.s.persistent(d.t + 10)  # then the supervisor dies
     again = Driver(make())
     again.s.restore(record)
     again.at(5.0)(core.Boot())  # a new supervisor after a reboot: another monotonic origin
-    assert snapshot(again.s, core.Now(15.0, 0))["goodput"] == pytest.approx(9.5 / 30)
+    assert snapshot(again.s, core.Now(15.0, 0)).to_dict()["goodput"] == pytest.approx(9.5 / 30)
 
 
 def test_a_signature_acts_only_on_the_failure_that_ended_the_worker():
@@ -948,7 +988,7 @@ def test_the_incident_is_one_record_enriched_by_the_shell_and_written_once_when_
     assert d(core.IncidentEnriched("another-id", ({"pid": 1},))) == []  # not the incident being stopped
     d(core.IncidentEnriched(kill.incident.id, ({"pid": PID, "state": "sleeping"},), ("last line",), stacks=where))
     assert "RecordIncident" not in kinds(d(core.TreeKilled(killed=2, seconds=0.5, confirmed_wall=1.0)))
-    status = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))["last_incident"]
+    status = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()["last_incident"]
     assert status["culprit"] == where.culprit and status["kill"]["processes"] == 2
     assert status["output_tail"] == ["last line"] and "restart_seconds" not in status  # not complete yet
     d(core.Spawned(PID + 1, None))
@@ -956,7 +996,7 @@ def test_the_incident_is_one_record_enriched_by_the_shell_and_written_once_when_
     [record] = [a for a in actions if isinstance(a, core.RecordIncident)]
     assert d.beat(pid=PID + 1, epoch=1, epochs=3, batch=2, batches=10) == []  # written once
     line = record.incident.to_dict()
-    assert line == snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))["last_incident"]  # the same record
+    assert line == snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()["last_incident"]  # the same record
     assert line["restart_seconds"] == pytest.approx(4.0) and line["culprit"] == where.culprit
     assert line["settings"] == {} and line["time_iso"].endswith("Z")
     restored = make()

@@ -8,6 +8,7 @@ from supervisor.config import ConfigError, parse
 from supervisor.decision import checkpoint_interval, core, rung_choice
 from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.rung_choice import RungFacts
+from supervisor.decision.incident import Stacks
 from supervisor.exit_codes import EXIT_CONFIG
 from supervisor.outputs.status_view import snapshot
 from test_core import PID, Driver, make
@@ -38,7 +39,7 @@ class Night:
     def hang(self) -> list:
         """The worker stops; the stall timeout kills it; the next worker resumes from the newest checkpoint."""
         d = self.d
-        actions = d.at(d.t + 10.01)(core.Tick())
+        actions = d.at(d.t + max(10.0, 10 / self.speeds.get(d.s.rung, 1.0)) + 0.01)(core.Tick())  # the auto timeout
         assert d.s.stop is not None and d.s.stop.reason == core.Reason.HANG
         actions += d(core.TreeKilled(killed=1))
         spawns = [a for a in actions if isinstance(a, core.Spawn)]
@@ -56,7 +57,7 @@ class Night:
 def test_auto_is_the_default_and_a_run_that_has_not_hung_checkpoints_every_max():
     night = Night({0: 2.0})
     assert night.d.s.config.checkpoint.every == "auto" and night.spawns[0].checkpoint_every == 600.0
-    snap = snapshot(night.d.s, core.Now(night.d.t, 0))
+    snap = snapshot(night.d.s, core.Now(night.d.t, 0)).to_dict()
     assert snap["checkpoint_every"] == 600.0 and snap["checkpoint_interval"]["auto"] is True
     assert snap["checkpoint_interval"]["mean_time_between_hangs"] is None
 
@@ -71,7 +72,7 @@ def test_after_each_hang_the_interval_is_youngs_from_the_measured_hold_and_the_h
     night.hang()
     # Two hangs in 60 s of training (the 10 s stalls are no training): 30 s between hangs.
     assert night.spawns[-1].checkpoint_every == pytest.approx(math.sqrt(2 * 0.5 * 30), rel=0.05)
-    view = snapshot(night.d.s, core.Now(night.d.t, 0))["checkpoint_interval"]
+    view = snapshot(night.d.s, core.Now(night.d.t, 0)).to_dict()["checkpoint_interval"]
     assert view["hold_seconds"] == 0.5 and view["mean_time_between_hangs"] == pytest.approx(30, rel=0.05)
 
 
@@ -120,35 +121,79 @@ def test_hangs_that_come_as_often_whatever_the_rung_leave_the_run_on_the_fastest
         night.train(30)
         night.hang()
         rungs.append(night.d.s.rung)
-    # The first hang is no evidence yet: rung 1 is tried once, hangs as often, is left, and rung 2 is never paid for.
-    assert rungs == [0, 1, 0, 0, 0, 0]
+    # One hang in 30 s is no proof against rung 0 (the prior), and each later one comes no sooner: no slower rung is
+    # paid for.
+    assert rungs == [0, 0, 0, 0, 0, 0]
     facts = night.d.s.rung_facts()
-    assert facts[1].hangs == 1 and not facts[2].tried
-    ladder = snapshot(night.d.s, core.Now(night.d.t, 0))["ladder"]
-    assert set(ladder["rungs"]) == {"0", "1"} and ladder["rungs"]["0"]["expected_goodput"] > \
-        ladder["rungs"]["1"]["expected_goodput"]
+    assert facts[0].hangs == 5 and not facts[1].tried
+    ladder = snapshot(night.d.s, core.Now(night.d.t, 0)).to_dict()["ladder"]
+    assert set(ladder["rungs"]) == {"0"} and ladder["rungs"]["0"]["between_hangs"] == pytest.approx((150 + 300) / 6,
+                                                                                                   abs=1)
     assert night.d.s.exit is None  # no livelock up the ladder, no budget spent climbing
 
 
-def test_a_hang_the_settings_cause_still_climbs_to_the_rung_that_cures_it_and_stays():
-    # The seeds' pattern: a loader deadlock within seconds at every rung with worker processes, cured at rung 3.
-    night = Night({0: 2.0, 1: 1.8, 2: 1.6, 3: 1.4}, ladder={"probe_after": "off"})
-    for _ in range(3):
-        night.train(4)
+# The seeds' pattern: a loader deadlock within seconds at every rung with worker processes, cured at rung 3.
+QUICK_HANGS = (4, 5, 3, 4.5, 5.5, 3.5, 4)  # seconds of training before each: never twice at the same batch
+
+
+def settings_deadlock(**ladder) -> Night:
+    """Quick hangs until rung 3, which cures them: five at rung 0 within 22 s (one is no proof), then one at each
+    rung above (the hangs below are their prior)."""
+    night = Night({0: 2.0, 1: 1.8, 2: 1.6, 3: 1.4}, every_batches=5, ladder=ladder)
+    rungs = []
+    for seconds in QUICK_HANGS:
+        night.train(seconds)
         night.hang()
-    assert night.d.s.rung == 3
+        rungs.append(night.d.s.rung)
+        if night.d.s.rung == 3:
+            break
+    assert rungs == [0, 0, 0, 0, 1, 2, 3]
+    return night
+
+
+def test_prior_between_hangs_is_a_duration_or_off_and_a_bad_one_is_named():
+    train = {"data": "demo"}
+    assert parse({"train": train}, "<test>").probe.prior_between_hangs == 300.0
+    assert parse({"train": train, "ladder": {"prior_between_hangs": "10m"}}, "<test>").probe.prior_between_hangs == 600
+    assert parse({"train": train, "ladder": {"prior_between_hangs": "off"}}, "<test>").probe.prior_between_hangs is None
+    with pytest.raises(ConfigError, match=r'ladder\.prior_between_hangs.*"off"'):
+        parse({"train": train, "ladder": {"prior_between_hangs": -5}}, "<test>")
+
+
+def test_one_hang_a_few_seconds_in_is_no_proof_against_rung_0():
+    night = Night({0: 2.0, 1: 1.8})
+    night.train(6)
+    actions = night.hang()
+    assert night.d.s.rung == 0 and night.spawns[-1].rung == 0
+    why = [a.text for a in actions if isinstance(a, core.Log) and "best known" in a.text][0]
+    assert "one hang per 153 s (1 in 6 s trained + a prior of 1 in 300 s)" in why  # (6 + 300) / 2
+    # The same hang judged on rung 0's evidence alone (prior_between_hangs = "off") climbs: 6 s between hangs.
+    alone = Night({0: 2.0, 1: 1.8}, ladder={"prior_between_hangs": "off"})
+    alone.train(6)
+    alone.hang()
+    assert alone.d.s.rung == 1
+
+
+def test_a_hang_the_settings_cause_still_climbs_to_the_rung_that_cures_it_and_stays():
+    night = settings_deadlock(probe_after="off")
+    # Rung 1 and 2 each left at their first hang: the quick hangs at the rungs below are their prior.
+    assert [night.d.s.rung_facts()[k].hangs for k in range(4)] == [5, 1, 1, 0]
     night.train(300)  # cured: no hang, no choice to make
     assert night.d.s.rung == 3 and night.d.s.state == core.State.HEALTHY
 
 
 def test_a_probe_goes_straight_to_the_fastest_rung_worth_retrying():
-    night = Night({0: 2.0, 1: 1.8, 2: 1.6, 3: 1.4}, ladder={"probe_after": 60, "give_up_after": 3})
-    for _ in range(3):
-        night.train(4)
-        night.hang()
-    assert night.d.s.rung == 3 and night.d.s.probe_target() == 0
-    for _ in range(200):  # a batch at a time, until the probe's save is asked for
-        night.train(1)
+    night = settings_deadlock(probe_after=60, give_up_after=3)
+    # Rung 0 hung 5 times in the burst; that was before the quiet at rung 3, which is the newer evidence.
+    assert night.d.s.rung_facts()[0].hangs == 5 and night.d.s.probe_target() == 0
+    probe(night)
+    assert night.d.s.rung == 0 and night.d.s.probing_from == 3  # not rung 2, then 1, then 0
+
+
+def probe(night: Night) -> None:
+    """Train until the probe's save is asked for, save, and start the probed rung."""
+    for _ in range(2000):  # a batch at a time
+        night.train(1 / night.speeds[night.d.s.rung])
         if night.d.s.state == core.State.STOPPING:
             break
     assert night.d.s.stop.reason == core.Reason.PROBE
@@ -156,11 +201,71 @@ def test_a_probe_goes_straight_to_the_fastest_rung_worth_retrying():
                  progress=night.d.progress)
     night.d(core.WorkerExited(0))
     actions = night.d(core.TreeKilled(killed=1))
-    spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
-    assert spawn.rung == 0 and night.d.s.probing_from == 3  # not rung 2, then 1, then 0
+    night.spawns.append([a for a in actions if isinstance(a, core.Spawn)][0])
+    night.pid += 1
+    night.d(core.Spawned(night.pid, "/s/last.pt"))
 
 
-def test_rung_choice_worked_example_from_the_readme():
+def test_a_rung_left_after_a_burst_is_probed_after_quiet_even_measured_a_little_slower():
+    # Rung 1 measured a little faster than rung 0 on a busy machine: rung 0 is still worth its probe.
+    night = Night({0: 2.0, 1: 2.05}, every_batches=5, ladder={"probe_after": 60})
+    for seconds in QUICK_HANGS[:5]:
+        night.train(seconds)
+        night.hang()
+    assert night.d.s.rung == 1 and night.d.s.rung_hangs == {"0": 5}
+    probe(night)
+    assert night.spawns[-1].rung == 0 and night.d.s.probing_from == 1
+    # It hangs on the probe: back to rung 1, probation doubled; three failed probes and it is left alone.
+    for failed in (1, 2, 3):
+        night.train(5)
+        actions = night.hang()
+        assert night.d.s.rung == 1 and night.d.s.probe.failed == {"0": failed}
+        if failed < 3:
+            probe(night)
+    assert night.d.s.probe_target() is None and any("not probed again" in a.text for a in actions
+                                                    if isinstance(a, core.Log))
+
+
+def test_the_cpu_demo_one_loader_hang_at_batch_10_never_keeps_rung_0_away():
+    # The issue's CPU demo: 0.85 it/s, one hang at batch 10, probe_after = 15 s; rung 1 measured a hair faster.
+    night = Night({0: 0.85, 1: 0.86}, every_batches=4, ladder={"probe_after": 15})
+    night.train(10 / 0.85 + 0.01)
+    night.hang()
+    assert night.d.s.rung == 0  # one hang in 12 s: no proof
+    # Judged on its evidence alone it climbs, and rung 0 is tried again after 15 s of quiet at rung 1.
+    alone = Night({0: 0.85, 1: 0.86}, every_batches=4, ladder={"probe_after": 15, "prior_between_hangs": "off"})
+    alone.train(10 / 0.85 + 0.01)
+    alone.hang()
+    assert alone.d.s.rung == 1
+    start = alone.d.t
+    probe(alone)
+    assert alone.spawns[-1].rung == 0 and alone.d.t - start < 30
+
+
+def test_a_startup_hang_at_a_rung_not_yet_measured_is_one_sample_not_a_climb():
+    # The issue's bad night: rung 0 measured (one hang in 60 s), then a freeze before rung 1's first batch.
+    rungs = [RungFacts(15.0, 60, 1, 1.0), RungFacts(None, 0, 1), RungFacts(None, 0, 0)]
+    back = rung_choice.after_hang(1, rungs, 15.0, prior=300.0)
+    assert back.rung == 0 and "rung 1 unmeasured: at rung 0's speed" in back.why
+    # With nothing measured below (the first attempt's startup), or judged on evidence alone, it climbs as before.
+    first = rung_choice.after_hang(0, [RungFacts(None, 0, 1), RungFacts(None, 0, 0)], 15.0, prior=300.0)
+    assert first.rung == 1
+    assert rung_choice.after_hang(1, rungs, 15.0).rung == 2
+
+
+def test_the_prior_worked_example_from_the_readme():
+    # Issue 29's H100: rung 0 at 15.68 it/s, started in 0.9 s, hung 6 s into training; a hang costs 26.7 s.
+    untried = RungFacts(None, 0, 0)
+    alone = rung_choice.after_hang(0, [RungFacts(15.68, 6, 1, 0.9), untried], 25.8)
+    assert alone.rung == 1 and "keeps 2.88 it/s of 15.68" in alone.why  # the evidence alone: it moved
+    first = rung_choice.after_hang(0, [RungFacts(15.68, 6, 1, 0.9), untried], 25.8, prior=300.0)
+    assert first.rung == 0 and "keeps 13.35 it/s" in first.why  # 15.68 x 153 / (153 + 26.7)
+    assert "one hang per 153 s (1 in 6 s trained + a prior of 1 in 300 s)" in first.why
+    second = rung_choice.after_hang(0, [RungFacts(15.68, 12, 2, 0.9), untried], 25.8, prior=300.0)
+    assert second.rung == 1 and "keeps 12.48 it/s" in second.why  # M = 312 / 3; 15.68 > 1.25 x 12.48
+
+
+def test_rung_choice_judged_on_each_rungs_evidence_alone():
     # Rung 0: 18.7 it/s, starts in 10 s, hung after 30 s of training; 15 s from a hang to the next spawn.
     untried = RungFacts(None, 0, 0)
     after_first = rung_choice.after_hang(0, [RungFacts(18.7, 30, 1, 10.0), untried, untried], 15.0)
@@ -176,16 +281,101 @@ def test_rung_choice_worked_example_from_the_readme():
     assert rung_choice.hang_cost(untried, 15.0, [slow, RungFacts(9.9, 30, 1, 10.0), untried]) == 40.0
 
 
-def test_the_same_hang_at_the_same_point_three_times_is_deterministic_and_ends_with_exit_78():
-    night = Night({0: 2.0, 1: 2.0, 2: 2.0}, ladder={"probe_after": "off"})
-    ends = []
-    for _ in range(3):
-        night.train(4)  # 8 batches after resuming at batch 0: every attempt stops at epoch 1, batch 8
-        ends.append(night.hang())
-    assert night.d.s.state == core.State.FAILED
-    exit_ = [a for a in ends[-1] if isinstance(a, core.Exit)][0]
-    assert exit_.code == EXIT_CONFIG and "epoch 1, batch 8" in exit_.text and "3 times in a row" in exit_.text
-    assert night.d.s.attempt == 3  # not a walk up the ladder
+class SamePoint:
+    """Attempts that each hang at one point, resumed from chosen checkpoints, their stacks as chosen (issue 30)."""
+
+    def __init__(self, **sections):
+        self.d = Driver(make(workers=8, **sections))
+        self.spawns = [self.d.boot_and_spawn()]
+        self.pid, self.resume = PID, 0
+
+    def attempt(self, hang_batch: int, checkpoint_at: int | None = None, phase: str = "train",
+                stacks: Stacks | None = None) -> list:
+        """Train from the resume point to ``hang_batch`` (a checkpoint at ``checkpoint_at``), then hang in ``phase``."""
+        d = self.d
+        d.beat("train", kind="phase", pid=self.pid)
+        for batch in range(self.resume + 1, hang_batch + 1):
+            d.t += 0.5
+            d.beat(pid=self.pid, epoch=1, epochs=3, batch=batch, batches=100, samples=4)
+            if batch == checkpoint_at:
+                d.beat("train", kind="checkpoint", pid=self.pid, path="/s/last.pt", seconds=0.2, epoch=1,
+                       batch=batch, progress=d.progress)
+                self.resume = batch
+        if phase == "val":
+            d.t += 0.5
+            d.beat("val", kind="phase", pid=self.pid)
+        actions = d.at(d.t + 60.01)(core.Tick())
+        assert d.s.stop is not None and d.s.stop.reason == core.Reason.HANG, actions
+        if stacks is not None:
+            d(core.IncidentEnriched(d.s.stop.incident.id, ({"pid": self.pid},), stacks=stacks))
+        actions += d(core.TreeKilled(killed=1))
+        spawns = [a for a in actions if isinstance(a, core.Spawn)]
+        if spawns:
+            self.spawns.append(spawns[0])
+            self.pid += 1
+            d.t += 3.0
+            d(core.Spawned(self.pid, "/s/last.pt" if self.resume else None))
+        return actions
+
+
+LOADER_WORKER = Stacks("DataLoader worker in sleep at faults.py hang_forever", ("main (pid 4242) in poll",),
+                       "DataLoader worker 0 (pid 77) in sleep, faults.py:87 hang_forever", 0.4, None,
+                       in_loader_worker=True)
+MAIN = Stacks("main in futex wait at tasks.py forward", ("main (pid 4242) in futex wait",),
+              "main (pid 4242) in futex wait, tasks.py:120 forward", 0.4, None)
+
+
+def exit_of(actions):
+    return next((a for a in actions if isinstance(a, core.Exit)), None)
+
+
+def test_a_loader_hang_at_the_same_point_from_the_same_resume_point_climbs_to_the_rung_that_changes_the_loader():
+    """Issue 30 (a): env-only rungs first, a hang in DataLoader worker 0 at batch 28 from scratch at each: exit 78
+    after rungs 0-2 before, though rung 3 (no loader workers) cures it."""
+    run = SamePoint(ladder={"rungs": [{"env": {"FOO_A": "1"}}, {"env": {"FOO_B": "1"}}, {"loader": "process",
+                                                                                          "workers": 0}],
+                            "probe_after": "off"})
+    for _ in range(2):
+        assert exit_of(run.attempt(28, stacks=LOADER_WORKER)) is None
+    # The first hang: the ladder's own choice (rung 0: one hang is no proof); the second at the same point: straight
+    # to the loader's rung.
+    assert [spawn.rung for spawn in run.spawns] == [0, 0, 3] and run.spawns[-1].rung_settings["workers"] == 0
+    run.d.beat("train", kind="phase", pid=run.pid)
+    run.d.at(run.d.t + 0.5).beat(pid=run.pid, epoch=1, epochs=3, batch=29, batches=100)  # past the point: cured
+    assert run.d.s.exit is None and run.d.s.state == core.State.HEALTHY
+
+
+def test_the_same_point_from_different_resume_points_climbs_only_to_rungs_that_change_what_hung():
+    """A loader hang at the same point climbs to the loader's rungs, skipping env rungs; once none is left untried,
+    the third from a third different resume point ends the run as deterministic (exit 78)."""
+    run = SamePoint(ladder={"rungs": [{"env": {"FOO_A": "1"}}, {"workers": 0}, {"env": {"FOO_B": "1"}}],
+                            "probe_after": "off"})
+    ends = [run.attempt(28, checkpoint_at=checkpoint_at, stacks=LOADER_WORKER) for checkpoint_at in (10, 20, 25)]
+    # The first hang: the ladder's own choice (rung 0: one hang is no proof); the second at the same point:
+    # workers = 0, never an env rung.
+    assert [spawn.rung for spawn in run.spawns] == [0, 0, 2]
+    assert [exit_of(actions) is None for actions in ends] == [True, True, False]
+    exit_ = exit_of(ends[-1])
+    assert exit_.code == EXIT_CONFIG and "epoch 1, batch 28" in exit_.text
+    assert "from 3 different resume points" in exit_.text and "no rung left changes" in exit_.text
+
+
+def test_a_validation_hang_climbs_to_val_false_and_a_main_process_hang_from_different_resume_points_ends_with_78():
+    """Issue 30 (b): a hang in validation with the default ladder reached exit 78 after rungs 0-2: val = false, the
+    documented cure, was never tried."""
+    run = SamePoint(ladder={"probe_after": "off"})
+    top = len(run.d.s.ladder) - 1
+    assert run.d.s.ladder.settings(top)["val"] is False
+    for _ in range(2):
+        assert exit_of(run.attempt(28, phase="val", stacks=MAIN)) is None
+    assert run.spawns[-1].rung == top and run.spawns[-1].rung_settings["val"] is False
+    # A hang in the model's forward (the main process, in training) from different resume points: no rung changes
+    # it, and three of them end the run as deterministic, where the ladder stood.
+    main = SamePoint(ladder={"probe_after": "off"})
+    ends = [main.attempt(28, checkpoint_at=c, stacks=MAIN) for c in (10, 20, 25)]
+    assert [exit_of(a) is None for a in ends] == [True, True, False]
+    assert exit_of(ends[-1]).code == EXIT_CONFIG and "3 times in a row" in exit_of(ends[-1]).text
+    assert main.d.s.attempt == 3
 
 
 def test_startup_hangs_at_the_resume_point_are_never_taken_for_a_deterministic_hang():
@@ -195,7 +385,7 @@ def test_startup_hangs_at_the_resume_point_are_never_taken_for_a_deterministic_h
         d.at(d.t + 6)(core.Tick())
         d(core.TreeKilled(killed=1))
         d(core.Spawned(PID + i + 1, None))
-    assert d.s.exit is None and d.s.rung == 4 and d.s.hang_history.repeated_point() is not None
+    assert d.s.exit is None and d.s.rung == 4 and len(d.s.hang_history.same_point_run()) == 4
 
 
 def test_hangs_between_which_checkpoints_land_spend_no_restart_budget_and_a_loop_still_does():

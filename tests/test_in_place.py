@@ -232,6 +232,9 @@ def test_the_stacks_say_whether_the_in_place_tier_applies():
 
     stopped = verdict(_process(101, 100, "T"), _process(102, 100, "S", parked))
     assert (stopped.loader_wait, stopped.culprits) == (True, (101,))
+    server = _process(103, 100, "S", [("main", "/usr/lib/python3.11/multiprocessing/forkserver.py")])
+    served = verdict(server, _process(101, 103, "T"), _process(102, 103, "S", parked))  # the forkserver rung
+    assert (served.loader_wait, served.culprits) == (True, (101,)) and "pid 100" in served.why
     assert verdict(_process(101, 100, "S", parked), _process(102, 100, "S", parked)).culprits == ()
     in_kernel = verdict(_process(101, 100, "D"))
     assert in_kernel.culprits == () and "uninterruptible" in in_kernel.why
@@ -250,6 +253,9 @@ def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
     assert expected_goodput(restarted, 45.0) == pytest.approx(10.0 * 600 / (600 + 90))
     assert expected_goodput(in_place, 45.0) == pytest.approx(10.0 * 600 / (600 + 24))
     assert expected_goodput(RungFacts(10.0, 600.0, 0), 45.0) == 10.0
+    # with a prior ([ladder] prior_between_hangs): one hang per M = (600 + 300) / 2 s, its in-place seconds per M added
+    both = RungFacts(speed=10.0, seconds=600.0, hangs=1, in_place_seconds=24.0)
+    assert expected_goodput(both, 45.0, prior=300.0) == pytest.approx(10.0 * 450 / (450 + 45 + 450 * 24 / 600))
 
 
 @pytest.mark.e2e

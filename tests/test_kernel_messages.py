@@ -42,6 +42,7 @@ EXPECTED = {
     "amdgpu_page_fault": [
         ("gpu_fault", "amdgpu_page_fault", None),
         ("gpu_fault", "amdgpu_fault_process", 2261545),
+        ("gpu_fault", "amdgpu_l2_protection_fault", None),
         ("gpu_fault", "amdgpu_page_fault", 1234),
         ("gpu_fault", "amdgpu_ring_timeout", None),
         ("gpu_fault", "amdgpu_fault_process", 977),
@@ -50,6 +51,26 @@ EXPECTED = {
         ("gpu_fault", "amdgpu_mes_no_response", None),
         ("gpu_fault", "amdkfd_preemption_failed", None),
         ("gpu_fault", "amdkfd_preemption_failed", None),
+    ],
+    # Seen in the field since the catalogue was written (issue 30): legacy-rocm-build#5952's SVM restore hogs, the
+    # count doubling, before a GPU page fault; #4515's KFD release and SVM deferred-list hogs, then MES failing.
+    "amdkfd_svm": [
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "workqueue_gpu_hog", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("gpu_fault", "amdgpu_page_fault", None),
+        ("gpu_fault", "amdgpu_fault_process", 4242),
+        ("gpu_fault", "amdgpu_l2_protection_fault", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("gpu_fault", "amdgpu_mes_no_response", None),
+        ("gpu_fault", "amdkfd_mes_remove_queue_failed", None),
+        ("gpu_fault", "amdkfd_mes_remove_queue_failed", None),
     ],
     "amdgpu_reset_failed": [
         ("gpu_fault", "amdgpu_ring_timeout", None),

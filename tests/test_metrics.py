@@ -1,5 +1,5 @@
-"""The exporter: a status dict rendered into metrics, checked by promtool, served over real HTTP, and the
-worker's real process tree read with psutil.
+"""The exporter: a status rendered into metrics by the metric table, checked by promtool, served over real HTTP, and
+the worker's real process tree read with psutil.
 
 The GPUs come from the amdgpu sysfs fixture tree (tests/fixtures/amdgpu_sysfs): a fake only because no AMD
 GPU exists here, built from the real file names and formats.
@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,7 +25,8 @@ from dashboards.queries import GPU_METRIC_NAMES, METRIC_NAMES
 from supervisor.config import Config, ConfigError, parse
 from supervisor.decision import core
 from supervisor.decision.ladder import build_ladder
-from supervisor.outputs.status_view import snapshot
+from supervisor.outputs.metric_table import METRICS
+from supervisor.outputs.status_view import Status, snapshot
 from supervisor.sources.gpu_metrics import AmdgpuSysfsReader
 from supervisor.sources.stacks import as_incident_stacks, capture_tree
 from supervisor.outputs.metrics import (
@@ -40,13 +42,14 @@ FIXTURE = Path(__file__).parent / "fixtures" / "amdgpu_sysfs"
 DEADLINE = parse_deadline("2030-01-01T00:00:00Z")
 NOW = 1_900_000_000.0
 
-# What Agent.status() holds in the middle of a run after one hang in training (see status_view.snapshot()).
+# What Agent.status() holds in the middle of a run after one hang in training, as its JSON (Status.to_dict()) says.
 STATUS = {
     "state": "healthy", "phase": "train", "epoch": 3, "epochs": 8, "batch": 5, "batches": 8,
     "losses": {"box_loss": 1.25, "cls_loss": 2.5, "dfl_loss": 1.0}, "lr": 0.0025,
     "it_s": 4.0, "samples_s": 16.0, "eta_seconds": 10.25, "progress": 0.328125,
     "rung": 1, "rungs": 5, "rung_label": "workers=1", "attempt": 2, "restarts": 1,
     "restarts_by_reason": {"hang": 1}, "hangs_by_phase": {"train": 1}, "budget_left": 9,
+    "recoveries": {"in_place": 2, "restart": 1},
     "kernel_events": {"stall": 2}, "reboot_needed": False, "worker_pid": None,
     "settings": {"workers": 1, "versions": {"ultralytics": "8.3.99", "torch": "2.14.1", "python": "3.11.2"}},
     "seconds_since_progress": 0.5, "worker_uptime": 30.0, "last_restart": NOW - 40,
@@ -63,7 +66,7 @@ STATUS = {
 
 def registry_for(status, *, deadline=DEADLINE, readers=(), now=NOW):
     collector = TrainingCollector(deadline, list(readers), clock=lambda: now)
-    collector.status = status
+    collector.status = Status.from_dict(status)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return registry
@@ -96,6 +99,8 @@ def test_values_of_a_status(tmp_path):
     assert v("yolo_train_deadline_slack_seconds") == 1893456000.0 - (NOW + 10.25)
     assert (v("yolo_train_rung"), v("yolo_train_rungs")) == (1, 5)
     assert v("yolo_train_rung_info", {"rung": "1", "label": "workers=1"}) == 1
+    assert v("yolo_train_recoveries_total", {"tier": "in_place"}) == 2
+    assert v("yolo_train_recoveries_total", {"tier": "restart"}) == 1
     assert v("yolo_train_restarts_total", {"reason": "hang"}) == 1
     for reason in ("crash", "oom", "kernel", "stop"):
         assert v("yolo_train_restarts_total", {"reason": reason}) == 0
@@ -124,7 +129,7 @@ def test_with_several_hosts_every_hosts_ranks_are_exported_from_their_shared_vie
                              (1, [{"rank": 1, "device": "cpu", "seconds_since_progress": 7.0}])):
         hosts.publish(tmp_path, node_rank, {"state": "healthy", "ranks": ranks, "updated": NOW - 2})
     collector = TrainingCollector(DEADLINE, [], clock=lambda: NOW, hosts_dir=tmp_path)
-    collector.status = STATUS
+    collector.status = Status.from_dict(STATUS)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     host = socket.gethostname()
@@ -149,9 +154,9 @@ def test_a_running_worker_has_a_phase_and_an_uptime():
     assert r.get_sample_value("yolo_train_worker_processes") == 0
 
 
-def test_an_empty_or_broken_status_still_scrapes():
-    for status in ({}, {"losses": None, "restarts_by_reason": "x", "it_s": float("nan"), "settings": {"versions": 3},
-                        "heartbeats": None, "worker_pid": "12", "epoch": None}):
+def test_an_empty_status_or_one_with_unknowns_still_scrapes():
+    for status in ({}, {"losses": None, "it_s": float("nan"), "settings": {"versions": 3}, "heartbeats": None,
+                        "epoch": None}):
         r = registry_for(status, deadline=None)
         names = exported_names(r)
         assert r.get_sample_value("yolo_train_state", {"state": "starting"}) == 1
@@ -168,6 +173,25 @@ def test_an_empty_or_broken_status_still_scrapes():
                        "yolo_train_rung_batches_per_second", "yolo_train_rank_seconds_since_progress"}
         assert names == METRIC_NAMES - GPU_METRIC_NAMES - unknown_yet - {
             "yolo_train_deadline_timestamp_seconds", "yolo_train_deadline_slack_seconds"}
+
+
+EXPOSITION = Path(__file__).parent / "fixtures" / "exposition"
+
+
+@pytest.mark.parametrize("status, deadline, readers, fixture", [
+    (STATUS, DEADLINE, [AmdgpuSysfsReader(FIXTURE)], "mid_run.prom"), ({}, None, [], "empty.prom")])
+def test_the_exposition_is_the_one_served_before_the_metric_table(status, deadline, readers, fixture):
+    """The fixtures are the text the exporter served for these statuses when it was a function of a status dict
+    (commit 4746f81; since, yolo_train_recoveries_total, issue 28): the table renders it metric for metric, HELP,
+    TYPE, labels and values."""
+    text = generate_latest(registry_for(status, deadline=deadline, readers=readers)).decode()
+    assert text.splitlines() == (EXPOSITION / fixture).read_text().splitlines()
+
+
+def test_a_metric_is_one_row_of_the_table():
+    assert len({row.name for row in METRICS}) == len(METRICS) == len(METRIC_NAMES)
+    assert {row.exported for row in METRICS} == METRIC_NAMES  # the dashboard's checks read the same rows
+    assert all(row.help.endswith((".", ")")) and row.name.startswith("yolo_train") for row in METRICS)
 
 
 def test_promtool_check_metrics_prints_nothing():
@@ -228,7 +252,7 @@ def test_served_over_http_on_loopback_and_follows_publish():
         before = scrape(port)  # nothing published yet: the exporter serves anyway
         assert 'yolo_train_state{state="starting"} 1.0' in before
         assert "yolo_train_deadline_timestamp_seconds 1.893456e+09" in before
-        exporter.publish({**STATUS, "state": "backoff"})
+        exporter.publish(Status.from_dict({**STATUS, "state": "backoff"}))
         after = scrape(port)
         assert 'yolo_train_state{state="backoff"} 1.0' in after
         assert 'yolo_train_restarts_total{reason="hang"} 1.0' in after
@@ -251,7 +275,7 @@ def test_a_port_in_use_is_a_one_line_config_error():
 
 def test_listen_off_serves_nothing():
     exporter = start_exporter(config(None))
-    exporter.publish(STATUS)
+    exporter.publish(Status.from_dict(STATUS))
     assert exporter.port is None
     exporter.close()
 
@@ -335,12 +359,21 @@ hang_forever()
 """
 
 
+def asleep(pid: int, timeout: float = 30.0) -> None:
+    """Wait until the process sleeps in the kernel, the precondition of a stack that says "in sleep"."""
+    deadline = time.monotonic() + timeout
+    while psutil.Process(pid).status() != psutil.STATUS_SLEEPING:
+        assert time.monotonic() < deadline, f"pid {pid} never went to sleep"
+        time.sleep(0.01)
+
+
 def test_the_last_incident_info_says_where_a_really_hung_worker_waited(tmp_path):
     """The restart annotation's text through the real path: a hung process's stacks as the agent captures them,
     the core's incident enriched with them, the status it publishes."""
     hung = subprocess.Popen([sys.executable, "-c", HUNG], stdout=subprocess.PIPE, text=True)
     try:
         assert hung.stdout.readline().strip() == "hanging"
+        asleep(hung.pid)  # its line is printed before the sleep begins: on a busy machine it may still be running
         config = parse({"train": {"epochs": 1}, "watchdog": {"startup_timeout": 5}}, "<test>", state_dir=tmp_path)
         s = core.Supervision(config, build_ladder(config.ladder, 8))
         core.decide(s, core.Boot(), core.Now(0.0, NOW))
@@ -353,7 +386,7 @@ def test_the_last_incident_info_says_where_a_really_hung_worker_waited(tmp_path)
         hung.kill()
         hung.wait()
     core.decide(s, core.TreeKilled(killed=1), core.Now(7.0, NOW + 7))
-    status = {**STATUS, **snapshot(s, core.Now(7.0, NOW + 7))}
+    status = {**STATUS, **snapshot(s, core.Now(7.0, NOW + 7)).to_dict()}
     [sample] = [x for f in registry_for(status).collect() for x in f.samples
                 if x.name == "yolo_train_last_incident_info"]
     assert sample.labels["reason"] == "hang"

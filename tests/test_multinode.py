@@ -5,7 +5,6 @@ On one machine, two supervisors play two hosts (127.0.0.1, gloo, one CPU rank ea
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -59,13 +58,14 @@ def free_port() -> int:
 
 
 def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: float = 180,
-               stall_timeout: float = 90, epochs: int = 2) -> subprocess.Popen:
+               stall_timeout: float = 90, epochs: int = 2, faults: tuple[str, ...] = ()) -> subprocess.Popen:
     config = tmp_path / f"host-{node_rank}.toml"
     config.write_text(HOST.format(node_rank=node_rank, port=port, rdzv_id=rdzv_id, run_dir=tmp_path / "shared",
                                   join_timeout=join_timeout, stall_timeout=stall_timeout, epochs=epochs))
     log = open(tmp_path / f"host-{node_rank}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
-                             str(tmp_path / f"state-{node_rank}")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                             str(tmp_path / f"state-{node_rank}"), *(f"--fault={f}" for f in faults)], cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_all(hosts: list[subprocess.Popen], timeout: float) -> list[int]:
@@ -100,12 +100,16 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     port, rdzv_id = free_port(), f"job-{os.getpid()}"
     # B's own watchdog notices its frozen rank first; A's rank only waits on it in a collective: A learns through
     # its ranks' failure once B's are killed (A's stall timeout is longer than B's detection and kill)
-    hosts = [start_host(tmp_path, 0, port, rdzv_id), start_host(tmp_path, 1, port, rdzv_id, stall_timeout=15)]
+    # Host B's rank stops itself (SIGSTOP) after its 24th batch: epoch 2's 8th of 16, after epoch 1's last.pt, inside
+    # the epoch whatever this machine's speed (a freeze sent from outside once a status showed a batch could land at
+    # the epoch's end, where the epoch end's timeout holds, not the batch rhythm).
+    hosts = [start_host(tmp_path, 0, port, rdzv_id),
+             start_host(tmp_path, 1, port, rdzv_id, stall_timeout=15, faults=("freeze,at_batch=24,attempt=1",))]
     try:
         b_state = tmp_path / "state-1"
         deadline = time.monotonic() + 400
         frozen = None
-        while frozen is None:  # host B's rank, training epoch 2 of 2, after epoch 1's last.pt
+        while frozen is None:  # host B's rank of attempt 1
             assert time.monotonic() < deadline and all(h.poll() is None for h in hosts), \
                 (tmp_path / "host-1.log").read_text()[-3000:]
             time.sleep(0.5)
@@ -113,11 +117,8 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
                 status = read_state(b_state)["status"]
             except (OSError, ValueError, KeyError):
                 continue
-            # a batch of epoch 2 trained (at an epoch's start, before its first batch, the epoch end's timeout holds)
-            if status["state"] == "healthy" and status["epoch"] == 2 and status["phase"] == "train" \
-                    and 1 <= status["batch"] <= status["batches"] - 3 and status["ranks"]:
+            if status["attempt"] == 1 and status["state"] == "healthy" and status["ranks"]:
                 frozen, frozen_rank = status["ranks"][0]["pid"], status["ranks"][0]["rank"]
-        os.kill(frozen, signal.SIGSTOP)
     finally:
         codes = wait_all(hosts, max(60.0, deadline - time.monotonic()))
     logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
@@ -136,6 +137,7 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
 
     [hang] = read_incidents(tmp_path / "state-1")
     assert (hang["reason"], hang["phase"], hang["node_rank"]) == ("hang", "train", 1)
+    assert (hang["epoch"], hang["batch"]) == (2, 8)  # where the freeze was asked for: epoch 2's 8th batch of 16
     assert hang["host"] == socket.gethostname() and hang["stopped_first_rank"] == frozen_rank
     assert frozen in [p["pid"] for p in hang["processes"]]
     [peer] = read_incidents(tmp_path / "state-0")  # host A's rank failed with its peer, and A restarted
@@ -143,9 +145,10 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     # and its incident names the host and rank that stopped first
     assert {k: peer["caused_by"][k] for k in ("node_rank", "stopped_first_rank", "reason", "id")} == \
         {"node_rank": 1, "stopped_first_rank": frozen_rank, "reason": "hang", "id": hang["id"]}
-    # the ladder decision is the job's: B's hang moved both hosts one rung safer
-    assert a["rung"] == b["rung"] == 1
-    assert json.loads((tmp_path / "shared" / "job-ladder.json").read_text())["node_rank"] == 1
+    # the ladder decision is the job's: B's hang chose the rung both hosts went on at (which rung is the choice rule's,
+    # tested in the pure core: one hang after an epoch is no proof against rung 0)
+    decision = json.loads((tmp_path / "shared" / "job-ladder.json").read_text())
+    assert decision["node_rank"] == 1 and a["rung"] == b["rung"] == decision["rung"]
     # status on either host shows every host's ranks
     shown = subprocess.run([sys.executable, "-m", "supervisor", "status", "--json", "--config",
                             str(tmp_path / "host-0.toml"), "--state-dir", str(tmp_path / "state-0")],
@@ -236,7 +239,7 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
                             batch=1, batches=4, rank=1, local_rank=0)
     core.decide(s, core.HeartbeatReceived(beat), now)
     assert s.state.value == "healthy" and s.progress.batch == 1
-    view = snapshot(s, now)
+    view = snapshot(s, now).to_dict()
     assert view["node_rank"] == 1 and view["ranks"] == [
         {"rank": 1, "local_rank": 0, "pid": 12, "device": None, "seconds_since_progress": 0.0}]
 
@@ -256,7 +259,7 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
     from worker.contract import HeartbeatMessage, MessageKind, Phase
 
     b = several_hosts(1)
-    for i, t in enumerate((1.0, 2.0, 3.0)):
+    for i, t in enumerate((1.0,)):  # one batch: a hang before the rung's speed is measured climbs (rung_choice.py)
         beat = HeartbeatMessage(pid=12, kind=MessageKind.BEAT, phase=Phase.TRAIN, progress=i + 1, epoch=1,
                                 epochs=2, batch=i + 1, batches=8, rank=0)
         core.decide(b, core.HeartbeatReceived(beat), core.Now(mono=t, wall=1000.0 + t))
@@ -274,7 +277,8 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
     read = core.JobLadderRead(seq=decision.seq, rung=decision.rung, remedies=decision.remedies, node_rank=1,
                               host="b", cause=decision.cause)
     _, actions = core.decide(a, read, core.Now(mono=5.0, wall=1005.0))
-    assert a.rung == 1 and a.job_seq == 1 and "host 1 moved the job to rung 1" in actions[0].text
+    # For its next attempt: the running one stays at the rung it was spawned at (issue 30)
+    assert a.rung == 0 and a.job_seq == 1 and "host 1 moved the job to rung 1" in actions[0].text
     core.decide(a, core.WorkerExited(1), core.Now(mono=6.0, wall=1006.0))  # its rank failed with B's
     [crash] = a.incidents
     assert crash.caused_by == {**decision.cause, "node_rank": 1, "host": "b"}

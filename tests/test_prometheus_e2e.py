@@ -35,6 +35,8 @@ name = "prometheus-e2e"
 deadline = "{deadline}"
 {train}[metrics]
 listen = "127.0.0.1:{port}"
+[ladder]
+prior_between_hangs = "off"
 """
 
 PROMETHEUS_CONFIG = """

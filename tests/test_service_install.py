@@ -77,4 +77,6 @@ def test_the_unit_does_not_wait_for_the_network_the_offline_worker_never_uses(tm
 def test_the_shipped_example_config_passes_check_config():
     from supervisor.config import load
 
-    assert load(ROOT / "units" / "config.example.toml").train["data"] == "demo"
+    example = load(ROOT / "units" / "config.example.toml")
+    assert example.train["data"] == "demo"
+    assert example.checkpoint.every == "auto"  # the documented default: an installed service learns its interval

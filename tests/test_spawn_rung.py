@@ -11,8 +11,8 @@ from tests.conftest import climb_to_loader_rung
 
 @pytest.mark.e2e
 def test_rung_1_trains_on_spawned_workers_and_their_loader_faults_fire(tmp_path):
-    # attempt 1 (rung 0): the forked workers hang; attempt 2 (rung 1): the spawned workers hang, which only a hook
-    # that reached them by pickle can do; attempt 3 (rung 1, the top) finishes.
+    # attempt 1 (rung 0, forked workers): the training loop hangs after its first batch; attempt 2 (rung 1): the
+    # spawned workers hang, which only a hook that reached them by pickle can do; attempt 3 (rung 1) finishes.
     status, first, second = climb_to_loader_rung(tmp_path, "spawn-rung", '{ start_method = "spawn" }')
     assert first["settings"]["start_method"] == "fork" and first["kill"]["processes"] == 3  # main + 2 workers
     assert second["settings"]["start_method"] == "spawn" and second["settings"]["workers"] == 2

@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.sources.stacks import STACKS_FILE, ProcessStacks, _capture_process, capture_tree, find_py_spy
+from supervisor.sources.stacks import (STACKS_FILE, ProcessStacks, _capture_process, as_incident_stacks, capture_tree,
+                                       find_py_spy)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,6 +121,7 @@ def test_dataloader_worker_hang_names_each_worker_and_the_fault_frame(start, tmp
         assert "__getitem__" in [f.function for t in worker.threads for f in t.frames]
     assert "dataloader.py" in roles["main"].summary_line(), roles["main"].summary_line()
     assert cap.where().startswith("DataLoader worker in sleep at hang_forever (faults.py)"), cap.where()
+    assert as_incident_stacks(cap, tmp_path).in_loader_worker  # the core climbs to the loader's rungs on it
 
     written = json.loads((tmp_path / "incident" / STACKS_FILE).read_text())
     assert written["where"] == cap.where() and written["summary"] == cap.summary_lines()
@@ -142,7 +144,7 @@ def test_main_loop_hang_names_the_wait_and_the_frame(start, tmp_path, kind, wait
     assert main.note == "", main.note
     if kind != "native":  # the other two wait in the fault module's functions, called from train_step
         assert ("hang_forever" if kind == "sleep" else "spin_forever") in line
-    assert "train_step" in cap.where()
+    assert "train_step" in cap.where() and not as_incident_stacks(cap, tmp_path).in_loader_worker
     # The key does not depend on pid or line numbers: the same hang in another process gives the same key.
     again = capture(start(MAIN_HANG, kind), tmp_path / "again")
     assert again.where() == cap.where()

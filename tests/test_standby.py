@@ -85,6 +85,8 @@ def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
         [kernel_log]
         source = "off"
         gpu_events = "off"
+        [ladder]
+        prior_between_hangs = "off"  # the rung's own hangs alone: the one hang climbs, measured or not
     """)
     state_dir = tmp_path / "state"
     proc = start_supervisor(config, state_dir)

@@ -74,6 +74,20 @@ def test_a_corrupt_state_file_is_moved_aside_with_one_line_and_78(tmp_path):
     assert not (state / "supervisor.json").exists()
 
 
+def test_a_wrongly_typed_state_file_is_moved_aside_by_run_with_one_line_and_78(tmp_path):
+    """Issue 30: `"rung": "x"` ended `run` in a traceback and exit 1, which systemd restarts, forever."""
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "supervisor.json").write_text(json.dumps({"version": 1, "rung": "x", "attempt": 3}))
+    run = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
+    assert run.returncode == 78 and "Traceback" not in run.stderr
+    (aside,) = state.glob("supervisor.json.corrupt-*")
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"yolo-train: {state / 'supervisor.json'}: corrupt state file: 'rung' is not int")
+    assert f"moved aside to {aside.name}: run again to start the ladder afresh" in line
+
+
 def test_a_read_only_state_directory_is_one_line_and_78():
     # Root may write anywhere: run the CLI as nobody, in a directory nobody can read but not write.
     with tempfile.TemporaryDirectory() as work:
@@ -112,8 +126,41 @@ def test_state_writes_leave_one_complete_file(tmp_path):
     state.lock()
     for i in range(3):
         state.write_state({"restarts": i})
-    assert state.read_state()["restarts"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["supervisor.json", "supervisor.lock"]
+    assert state.read_state(lambda record: None)["restarts"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["supervisor.json", "supervisor.lock", "supervisor.reserve"]
+
+
+def test_on_a_full_disk_the_final_state_write_still_lands(tmp_path):
+    """Issue 30: after a full-disk exit the state file showed the run as it was long before (rung 0, no restarts,
+    a standby as current). A real full disk: a small tmpfs, filled."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        state = StateDir(mount, "test.toml")
+        state.lock()
+        state.write_state({"rung": 0, "standby_pid": 42})
+        with open(mount / "filler", "wb") as f:  # training's checkpoints fill the disk
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+        state.write_state({"rung": 2, "standby_pid": 42, "padding": "x" * 100_000})  # said once, the run goes on
+        assert state.read_state(lambda record: None)["rung"] == 0
+        state.write_state({"rung": 3, "standby_pid": None, "padding": "x" * 100_000}, final=True)
+        assert state.read_state(lambda record: None)["rung"] == 3 and not (mount / "supervisor.reserve").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
+def test_the_launch_record_is_named_for_what_it_holds_and_an_old_one_goes(tmp_path):
+    """Earlier versions wrote it as worker-settings.json: a state directory may still hold one, of an older attempt."""
+    (tmp_path / "worker-settings.json").write_text('{"attempt": 1}')
+    state = StateDir(tmp_path, "test.toml")
+    state.write_launch_record('{"attempt": 2}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["launch-record.json"]
+    assert json.loads(state.launch_record.read_text()) == {"attempt": 2}
 
 
 def other_network_namespace() -> list[str]:

@@ -289,7 +289,9 @@ REAL_DAEMON = ROOT / ".venv" / "bin" / "yolo-train"
 DAEMON_CONFIG = 'name = "systemd-demo"\n' + demo_train(epochs=300) + """[metrics]
 listen = "127.0.0.1:10133"
 [recovery]
-in_place = false
+in_place = false  # the restart path is this test's point
+[ladder]
+prior_between_hangs = "off"  # the rung's own hangs alone: this one hang climbs, which the test waits to see
 [[faults]]
 kind = "dataloader_hang"
 at_batch = 10

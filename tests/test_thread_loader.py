@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from worker.demo_data import ensure_demo_dataset
-from worker.loaders import chain_worker_init, die_with_parent, hook_samples, start_workers_with, worker_start_method
+from worker.exact_resume import ResumePoint, install
+from worker.loaders import (chain_worker_init, die_with_parent, forkserver_pid, hook_samples, start_forkserver,
+                            start_workers_with, worker_start_method)
 from worker.thread_loader import ThreadDataLoader, thread_loader_from
 
 BATCH = 4  # the demo's 32 training images: 8 batches an epoch
@@ -94,6 +96,44 @@ def test_spawned_workers_give_the_same_batches_as_forked_ones_and_run_the_hooks_
     assert {int(p.name) for p in tmp_path.iterdir()} == {w.pid for w in workers}
     spawned.close()
     forked.close()
+
+
+def test_forkserver_workers_fork_from_the_preloaded_server_and_give_the_same_batches_resumed_and_validating(
+        data, tmp_path):
+    """The isolated rung at fork's cost: workers forked from a server that imported torch and Ultralytics' data
+    modules once (not from this process), fed the pickled dataset and hooks, the same batches as forked workers for
+    the same seed: through the exact-resume sampler from a mid-epoch point, and in validation's loader."""
+    start_forkserver()
+    server = psutil.Process(forkserver_pid())
+    deadline = time.monotonic() + 30
+    while not server.cmdline() and time.monotonic() < deadline:  # started, maybe not yet past its exec
+        time.sleep(0.01)
+    assert server.ppid() == os.getpid() and "forkserver" in " ".join(server.cmdline())
+    resume = ResumePoint(epoch=0, batches=3, samples=12)
+    loaders = []
+    for method in ("fork", "forkserver"):
+        loader = process_loader(data, workers=2)
+        start_workers_with(loader, method)
+        chain_worker_init(loader, die_with_parent)
+        hook_samples(loader.dataset, RecordPid(tmp_path / method))
+        (tmp_path / method).mkdir()
+        install(loader, 0, lambda: 0, ResumePoint(resume.epoch, resume.batches, resume.samples))
+        loaders.append(loader)
+    forked, served = loaders
+    assert worker_start_method(served) == "forkserver"
+    batches = list(zip(forked, served, strict=True))
+    assert len(batches) == 8 - 3  # the resumed epoch starts at batch 4
+    for a, b in batches:
+        assert_same_batch(a, b)
+    workers = [psutil.Process(w.pid) for w in served.iterator._workers]
+    assert {w.ppid() for w in workers} == {server.pid}  # forked from the server, not from this process
+    assert {int(p.name) for p in (tmp_path / "forkserver").iterdir()} == {w.pid for w in workers}
+    validating = [process_loader(data, workers=2, mode="val") for _ in range(2)]
+    start_workers_with(validating[1], "forkserver")
+    for a, b in zip(*validating, strict=True):
+        assert_same_batch(a, b)
+    for loader in loaders + validating:
+        loader.close()
 
 
 def test_spawned_workers_shut_down_mid_epoch_end_cleanly():
@@ -195,3 +235,26 @@ def test_bad_thread_counts_and_used_loaders_are_refused(data):
     with pytest.raises(ValueError, match="iterated already"):
         thread_loader_from(used, threads=2)
     assert isinstance(thread_loader_from(process_loader(data, workers=0), threads=1), ThreadDataLoader)
+
+
+def test_a_standby_made_for_a_forkserver_rung_starts_the_server_before_it_waits(monkeypatch):
+    import io
+
+    from worker import train
+    from worker.contract import ENV_FORKSERVER
+
+    events = []
+
+    class Stdin(io.StringIO):
+        def readline(self, *args):
+            events.append("waits for its launch")
+            return ""
+
+    monkeypatch.setattr(train, "start_forkserver", lambda: events.append("starts the forkserver"))
+    monkeypatch.setattr(train.sys, "stdin", Stdin())
+    monkeypatch.delenv(ENV_FORKSERVER, raising=False)
+    assert train.stand_by(os.getppid()) is None and events == ["waits for its launch"]
+    events.clear()
+    monkeypatch.setenv(ENV_FORKSERVER, "1")
+    assert train.stand_by(os.getppid()) is None
+    assert events == ["starts the forkserver", "waits for its launch"]

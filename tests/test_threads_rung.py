@@ -37,8 +37,8 @@ def demo_loader(data, workers: int):
 
 @pytest.mark.e2e
 def test_rung_1_trains_on_threads_without_worker_processes_and_its_loader_faults_fire(tmp_path):
-    # attempt 1 (rung 0, workers = 2): the DataLoader worker processes hang; attempt 2 (rung 1): the loader's
-    # threads hang, which only a hook that fires on those threads can do; attempt 3 (rung 1, the top) finishes.
+    # attempt 1 (rung 0, workers = 2): the training loop hangs after its first batch; attempt 2 (rung 1): the
+    # loader's threads hang, which only a hook that fires on those threads can do; attempt 3 (rung 1) finishes.
     status, first, second = climb_to_loader_rung(tmp_path, "threads-rung", '{ loader = "threads", threads = 2 }')
     assert first["settings"]["loader"] == "process" and first["kill"]["processes"] == 3  # main + 2 workers
     # The killed tree of the threads rung: the training process alone, its loader threads inside it.

@@ -9,7 +9,7 @@ import pytest
 from supervisor.decision import core
 from supervisor.decision.vocabulary import (FINAL_STATES, HANG_PHASES, PHASE_LABELS, STARTUP_PHASE, KernelKind, Reason,
                                             State)
-from supervisor.outputs import metrics
+from supervisor.outputs import metric_table as metrics
 from supervisor.sources.kernel_messages import BUILTIN
 from worker.contract import Phase
 
@@ -62,7 +62,7 @@ def test_a_label_and_a_list_of_choices_are_spelled_once_where_they_are_named():
     import ast
 
     lists = {frozenset({"auto", "on", "off"}): "worker/contract.py",
-             frozenset({"auto", "kmsg", "journal", "off"}): "supervisor/sources/kernel_log.py",
+             frozenset({"auto", "kmsg", "journal", "off"}): "supervisor/config.py",
              frozenset(s.value for s in FINAL_STATES): None}
     spelled = []
     for path in sorted([*(ROOT / "supervisor").rglob("*.py"), *(ROOT / "worker").rglob("*.py")]):

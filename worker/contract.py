@@ -40,6 +40,10 @@ from typing import Any
 
 LAUNCH_VERSION = 1
 STANDBY_FLAG = "--standby"
+# "1" in a standby's environment: the rung it is made for forks its loader workers from a forkserver, which it starts
+# and preloads while it waits (the supervisor sets it for a cold worker of that rung too, so either serves it)
+ENV_FORKSERVER = "YOLO_TRAIN_FORKSERVER"
+ULTRALYTICS_DEFAULT_WORKERS = 8
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h: the configuration is wrong; restarting cannot help
 
 
@@ -59,6 +63,20 @@ class MessageKind(str, Enum):
     ERROR = "error"  # dying of an exception: its last words
     CHECKPOINT = "checkpoint"  # a checkpoint was written completely (atomically) at a position
     LOADER = "loader"  # a training or validation loader started its worker processes (``pids``, ``seconds``)
+    STEP = "step"  # before the first batch: entered a startup step (``step``), or progressed in it (``done``)
+
+
+class StartupStep(str, Enum):
+    """The steps of a worker's startup, each bounded on its own by the supervisor (supervisor/decision/watchdog.py).
+    Our worker enters them in about this order (the dataset and loaders steps twice: training, then validation); a
+    worker that reports none is in ``imports`` from its spawn to its first batch."""
+    IMPORTS = "imports"  # from the spawn: the interpreter, torch and Ultralytics imported (nothing, for a standby)
+    CHECKPOINT = "checkpoint"  # the checkpoint read and the trainer built from it (a fresh start: the trainer alone)
+    MODEL = "model"  # the model built (on resume, its weights loaded) and moved to the device
+    AMP_CHECK = "amp_check"  # the AMP check (after torch.compile, where asked for)
+    DATASET = "dataset"  # a dataset built: its labels scanned, its images cached, with progress (``done``, ``total``)
+    LOADERS = "loaders"  # its DataLoader, then the validator, EMA, optimizer and resumed state
+    FIRST_BATCH = "first_batch"  # the loader's workers started, the first batch loaded and trained
 
 
 COMMAND_VERSION = 1
@@ -121,7 +139,9 @@ class WorkerOptions:
     threads: the size of that pool; None: the CPU count.
     start_method: how the process loader starts its worker processes ("fork", "spawn", "forkserver"); None: torch's
         default (fork on Linux). "spawn" starts each from a fresh interpreter: nothing of the training process's
-        GPU runtime or memory map is inherited.
+        GPU runtime or memory map is inherited. "forkserver" forks each from a server process started early (before
+        the trainer touches a GPU; in a standby, while it waits) with torch, cv2 and Ultralytics' data modules
+        imported: inherits no more than "spawn", starts as fast as "fork" (worker/loaders.py).
     """
 
     persistent_workers: bool = True
@@ -129,6 +149,11 @@ class WorkerOptions:
     loader: str = "process"
     threads: int | None = None
     start_method: str | None = None
+
+    def forks_from_server(self, workers: Any) -> bool:
+        """Loader workers forked from a forkserver: ``workers`` (the rung's, else [train]'s, else Ultralytics' 8)
+        processes, started "forkserver"."""
+        return self.loader == "process" and self.start_method == "forkserver" and workers != 0
 
 
 @dataclass(frozen=True)
@@ -284,6 +309,9 @@ class HeartbeatMessage:
     local_rank: int | None = None  # its rank among this host's ranks (differs from rank on several hosts)
     pids: tuple[int, ...] | None = None  # kind LOADER: the loader's worker processes
     loader: str | None = None  # kind LOADER: "train" or "val"
+    step: StartupStep | None = None  # kind STEP: the startup step entered or progressing
+    done: int | None = None  # kind STEP: items of the step's current pass done (labels scanned, images cached) ...
+    total: int | None = None  # ... of how many
 
     @classmethod
     def from_wire(cls, m: dict[str, Any]) -> "HeartbeatMessage | None":
@@ -305,10 +333,16 @@ class HeartbeatMessage:
         error = str(m["error"])[:1000] if m.get("error") is not None else None
         seconds = _float(m.get("seconds"))
         pids = tuple(p for p in m["pids"] if _int(p) is not None) if isinstance(m.get("pids"), list) else None
+        try:
+            step = StartupStep(m["step"]) if m.get("step") is not None else None
+        except ValueError:
+            step = None
+        if kind == MessageKind.STEP and step is None:
+            return None
         return cls(pid=pid, kind=kind, phase=phase, progress=progress, epoch=_int(m.get("epoch")),
                    epochs=_int(m.get("epochs")), batch=_int(m.get("batch")), batches=_int(m.get("batches")),
                    samples=_int(m.get("samples")), losses=losses, lr=lr,
                    in_force=in_force, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
                    seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")),
                    sent=_float(m.get("sent")), local_rank=_int(m.get("local_rank")), pids=pids,
-                   loader=_str(m.get("loader")))
+                   loader=_str(m.get("loader")), step=step, done=_int(m.get("done")), total=_int(m.get("total")))

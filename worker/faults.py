@@ -11,6 +11,8 @@ kinds:
 - ``spin``: the training loop busy-spins at 100% CPU after batch ``at_batch``.
 - ``stop_request``: the worker gets the supervisor's "save and exit" (SIGUSR1) after batch ``at_batch``, so it saves
   at the next batch boundary and exits 0 (at_batch one short of an epoch's end: a checkpoint at the end's edge).
+- ``freeze``: the training process stops itself with SIGSTOP after batch ``at_batch``, as a freeze from outside
+  does, but at a batch chosen in advance (a test's freeze then never lands at an epoch's end by chance).
 - ``native_hang``: the training loop blocks inside a C call (libc ``pause()``) after batch ``at_batch``, as a
   loop stuck in the HIP runtime or a driver call does: no Python frame moves.
 - ``before_first_batch``: the loop hangs after setup, before its first batch (the seeds' post-resume hang).
@@ -34,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "native_hang", "stop_request", "before_first_batch",
+FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "freeze", "native_hang", "stop_request", "before_first_batch",
                "val_hang", "exit_hang", "exception", "segfault", "sigkill")
 ENV_FAULT = "YOLO_TRAIN_FAULT"
 
@@ -144,6 +146,8 @@ class FaultInjector:
                 hang_forever()
             elif fault.kind == "spin":
                 spin_forever()
+            elif fault.kind == "freeze":
+                os.kill(os.getpid(), signal.SIGSTOP)
             elif fault.kind == "native_hang":
                 block_in_native_code()
             elif fault.kind == "stop_request":

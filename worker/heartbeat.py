@@ -14,8 +14,11 @@ Every message has:
 - ``kind``: ``"beat"`` (a training or validation step, or a liveness ping), ``"phase"`` (the loop entered
   a new phase), ``"settings"`` (the settings really in force), ``"error"`` (the loop is dying of an
   exception; sent just before exit so the supervisor can name the failure), ``"checkpoint"`` (a checkpoint
-  was written completely at the position given by ``epoch`` and ``batch``), ``"loader"`` (a loader's worker
-  processes ``pids`` gave their first batch ``seconds`` after its iterator was made; ``loader``: train or val).
+  was written completely at the position given by ``epoch`` and ``batch``), ``"step"`` (before the first batch:
+  the worker entered the startup step ``step``, one of ``contract.StartupStep``, or progressed in it: ``done`` of
+  ``total`` items, labels scanned or images cached; a step message is not progress, its step's clock is),
+  ``"loader"`` (a loader's worker processes ``pids`` gave their first batch ``seconds`` after its iterator was
+  made; ``loader``: train or val).
 - ``progress``: a counter of completed work that never decreases within one process. The supervisor
   counts a message as progress only if this counter grew: a beat without progress is not progress,
   so a keep-alive thread cannot mask a hung loop.
@@ -129,6 +132,13 @@ class Heartbeat:
     def ping(self, **fields: Any) -> bool:
         """Liveness without progress (the supervisor does not reset its stall timer for it)."""
         return self._send("beat", fields)
+
+    def step(self, name: str, done: int | None = None, total: int | None = None) -> bool:
+        """Entered the startup step ``name`` (a ``contract.StartupStep`` value), or ``done`` of its ``total`` items."""
+        fields: dict[str, Any] = {"step": name}
+        if done is not None:
+            fields.update(done=done, total=total)
+        return self._send("step", fields)
 
     def settings(self, settings: dict[str, Any]) -> bool:
         return self._send("settings", {"settings": settings})

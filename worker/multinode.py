@@ -17,8 +17,12 @@ directory.
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from worker.contract import Rendezvous
 ENV_FINGERPRINT = "YOLO_TRAIN_RDZV_FINGERPRINT"  # what every host must agree on, for the ranks to compare
 ENV_STARTED_DIR = "YOLO_TRAIN_RANKS_STARTED"  # where this launch's ranks mark that they started
 DISAGREE = "yolo-train: the hosts' configurations differ"  # a failure signature (supervisor/decision/signatures.py)
+JOIN_GRACE = 5.0  # seconds past join_timeout the launcher has to give up by itself before it is ended
 
 
 def install(rendezvous: Rendezvous, record_path: str) -> Path:
@@ -132,15 +137,70 @@ def ranks_started(directory: Path) -> bool:
     return directory.is_dir() and any(directory.iterdir())
 
 
+def bound_the_launch(rendezvous: Rendezvous, started_dir: Path) -> threading.Timer:
+    """The launcher's own timeouts do not bound every wait: against an endpoint that accepts TCP but is no store
+    (another program on the port) it waits on. With no rank started ``JOIN_GRACE`` after ``join_timeout``, a
+    launcher that started none is killed, and ``launch_failure`` says why. Cancel the timer once the launch
+    returns."""
+    parent = os.getpid()
+
+    def expired() -> None:
+        if ranks_started(started_dir):
+            return
+        for launcher in _children(parent):
+            if _children(launcher):
+                continue  # the rendezvous completed: its ranks are starting
+            try:
+                os.kill(launcher, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    timer = threading.Timer(rendezvous.join_timeout + JOIN_GRACE, expired)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.name))
+    return found
+
+
+def port_taken(endpoint: str) -> bool:
+    """The store's port is held by another program here (EADDRINUSE): the store host's launcher cannot serve it."""
+    port = int(endpoint.rsplit(":", 1)[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed store's TIME_WAIT is no conflict
+        try:
+            probe.bind(("", port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
 def launch_failure(rendezvous: Rendezvous, started_dir: Path, began: float) -> tuple[int, str]:
-    """The launcher failed: (exit status, one line). No rank ever started within the join timeout: the rendezvous
-    never completed (a host that never joined, an endpoint nobody answers): a configuration error, not a crash."""
+    """The launcher failed: (exit status, one line). No rank ever started: on the store host, another program holds
+    the port (EADDRINUSE); within the join timeout, the rendezvous never completed (a host that never joined, an
+    endpoint nobody answers, one that answers but is no store). Configuration errors (78), not crashes."""
     waited = time.monotonic() - began
-    if not ranks_started(started_dir) and waited >= rendezvous.join_timeout:
+    started = ranks_started(started_dir)
+    if not started and rendezvous.node_rank == 0 and port_taken(rendezvous.endpoint):
+        return 78, (f"yolo-train worker: host 0 of {rendezvous.nnodes}: cannot host the rendezvous store at "
+                    f"{rendezvous.endpoint}: its port is in use by another program (EADDRINUSE); choose a free port "
+                    f"in [distributed] rdzv_endpoint on every host")
+    if not started and waited >= rendezvous.join_timeout:
         return 78, (f"yolo-train worker: host {rendezvous.node_rank} of {rendezvous.nnodes}: the rendezvous at "
                     f"{rendezvous.endpoint} (rdzv_id {rendezvous.rdzv_id!r}) did not complete in {waited:.0f} s "
-                    f"([distributed] join_timeout {rendezvous.join_timeout:g} s): a host never joined or the "
-                    f"endpoint does not answer; start yolo-train on every host with the same rdzv_id and check "
-                    f"rdzv_endpoint")
+                    f"([distributed] join_timeout {rendezvous.join_timeout:g} s): a host never joined, or the "
+                    f"endpoint does not answer or is no rendezvous store; start yolo-train on every host with the "
+                    f"same rdzv_id and check rdzv_endpoint")
     return 1, ("yolo-train worker: a rank failed or another host restarted (torch.distributed.run exited); the "
                "supervisor restarts this host from the newest checkpoint")

@@ -21,15 +21,16 @@ from typing import Any
 
 from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-from worker import ddp, multinode
+from worker import ddp, multinode, startup_steps
 from worker.checkpointing import EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint
 from worker.commands import relay_to_ranks
-from worker.contract import EXIT_CONFIG, STANDBY_FLAG, LaunchRecord, LaunchRecordError
+from worker.contract import (ENV_FORKSERVER, EXIT_CONFIG, STANDBY_FLAG, ULTRALYTICS_DEFAULT_WORKERS, LaunchRecord,
+                             LaunchRecordError, StartupStep)
 from worker.demo_data import ensure_demo_dataset
 from worker.exact_resume import ResumePoint
 from worker.heartbeat import Heartbeat
 from worker.link import STOP_REQUESTED, StopForSupervisor, apply_patches, link_from_record
-from worker.loaders import die_with_parent, drop_ambient_capabilities
+from worker.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
 from worker.startup_clock import CLOCK
 from worker.trainers import supervised_trainer
 def main(argv: list[str]) -> int:
@@ -53,6 +54,7 @@ def main(argv: list[str]) -> int:
         return 1  # the supervisor died before we armed the parent-death signal
     hb = Heartbeat.from_env()
     hb.phase("setup")
+    startup_steps.STEPS.attach(hb)
     try:
         return train(record, hb, record_path=record_path)
     except BaseException as e:  # our last words, so the supervisor can name the failure
@@ -72,6 +74,9 @@ def stand_by(parent: int) -> str | None:
     import torch._inductor  # noqa: F401  (init_seeds' use_deterministic_algorithms imports it: 1.9 s on a CPU)
     from matplotlib import font_manager  # noqa: F401  (the dataset check's font lookup, worker/patches/offline.py)
 
+    if os.environ.get(ENV_FORKSERVER) == "1":
+        start_forkserver()  # its imports are paid while we wait, too
+
     line = sys.stdin.readline().strip()
     CLOCK.restart()  # the start that counts is the launch's, not the wait's
     return line or None
@@ -79,11 +84,15 @@ def stand_by(parent: int) -> str | None:
 
 def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -> int:
     args = {**record.train, **record.trainer_args}
+    if record.options.forks_from_server(args.get("workers", ULTRALYTICS_DEFAULT_WORKERS)):
+        start_forkserver()  # before the trainer touches a GPU; it imports while this process builds the trainer
     apply_patches(record.options.conv_fallback or record.patches.conv_fallback, record.patches.amp_check)
+    startup_steps.install()
     if args.get("data") == "demo":
         args["data"] = str(ensure_demo_dataset())
     task = args.get("task") or task_of(args.get("model", "yolov8n.yaml"))
     CLOCK.mark("interpreter and imports")
+    startup_steps.STEPS.enter(StartupStep.CHECKPOINT)
     resume_point = None
     if record.resume:
         try:
@@ -131,6 +140,8 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
                                      on_stop=lambda: STOP_REQUESTED.append(True)))
     signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))  # by hand
     began = time.monotonic()
+    bound = multinode.bound_the_launch(record.rendezvous, multinode.started_dir()) \
+        if record.rendezvous is not None else None
     try:
         trainer.train()
     except subprocess.CalledProcessError as e:
@@ -144,6 +155,8 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
               file=sys.stderr, flush=True)
         return 1
     finally:
+        if bound is not None:
+            bound.cancel()
         if record.rendezvous is not None:
             multinode.forget_started()
     hb.phase("done")

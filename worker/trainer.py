@@ -22,7 +22,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from worker import exact_resume, loader_recovery
 from worker.checkpoint_writer import BackgroundWriter, to_host
 from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
-from worker.contract import InForce
+from worker.contract import InForce, StartupStep
 from worker.ddp import adopt_cpu_drill, rank_link, setup_process_group
 from worker.link import StopForSupervisor, SupervisorLink
 from worker.multinode import adopt_world, check_hosts_agree, mark_rank_started
@@ -30,6 +30,7 @@ from worker.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_
                             make_epoch_workers, start_workers_with, worker_start_method)
 from worker.patches import conv2d
 from worker.startup_clock import CLOCK
+from worker.startup_steps import STEPS
 from worker.thread_loader import ThreadDataLoader, thread_loader_from
 
 RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch image" per image fed to the model;
@@ -129,6 +130,16 @@ class SupervisedTrainerMixin:
             model.criterion.update()
         self.start_epoch = exact["epoch"]
         self._exact = exact
+
+    def setup_model(self) -> Any:
+        STEPS.enter(StartupStep.MODEL)
+        return super().setup_model()
+
+    def build_dataset(self, *args: Any, **kwargs: Any) -> Any:
+        STEPS.enter(StartupStep.DATASET)
+        dataset = super().build_dataset(*args, **kwargs)
+        STEPS.enter(StartupStep.LOADERS)  # its DataLoader, and what the trainer sets up after it
+        return dataset
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         options = self.supervision.options
@@ -267,6 +278,7 @@ class SupervisedTrainerMixin:
                     "batches": len(self.train_loader) if getattr(self, "train_loader", None) else 0}
 
         def on_train_start(trainer) -> None:
+            STEPS.enter(StartupStep.FIRST_BATCH)  # the loader's workers start with the first epoch's iteration
             CLOCK.mark("model, dataset and loaders")
             hb.settings(self.in_force().to_wire())
 

@@ -39,6 +39,16 @@ class PublishLadder:
 
 
 @dataclass(frozen=True)
+class PublishCheckpoint:
+    """Several hosts: this host's ranks include global rank 0, the one that saves: the job's newest complete
+    checkpoint, for the other hosts, whose ranks never report one (their restart budget and lost work need it)."""
+    path: str
+    epoch: int
+    batch: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class RequestCheckpoint:
     """Ask the worker to save a checkpoint at its next batch boundary and exit (a command on its pipe)."""
 

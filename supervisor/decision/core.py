@@ -36,23 +36,25 @@ from typing import Any
 
 from supervisor.decision import heartbeats, in_place, kernel, restart, stopping
 from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
-                                         PublishLadder, RecordIncident, ReplaceLoaderWorkers, RequestCheckpoint, Spawn)
-from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobLadderRead, KernelMessage,
-                                        LoaderWorkersKilled, Now, SignatureSeen, Spawned, StallInspected,
-                                        StateDirTaken, StopRequested, SupervisorPaused, Tick, TreeKilled,
-                                        WorkerExited)
+                                         PublishCheckpoint, PublishLadder, RecordIncident, ReplaceLoaderWorkers,
+                                         RequestCheckpoint, Spawn)
+from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
+                                        KernelMessage, LoaderWorkersKilled, Now, SignatureSeen, Spawned,
+                                        StallInspected, StateDirTaken, StopRequested, SupervisorPaused, Tick,
+                                        TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.signatures import scan
-from supervisor.decision.state import Attempt, DeadlineKind, Supervision
+from supervisor.decision.state import Attempt, DeadlineKind, JobRung, Supervision
 from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from worker.contract import Phase
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out.
-__all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobLadderRead", "KernelMessage", "Now", "SignatureSeen",
-           "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick", "TreeKilled", "WorkerExited",
-           "StallInspected", "LoaderWorkersKilled", "InspectStall", "ReplaceLoaderWorkers",
-           "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby", "PublishLadder", "RecordIncident",
+__all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
+           "Now", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick",
+           "TreeKilled", "WorkerExited", "StallInspected", "LoaderWorkersKilled", "InspectStall",
+           "ReplaceLoaderWorkers", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
+           "PublishCheckpoint", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
 
@@ -111,6 +113,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _state_dir_taken(s, event, now)
     if isinstance(event, JobLadderRead):
         return _job_ladder(s, event)
+    if isinstance(event, JobCheckpointRead):
+        return heartbeats.job_checkpoint(s, event, now)
     if isinstance(event, StallInspected):
         return in_place.inspected(s, event, now)
     if isinstance(event, LoaderWorkersKilled):
@@ -125,10 +129,10 @@ def _boot(s: Supervision, now: Now) -> list[Any]:
     if s.state == State.SUCCEEDED:
         if s.training_fingerprint not in (None, training_fingerprint(s)):
             # Another config pointed at a finished training's directory: its record stays as it is.
-            return stopping.finish(s, State.SUCCEEDED, Exit(
+            return stopping.end_run(s, State.SUCCEEDED, Exit(
                 EXIT_CONFIG, f"{s.config.state_dir} holds a finished training of another [train] table or ladder; "
                              f"point state_dir (or the top-level name) elsewhere"))
-        return stopping.finish(s, State.SUCCEEDED, Exit(EXIT_OK, "training already finished; nothing to do "
+        return stopping.end_run(s, State.SUCCEEDED, Exit(EXIT_OK, "training already finished; nothing to do "
                                                                  "(remove the state directory to train again)"))
     s.state = State.STARTING
     note = []
@@ -153,8 +157,10 @@ def training_fingerprint(s: Supervision) -> str:
 
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
-    s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall,
-                        resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes)
+    s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall, step_since=now.mono,
+                        resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes,
+                        resumed_at=(s.checkpoint.epoch, s.checkpoint.batch) if event.resumed_from and s.checkpoint
+                        else None)
     s.hang_history.spawned(now.mono)
     origin = f"resuming from {event.resumed_from}" if event.resumed_from else "from scratch"
     return [Log("info", f"attempt {s.attempt}: worker pid {event.pid} at rung {s.rung} "
@@ -178,9 +184,10 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         return kernel.unconfirmed(s, now, phase)
-    since = a.spawned_at if s.state == State.STARTING else a.last_progress_at
+    since = a.step_since if s.state == State.STARTING else a.last_progress_at
     quiet = now.mono - (since or now.mono)
-    detail = f"no progress for {quiet:.1f} s in {phase} ({due.label} {due.at - (since or due.at):.1f} s)"
+    where = f"{phase} step {a.startup_step.value}" if s.state == State.STARTING else phase
+    detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - (since or due.at):.1f} s)"
     if phase == Phase.DONE.value:
         # Training finished and its last checkpoint is written: a worker that then never exits (stuck in the GPU
         # runtime's teardown) has nothing left to lose. Its tree is killed and the run ends as it would have.
@@ -229,7 +236,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping
     if code == 0 and (a.progress.phase == Phase.DONE.value or a.exit_0_finishes):
-        return stopping.finished(s)
+        return stopping.trained_to_the_end(s)
     how = describe_exit(code)
     if a.in_place is not None:  # the hang's incident is open: the exit ends its in-place tier
         return in_place.escalate(s, now, f"the worker {how} during the in-place recovery"
@@ -310,7 +317,7 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
                     *stopping.save_failed(s, f"{event.signal} again before the checkpoint came", Reason.STOP)]
         return []
     if s.state == State.BACKOFF:
-        return stopping.finish(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
+        return stopping.end_run(s, State.STOPPED, Exit(EXIT_OK, f"stopped on {event.signal}; run again to resume"))
     return []
 
 
@@ -321,6 +328,8 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         a.last_progress_at += gap
     if a.spawned_at is not None:
         a.spawned_at += gap
+    if a.step_since is not None:
+        a.step_since += gap
     if a.healthy_since is not None:
         a.healthy_since += gap
     if a.suspicion is not None:
@@ -350,7 +359,7 @@ def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any
             return [Log("error", event.detail)] + stopping.save_failed(s, "the state directory was taken", Reason.STOP)
         return [Log("error", event.detail)]
     if s.state == State.BACKOFF:
-        return stopping.finish(s, State.FAILED, Exit(EXIT_CONFIG, f"{event.detail}: {advice}; not restarting"))
+        return stopping.end_run(s, State.FAILED, Exit(EXIT_CONFIG, f"{event.detail}: {advice}; not restarting"))
     return []
 
 
@@ -375,7 +384,8 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
 
 
 def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
-    """Another host's ladder decision: this host's next attempt goes where it says. Two decisions with the same
+    """Another host's ladder decision: this host's next attempt goes where it says, whatever this host decided at
+    the same moment (its own choice is dropped; the running attempt keeps its rung). Two decisions with the same
     number (made at once) resolve to the one the file kept, which every host reads."""
     own = event.node_rank == s.config.distributed.node_rank
     if not s.config.distributed.several_hosts or event.seq < s.job_seq or own:
@@ -383,12 +393,14 @@ def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
     s.job_seq = event.seq
     if s.state in (State.STARTING, State.HEALTHY):
         s.current.peer_cause = {**event.cause, "node_rank": event.node_rank, "host": event.host}
-    if (event.rung, event.remedies) == (s.rung, s.remedies) or not 0 <= event.rung < len(s.ladder):
+    if not 0 <= event.rung < len(s.ladder):
         return []
-    s.move_to(event.rung)
-    s.remedies, s.probe.probing_from = dict(event.remedies), None
-    if s.stop is not None:  # this host's own climb, decided at the same moment, is the job's decision's to replace
-        s.stop.climb = False
-    return [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {s.rung} "
-                           f"({s.ladder.label(s.rung)})" + (f" with {s.remedies}" if s.remedies else "")
+    s.job_next = JobRung(event.rung, dict(event.remedies))
+    replaced = s.stop is not None and (s.stop.climb or bool(s.stop.remedy))
+    if s.stop is not None:  # this host's own climb or remedy, decided at the same moment, is the job's to replace
+        s.stop.climb, s.stop.choice, s.stop.remedy = False, None, None
+    if (event.rung, event.remedies) == (s.rung, s.remedies) and not replaced:
+        return []
+    return [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {event.rung} "
+                           f"({s.ladder.label(event.rung)})" + (f" with {event.remedies}" if event.remedies else "")
                            + "; this host's next attempt starts there")]

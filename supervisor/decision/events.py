@@ -104,6 +104,18 @@ class JobLadderRead:
 
 
 @dataclass(frozen=True)
+class JobCheckpointRead:
+    """Several hosts: the job's newest complete checkpoint as the host that saved it published it on the shared run
+    directory (outputs/job_ladder.py), read before every event but heartbeats whenever the file changed."""
+    path: str
+    epoch: int
+    batch: int
+    seconds: float  # how long the training loop waited for the save
+    wall: float  # when it was published (the saving host's clock)
+    node_rank: int  # the host that published it
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed; deadlines are checked."""
 

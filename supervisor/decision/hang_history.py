@@ -1,6 +1,6 @@
 """What this run has learned from its hangs: the record the ladder and the checkpoint interval decide from.
 
-One record, kept across supervisor restarts (``to_dict``/``from_dict``), written only by the decision core:
+One record, kept across supervisor restarts (its ``kept`` fields, persistence.py), written only by the decision core:
 
 - ``rung_seconds``: training seconds spent at each rung (first batch to last progress of each attempt), beside the
   hangs and speeds the core already counts per rung: a rung's hang rate is hangs over these seconds;
@@ -10,40 +10,50 @@ One record, kept across supervisor restarts (``to_dict``/``from_dict``), written
 - ``rung_starts``: each rung's recent starts, spawn to first training batch (the rest of a hang's cost);
 - ``hang_marks``/``window_start``: the run's trained seconds at each recent hang, behind the mean time between hangs;
 - ``holds``: how long the training loop waited for each recent checkpoint;
-- ``points``: where each recent hang sat (phase, epoch, batch), newest last, for "the same hang at the same point".
+- ``points``: where each recent hang sat (phase, epoch, batch) and the checkpoint its attempt resumed from, newest
+  last, for "the same hang at the same point". A hang the settings cause also recurs at the same point when no
+  checkpoint lands between the resume point and the hang: only hangs that resumed from different points count as
+  repeats of a deterministic one.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT, median
+from supervisor.decision.persistence import kept
 
 COSTS_KEPT = 8
 STARTS_KEPT = 5  # starts per rung behind its median
-POINTS_KEPT = 3  # a hang at the same point this many times in a row is deterministic
+POINTS_KEPT = 8
+REPEATS = 3  # hangs in a row at the same point, from this many different resume points, are deterministic
 
 
 @dataclass(frozen=True)
 class HangPoint:
-    """Where a hang sat: the last progress the worker reported before it."""
-    phase: str
-    epoch: int
-    batch: int
+    """Where a hang sat: the last progress the worker reported before it, and where its attempt resumed."""
+    phase: str = kept()
+    epoch: int = kept()
+    batch: int = kept()
+    # the checkpoint's (epoch, batch); None (left out of the file): from scratch or unknown
+    resumed_at: tuple[int, int] | None = kept(default=None, omitted=True)
+
+    def same_place(self, other: HangPoint) -> bool:
+        return (self.phase, self.epoch, self.batch) == (other.phase, other.epoch, other.batch)
 
 
 @dataclass
 class HangHistory:
-    rung_seconds: dict[int, float] = field(default_factory=dict)
-    rung_starts: dict[int, list[float]] = field(default_factory=dict)
-    stalls: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    hang_marks: list[float] = field(default_factory=list)
-    window_start: float = 0.0
-    holds: list[float] = field(default_factory=list)
-    points: list[HangPoint] = field(default_factory=list)
-    stall_since: float | None = None  # monotonic: the last progress before the newest hang, until the next spawn
+    rung_seconds: dict[int, float] = kept(default_factory=dict)
+    rung_starts: dict[int, list[float]] = kept(default_factory=dict)
+    stalls: list[float] = kept(default_factory=list)
+    losses: list[float] = kept(default_factory=list)
+    hang_marks: list[float] = kept(default_factory=list)
+    window_start: float = kept(default=0.0)
+    holds: list[float] = kept(default_factory=list)
+    points: list[HangPoint] = kept(default_factory=list)
+    # Not kept: a monotonic time means nothing to the next supervisor.
+    stall_since: float | None = None  # the last progress before the newest hang, until the next spawn
 
     def trained_at(self, rung: int, seconds: float) -> None:
         if seconds > 0:
@@ -84,28 +94,17 @@ class HangHistory:
             lost = min(lost, interval / 2)
         return sum(self.stalls) / len(self.stalls) + lost
 
+    def same_point_run(self) -> list[HangPoint]:
+        """The newest hangs in a row that sat at the newest one's point (phase, epoch, batch)."""
+        run: list[HangPoint] = []
+        for point in reversed(self.points):
+            if run and not point.same_place(run[0]):
+                break
+            run.insert(0, point)
+        return run
+
     def repeated_point(self) -> HangPoint | None:
-        """The point of the last ``POINTS_KEPT`` hangs, when they all sat at the same one."""
-        if len(self.points) == POINTS_KEPT and len(set(self.points)) == 1:
-            return self.points[-1]
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        record = asdict(self)
-        record["rung_seconds"] = {str(k): v for k, v in self.rung_seconds.items()}
-        record["rung_starts"] = {str(k): v for k, v in self.rung_starts.items()}
-        record.pop("stall_since")  # a monotonic time means nothing to the next supervisor
-        return record
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any] | None) -> HangHistory:
-        record = record or {}
-        return cls(rung_seconds={int(k): float(v) for k, v in (record.get("rung_seconds") or {}).items()},
-                   rung_starts={int(k): [float(x) for x in v] for k, v in (record.get("rung_starts") or {}).items()},
-                   stalls=[float(x) for x in record.get("stalls") or []],
-                   losses=[float(x) for x in record.get("losses") or []],
-                   hang_marks=[float(x) for x in record.get("hang_marks") or []],
-                   window_start=float(record.get("window_start") or 0.0),
-                   holds=[float(x) for x in record.get("holds") or []],
-                   points=[HangPoint(str(p["phase"]), int(p["epoch"]), int(p["batch"]))
-                           for p in record.get("points") or []])
+        """The newest hang's point, when the hangs in a row there resumed from ``REPEATS`` different points: a hang
+        the settings cause, recurring a fixed distance after one resume point, is no evidence of a deterministic one."""
+        run = self.same_point_run()
+        return run[-1] if len({p.resumed_at for p in run}) >= REPEATS else None

@@ -4,7 +4,8 @@
 
 1. ``_accepted``: the worker's main process (or, under DDP, this host's first rank) counts; a DataLoader worker or
    a stray writer does not;
-2. ``_report``: an error, the settings in force or a saved checkpoint is noted, and is not progress;
+2. ``_report``: an error, the settings in force or a saved checkpoint is noted, and is not progress; a startup step
+   (``_startup_step``) entered or progressing restarts that step's clock;
 3. ``_note_position``: where the worker is (epoch, batch, losses), from any beat;
 4. ``_time_gap``: the gap since the last progress feeds the watchdog's intervals, or the epoch end's bound;
 5. ``_progressed``: the counter moved on: the last progress, the phase, a command's training run through;
@@ -20,8 +21,8 @@ from collections import deque
 from typing import Any
 
 from supervisor.decision import goodput, in_place, kernel, probe, stopping
-from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby
-from supervisor.decision.events import Now
+from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby, PublishCheckpoint
+from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
 from supervisor.decision.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase
@@ -32,7 +33,8 @@ NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run c
 def received(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bool = False) -> list[Any]:
     if not _accepted(s, m, now, from_worker_tree):
         return []
-    if m.kind in (MessageKind.ERROR, MessageKind.IN_FORCE, MessageKind.CHECKPOINT, MessageKind.LOADER):
+    if m.kind in (MessageKind.ERROR, MessageKind.IN_FORCE, MessageKind.CHECKPOINT, MessageKind.LOADER,
+                  MessageKind.STEP):
         return _report(s, m, now)
     _note_position(s.current.progress, m)
     if m.progress <= s.current.progress_counter:
@@ -95,7 +97,32 @@ def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
         return []
     if m.kind == MessageKind.LOADER:
         return in_place.loader_started(s, m)
+    if m.kind == MessageKind.STEP:
+        return _startup_step(s, m, now)
     return _checkpoint_saved(s, m, now)
+
+
+def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    """Before the first batch: a step entered, or progress in it (other items done than last said). Either is news
+    that ends a stretch of the step the worker was in, which this run has then seen, and starts the step's clock
+    again: a long scan that progresses is never a hang. The same word again is no news."""
+    a = s.current
+    if s.state != State.STARTING or m.step is None or (m.step == a.startup_step and m.done == a.step_done):
+        return []
+    # Timed when sent: the steps of a second come in one read of the pipe, but were not made at once.
+    at = now.mono if m.sent is None else min(now.mono, max(m.sent, a.step_since or m.sent))
+    _close_step_stretch(s, at)
+    a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
+    return []
+
+
+def _close_step_stretch(s: Supervision, at: float) -> None:
+    """The stretch of the current startup step since its clock started ended in news at ``at`` (monotonic): this run
+    has seen it."""
+    a = s.current
+    if a.step_since is not None:
+        key = s.step_key(a.startup_step)
+        s.startup_steps_seen[key] = round(max(s.startup_steps_seen.get(key, 0.0), at - a.step_since), 3)
 
 
 def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -109,7 +136,27 @@ def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any
     if m.seconds is not None:
         s.hang_history.checkpoint_hold(m.seconds)
     s.current.batches_since_checkpoint = 0
-    return [KeepVerifiedCopy(m.path)]
+    mark = s.checkpoint
+    shared = [PublishCheckpoint(mark.path, mark.epoch, mark.batch, mark.seconds)] \
+        if s.config.distributed.several_hosts else []
+    return [KeepVerifiedCopy(m.path), *shared]
+
+
+def job_checkpoint(s: Supervision, event: JobCheckpointRead, now: Now) -> list[Any]:
+    """Several hosts: the checkpoint another host's rank 0 saved is this host's too, where its ranks resume from;
+    its age is read from the wall clock, so one saved before this attempt's spawn counts as older."""
+    own = event.node_rank == s.config.distributed.node_rank
+    known = s.checkpoint
+    if not s.config.distributed.several_hosts or own or \
+            known is not None and (event.epoch, event.batch, event.wall) <= (known.epoch, known.batch, known.wall):
+        return []
+    s.checkpoint = CheckpointMark(event.path, event.epoch, event.batch, event.wall,
+                                  now.mono - max(0.0, now.wall - event.wall), event.seconds)
+    s.hang_history.checkpoint_hold(event.seconds)
+    p = s.current.progress
+    s.current.batches_since_checkpoint = max(0, (p.epoch - event.epoch) * p.batches + p.batch - event.batch) \
+        if p.batches else 0
+    return []
 
 
 def _note_position(p: Progress, m: HeartbeatMessage) -> None:
@@ -186,7 +233,7 @@ def _first_batch(s: Supervision, now: Now) -> list[Any]:
     a.healthy_since = now.mono
     s.startup_failure = None
     a.startup_seconds = now.mono - (a.spawned_at or now.mono)
-    s.startup_seen = max(s.startup_seen or 0.0, a.startup_seconds)
+    _close_step_stretch(s, now.mono)
     s.hang_history.started(s.rung, a.startup_seconds)
     last = s.incidents[-1] if s.incidents else None
     if last is not None and not last.recorded and last.reason != Reason.STOP:

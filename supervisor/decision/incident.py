@@ -5,24 +5,27 @@ in as typed events that the core folds in: ``IncidentEnriched`` (the process tre
 taken before the kill) and ``TreeKilled`` (the kill report). The record is complete when the next attempt trains
 (``restart_seconds``), when the next incident opens, or when the supervisor exits: then the core asks for it to be
 written, once, to incidents.jsonl. ``to_dict`` is the one spelling of it there, in status --json's
-``last_incident`` and in the state file; its keys are the ones users script against.
+``last_incident`` and in the state file; its keys are the ones users script against. Both ways are derived from the
+fields' declarations (persistence.py): a field added here is written and read back by its name.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from supervisor.decision import persistence
+from supervisor.decision.persistence import kept
 from supervisor.decision.vocabulary import Reason
 
 
 @dataclass(frozen=True)
 class Loss:
     """The training an attempt lost after the checkpoint the next worker resumes from; None where unknown."""
-    seconds: float | None
-    batches: int | None
+    seconds: float | None = kept(key="lost_seconds")
+    batches: int | None = kept(key="lost_batches")
 
 
 @dataclass(frozen=True)
@@ -58,106 +61,67 @@ class InPlaceCost:
 @dataclass(frozen=True)
 class Stacks:
     """Where a hung tree waited (supervisor/sources/stacks.py), as the incident keeps it."""
-    where: str  # the grouping key of ``yolo-train incidents``
-    summary: tuple[str, ...]  # one line per process
-    culprit: str | None  # the line of the process the hang is best described by
-    seconds: float  # the capture's duration
-    path: str | None  # stacks.json, relative to the state directory; None if it could not be written
+    where: str = kept()  # the grouping key of ``yolo-train incidents``
+    summary: tuple[str, ...] = kept(default=())  # one line per process
+    culprit: str | None = kept(default=None)  # the line of the process the hang is best described by
+    seconds: float = kept(default=0.0, key="stacks_seconds")  # the capture's duration
+    path: str | None = kept(default=None, key="stacks")  # stacks.json, relative to the state directory; None: unwritten
+    # the culprit is a DataLoader worker inside a sample: the loader's rungs change it
+    in_loader_worker: bool = kept(default=False)
 
 
 @dataclass(frozen=True)
 class Incident:
-    id: str
-    time: float  # wall clock of the verdict
-    reason: Reason
-    phase: str
-    detail: str
-    attempt: int
-    rung: int
-    rung_label: str
-    worker_pid: int | None
-    epoch: int
-    batch: int
-    seconds_since_progress: float | None
-    last_progress_wall: float | None
-    kernel_events: tuple[dict[str, Any], ...] = ()
-    loss: Loss | None = None  # None: the attempt never trained
-    resumes_from: dict[str, Any] | None = None  # the checkpoint the core knew of: epoch, batch, path
-    stopped_first_rank: int | None = None  # under DDP: the rank whose progress is the oldest
+    """Written as ``to_dict`` says: every field by its name (``loss`` and ``stacks`` spread into the record), what
+    is not known left out (``omitted``), the kill's findings only once the tree is gone."""
+    id: str = kept()
+    time: float = kept()  # wall clock of the verdict
+    reason: Reason = kept()
+    phase: str = kept()
+    detail: str = kept()
+    attempt: int = kept()
+    rung: int = kept()
+    rung_label: str = kept()
+    worker_pid: int | None = kept()
+    epoch: int = kept()
+    batch: int = kept()
+    seconds_since_progress: float | None = kept()
+    last_progress_wall: float | None = kept()
+    kernel_events: tuple[dict[str, Any], ...] = kept(default=(), omitted=True)
+    loss: Loss | None = kept(default=None, flat=True)  # None: the attempt never trained
+    resumes_from: dict[str, Any] | None = kept(default=None, omitted=True)  # the checkpoint the core knew of
+    stopped_first_rank: int | None = kept(default=None, omitted=True)  # under DDP: the rank whose progress is oldest
     # -- several hosts ([distributed]) --
-    node_rank: int | None = None  # this host's
-    host: str | None = None  # this host's name (from the shell)
-    caused_by: dict[str, Any] | None = None  # another host's decision that failed this host's ranks
+    node_rank: int | None = kept(default=None, omitted=True)  # this host's
+    host: str | None = kept(default=None, omitted=True)  # this host's name (from the shell)
+    caused_by: dict[str, Any] | None = kept(default=None, omitted=True)  # another host's decision that failed ours
+    # -- before the first batch: the startup step the worker was in, its bound then, and the stretch seen of it --
+    startup_step: str | None = kept(default=None, omitted=True)
+    startup_step_bound: float | None = kept(default=None, omitted=True)  # seconds; None: no bound
+    startup_step_seen: float | None = kept(default=None, omitted=True)  # the longest stretch seen; None: not yet
     # -- from the shell, before the kill --
-    processes: tuple[dict[str, Any], ...] | None = None
-    output_tail: tuple[str, ...] | None = None
-    stacks: Stacks | None = None
+    processes: tuple[dict[str, Any], ...] | None = kept(default=None, omitted=True)
+    output_tail: tuple[str, ...] | None = kept(default=None, omitted=True)
+    stacks: Stacks | None = kept(default=None, flat=True)
     # -- once the tree is gone --
-    last_error: str | None = None
-    settings: dict[str, Any] | None = None  # what the worker reported in force: the rung's proof
-    kill: Kill | None = None
-    restart_seconds: float | None = None  # from the verdict to the next attempt's first batch
+    last_error: str | None = kept(default=None, with_field="kill")
+    settings: dict[str, Any] | None = kept(default=None, with_field="kill")  # what the worker reported in force
+    kill: Kill | None = kept(default=None, omitted=True)
+    restart_seconds: float | None = kept(default=None, omitted=True)  # from the verdict to the next first batch
     # -- the recovery tier (in_place.py); None: no recovery (a stop, a probe) --
-    tier: Tier | None = None
-    cost: InPlaceCost | None = None  # tier in_place
-    escalation: str | None = None  # why the in-place tier was not taken, or failed, and the tree restarted
-    recorded: bool = False  # written to incidents.jsonl (kept in the state file only)
+    tier: Tier | None = kept(default=None, omitted=True)
+    cost: InPlaceCost | None = kept(default=None, omitted=True, key="in_place")  # tier in_place
+    escalation: str | None = kept(default=None, omitted=True)  # why the in-place tier was not taken, or failed
+    recorded: bool = False  # written to incidents.jsonl (kept in the state file only, beside to_dict's keys)
 
     def to_dict(self) -> dict[str, Any]:
         """The incident as incidents.jsonl, status --json and the metrics read it; what is not known is left out."""
-        d: dict[str, Any] = {
-            "id": self.id, "time": self.time, "time_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.time)),
-            "reason": self.reason.value, "phase": self.phase, "detail": self.detail, "attempt": self.attempt,
-            "rung": self.rung, "rung_label": self.rung_label, "worker_pid": self.worker_pid, "epoch": self.epoch,
-            "batch": self.batch, "seconds_since_progress": self.seconds_since_progress,
-            "last_progress_wall": self.last_progress_wall}
-        if self.kernel_events:
-            d["kernel_events"] = list(self.kernel_events)
-        if self.loss is not None:
-            d["lost_seconds"], d["lost_batches"] = self.loss.seconds, self.loss.batches
-        if self.resumes_from is not None:
-            d["resumes_from"] = self.resumes_from
-        for key in ("stopped_first_rank", "node_rank", "host", "caused_by"):
-            if getattr(self, key) is not None:
-                d[key] = getattr(self, key)
-        if self.processes is not None:
-            d["processes"] = list(self.processes)
-        if self.output_tail is not None:
-            d["output_tail"] = list(self.output_tail)
-        if self.stacks is not None:
-            d.update(where=self.stacks.where, summary=list(self.stacks.summary), culprit=self.stacks.culprit,
-                     stacks_seconds=self.stacks.seconds, stacks=self.stacks.path)
-        if self.kill is not None:
-            d.update(last_error=self.last_error, settings=self.settings,
-                     kill={"processes": self.kill.processes, "seconds": self.kill.seconds,
-                           "survivors": list(self.kill.survivors), "confirmed_wall": self.kill.confirmed_wall})
-        if self.restart_seconds is not None:
-            d["restart_seconds"] = self.restart_seconds
-        if self.tier is not None:
-            d["tier"] = self.tier.value
-        if self.cost is not None:
-            d["in_place"] = {k: v for k, v in asdict(self.cost).items()}
-        if self.escalation is not None:
-            d["escalation"] = self.escalation
-        return d
+        items = list(persistence.dump(self).items())
+        at = [key for key, _ in items].index("time") + 1  # time_iso beside it, for people (never read back)
+        return dict(items[:at] + [("time_iso", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.time)))]
+                    + items[at:])
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Incident:
         """From the state file (``to_dict`` and ``recorded``); a record of an older version was written already."""
-        simple = {f.name: d[f.name] for f in fields(cls) if f.name in d and f.name not in _NESTED}
-        kill = d.get("kill") if isinstance(d.get("kill"), dict) else None
-        return cls(**{
-            **simple, "reason": Reason(d["reason"]), "recorded": bool(d.get("recorded", True)),
-            "tier": Tier(d["tier"]) if d.get("tier") in {t.value for t in Tier} else None,
-            "cost": InPlaceCost(**d["in_place"]) if isinstance(d.get("in_place"), dict) else None,
-            "kernel_events": tuple(d.get("kernel_events") or ()),
-            "loss": Loss(d.get("lost_seconds"), d.get("lost_batches")) if "lost_seconds" in d else None,
-            "processes": None if d.get("processes") is None else tuple(d["processes"]),
-            "output_tail": None if d.get("output_tail") is None else tuple(d["output_tail"]),
-            "stacks": Stacks(d["where"], tuple(d.get("summary") or ()), d.get("culprit"),
-                             float(d.get("stacks_seconds") or 0.0), d.get("stacks")) if d.get("where") else None,
-            "kill": None if kill is None else Kill(kill.get("processes", 0), kill.get("seconds", 0.0),
-                                                   tuple(kill.get("survivors") or ()), kill.get("confirmed_wall"))})
-
-
-_NESTED = {"reason", "recorded", "kernel_events", "loss", "processes", "output_tail", "stacks", "kill", "tier", "cost"}
+        return replace(persistence.construct(cls, d), recorded=bool(d.get("recorded", True)))

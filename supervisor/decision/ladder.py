@@ -3,18 +3,16 @@
 Rung 0 is the configured ``[train]`` as it is. Each later rung adds its settings on top of the rungs
 below it, so rung k is "everything that rungs 1..k changed". The default ladder is what the seeds' users
 did by hand, with the rungs that cost no speed first: under a ROCm build of torch, environment rungs that cure
-known runtime hangs at (almost) no cost, then DataLoader workers spawned instead of forked (first of all under a
-CUDA build training on a GPU); then halve ``workers`` down to 1, ``persistent_workers = false``, the thread loader
-(no worker processes, most of their speed), ``workers = 0`` (no loader concurrency at all), then ``val = false``.
-Each rung's reason is beside it in ``default_ladder``. Which rung a hang moves to, and which one a probe tries, is
-``rung_choice.py``'s: this module only says what the rungs are.
+known runtime hangs at (almost) no cost, then DataLoader workers forked from a forkserver instead of from the
+training process (first of all under a CUDA build training on a GPU); then halve ``workers`` down to 1,
+``persistent_workers = false``, the thread loader (no worker processes, most of their speed), ``workers = 0`` (no
+loader concurrency at all), then ``val = false``. Each rung's reason is beside it in ``default_ladder``. Which rung
+a hang moves to, and which one a probe tries, is ``rung_choice.py``'s: this module only says what the rungs are.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -66,18 +64,20 @@ ROCM_ENV_RUNGS: tuple[dict[str, Any], ...] = (
 
 def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladder:
     """The default ladder for a configured ``workers`` count; ``rocm``: torch is a ROCm build (env rungs first);
-    ``cuda``: a CUDA build training on a GPU (spawned workers first)."""
+    ``cuda``: a CUDA build training on a GPU (forkserver workers first)."""
     rungs: list[dict[str, Any]] = [{}]
     if rocm:
         rungs.extend(ROCM_ENV_RUNGS)
     if (rocm or cuda) and workers > 0:
-        # The same worker processes started from a fresh interpreter instead of forked from the training process:
-        # none inherits the HIP or CUDA runtime's state (not fork-safe: threads, locks, device handles), and no page of
-        # the parent's is shared copy-on-write, whose first write makes the kernel invalidate the GPU's mappings
-        # of it (the amdgpu userptr restore worker of the seeds' kernel line). Same batches for the same seed, no
-        # throughput lost (median 1.03x on the H100); the cost is the pool's start, each worker importing torch
-        # and Ultralytics (33-40 s for 8 on the H100's image, 1.5 s for 2 on the CPU demo).
-        rungs.append({"start_method": "spawn"})
+        # The same worker processes forked from a forkserver (a fresh interpreter that imported torch, cv2 and
+        # Ultralytics' data modules, started before the trainer touches the GPU; by the standby while it waits)
+        # instead of from the training process: none inherits the HIP or CUDA runtime's state (not fork-safe:
+        # threads, locks, device handles), and no page of the training process's is shared copy-on-write, whose
+        # first write makes the kernel invalidate the GPU's mappings of it (the amdgpu userptr restore worker of the
+        # seeds' kernel line). Same batches for the same seed; its first batch as soon as forked workers' (0.89-0.95 s
+        # against 0.88-0.91 s for 8 on the H100), where "spawn", each worker importing torch and Ultralytics anew,
+        # took 27.6-28.3 s. "spawn" stays available as a rung of one's own.
+        rungs.append({"start_method": "forkserver"})
     # Fewer DataLoader worker processes: less shared memory and fewer forked HIP/CUDA contexts to deadlock; the
     # seeds' first cure, and cheap while the workers left still outrun the GPU.
     w = workers // 2
@@ -98,71 +98,13 @@ def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladd
 
 
 def build_ladder(configured: tuple[dict[str, Any], ...] | None, workers: int, command: bool = False,
-                 rocm: bool | None = None, cuda: bool | None = None, device: Any = None) -> Ladder:
+                 rocm: bool = False, cuda: bool = False) -> Ladder:
     """The configured rungs after rung 0; unconfigured, the default ladder, or none for a [worker] command (what
-    would make an unknown script safer is for its author to say: env and args rungs). ``rocm``, ``cuda`` None: ask
-    the installed torch (``cuda``: a CUDA build, an NVIDIA GPU present and ``device``, [train] device, not the CPU)."""
+    would make an unknown script safer is for its author to say: env and args rungs). ``rocm``, ``cuda``: the
+    installed build, as ``default_ladder`` takes them (read by the shell: sources/torch_build.py)."""
     if configured is None:
-        if command:
-            return Ladder(({},))
-        if cuda is None:
-            cuda = not on_cpu(device) and nvidia_gpu_present() and installed_torch_is_cuda()
-        return default_ladder(workers, installed_torch_is_rocm() if rocm is None else rocm, cuda)
+        return Ladder(({},)) if command else default_ladder(workers, rocm, cuda)
     return Ladder(({},) + tuple(configured))
-
-
-def on_cpu(device: Any) -> bool:
-    """[train] device names the CPU (or Apple's MPS): no GPU runtime for a forked worker to inherit."""
-    return str(device if device is not None else "").strip().lower() in ("cpu", "mps")
-
-
-def installed_torch_is_rocm() -> bool:
-    """Whether the torch distribution installed for this Python is a ROCm build ("2.5.1+rocm6.2", or a
-    ``torch/version.py`` that names a HIP version)."""
-    version, version_py = _installed_torch()
-    return "rocm" in version.lower() or hip_version_in(version_py)
-
-
-def installed_torch_is_cuda() -> bool:
-    """Whether it is a CUDA build: its ``torch/version.py`` names a CUDA version (CPU and ROCm builds say None)."""
-    return cuda_version_in(_installed_torch()[1])
-
-
-def nvidia_gpu_present(driver: Path = Path("/proc/driver/nvidia/gpus")) -> bool:
-    """The NVIDIA driver lists a GPU: a CUDA build on a machine without one trains on the CPU."""
-    try:
-        return any(driver.iterdir())
-    except OSError:
-        return False
-
-
-def _installed_torch() -> tuple[str, str]:
-    """The installed torch's version and its ``torch/version.py``, read as text from its distribution: importing
-    torch would cost the supervisor seconds and hundreds of MB. Empty strings where there is none."""
-    from importlib import metadata
-
-    try:
-        dist = metadata.distribution("torch")
-    except metadata.PackageNotFoundError:
-        return "", ""
-    try:
-        return dist.version or "", Path(str(dist.locate_file("torch/version.py"))).read_text()
-    except OSError:
-        return dist.version or "", ""
-
-
-def hip_version_in(version_py: str) -> bool:
-    """``torch/version.py`` of a ROCm build says ``hip: Optional[str] = '6.2.41133-dd7f95766'``; others ``None``."""
-    return _names_version("hip", version_py)
-
-
-def cuda_version_in(version_py: str) -> bool:
-    """``torch/version.py`` of a CUDA build says ``cuda: Optional[str] = '12.8'``; others ``None``."""
-    return _names_version("cuda", version_py)
-
-
-def _names_version(key: str, version_py: str) -> bool:
-    return bool(re.search(rf"""^{key}\b[^=\n]*=\s*['"][^'"]+['"]""", version_py, re.MULTILINE))
 
 
 def _shown(key: str, value: Any) -> str:

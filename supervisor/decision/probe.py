@@ -3,8 +3,8 @@ try, at a checkpoint ([ladder] probe_after).
 
 The probe is a planned stop (stopping.py): the worker saves and exits, the next attempt runs at the probe's target
 (rung_choice.probe_target), and the rung left is remembered. The probed rung is kept once it has held as long; a
-hang there returns to the rung left, whose probation doubles; a rung that hung ``give_up_after`` times is not
-probed again.
+hang there returns to the rung left, whose probation doubles; a rung whose probes hung ``give_up_after`` times is
+not probed again (its hangs before it was left do not count: the quiet since is newer evidence).
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ def back(s: Supervision) -> Log:
     rung, p.probing_from = p.probing_from, None
     key = str(rung)
     p.probation[key] = 2 * p.probation.get(key, s.config.probe.probe_after or 0.0)
-    gave_up = s.rung_hangs.get(str(s.rung), 0) >= s.config.probe.give_up_after
+    probed = str(s.rung)
+    p.failed[probed] = p.failed.get(probed, 0) + 1
+    gave_up = p.failed[probed] >= s.config.probe.give_up_after
     s.move_to(rung)
     return Log("warning", f"the probed rung hung: back to rung {rung} ({s.ladder.label(rung)}), next probe "
-                          f"after {p.probation[key]:.0f} s" + (f"; rung {rung - 1} hung "
-                          f"{s.config.probe.give_up_after} times and is not probed again" if gave_up else ""))
+                          f"after {p.probation[key]:.0f} s" + (f"; rung {probed}'s probes hung "
+                          f"{s.config.probe.give_up_after} times and it is not probed again" if gave_up else ""))

@@ -3,17 +3,19 @@
 The stop plan (stopping.py) says which: the run ends (reboot needed, a configuration error, finished, stopped), or
 the failure is counted against the restart budget, a remedy or a rung change applies, and the next worker is spawned
 at once (a hang, a probe) or after a backoff (a crash). A restart after an attempt that saved no checkpoint spends the
-budget; the same hang at the same point, whatever the rung, ends the run as deterministic.
+budget; the same hang at the same point climbs while an untried rung changes what hung (same_point.py), and ends
+the run as deterministic once hangs there from different resume points leave no such rung.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import goodput, probe, restart_budget, stopping
+from supervisor.decision import goodput, probe, restart_budget, same_point, stopping
 from supervisor.decision.actions import Exit, Log, Spawn
 from supervisor.decision.events import Now, TreeKilled
 from supervisor.decision.incident import Kill, Tier
+from supervisor.decision.rung_choice import Choice
 from supervisor.decision.state import StopPlan, Supervision
 from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
@@ -29,25 +31,25 @@ def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
                 kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
     if event.survivors:
         s.reboot_needed = True
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED,
             f"{len(event.survivors)} worker process(es) survived SIGKILL ({'; '.join(event.survivors)}): stuck in the "
             f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
     if plan.then == After.REBOOT:
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.detail}); no new worker is "
                                 f"started on it; reboot the machine, then run again to resume"))
     if plan.then == After.CONFIG_ERROR:
-        return stopping.finish(s, State.FAILED, Exit(EXIT_CONFIG,
+        return stopping.end_run(s, State.FAILED, Exit(EXIT_CONFIG,
                                                      f"{plan.incident.detail}: {plan.advice}; not restarting"))
     if plan.then == After.SUCCEED:
-        return stopping.finish(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
+        return stopping.end_run(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
     if plan.then == After.STOP:
         saved = "after saving a checkpoint" if plan.saved else "without a new checkpoint"
         if not plan.saved and plan.at_risk[1]:
             saved += (f" (none was written: the {plan.at_risk[0]:.0f} s and {plan.at_risk[1]} batches trained after "
                       f"the newest one are trained again)")
-        return stopping.finish(s, State.STOPPED, Exit(EXIT_OK,
+        return stopping.end_run(s, State.STOPPED, Exit(EXIT_OK,
                                                       f"stopped at rung {s.rung} {saved}; run again to resume"))
     return _restart(s, plan, now)
 
@@ -58,16 +60,30 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     if plan.reason == Reason.PROBE:  # planned, saved first: no budget, no backoff
         return [probe.enter(s), spawn(s)]
     s.recoveries[Tier.RESTART.value] = s.recoveries.get(Tier.RESTART.value, 0) + 1
+    actions: list[Any] = []
     if plan.point is not None:
         s.rung_hangs[str(s.rung)] = s.rung_hangs.get(str(s.rung), 0) + 1
-        repeated = s.hang_history.repeated_point()
-        if repeated is not None and repeated.phase != STARTUP_PHASE:
-            return stopping.finish(s, State.FAILED, Exit(
-                EXIT_CONFIG, f"the same hang {len(s.hang_history.points)} times in a row at epoch {repeated.epoch}, "
-                             f"batch {repeated.batch} ({repeated.phase}), whatever the rung: a deterministic hang in "
-                             f"the model or the data, which no rung changes (last: {plan.incident.detail}); "
-                             f"find what that batch does (yolo-train incidents shows the stacks), then run again to "
-                             f"resume"))
+        run = s.hang_history.same_point_run()
+        if len(run) >= 2 and plan.point.phase != STARTUP_PHASE:
+            hung = same_point.what_hung(plan.point, plan.incident.stacks if plan.incident else None)
+            cure = None if hung is None or plan.remedy or s.probe.probing_from is not None or s.job_next else \
+                same_point.untried_cure(s.ladder, s.rung, s.rung_facts(), hung[1])
+            repeated = s.hang_history.repeated_point()
+            if cure is not None:
+                published = stopping.climb_target(s, plan.choice) if plan.climb else s.rung
+                plan.climb, plan.choice = True, Choice(cure, f"the same hang {len(run)} times in a row at epoch "
+                                                             f"{plan.point.epoch}, batch {plan.point.batch}, in "
+                                                             f"{hung[0]}: rung {cure} is untried and changes it")
+                if cure != published:
+                    actions += stopping.publish(s, cure, dict(s.remedies), stopping.cause_of(plan.incident))
+            elif repeated is not None:
+                return stopping.end_run(s, State.FAILED, Exit(
+                    EXIT_CONFIG, f"the same hang {len(run)} times in a row at epoch {repeated.epoch}, batch "
+                                 f"{repeated.batch} ({repeated.phase}), from {len({p.resumed_at for p in run})} "
+                                 f"different resume points, whatever the rung: a deterministic hang in the model or "
+                                 f"the data, which no rung left changes (last: {plan.incident.detail}); find what "
+                                 f"that batch does (yolo-train incidents shows the stacks), then run again to "
+                                 f"resume"))
     s.restart_times.append(now.wall)
     if not goodput.saved_since_spawn(s):  # a loop saves nothing; a run that checkpoints between hangs still moves on
         s.budget_times.append(now.wall)
@@ -75,17 +91,18 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     cfg = s.config.restart
     used = restart_budget.restarts_in_window(s.budget_times, now.wall, cfg)
     if used > cfg.max_restarts:
-        return stopping.finish(s, State.FAILED, Exit(
+        return stopping.end_run(s, State.FAILED, Exit(
             EXIT_FAILED,
             f"restart budget spent: {used} restarts in the last {cfg.window:.0f} s, none after a new checkpoint "
             f"(restart.max_restarts = "
             f"{cfg.max_restarts}); last failure: {plan.incident.detail if plan.incident else plan.failure}; "
             f"fix the cause, then run again to resume at rung {s.rung}"))
-    actions: list[Any] = []
     if plan.remedy:
         s.remedies.update(plan.remedy)
         actions.append(Log("warning", "from now on: " + ", ".join(f"{k}={v}" for k, v in plan.remedy.items())))
-    if plan.climb and s.probe.probing_from is not None:
+    if s.job_next is not None:  # another host decided where the job goes for this failure
+        follow_job(s)
+    elif plan.climb and s.probe.probing_from is not None:
         actions.append(probe.back(s))
     elif plan.climb and plan.choice is not None:  # a hang: the rung its record says, chosen at the verdict
         step = plan.choice.rung - s.rung
@@ -109,10 +126,21 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
 
 
 def spawn(s: Supervision) -> Spawn:
-    """The next attempt: at the current rung with the remedies in force, checkpointing at the interval chosen now."""
+    """The next attempt: at the current rung (where another host moved the job, if one did) with the remedies in
+    force, checkpointing at the interval chosen now."""
+    follow_job(s)
     s.attempt += 1
     s.state = State.STARTING
     s.stop = None
     s.checkpoint_interval = s.next_interval()
     return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
                  checkpoint_every=s.checkpoint_interval.seconds)
+
+
+def follow_job(s: Supervision) -> None:
+    """Several hosts: move to where another host moved the job, once this host's attempt is over."""
+    job, s.job_next = s.job_next, None
+    if job is not None:
+        if job.rung != s.rung:
+            s.move_to(job.rung)
+        s.remedies, s.probe.probing_from = dict(job.remedies), None

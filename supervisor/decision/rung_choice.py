@@ -1,15 +1,29 @@
 """Which rung after a hang, and which rung a probe tries: the ladder's choices from what each rung has shown.
 
-A rung that has trained is known by its speed S (median it/s) and its mean time between hangs M (its training
-seconds over its hangs). A hang at it costs L seconds of training time: the stall until detection, the kill and the
-work thrown away (measured, ``DEFAULT_STALL_COST`` until this run has measured one), plus the rung's own
-start to its first batch (measured per rung: spawned loader workers start far slower than forked ones). A rung's
-expected goodput is the speed it keeps:
+A rung that has trained is known by its speed S (median it/s) and its mean time between hangs M. M is not its
+training seconds over its hangs alone, which one hang a few seconds in would make a few seconds: its evidence (T
+training seconds, H hangs) is weighed with a prior counted as one hang seen, one hang per P' seconds of training:
+
+    M = (T + P') / (H + 1)          P' = (P + the other rungs' training seconds) / (1 + their hangs)
+
+P is ``[ladder] prior_between_hangs`` (off: M = T / H, the evidence alone); the other rungs' hangs count because
+hangs that come whatever the rung (a driver's bad night) say as much about this rung as about those. So one early
+hang leaves M near P / 2; a rung that hangs again and again is soon judged by its own rate (H quick hangs:
+M = P' / (H + 1)); a rung tried after others hung quickly starts from their rate, not from P.
+
+A hang at it costs L seconds of training time: the stall until detection, the kill and the work thrown away
+(measured, ``DEFAULT_STALL_COST`` until this run has measured one), plus the rung's own start to its first batch
+(measured per rung: spawned loader workers start far slower than forked ones). A rung's expected goodput is the
+speed it keeps:
 
     G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
 
-(a hang recovered in place costs its own measured seconds, not L: G = S x T / (T + restarts x L + in-place seconds),
-T the rung's training seconds).
+A hang recovered in place (in_place.py) costs its own measured seconds, not L: with I the rung's in-place seconds
+over its T training seconds, G = S x M / (M + L + M x I / T) (G = S x T / (T + I) for a rung without other hangs).
+
+A rung that hung before its speed was measured (in its startup) climbs one rung when nothing below it was measured
+or there is no prior; otherwise that hang is one sample like any other, the rung judged at the speed of the nearest
+rung measured below it.
 
 After a hang the next rung is, of two candidates, the better:
 
@@ -21,19 +35,24 @@ After a hang the next rung is, of two candidates, the better:
 
 So a hang that recurs quickly (a deadlock the settings cause) climbs while climbing can pay, and the rung that cures it
 keeps the run (no hang, no choice); hangs that come as often whatever the rung (a driver's bad night) leave the run on
-the fastest rung, checkpointing often, instead of paying a slower rung for nothing. A probe goes straight to the
-fastest rung below worth retrying (``probe_target``), not one rung at a time.
+the fastest rung, checkpointing often, instead of paying a slower rung for nothing. Old evidence fades: a rung left is
+probed again after ``probe_after`` of quiet at the safer rung, however often it hung before; only probes that failed
+``give_up_after`` times end that. A probe goes straight to the fastest rung below worth retrying (``probe_target``),
+not one rung at a time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_STALL_COST = 15.0  # seconds from a hang to the next spawn, work lost included, until one is measured
 DEFAULT_START = 15.0  # seconds from a spawn to its first batch, for a rung whose start this run has not measured
 # An untried rung must promise this much more goodput than the best known: trying one costs a hang's worth of
 # training at a slower rung, and its promise is a best case.
 EXPLORE_GAIN = 1.25
+# A rung below is not worth probing only if measured clearly slower than the current one: speeds measured minutes
+# apart on a busy machine differ by a few percent, and the ladder's rungs are ordered fastest first.
+PROBE_SLOWER = 0.9
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,7 @@ class RungFacts:
     seconds: float  # training seconds spent at it
     hangs: int
     start: float | None = None  # median seconds from a spawn at it to the first batch, None until measured
+    failed_probes: int = 0  # probes of this rung that hung
     in_place_seconds: float = 0.0  # what its hangs recovered in place cost (in_place.py): seconds, not restarts
 
     @property
@@ -64,47 +84,89 @@ def hang_cost(facts: RungFacts, stall_cost: float, rungs: list[RungFacts]) -> fl
     return stall_cost + start
 
 
-def expected_goodput(facts: RungFacts, cost: float) -> float:
+def between_hangs(facts: RungFacts, prior: float | None) -> float | None:
+    """The rung's mean training seconds between hangs, its evidence weighed with ``prior``, the seconds between hangs
+    expected of it before any (None: the evidence alone); None for a rung that never hung and has no prior."""
+    if prior:
+        return (facts.seconds + prior) / (facts.hangs + 1)
+    return facts.seconds / facts.hangs if facts.hangs else None
+
+
+def prior_of(k: int, rungs: list[RungFacts], prior: float | None) -> float | None:
+    """What rung k is expected to hold between hangs before its own evidence: one hang per ``prior`` seconds, with
+    the other rungs' hangs and training added to it (None: no prior)."""
+    if not prior:
+        return None
+    others = [r for j, r in enumerate(rungs) if j != k]
+    return (prior + sum(r.seconds for r in others)) / (1 + sum(r.hangs for r in others))
+
+
+def expected_goodput(facts: RungFacts, cost: float, prior: float | None = None) -> float:
     """The it/s a rung keeps once its hangs, ``cost`` seconds each, are paid for."""
     if facts.speed is None:
         return 0.0  # it never trained long enough to be measured
     if facts.hangs == 0 and not facts.in_place_seconds:
         return facts.speed
-    lost = facts.hangs * cost + facts.in_place_seconds  # a restart's cost per restart, an in-place one's own
-    return facts.speed * facts.seconds / (facts.seconds + lost) if facts.seconds > 0 else 0.0
+    if facts.hangs == 0:  # only hangs recovered in place, at their own cost
+        return facts.speed * facts.seconds / (facts.seconds + facts.in_place_seconds)
+    between = between_hangs(facts, prior)
+    in_place = between * facts.in_place_seconds / facts.seconds if facts.seconds > 0 else 0.0  # theirs per M
+    return facts.speed * between / (between + cost + in_place)
 
 
-def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None) -> Choice:
+def basis(facts: RungFacts, prior: float | None) -> str:
+    """The estimate and what it rests on, for the log: "one hang per 153 s (1 in 6 s trained + a prior of 1 in
+    300 s)"."""
+    between = between_hangs(facts, prior)
+    shown = "no hang" if between is None else f"one hang per {between:.0f} s"
+    evidence = f"{facts.hangs} in {facts.seconds:.0f} s trained"
+    return f"{shown} ({evidence} + a prior of 1 in {prior:.0f} s)" if prior else f"{shown} ({evidence})"
+
+
+def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
+               prior: float | None = None) -> Choice:
     """The rung to restart at after a hang at ``current``; ``rungs[k]`` is rung k's record, the hang included;
-    ``stall_cost``: the measured mean seconds from a hang to the next spawn (None: not measured yet)."""
+    ``stall_cost``: the measured mean seconds from a hang to the next spawn (None: not measured yet); ``prior``:
+    ``[ladder] prior_between_hangs`` (None: each rung judged on its own evidence alone)."""
     stall = DEFAULT_STALL_COST if stall_cost is None else stall_cost
     top = len(rungs) - 1
-    if rungs[current].speed is None:  # it hung before it trained: no evidence for any rung but a safer one
-        if current < top:
-            return Choice(current + 1, f"rung {current} hung before its speed was measured: one rung safer")
-        return Choice(current, "ladder exhausted: staying at the top rung")
+    below = [k for k in range(current) if rungs[k].speed is not None]
+    assumed = ""
+    if rungs[current].speed is None:  # it hung before it trained
+        if not prior or not below:  # no evidence for any rung but a safer one
+            if current < top:
+                return Choice(current + 1, f"rung {current} hung before its speed was measured: one rung safer")
+            return Choice(current, "ladder exhausted: staying at the top rung")
+        # One hang before a first batch is one sample like any other: judged at the speed of the nearest rung
+        # measured below (a safer rung is seldom faster), not a reflex up the ladder.
+        rungs = list(rungs)
+        rungs[current] = replace(rungs[current], speed=rungs[below[-1]].speed)
+        assumed = f" (rung {current} unmeasured: at rung {below[-1]}'s speed)"
     tried = [k for k, facts in enumerate(rungs) if facts.tried]
-    goodput = {k: expected_goodput(rungs[k], hang_cost(rungs[k], stall, rungs)) for k in tried}
+    priors = {k: prior_of(k, rungs, prior) for k in tried}
+    goodput = {k: expected_goodput(rungs[k], hang_cost(rungs[k], stall, rungs), priors[k]) for k in tried}
     best = max(tried, key=lambda k: (goodput[k], -k))
     untried = max(tried) + 1
     measured = [rungs[k].speed for k in tried if rungs[k].speed is not None]
     if untried <= top and measured and measured[-1] > EXPLORE_GAIN * goodput[best]:
         return Choice(untried, f"rung {best} keeps {goodput[best]:.2f} it/s of {rungs[best].speed:.2f} once its "
-                               f"hangs are paid for; rung {untried} is untried and could keep up to "
-                               f"{measured[-1]:.2f}")
+                               f"hangs are paid for ({basis(rungs[best], priors[best])}); rung {untried} is untried "
+                               f"and could keep up to {measured[-1]:.2f}{assumed}")
     why = "the best known" if best != current else "still the best known"
-    return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for; "
-                        + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried))
+    return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for "
+                        f"({basis(rungs[best], priors[best])}); "
+                        + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried) + assumed)
 
 
 def probe_target(current: int, rungs: list[RungFacts], give_up_after: int) -> int | None:
-    """The fastest rung below ``current`` worth retrying: the lowest that has not hung ``give_up_after`` times and,
-    where both are measured, is faster than ``current``; None when there is none."""
+    """The fastest rung below ``current`` worth retrying: the lowest whose probes have not hung ``give_up_after``
+    times and, where both are measured, that is not clearly slower than ``current`` (``PROBE_SLOWER``); None when
+    there is none. Its hangs before it was left do not count: the quiet since is the newer evidence."""
     speed = rungs[current].speed
     for k in range(current):
-        if rungs[k].hangs >= give_up_after:
+        if rungs[k].failed_probes >= give_up_after:
             continue
-        if speed is not None and rungs[k].speed is not None and rungs[k].speed <= speed:
+        if speed is not None and rungs[k].speed is not None and rungs[k].speed < PROBE_SLOWER * speed:
             continue
         return k
     return None

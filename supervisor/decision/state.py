@@ -29,7 +29,7 @@ from supervisor.decision.incident import Incident
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.vocabulary import After, Reason, State
-from worker.contract import InForce, Phase
+from worker.contract import InForce, Phase, StartupStep, split_rung
 
 INCIDENTS_KEPT = 20
 THROUGHPUT_WINDOW = 20  # training beats behind it/s
@@ -55,7 +55,7 @@ class Progress:
 class DeadlineKind(Enum):
     """Which timeout the next deadline is; the agent sleeps until it, ``core._tick`` acts on its kind."""
     BACKOFF = "backoff"  # the wait after a crash is over: spawn
-    STARTUP = "startup"  # spawn to the first training batch
+    STARTUP = "startup"  # a startup step (spawn to the first training batch) made no progress in its bound
     PHASE = "phase"  # no progress within the current phase's timeout
     KERNEL_CONFIRM = "kernel confirm"  # a kernel line's confirm window passed without progress
     SAVE = "save"  # a stop's checkpoint did not come within save_timeout
@@ -85,6 +85,14 @@ class StopPlan:
     at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
     point: HangPoint | None = None  # a hang: where it sat
     choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
+
+
+@dataclass(frozen=True)
+class JobRung:
+    """Several hosts: where another host moved the job, for this host's next attempt (the running one, if any,
+    stays at the rung it was spawned at: its hang, seconds and speed are that rung's)."""
+    rung: int
+    remedies: dict[str, Any]
 
 
 @dataclass
@@ -129,7 +137,7 @@ class CheckpointMark:
     def from_dict(cls, record: dict[str, Any]) -> CheckpointMark:
         """From the state file: an earlier supervisor's monotonic time means nothing here; its age is read from the
         wall clock, and it counts as older than any attempt of this supervisor."""
-        return cls(**{**record, "mono": -math.inf})
+        return persistence.record_from(cls, record, mono=-math.inf)
 
 
 @dataclass
@@ -150,7 +158,12 @@ class Attempt:
     spawned_at: float | None = None  # monotonic
     spawned_wall: float | None = None
     startup_seconds: float | None = None  # spawn to the first training batch
+    startup_step: StartupStep = StartupStep.IMPORTS  # the step of its startup the worker said it is in
+    step_since: float | None = None  # monotonic: the step's clock, from its entry or its last progress
+    step_done: int | None = None  # the step's progress as last said: items done (labels scanned, images cached) ...
+    step_total: int | None = None  # ... of how many
     resumed_from: str | None = None
+    resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
     exit_0_finishes: bool = False  # the worker is a command: exit 0 means finished
     trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1
@@ -220,6 +233,7 @@ class Probe:
     rung_entered_trained: float = kept(default=0.0)  # trained() when the current rung was entered
     probation: dict[str, float] = kept(default_factory=dict)  # rung -> healthy seconds before probing the one below
     probing_from: int | None = kept(default=None)  # the rung left to probe the current one; a hang here returns to it
+    failed: dict[str, int] = kept(default_factory=dict)  # rung -> probes of it that hung (give_up_after)
 
 
 def _finished_only(state: str) -> State:
@@ -263,7 +277,8 @@ class Supervision:
     goodput: Goodput = kept(default_factory=Goodput, flat=True)
     checkpoint: CheckpointMark | None = kept(default=None)
     # -- what this run has observed, to bound the phases that have no batch rhythm --
-    startup_seen: float | None = kept(default=None)  # the longest spawn-to-first-batch of this run
+    # startup step (``step_key``) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
+    startup_steps_seen: dict[str, float] = kept(default_factory=dict)
     epoch_end_seen: float | None = kept(default=None)  # the longest gap between two progress events of an epoch end
     startup_failure: str | None = kept(default=None)  # the last attempt's failure and last words, before a batch
     training_fingerprint: str | None = kept(default=None)  # the [train] table and ladder the rung was climbed under
@@ -275,6 +290,7 @@ class Supervision:
     hang_history: HangHistory = kept(default_factory=HangHistory)
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
+    job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
     # -- the in-place tier (in_place.py) --
     recoveries: dict[str, int] = kept(default_factory=dict)  # tier -> recoveries (status --json, the metric)
     in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
@@ -332,9 +348,9 @@ class Supervision:
             if a.in_place.acted_at is None:
                 return due  # the stacks are being read: the shell answers at once
             return Deadline(a.in_place.acted_at + a.in_place.bound, DeadlineKind.IN_PLACE, "in-place bound")
-        if self.state == State.STARTING and a.spawned_at is not None:
-            t, label = watchdog.startup_timeout(self.config.watchdog, self.startup_seen)
-            due = Deadline(None if t is None else a.spawned_at + t, DeadlineKind.STARTUP, label)
+        if self.state == State.STARTING and a.step_since is not None:
+            t, label = self.startup_step_bound()
+            due = Deadline(None if t is None else a.step_since + t, DeadlineKind.STARTUP, label)
         elif self.state == State.HEALTHY and a.last_progress_at is not None:
             phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
             t, label = watchdog.phase_timeout(self.config.watchdog, phase, a.intervals, self.epoch_end_seen)
@@ -344,6 +360,22 @@ class Supervision:
             if due.at is None or confirm < due.at:
                 return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
         return due
+
+    def step_key(self, step: StartupStep) -> str:
+        """Where this run keeps what it has seen of ``step`` at the current rung. The first batch of spawned loader
+        workers (each a fresh interpreter importing torch and Ultralytics: 28 s for 8 on the H100, against 0.9 s
+        forked) is kept apart: a hang's climb to such a rung must not meet the bound of forked workers."""
+        spawned = split_rung(self.ladder.settings(self.rung)).options.start_method == "spawn"
+        return f"{step.value} spawn" if step == StartupStep.FIRST_BATCH and spawned else step.value
+
+    def startup_step_seen(self) -> float | None:
+        """The longest stretch this run has seen in the current attempt's startup step; None: not seen yet."""
+        return self.startup_steps_seen.get(self.step_key(self.current.startup_step))
+
+    def startup_step_bound(self) -> tuple[float | None, str]:
+        """Seconds the current startup step may go without news, and how that was decided."""
+        return watchdog.startup_step_timeout(self.config.watchdog, self.current.startup_step.value,
+                                             self.startup_step_seen())
 
     def saving(self) -> bool:
         """The worker was asked to save a checkpoint and exit, and has not yet."""
@@ -376,8 +408,8 @@ class Supervision:
         """What each rung has shown in this run, as the ladder's choices read it."""
         h = self.hang_history
         return [rung_choice.RungFacts(self.rung_speed(k), h.rung_seconds.get(k, 0.0), self.rung_hangs.get(str(k), 0),
-                                      h.start_of(k), self.rung_in_place_seconds.get(str(k), 0.0))
-                for k in range(len(self.ladder))]
+                                      h.start_of(k), self.probe.failed.get(str(k), 0),
+                                      self.rung_in_place_seconds.get(str(k), 0.0)) for k in range(len(self.ladder))]
 
     def probe_target(self) -> int | None:
         return rung_choice.probe_target(self.rung, self.rung_facts(), self.config.probe.give_up_after)
@@ -387,9 +419,8 @@ class Supervision:
         closed and this hang counted; the standby is prepared for it in advance."""
         facts = self.rung_facts()
         here = facts[self.rung]
-        facts[self.rung] = rung_choice.RungFacts(here.speed, here.seconds, here.hangs + 1, here.start,
-                                                 here.in_place_seconds)
-        return rung_choice.after_hang(self.rung, facts, self.stall_cost())
+        facts[self.rung] = replace(here, hangs=here.hangs + 1)
+        return rung_choice.after_hang(self.rung, facts, self.stall_cost(), self.config.probe.prior_between_hangs)
 
     def stall_cost(self) -> float | None:
         """What a hang costs before the next worker starts, at the checkpoint interval the next spawn would choose."""
@@ -436,8 +467,12 @@ class Supervision:
         return persistence.dump(replace(self, goodput=settled))
 
     def restore(self, record: dict[str, Any]) -> None:
+        """The kept fields from a state file's ``record``; persistence.Unreadable (naming the key) where one is not of
+        its type. Rungs are clamped to the ladder: it may have fewer rungs now."""
         persistence.load(self, record)
-        self.rung = min(self.rung, len(self.ladder) - 1)  # the ladder may have fewer rungs now
+        self.rung = max(0, min(self.rung, len(self.ladder) - 1))
+        if self.probe.probing_from is not None and not 0 <= self.probe.probing_from < len(self.ladder):
+            self.probe.probing_from = None
         if "budget_times" not in record:  # a state file from before the budget kept its own times
             self.budget_times = list(self.restart_times)
         if not record.get("run_seconds"):  # ... from before run_seconds: its training time is the one lower bound

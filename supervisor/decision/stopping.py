@@ -2,9 +2,9 @@
 
 Whatever stops a worker (a hang, a confirmed kernel line, a crash, NaN losses, a stop request, a probe, another
 supervisor taking the state directory, a finished training) goes through ``begin`` (with an incident) or
-``finished`` (without): the attempt is closed into the goodput account, the plan of what follows is set, and the
-tree is killed at once unless the worker was asked to save first. What follows the kill is restart.py's.
-``finish`` ends the run in a final state, with every incident written.
+``trained_to_the_end`` (without): the attempt is closed into the goodput account, the plan of what follows is set,
+and the tree is killed at once unless the worker was asked to save first. What follows the kill is restart.py's.
+``end_run`` ends the run in a final state, with every incident written.
 """
 
 from __future__ import annotations
@@ -30,14 +30,18 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
     a = s.current
     earlier = s.record_complete()  # the one before, if its restart never reached a batch
-    point = HangPoint(phase, a.progress.epoch, a.progress.batch) if reason in (Reason.HANG, Reason.KERNEL) else None
+    point = HangPoint(phase, a.progress.epoch, a.progress.batch, a.resumed_at) \
+        if reason in (Reason.HANG, Reason.KERNEL) else None
     last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds
     # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
     loss, resumes_from, at_risk = goodput.close_attempt(s, lost=save_until is None and then != After.SUCCEED)
     if point is not None and then in (None, After.RESTART):
         s.hang_history.hang(point, s.trained(), last_progress_at, s.goodput.lost_seconds - lost_before)
+    if s.job_next is not None:  # another host already decided where the job goes for this attempt's failure
+        climb, remedy = False, None
     choice = s.after_a_hang() if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
+    starting = s.state == State.STARTING
     incident = Incident(
         id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
         detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
@@ -47,7 +51,10 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
         loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
         node_rank=s.config.distributed.node_rank if several_hosts else None,
-        caused_by=a.peer_cause if several_hosts else None, escalation=escalation, stacks=stacks,
+        caused_by=a.peer_cause if several_hosts else None,
+        startup_step=a.startup_step.value if starting else None,
+        startup_step_bound=s.startup_step_bound()[0] if starting else None,
+        startup_step_seen=s.startup_step_seen() if starting else None, escalation=escalation, stacks=stacks,
         tier=None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
@@ -61,14 +68,12 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         log = Log("info", detail)
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
-    cause = {"id": incident.id, "reason": incident.reason.value, "phase": incident.phase,
-             "stopped_first_rank": incident.stopped_first_rank}
-    published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})}, cause) \
-        if climb or remedy else []
+    published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})},
+                        cause_of(incident)) if climb or remedy else []
     return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])
 
 
-def finished(s: Supervision) -> list[Any]:
+def trained_to_the_end(s: Supervision) -> list[Any]:
     """The worker finished training and exited: what is left of its tree goes, then the run succeeds. No incident,
     nothing lost."""
     goodput.close_attempt(s, lost=False)
@@ -108,7 +113,7 @@ def save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
     return actions + [KillTree(plan.incident)]
 
 
-def finish(s: Supervision, state: State, exit: Exit) -> list[Any]:
+def end_run(s: Supervision, state: State, exit: Exit) -> list[Any]:
     """The run ends in ``state``: every incident not written yet is, and the supervisor exits."""
     recorded: list[Any] = s.record_complete()
     s.state, s.exit, s.stop = state, exit, None
@@ -121,6 +126,14 @@ def climb_target(s: Supervision, choice: rung_choice.Choice | None) -> int:
     if s.probe.probing_from is not None:
         return s.probe.probing_from
     return choice.rung if choice is not None else s.ladder.next(s.rung)
+
+
+def cause_of(incident: Incident | None) -> dict[str, Any]:
+    """What the other hosts are told of the incident behind a ladder decision."""
+    if incident is None:
+        return {}
+    return {"id": incident.id, "reason": incident.reason.value, "phase": incident.phase,
+            "stopped_first_rank": incident.stopped_first_rank}
 
 
 def publish(s: Supervision, rung: int, remedies: dict[str, Any], cause: dict[str, Any]) -> list[Any]:

@@ -19,13 +19,15 @@ def auto_timeout(cfg: WatchdogConfig, intervals: Iterable[float]) -> float:
     return max(cfg.auto_floor, cfg.auto_factor * slowest)
 
 
-def startup_timeout(cfg: WatchdogConfig, seen: float | None) -> tuple[float | None, str]:
-    """Spawn to the first batch: ``startup_timeout`` until this run has seen one startup, then bounded by it too
-    (the seeds' most frequent hang came at the same point before the first batch on every resume)."""
+def startup_step_timeout(cfg: WatchdogConfig, step: str, seen: float | None) -> tuple[float | None, str]:
+    """A startup step since its clock started (its entry, or its last progress): ``startup_timeout`` until this run
+    has seen that step once, then max(auto_floor, auto_factor x its slowest seen), never more than
+    ``startup_timeout`` (the seeds' most frequent hang came at the same point before the first batch on every resume:
+    the first batch's own bound finds it, whatever the scan or the imports before it took)."""
     if seen is None or cfg.startup_timeout is None:
         return cfg.startup_timeout, "startup_timeout"
     observed = auto_timeout(cfg, [seen])
-    return (observed, "startup auto") if observed < cfg.startup_timeout else (cfg.startup_timeout, "startup_timeout")
+    return (observed, f"{step} auto") if observed < cfg.startup_timeout else (cfg.startup_timeout, "startup_timeout")
 
 
 def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],

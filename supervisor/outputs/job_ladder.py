@@ -1,46 +1,80 @@
-"""Several hosts: the job-wide ladder decision, kept beside the checkpoint on the run directory every host shares.
+"""Several hosts: the job-wide ladder decision and the job's newest checkpoint, kept beside the checkpoint on the
+run directory every host shares.
 
 A host that moves the job on the ladder (a hang climbs, a remedy, a probe) writes ``job-ladder.json`` before its
 tree is killed; every host reads it, when it changed, before each event but heartbeats (``core.JobLadderRead``), so
 the hosts whose ranks fail with it restart on the same rung, with the same remedies, from the same checkpoint.
+The host whose rank 0 saves writes ``job-checkpoint.json`` at each checkpoint (``core.JobCheckpointRead``): the
+other hosts' ranks never report one, and their restart budget, lost work and goodput count from it.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
-from supervisor.decision.actions import PublishLadder
-from supervisor.decision.events import JobLadderRead
+from supervisor.decision.actions import PublishCheckpoint, PublishLadder
+from supervisor.decision.events import JobCheckpointRead, JobLadderRead
 from worker.durable_file import write_durably
 
 NAME = "job-ladder.json"
+CHECKPOINT_NAME = "job-checkpoint.json"
 
 
-class JobLadderFile:
-    def __init__(self, run_dir: Path, node_rank: int):
-        self.path = run_dir / NAME
+class SharedFile:
+    """One record on the shared run directory, written whole by one host and read by the others when it changed."""
+
+    def __init__(self, path: Path, node_rank: int):
+        self.path = path
         self.node_rank = node_rank
         self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the version last read
 
-    def publish(self, decision: PublishLadder) -> None:
+    def write(self, record: dict) -> None:
         """Raises OSError when the shared directory cannot be written (the caller says so and goes on)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"seq": decision.seq, "rung": decision.rung, "remedies": decision.remedies,
-                  "node_rank": self.node_rank, "host": socket.gethostname(), "cause": decision.cause}
-        write_durably(self.path, json.dumps(record).encode())
+        write_durably(self.path, json.dumps({**record, "node_rank": self.node_rank}).encode())
 
-    def read_if_changed(self) -> JobLadderRead | None:
-        """The decision when the file changed since the last read; None when it did not, is missing or unreadable."""
+    def read_if_changed(self):
+        """The event read when the file changed since the last read; None when it did not, is missing or
+        unreadable."""
         try:
             stat = self.path.stat()
             if (stat.st_mtime_ns, stat.st_size) == self._seen:
                 return None
             self._seen = (stat.st_mtime_ns, stat.st_size)
-            raw = json.loads(self.path.read_text())
-            return JobLadderRead(seq=int(raw["seq"]), rung=int(raw["rung"]), remedies=dict(raw.get("remedies") or {}),
-                                 node_rank=int(raw["node_rank"]), host=str(raw.get("host", "")),
-                                 cause=dict(raw.get("cause") or {}))
+            return self.parse(json.loads(self.path.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def parse(self, raw: dict):
+        raise NotImplementedError
+
+
+class JobLadderFile(SharedFile):
+    def __init__(self, run_dir: Path, node_rank: int):
+        super().__init__(run_dir / NAME, node_rank)
+
+    def publish(self, decision: PublishLadder) -> None:
+        self.write({"seq": decision.seq, "rung": decision.rung, "remedies": decision.remedies,
+                    "host": socket.gethostname(), "cause": decision.cause})
+
+    def parse(self, raw: dict) -> JobLadderRead:
+        return JobLadderRead(seq=int(raw["seq"]), rung=int(raw["rung"]), remedies=dict(raw.get("remedies") or {}),
+                             node_rank=int(raw["node_rank"]), host=str(raw.get("host", "")),
+                             cause=dict(raw.get("cause") or {}))
+
+
+class JobCheckpointFile(SharedFile):
+    def __init__(self, run_dir: Path, node_rank: int):
+        super().__init__(run_dir / CHECKPOINT_NAME, node_rank)
+
+    def publish(self, mark: PublishCheckpoint) -> None:
+        self.write({"path": mark.path, "epoch": mark.epoch, "batch": mark.batch, "seconds": mark.seconds,
+                    "wall": time.time()})
+
+    def parse(self, raw: dict) -> JobCheckpointRead:
+        return JobCheckpointRead(path=str(raw["path"]), epoch=int(raw["epoch"]), batch=int(raw["batch"]),
+                                 seconds=float(raw["seconds"]), wall=float(raw["wall"]),
+                                 node_rank=int(raw["node_rank"]))

@@ -2,8 +2,10 @@
 
     STATE_DIR/supervisor.lock       flock held while a supervisor runs; holds its pid
     STATE_DIR/supervisor.json       the state file (state_file.py): restarts, rung, incidents, live status
+    STATE_DIR/supervisor.reserve    space kept for the last state write: on a full disk, how the run ended still lands
     STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
-    STATE_DIR/worker-settings.json  the launch record of the current attempt (worker/contract.py)
+    STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
+    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
     STATE_DIR/train/                Ultralytics' save_dir: weights/last.pt, results.csv
 
 A lock file inside the directory dies with the directory: delete STATE_DIR mid-run and a second supervisor
@@ -24,14 +26,18 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from supervisor.config import ConfigError
+from supervisor.decision import persistence
 from supervisor.outputs import state_file
 
 log = logging.getLogger("yolo-train")
 
+OLD_LAUNCH_RECORD = "worker-settings.json"  # the launch record's name in earlier versions
 LOCK_FILE = "supervisor.lock"
+RESERVE_FILE = "supervisor.reserve"
+RESERVE_BYTES = 1 << 20  # several state files' worth: the last write on a full disk frees it first
 
 
 class StateDirTaken(ConfigError):
@@ -61,7 +67,13 @@ class StateDir:
 
     @property
     def launch_record(self) -> Path:
-        return self.path / "worker-settings.json"
+        return self.path / "launch-record.json"
+
+    def write_launch_record(self, text: str) -> None:
+        """The current attempt's launch record. The name it had before (worker-settings.json) is removed where an
+        earlier version left one: nothing reads it, and an older attempt's settings would mislead a reader."""
+        self.launch_record.write_text(text)
+        (self.path / OLD_LAUNCH_RECORD).unlink(missing_ok=True)
 
     @property
     def incidents(self) -> Path:
@@ -89,6 +101,19 @@ class StateDir:
                               f"{self._holder()}); stop it or choose another state_dir") from None
         self._lock_socket = sock
         self._lock_fd = self._lock_file()
+        self._keep_reserve()
+
+    def _keep_reserve(self) -> None:
+        """Set space aside for the final state write; none on a disk already full (said by the writes that fail)."""
+        reserve = self.path / RESERVE_FILE
+        try:
+            fd = os.open(reserve, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            reserve.unlink(missing_ok=True)
 
     def lock_held(self) -> bool:
         """Whether the lock file is still the one this supervisor locked; re-creates it when the directory or the
@@ -150,10 +175,18 @@ class StateDir:
         except OSError:
             return "?"
 
-    def read_state(self) -> dict[str, Any] | None:
-        """The previous supervisor's record; a corrupt one is moved aside and said in one line (ConfigError)."""
+    def read_state(self, restore: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
+        """The previous supervisor's record, given to ``restore``; a corrupt one (torn, or a value ``restore`` finds
+        of the wrong type) is moved aside and said in one line (ConfigError)."""
         try:
-            return state_file.read(self.path)
+            record = state_file.read(self.path)
+            if record is not None:
+                try:
+                    restore(record)
+                except persistence.Unreadable as e:
+                    raise state_file.CorruptStateFile(f"{state_file.path_in(self.path)}: corrupt state file: "
+                                                      f"{e}") from None
+            return record
         except state_file.CorruptStateFile as e:
             target = state_file.path_in(self.path)
             aside = target.with_name(f"{target.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
@@ -167,14 +200,22 @@ class StateDir:
         except state_file.StateFileError as e:
             raise ConfigError(f"{e}; make it readable by user {_user()}") from None
 
-    def write_state(self, record: dict[str, Any]) -> None:
-        """Replace the state file; a failure is said once and supervision goes on (the previous file stays).
+    def write_state(self, record: dict[str, Any], final: bool = False) -> None:
+        """Replace the state file; a failure is said once and supervision goes on (the previous file stays). The
+        ``final`` write (how the run ended) frees the reserve on a full disk and tries again.
         StateDirTaken, once, when another supervisor took the directory; nothing is written to it after that."""
         if self.taken is not None:
             return
         try:
             self.lock_held()
-            state_file.write(self.path, record)
+            try:
+                state_file.write(self.path, record)
+            except OSError as e:
+                reserve = self.path / RESERVE_FILE
+                if not (final and e.errno in (errno.ENOSPC, errno.EDQUOT) and reserve.exists()):
+                    raise
+                reserve.unlink()
+                state_file.write(self.path, record)
             self._write_failed = False
         except StateDirTaken:
             raise

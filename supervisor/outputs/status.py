@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -50,8 +51,9 @@ def gather(config: Config) -> dict[str, Any]:
         status["state"] = "not responding"  # alive but its loop has not written for a while
     if status["state"] in ("not running", "supervisor stopped", "not responding"):
         status.update({key: None for key in LIVE_FIGURES})
-    if config.distributed.several_hosts:
-        status["hosts"] = hosts.read_all(config.distributed.run_dir)
+    run_dir = config.distributed.run_dir if config.distributed.several_hosts else status.get("run_dir")
+    if run_dir:  # several hosts: the config's, or the one the state file names (status --state-dir alone)
+        status["hosts"] = hosts.read_all(Path(run_dir))
     return status
 
 
@@ -96,6 +98,16 @@ def rung_speed_text(status: dict[str, Any]) -> str:
     return text
 
 
+def incident_line(incident: Any, now: float) -> str:
+    """The last incident in one line; a record not of the incident's form (an edited file) is said, not a crash."""
+    when = incident.get("time") if isinstance(incident, dict) else None
+    if not isinstance(when, (int, float)) or not all(isinstance(incident.get(k), str)
+                                                       for k in ("reason", "phase", "detail")):
+        return f"last incident: unreadable record {json.dumps(incident, default=str)[:120]}"
+    return f"last incident {duration(now - when)} ago: {incident['reason']} in {incident['phase']}: " \
+           f"{incident['detail']}"
+
+
 def render(status: dict[str, Any], now: float | None = None) -> str:
     now = now or time.time()
     if status["state"] == "not started":
@@ -108,7 +120,8 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
     lines = [
         f"{status['state']:<10} phase {status.get('phase', '?')}, worker pid {status.get('worker_pid') or '-'}"
         f" ({len(status.get('pids', []))} processes)",
-        f"epoch {epoch}/{epochs} {bar(batch / batches if batches else None)} batch {batch}/{batches}",
+        f"epoch {epoch}/{epochs} {bar(batch / batches if batches else None)} batch {batch}/{batches}" if epochs
+        else "epoch -  (training not reached)",
         f"run       {bar(status.get('progress'))} {100 * (status.get('progress') or 0):.0f}%  "
         f"{f'{it_s:.2f} it/s' if it_s else '- it/s'}  ETA {duration(status.get('eta_seconds'))}"
         + slack_text(status.get("deadline_slack_seconds")),
@@ -118,10 +131,18 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(status.get("restarts_by_reason", {}).items())) + ")"
            if status.get("restarts") else "") + f", budget {status.get('budget_left', '?')} left",
     ]
+    ignored = (status.get("heartbeats") or {}).get("ignored")
+    if ignored:
+        lines.append(f"heartbeats ignored {ignored} (sent by processes other than the worker's main one: not progress)")
+    if status.get("startup_step"):
+        scan = status.get("startup_step_progress") or {}
+        lines.append(f"startup   step {status['startup_step']}" + (f" {scan['done']}/{scan.get('total') or '?'}"
+                                                                  if scan else "")
+                     + (f", bound {duration(status['startup_step_bound'])} without news"
+                        if status.get("startup_step_bound") is not None else ", no bound"))
     incident = status.get("last_incident")
     if incident:
-        lines.append(f"last incident {duration(now - incident['time'])} ago: {incident['reason']} in "
-                     f"{incident['phase']}: {incident['detail']}")
+        lines.append(incident_line(incident, now))
     if status.get("exit"):
         lines.append(f"exit {status['exit']['code']}: {status['exit']['text']}")
     for host in status.get("hosts") or []:

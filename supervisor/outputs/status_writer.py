@@ -12,17 +12,17 @@ from supervisor.config import Config
 from supervisor.outputs import hosts
 from supervisor.outputs.metrics_endpoint import MetricsEndpoint
 from supervisor.outputs.state_dir import StateDir, StateDirTaken
+from supervisor.outputs.status_view import Status
 from supervisor.outputs.systemd_notify import Notifier
 
 log = logging.getLogger("yolo-train")
 
 
-def status_line(status: dict[str, Any]) -> str:
+def status_line(status: Status) -> str:
     """One line for `systemctl status`."""
-    it_s = status.get("it_s")
-    return (f"{status['state']}, epoch {status['epoch']}/{status['epochs']} batch {status['batch']}/"
-            f"{status['batches']}, {f'{it_s:.2f}' if it_s else '-'} it/s, rung {status['rung']} "
-            f"({status['rung_label']}), restarts {status['restarts']}")
+    s = status
+    return (f"{s.state}, epoch {s.epoch}/{s.epochs} batch {s.batch}/{s.batches}, "
+            f"{f'{s.it_s:.2f}' if s.it_s else '-'} it/s, rung {s.rung} ({s.rung_label}), restarts {s.restarts}")
 
 
 class StatusWriter:
@@ -33,19 +33,20 @@ class StatusWriter:
         self.systemd = systemd
         self._hosts_view_failed = False
 
-    def write(self, status: dict[str, Any], record: dict[str, Any], on_taken: Callable[[StateDirTaken], None]
-              ) -> None:
-        """``record``: the state file's content. ``on_taken`` is told, once, that another supervisor took the state
-        directory; nothing is written there after it."""
+    def write(self, status: Status, record: dict[str, Any], on_taken: Callable[[StateDirTaken], None],
+              final: bool = False) -> None:
+        """``record``: the state file's content, ``status`` as JSON in it; ``final``: the supervisor's last.
+        ``on_taken`` is told, once, that another supervisor took the state directory; nothing is written there after
+        it."""
         self.metrics.publish(status)
         self.systemd.status(status_line(status))
         try:
-            self.state_dir.write_state(record)
+            self.state_dir.write_state(record, final=final)
         except StateDirTaken as e:
             on_taken(e)
         if self.config.distributed.several_hosts:
             try:
-                hosts.publish(self.state_dir.run_dir, self.config.distributed.node_rank, status)
+                hosts.publish(self.state_dir.run_dir, self.config.distributed.node_rank, record["status"])
             except OSError as e:
                 if not self._hosts_view_failed:  # said once: it is retried every second
                     log.warning(f"cannot write this host's view to {self.state_dir.run_dir} ({e.strerror}): "

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from supervisor.config import SOURCE_CHOICES
 from supervisor.sources.kernel_messages import DEFAULT, Catalogue, KernelEvent
 
 KMSG_PATH = "/dev/kmsg"
-SOURCE_CHOICES = ("auto", "kmsg", "journal", "off")  # [kernel_log] source: auto reads kmsg, else the journal
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # The kernel formats at most CONSOLE_EXT_LOG_MAX (8 KiB) per record; a smaller buffer gets EINVAL.
 READ_SIZE = 16384

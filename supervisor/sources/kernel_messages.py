@@ -22,23 +22,21 @@ journalctl ``host kernel:`` prefix classifies the same as the bare message. A pa
 GPU job faulted. The first matching entry wins.
 
 Where each format comes from is cited per entry; the formats were read in the Linux sources
-(drivers/gpu/drm/amd/amdgpu, drivers/gpu/drm/drm_drv.c, kernel/workqueue.c, kernel/hung_task.c,
-kernel/watchdog.c, mm/oom_kill.c) and NVIDIA's Xid catalogue
-(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
+(drivers/gpu/drm/amd/amdgpu, drivers/gpu/drm/amd/amdkfd, drivers/gpu/drm/drm_drv.c, kernel/workqueue.c,
+kernel/hung_task.c, kernel/watchdog.c, mm/oom_kill.c) and NVIDIA's Xid catalogue
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), and checked against the lines users posted
+to ROCm's trackers: ROCm/TheRock (where ROCm's issues are filed now) and ROCm/legacy-rocm-build (the older ones).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from supervisor.decision.vocabulary import KernelKind
+from supervisor.patterns import IGNORE, KINDS, CatalogueError, Pattern, validate_patterns  # noqa: F401 (re-exported)
 
-KINDS = tuple(kind.value for kind in KernelKind)
-IGNORE = "ignore"
-ENTRY_KINDS = KINDS + (IGNORE,)
 
 
 @dataclass(frozen=True)
@@ -59,18 +57,6 @@ class Classification(NamedTuple):
     kind: str
     pattern: str
     pid: int | None
-
-
-@dataclass(frozen=True)
-class Pattern:
-    name: str
-    regex: re.Pattern[str]
-    kind: str
-    origin: str  # where the message format comes from (documentation, and the README table)
-
-
-class CatalogueError(ValueError):
-    """A user pattern the catalogue refuses; the message is one line: where, which entry, the fix."""
 
 
 # Xid codes whose immediate action in NVIDIA's Xid catalogue is RESTART_BM (79: reboot the machine) or
@@ -98,6 +84,17 @@ _GPU_WORK = r"(?:\S*(?:amdgpu|amdkfd|kfd_|drm_|ttm_|drm_sched)\S*|\S+ \[(?:amdgp
 
 BUILTIN: tuple[tuple[str, str, str, str], ...] = (
     # --- stall ---------------------------------------------------------------------------------------
+    (
+        "amdkfd_svm_workqueue_hog",
+        r"workqueue: (?:svm_range_restore_work|svm_range_deferred_list_work|kfd_process_wq_release)"
+        r"(?: \[amdgpu\])? hogged CPU for >\d+us",
+        "stall",
+        "kernel/workqueue.c wq_cpu_intensive_report() for amdkfd's work: kfd_svm.c svm_range_restore_work() "
+        "(restoring SVM ranges an MMU notifier evicted), svm_range_deferred_list_work(), kfd_process.c "
+        'kfd_process_wq_release(): "workqueue: svm_range_restore_work [amdgpu] hogged CPU for >10000us 67 times, '
+        'consider switching to WQ_UNBOUND", the count doubling (67, 131, 259 ...) before a GPU page fault '
+        "(ROCm/legacy-rocm-build#5952, #4515; ROCm's issues are filed at ROCm/TheRock now)",
+    ),
     (
         "workqueue_gpu_hog",
         r"workqueue: " + _GPU_WORK + r" hogged CPU for >\d+us",
@@ -220,6 +217,14 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         'amdgpu_vm_print_task_info(): " Process %s pid %d thread %s pid %d" (after a timeout or page fault)',
     ),
     (
+        "amdgpu_l2_protection_fault",
+        r"\b(?:GC|MM)VM_L2_PROTECTION_FAULT_STATUS:0x[0-9A-Fa-f]{8}\b",
+        "gpu_fault",
+        "gfxhub_v2_0.c ... gfxhub_v12_0.c gfxhub_v*_print_l2_protection_fault_status(), mmhub_v2_0.c ... "
+        'mmhub_v*_print_l2_protection_fault_status(): "GCVM_L2_PROTECTION_FAULT_STATUS:0x%08X", '
+        '"MMVM_L2_PROTECTION_FAULT_STATUS:0x%08X" (after a page fault; legacy-rocm-build#5952, #6269, #6374)',
+    ),
+    (
         "amdgpu_vm_fault_legacy",
         r"amdgpu.*GPU fault detected: \d+ 0x[0-9a-fA-F]+",
         "gpu_fault",
@@ -231,6 +236,15 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         "gpu_fault",
         'amdgpu_mes.c/mes_v11_0.c mes_submit_pkt_and_poll_completion(): "MES failed to respond to msg=%s", '
         '"MES(%d) failed to respond to msg=%s (%s)"',
+    ),
+    (
+        "amdkfd_mes_remove_queue_failed",
+        r"failed to remove hardware queue from MES, doorbell=0x[0-9a-fA-F]+|"
+        r"MES might be in unrecoverable state, issue a GPU reset",
+        "gpu_fault",
+        'amdkfd kfd_device_queue_manager.c remove_queue_mes(): "failed to remove hardware queue from MES, '
+        'doorbell=0x%x" ("%s failed to remove ... queue: %d, caller: %s" in newer kernels), then "MES might be in '
+        'unrecoverable state, issue a GPU reset" (after "MES failed to respond to msg=REMOVE_QUEUE": #4515)',
     ),
     (
         "amdgpu_reset_begin",
@@ -285,54 +299,6 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         'mm/oom_kill.c dump_oom_victim(): "oom-kill:constraint=%s,nodemask=%*pbl,...,task=%s,pid=%d,uid=%d"',
     ),
 )
-
-
-def _compile(name: str, regex: str, kind: str, where: str) -> re.Pattern[str]:
-    if not isinstance(name, str) or not name.strip():
-        raise CatalogueError(f"{where}: a pattern needs a non-empty name; give it one")
-    if not isinstance(regex, str) or not regex:
-        raise CatalogueError(f"{where} ({name!r}): the regex must be a non-empty string")
-    if kind not in ENTRY_KINDS:
-        raise CatalogueError(
-            f"{where} ({name!r}): kind {kind!r} is not one of {', '.join(ENTRY_KINDS)}; use one of those"
-        )
-    try:
-        compiled = re.compile(regex)
-    except re.error as exc:
-        raise CatalogueError(f"{where} ({name!r}): bad regular expression: {exc}; fix the regex") from None
-    return compiled
-
-
-def validate_patterns(entries: object, where: str = "[kernel_log] patterns") -> tuple[Pattern, ...]:
-    """User patterns from the configuration, checked; raises CatalogueError with a one-line message.
-
-    ``entries`` is a list whose items are either ``[name, regex, kind]`` or a table
-    ``{name = ..., regex = ..., kind = ...}``. ``where`` names the place in the configuration for errors
-    (for example ``"/etc/yolo-train.toml: [kernel_log] patterns"``).
-    """
-    if entries is None:
-        return ()
-    if not isinstance(entries, (list, tuple)):
-        raise CatalogueError(f"{where}: expected a list of [name, regex, kind] entries, got {type(entries).__name__}")
-    patterns: list[Pattern] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(entries):
-        at = f"{where}[{i}]"
-        if isinstance(entry, Mapping):
-            unknown = set(entry) - {"name", "regex", "kind"}
-            if unknown:
-                raise CatalogueError(f"{at}: unknown key(s) {', '.join(sorted(unknown))}; use name, regex, kind")
-            name, regex, kind = entry.get("name"), entry.get("regex"), entry.get("kind")
-        elif isinstance(entry, (list, tuple)) and len(entry) == 3:
-            name, regex, kind = entry
-        else:
-            raise CatalogueError(f"{at}: expected [name, regex, kind], got {entry!r}")
-        compiled = _compile(name, regex, kind, at)
-        if name in seen:
-            raise CatalogueError(f"{at} ({name!r}): the name is used twice; give each pattern its own name")
-        seen.add(name)
-        patterns.append(Pattern(name, compiled, kind, f"user pattern ({where})"))
-    return tuple(patterns)
 
 
 BUILTIN_PATTERNS: tuple[Pattern, ...] = tuple(

@@ -48,6 +48,8 @@ def judge(capture: TreeCapture, loaders: dict[int, int | None]) -> LoaderVerdict
     if len(parents) != 1 or next(iter(parents)) not in by_pid:
         return LoaderVerdict(False, (), "the stuck loader workers belong to more than one training process")
     trainer = by_pid[next(iter(parents))]
+    if not waits_for_batch(trainer) and trainer.ppid in by_pid and waits_for_batch(by_pid[trainer.ppid]):
+        trainer = by_pid[trainer.ppid]  # forkserver workers: children of the server, which the trainer started
     if not waits_for_batch(trainer):
         return LoaderVerdict(False, (), f"the training process (pid {trainer.pid}) is not waiting for a batch: "
                                         f"{trainer.waited_in()}")

@@ -35,11 +35,11 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from supervisor.patterns import validate_regex
 from worker.contract import Phase
 
 MAX_LINE_BYTES = 8192  # a longer run of bytes without \n or \r is not a progress line: dropped, counted
 MAX_BARS = 64  # distinct bars remembered by the counter; the least recently seen is forgotten first
-REGEX_GROUPS = ("epoch", "epochs", "batch", "batches", "loss")
 
 _ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 _LINE_END = re.compile(rb"[\r\n]")
@@ -83,18 +83,6 @@ class ProgressReading:
     phase: Phase = Phase.TRAIN
     bar: str = ""
     rate_shown: bool = False  # the bar prints a measured rate (``4.1it/s``, not tqdm's ``?it/s``): it has advanced
-
-
-def validate_regex(regex: str) -> str | None:
-    """None when ``regex`` is a usable ``[progress] regex``, else the problem in one line."""
-    try:
-        compiled = re.compile(regex)
-    except re.error as e:
-        return f"does not compile: {e}"
-    if not set(compiled.groupindex) & set(REGEX_GROUPS):
-        return ("has none of the named groups " + ", ".join(REGEX_GROUPS)
-                + r"; name what it captures, e.g. 'step (?P<batch>\d+)/(?P<batches>\d+)'")
-    return None
 
 
 class ProgressParser:

@@ -282,6 +282,7 @@ def as_incident_stacks(capture: TreeCapture, state_dir: Path) -> Stacks:
     culprit = capture.culprit()
     return Stacks(where=capture.where(), summary=tuple(capture.summary_lines()),
                   culprit=culprit.summary_line() if culprit else None, seconds=round(capture.seconds, 3),
+                  in_loader_worker=culprit is not None and culprit.busy_dataloader_worker,
                   path=str(capture.path.relative_to(state_dir)) if capture.path else None)
 
 

@@ -22,7 +22,7 @@ from supervisor.outputs.systemd_notify import worker_environ
 from supervisor.sources.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
 from supervisor.sources.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.sources.worker_process import SpawnError, WorkerProcess
-from worker.contract import LaunchRecord, Patches, RungSplit, split_rung
+from worker.contract import ENV_FORKSERVER, ULTRALYTICS_DEFAULT_WORKERS, LaunchRecord, Patches, RungSplit, split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -46,8 +46,13 @@ class WorkerSpawner:
 
     def env(self, rung: RungSplit) -> dict[str, str]:
         bounds = {ENV_COLLECTIVE_TIMEOUT: f"{self.config.distributed.collective_timeout:g}"}
-        return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, "PYTHONUNBUFFERED": "1",
-                "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
+        workers = rung.trainer_args.get("workers", self.config.train.get("workers", ULTRALYTICS_DEFAULT_WORKERS))
+        # A standby made for this rung starts its loader workers' forkserver while it waits (one of another rung is
+        # not used: the environments differ).
+        served = {ENV_FORKSERVER: "1"} if self.config.command is None and rung.options.forks_from_server(workers) \
+            else {}
+        return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, **served,
+                "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
 
     def _command(self, args: dict[str, str], env: dict[str, str]) -> tuple[WorkerProcess, str | None]:
         """The ``[worker] command`` started for a rung's ``args``; with the checkpoint it resumes from, if any."""
@@ -83,7 +88,7 @@ class WorkerSpawner:
             faults=tuple(f.to_dict() for f in self.config.faults),
             fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid(),
             rendezvous=rendezvous_of(self.config))
-        self.state_dir.launch_record.write_text(record.to_json())
+        self.state_dir.write_launch_record(record.to_json())
         return record
 
     def worker(self, argv: list[str], env: dict[str, str], standby: bool = False) -> WorkerProcess:

@@ -151,9 +151,3 @@ def find_kernel_db(dirs: list[Path], arch: str, compute_units: int | None) -> Pa
             if (directory / name).is_file():
                 return directory / name
     return None
-
-
-def kernel_dbs_for_arch(dirs: list[Path], arch: str) -> list[Path]:
-    """Every kernel database of the architecture, whatever its CU count: for the doctor's fix text."""
-    pattern = re.compile(rf"{re.escape(arch)}(_\d+|[0-9a-f]+)?\.kdb$")
-    return sorted(p for d in dirs for p in d.glob(f"{arch}*.kdb") if pattern.fullmatch(p.name))

@@ -1,0 +1,49 @@
+"""What the benchmarks share: the checkout they measure, a free port, and the one way to write a config."""
+
+from __future__ import annotations
+
+import json
+import socket
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: `python -m supervisor` is run from here
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(path: Path, train: dict | None = None, worker: dict | None = None, sections: dict | None = None,
+                 name: str | None = None) -> Path:
+    """The embedded demo's config (supervisor/demo.toml) with a free metrics port (the machine is shared, the
+    default port may be taken), the given ``[train]`` and ``[worker]`` keys, other ``sections`` and ``name``."""
+    raw = tomllib.loads((ROOT / "supervisor" / "demo.toml").read_text())
+    if name is not None:
+        raw["name"] = name
+    raw.setdefault("metrics", {})["listen"] = f"127.0.0.1:{free_port()}"
+    raw["train"].update(train or {})
+    if worker:
+        raw.setdefault("worker", {}).update(worker)
+    for section, table in (sections or {}).items():
+        raw.setdefault(section, {}).update(table)
+    path.write_text(to_toml(raw))
+    return path
+
+
+def to_toml(raw: dict) -> str:
+    """Enough TOML for a config: top-level scalars, then one table per section (inline tables inside)."""
+    def value(v) -> str:
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)  # str, int, float and bool are spelled the same in JSON and TOML
+
+    lines = [f"{k} = {value(v)}" for k, v in raw.items() if not isinstance(v, dict)]
+    for section, table in raw.items():
+        if isinstance(table, dict):
+            lines += [f"\n[{section}]"] + [f"{k} = {value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,133 @@
+"""``[notify] command``: tells a person, through their own command, what the core's notices say.
+
+The command (argv, no shell) gets the notice as one JSON object on stdin and as ``YOLO_TRAIN_*`` variables. It runs
+beside the loop, never in it: started without waiting, its stdin written without blocking, its end looked at from
+``poll`` on each turn of the loop, killed (its whole session) after ``[notify] timeout``. Its failures are logged
+once, and training never waits for it. The rate rule is the core's (decision/notices.py); a held summary goes out
+from ``poll`` once it is due.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from supervisor.config import NotifyConfig
+from supervisor.decision.notices import Notice, NoticeLimit
+
+log = logging.getLogger("yolo-train")
+
+
+def payload(notice: Notice, name: str, state_dir: Path) -> dict[str, Any]:
+    """The notice as the command reads it on stdin."""
+    d: dict[str, Any] = {"event": notice.kind.value, "text": notice.text, "time": notice.time,
+                         "time_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(notice.time)),
+                         "name": name, "state_dir": str(state_dir), "rung": notice.rung,
+                         "rung_label": notice.rung_label}
+    if notice.previous_rung is not None:
+        d["previous_rung"] = notice.previous_rung
+    if notice.exit_code is not None:
+        d["exit_code"] = notice.exit_code
+    if notice.incident is not None:
+        i = notice.incident.to_dict()
+        d["incident"] = {k: i[k] for k in ("id", "reason", "phase", "epoch", "batch", "detail", "culprit", "where",
+                                           "lost_seconds", "lost_batches", "restart_seconds") if k in i}
+    if notice.counts:
+        d["counts"], d["held"] = notice.counts, list(notice.held)
+    return d
+
+
+def environment(d: dict[str, Any]) -> dict[str, str]:
+    """The flat part of the payload as YOLO_TRAIN_EVENT, YOLO_TRAIN_TEXT, YOLO_TRAIN_RUNG, ..."""
+    return {f"YOLO_TRAIN_{k.upper()}": str(v) for k, v in d.items() if isinstance(v, (str, int, float))}
+
+
+@dataclass
+class _Running:
+    process: subprocess.Popen
+    kill_at: float
+    event: str
+
+
+class NotifyCommand:
+    def __init__(self, config: NotifyConfig, name: str, state_dir: Path, clock=time.monotonic):
+        self.config, self.name, self.state_dir, self.clock = config, name, state_dir, clock
+        self.limit = NoticeLimit()
+        self.running: list[_Running] = []
+        self.failed = False  # said once; the next failures are not
+
+    def tell(self, notice: Notice) -> None:
+        if self.config.command:
+            for n in self.limit.offer(notice, self.clock()):
+                self._start(n)
+
+    def poll(self) -> None:
+        """Each turn of the loop: a summary that is due goes out; ended commands are judged, late ones killed."""
+        if not self.config.command:
+            return
+        for n in self.limit.due(self.clock()):
+            self._start(n)
+        for r in list(self.running):
+            code = r.process.poll()
+            if code is None and self.clock() >= r.kill_at:
+                _kill_session(r.process)
+                self._failure(f"ran longer than [notify] timeout = {self.config.timeout:g} s and was killed "
+                              f"({r.event})")
+                r.process.wait()
+            elif code is None:
+                continue
+            elif code != 0:
+                self._failure(f"exited with status {code} ({r.event})")
+            self.running.remove(r)
+
+    def pids(self) -> tuple[int, ...]:
+        """Children a kill of the worker's tree must leave alone."""
+        return tuple(r.process.pid for r in self.running)
+
+    def close(self, keepalive=lambda: None) -> None:
+        """At the supervisor's exit: the last notices get their time (each its timeout), then are killed;
+        ``keepalive`` is called meanwhile (systemd's watchdog)."""
+        while self.running:
+            self.poll()
+            keepalive()
+            if self.running:
+                time.sleep(0.05)
+
+    def _start(self, notice: Notice) -> None:
+        d = payload(notice, self.name, self.state_dir)
+        try:
+            process = subprocess.Popen(list(self.config.command), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, env={**os.environ, **environment(d)},
+                                       start_new_session=True, close_fds=True)
+        except OSError as e:
+            self._failure(f"cannot be started ({e.strerror or e})")
+            return
+        data = json.dumps(d).encode() + b"\n"
+        try:
+            os.set_blocking(process.stdin.fileno(), False)
+            os.write(process.stdin.fileno(), data)  # a few hundred bytes: the pipe's buffer takes them at once
+        except OSError:
+            pass  # it does not read its stdin (or is gone): the variables tell it all
+        finally:
+            process.stdin.close()
+        self.running.append(_Running(process, self.clock() + self.config.timeout, notice.kind.value))
+
+    def _failure(self, why: str) -> None:
+        if not self.failed:
+            log.warning(f"[notify] command {list(self.config.command)} {why}; training goes on, and further "
+                        f"failures of it are not logged")
+        self.failed = True
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass

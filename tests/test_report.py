@@ -1,0 +1,49 @@
+"""`yolo-train report` from state directories made by hand: an earlier version's (no history), and one whose
+history has GPU readings; the page says what it lacks and draws what it has."""
+
+import json
+import re
+from pathlib import Path
+
+from supervisor.config import parse
+from supervisor.outputs import report
+from supervisor.outputs.history import History
+
+INCIDENT = {"id": "1-1-1800000100", "time": 1_800_000_100.0, "reason": "hang", "phase": "train",
+            "detail": "no progress for 10.0 s in train", "attempt": 1, "rung": 0, "rung_label": "as configured",
+            "epoch": 2, "batch": 7,
+            "seconds_since_progress": 10.0, "last_progress_wall": 1_800_000_090.0, "lost_seconds": 4.0,
+            "lost_batches": 7, "culprit": "main (pid 7) in sleep", "summary": ["main (pid 7) in sleep"],
+            "kill": {"processes": 3, "seconds": 0.3, "survivors": []}, "restart_seconds": 6.0, "tier": "restart"}
+
+
+def config_for(state_dir: Path):
+    return parse({"train": {"data": "demo"}, "metrics": {"listen": "off"}, "deadline": "2027-01-15T08:00:00Z"},
+                 "<test>", state_dir=state_dir)
+
+
+def test_a_state_directory_of_an_earlier_version_is_reported_from_its_incidents_and_says_what_is_missing(tmp_path):
+    (tmp_path / "incidents.jsonl").write_text(json.dumps(INCIDENT) + "\n")
+    night = report.gather_night(config_for(tmp_path))
+    page = report.render(night)
+    assert "no history.db (a state directory of a version before the history" in page
+    assert "no state file" in page and "no per-epoch metrics yet" in page
+    assert page.count('<tr class="incident"') == 1 and "(tier restart)" in page and "main (pid 7) in sleep" in page
+    assert "<script" not in page and re.findall(r'(?:src|href)\s*=\s*"(?!#|data:)', page) == []
+
+
+def test_gpu_readings_get_a_panel_and_the_png_keeps_its_size(tmp_path):
+    clock = type("Clock", (), {"t": 1_800_000_000.0, "__call__": lambda self: self.t})()
+    h = History(tmp_path, clock=clock)
+    for k in range(30):
+        clock.t += 5
+        h.record({"state": "healthy", "phase": "train", "rung": k // 15, "epoch": 1, "epochs": 3, "batch": k,
+                  "batches": 100, "progress": k / 300, "it_s": 12.5, "eta_seconds": 3600.0},
+                 [{"utilization_ratio": 0.9, "memory_used_bytes": 1 << 30, "temperature_celsius": 70.0,
+                   "power_watts": 200.0}])
+    h.close()
+    night = report.gather_night(config_for(tmp_path))
+    svg = report.report_plot.timeline(night).decode()
+    assert "GPU 0 busy %" in svg and "rung 1" in svg
+    png = report.report_plot.timeline(night, "png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == report.report_plot.PNG_SIZE[0]
