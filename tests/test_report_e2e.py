@@ -64,6 +64,8 @@ def night(tmp_path_factory):
         [kernel_log]
         source = "off"
         gpu_events = "off"
+        [ladder]
+        prior_between_hangs = "off"  # each hang climbs: the rung changes are part of the night told
         [notify]
         command = [{json.dumps(sys.executable)}, "{recorder}", "{log}", "{gate}"]
         timeout = 300
@@ -120,7 +122,7 @@ def test_the_report_opens_offline_in_chromium_with_both_hangs_and_the_rung_chang
     assert page.requests == [night.html.resolve().as_uri()], page.requests  # nothing but the file itself
     assert page.errors == []
     dom = json.loads(page.value)
-    assert [cause.split("no progress")[0] for cause in dom["incidents"]] == ["hang", "hang"]
+    assert [cause.split("no progress")[0] for cause in dom["incidents"]] == ["hang (tier restart)"] * 2
     assert [change.split(": ")[1] for change in dom["rung_changes"]] == ["rung 1", "rung 2"]
     assert dom["timeline"] == 1 and "#1 hang in train" in dom["timeline_text"] and "rung 2" in dom["timeline_text"]
     assert dom["missing"] is None and dom["epochs"] == 1
