@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -50,11 +51,27 @@ def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, ar
                           and (s["epoch"] - 1) * s["batches"] + s["batch"] > after_batches
                           and any(checkpoints.glob("*ckpt")) and s, 120, "training with a checkpoint")
         target = frozen(psutil.Process(status["worker_pid"]))
-        target.send_signal(signal.SIGSTOP)
+        while not stopped_inside_an_epoch(target, state_dir):
+            target.send_signal(signal.SIGCONT)  # it stopped at an epoch's end: let it into the next epoch, again
+            wait_for(lambda: (s := status_of(state_dir)) and s["phase"] == "train" and s["batch"]
+                     and s["batch"] <= s["batches"] - 5, 120, "the next epoch")
         _, stderr = proc.communicate(timeout=240)
     finally:
         proc.kill()
     return proc.returncode, stderr, status
+
+
+def stopped_inside_an_epoch(target: psutil.Process, state_dir: Path) -> bool:
+    """SIGSTOP ``target``; True once the supervisor, having read all it wrote, bounds it by the batch rhythm.
+
+    The status the test froze on can be a few batches old: on a loaded machine the stop then lands at the epoch's
+    end, whose timeout (save_timeout, 300 s until an epoch end is observed) this test is not about. The supervisor's
+    own status says where it stopped once nothing has come for a second after the stop."""
+    target.send_signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    status = wait_for(lambda: (s := status_of(state_dir)) and s["updated"] > stopped_at + 1
+                      and (s["seconds_since_progress"] or 0) >= 1 and s, 60, "the supervisor to see the stop")
+    return status["phase"] == "train" and status["watchdog"]["timeout"].startswith("train")
 
 
 def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resumed_from_its_checkpoint(tmp_path):
