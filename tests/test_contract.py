@@ -45,6 +45,7 @@ def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trai
         pass
     assert issubclass(base.TQDM, startup_steps.ScanProgress)
     steps.enter(StartupStep.FIRST_BATCH)
+    steps.enter(StartupStep.FIRST_STEP)
     steps.enter(StartupStep.LOADERS)  # training: the steps are over
     Heartbeat(w).step("no such step")
     os.close(w)
@@ -53,5 +54,5 @@ def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trai
     assert [(m.kind, m.step, m.done, m.total) for m in messages] == [
         (MessageKind.STEP, StartupStep.MODEL, None, None), (MessageKind.STEP, StartupStep.AMP_CHECK, None, None),
         (MessageKind.STEP, StartupStep.DATASET, None, None), (MessageKind.STEP, StartupStep.DATASET, 1, 3),
-        (MessageKind.STEP, StartupStep.FIRST_BATCH, None, None)]
+        (MessageKind.STEP, StartupStep.FIRST_BATCH, None, None), (MessageKind.STEP, StartupStep.FIRST_STEP, None, None)]
     assert messages[0].progress == 0  # a step is not progress: the supervisor's step clock is what it moves

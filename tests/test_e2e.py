@@ -145,13 +145,14 @@ def test_hang_before_the_first_batch_after_a_resume_climbs_again(demo_config, tm
     incidents = read_incidents(state_dir)
     assert [(i["reason"], i["phase"], i["rung"]) for i in incidents] == [("hang", "train", 0), ("hang", "startup", 1)]
     assert status["rung"] == 2 and status["settings"]["persistent_workers"] is False
-    # Found in the first batch's own step, bounded by what attempt 1 showed of that step (10 x it, at least 10 s,
-    # never more than startup_timeout), not by 10 x attempt 1's whole startup.
+    # Found in the first batch's step on the device, bounded by what attempt 1 showed of that step (10 x it, at
+    # least 10 s, never more than startup_timeout), not by 10 x attempt 1's whole startup.
     hung = incidents[1]
-    assert hung["startup_step"] == "first_batch" and hung["startup_step_seen"] > 0
+    assert hung["startup_step"] == "first_step" and hung["startup_step_seen"] > 0
     assert hung["startup_step_bound"] == pytest.approx(min(25, max(10, 10 * hung["startup_step_seen"])))
     seen = read_state(state_dir)["startup_steps_seen"]  # kept in the state file, every step our worker reports
-    assert set(seen) == {"imports", "checkpoint", "model", "amp_check", "dataset", "loaders", "first_batch"}
+    assert set(seen) == {"imports", "checkpoint", "model", "amp_check", "dataset", "loaders", "first_batch",
+                         "first_step"}
 
 
 def test_each_rung_is_really_in_force_after_a_resume(demo_config, tmp_path):

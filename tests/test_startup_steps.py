@@ -141,4 +141,24 @@ def test_the_steps_seen_survive_a_supervisor_restart_and_a_pause_moves_the_steps
     restarted.at(entered + 5)(core.SupervisorPaused(60.0))
     assert restarted.s.deadline().at == entered + 60.0 + 10.0
     assert [s.value for s in StartupStep] == ["imports", "checkpoint", "model", "amp_check", "dataset", "loaders",
-                                              "first_batch"]
+                                              "first_batch", "first_step"]
+
+
+def test_the_first_batchs_step_on_the_device_is_bounded_apart_from_the_loaders_start():
+    """The H100's 3.7-4.0 s "first batch" was a 1.3 s loader start and the first step's kernel search: one bound of
+    10 x both (37-40 s) let a loader that never delivers wait as long as a device step that never ends."""
+    d = Driver(make(watchdog={"startup_timeout": 600}))
+    d.boot_and_spawn()
+    start(d, steps=[*STEPS_OF_A_START[:-1], ("first_batch", 1.3), ("first_step", 2.5)])
+    assert (d.s.startup_steps_seen["first_batch"], d.s.startup_steps_seen["first_step"]) == (1.3, 2.5)
+    hang_in_training(d, PID + 1)
+    start(d, imports=0.0, steps=STEPS_OF_A_START[:-1], first_batch=False)
+    step(d, "first_batch")
+    assert (d.s.deadline().at - d.t, d.s.deadline().label) == (13.0, "first_batch auto")  # the loader's own
+    d.at(d.t + 1.0)
+    step(d, "first_step")
+    entered = d.t
+    assert (d.s.deadline().at - entered, d.s.deadline().label) == (25.0, "first_step auto")
+    actions = d.at(entered + 25.01)(core.Tick())
+    assert kinds(actions)[-1] == "KillTree"
+    assert (actions[-1].incident.startup_step, actions[-1].incident.startup_step_bound) == ("first_step", 25.0)

@@ -76,7 +76,10 @@ class StartupStep(str, Enum):
     AMP_CHECK = "amp_check"  # the AMP check (after torch.compile, where asked for)
     DATASET = "dataset"  # a dataset built: its labels scanned, its images cached, with progress (``done``, ``total``)
     LOADERS = "loaders"  # its DataLoader, then the validator, EMA, optimizer and resumed state
-    FIRST_BATCH = "first_batch"  # the loader's workers started, the first batch loaded and trained
+    FIRST_BATCH = "first_batch"  # the loader's workers started and the first batch loaded
+    # The first batch on the device: forward, backward, the optimizer's step (cuDNN's or MIOpen's kernel search is
+    # here: the seeds' "first batch never runs"). Apart from the loader's start, so neither bounds the other.
+    FIRST_STEP = "first_step"
 
 
 COMMAND_VERSION = 1

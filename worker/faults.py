@@ -15,7 +15,8 @@ kinds:
   does, but at a batch chosen in advance (a test's freeze then never lands at an epoch's end by chance).
 - ``native_hang``: the training loop blocks inside a C call (libc ``pause()``) after batch ``at_batch``, as a
   loop stuck in the HIP runtime or a driver call does: no Python frame moves.
-- ``before_first_batch``: the loop hangs after setup, before its first batch (the seeds' post-resume hang).
+- ``before_first_batch``: the attempt's first batch is loaded, and its step never runs (the seeds' post-resume hang:
+  "the first batch never runs", in the startup's ``first_step``).
 - ``val_hang``: validation sleeps forever after its first batch.
 - ``exit_hang``: the worker sleeps forever after it said training is done (its last checkpoint written), as a
   process stuck in the GPU runtime's teardown at exit does.

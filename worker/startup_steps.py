@@ -32,7 +32,7 @@ class StartupSteps:
             return
         self.current = step
         self.hb.step(step.value)
-        if step == StartupStep.FIRST_BATCH:
+        if step == StartupStep.FIRST_STEP:
             self.finished = True  # what follows is training: the supervisor's phases bound it
 
     def progress(self, done: int, total: int | None) -> None:

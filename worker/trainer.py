@@ -292,11 +292,12 @@ class SupervisedTrainerMixin:
                 self._restore_exact_state()
             sup.train_since = time.monotonic()
             hb.phase("train", **position())
-            if not sup.started:
-                sup.started = True
-                sup.faults.before_first_batch()
 
         def on_train_batch_start(trainer) -> None:
+            if not sup.started:  # the attempt's first batch is loaded: its step on the device comes next
+                sup.started = True
+                STEPS.enter(StartupStep.FIRST_STEP)
+                sup.faults.before_first_batch()
             if self._exact is not None:  # after the loop reset its running loss means: this epoch's so far
                 if self._exact.get("tloss") is not None:
                     self.tloss = {k: v.to(self.device) for k, v in self._exact["tloss"].items()}
