@@ -23,7 +23,7 @@ def test_the_in_force_report_crosses_a_real_pipe_as_a_typed_record():
 
 def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trainers_seams_report_them(monkeypatch):
     """The worker's reporter: each step once as entered, the AMP check and Ultralytics' dataset progress bars reached
-    by ``install``, quiet after the first batch; an unknown step is no message."""
+    by ``install``, the first step's forward, quiet after the first batch; an unknown step is no message."""
     from ultralytics.data import base, dataset
     from ultralytics.engine import trainer
 
@@ -46,7 +46,11 @@ def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trai
     assert issubclass(base.TQDM, startup_steps.ScanProgress)
     steps.enter(StartupStep.FIRST_BATCH)
     steps.enter(StartupStep.FIRST_STEP)
-    steps.enter(StartupStep.LOADERS)  # training: the steps are over
+    steps.progress(1, 2)  # its forward ran (worker/trainer.py): news within the first step
+    steps.enter(StartupStep.LOADERS)  # no step after the first step
+    steps.trained()
+    for _ in dataset.TQDM(range(3), total=3):  # the first batch trained: quiet
+        pass
     Heartbeat(w).step("no such step")
     os.close(w)
     messages = Decoder().feed(os.read(r, 65536))
@@ -54,5 +58,6 @@ def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trai
     assert [(m.kind, m.step, m.done, m.total) for m in messages] == [
         (MessageKind.STEP, StartupStep.MODEL, None, None), (MessageKind.STEP, StartupStep.AMP_CHECK, None, None),
         (MessageKind.STEP, StartupStep.DATASET, None, None), (MessageKind.STEP, StartupStep.DATASET, 1, 3),
-        (MessageKind.STEP, StartupStep.FIRST_BATCH, None, None), (MessageKind.STEP, StartupStep.FIRST_STEP, None, None)]
+        (MessageKind.STEP, StartupStep.FIRST_BATCH, None, None), (MessageKind.STEP, StartupStep.FIRST_STEP, None, None),
+        (MessageKind.STEP, StartupStep.FIRST_STEP, 1, 2)]
     assert messages[0].progress == 0  # a step is not progress: the supervisor's step clock is what it moves

@@ -33,11 +33,15 @@ class StartupSteps:
         self.current = step
         self.hb.step(step.value)
         if step == StartupStep.FIRST_STEP:
-            self.finished = True  # what follows is training: the supervisor's phases bound it
+            self.finished = True  # the last step: what follows it is training, which the supervisor's phases bound
+
+    def trained(self) -> None:
+        """The first batch is trained: the startup is over, and no progress is said of it again."""
+        self.current = None
 
     def progress(self, done: int, total: int | None) -> None:
         """``done`` items of this pass (a progress bar) over the step's items: news that the step is not hung."""
-        if self.hb is None or self.finished or self.current is None:
+        if self.hb is None or self.current is None:
             return
         now = time.monotonic()
         if done == 1 or now - self.reported_at >= PROGRESS_EVERY:

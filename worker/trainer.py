@@ -270,6 +270,17 @@ class SupervisedTrainerMixin:
         self._last_step_ni = exact["last_step_ni"]
         self._step_offset = exact["last_step_ni"] + 1
 
+    def _say_first_forward(self) -> None:
+        """News in the first step once its forward has run: the first forward and the first backward each search
+        their kernels (cuDNN's benchmark, MIOpen's database), so each is bounded by its own time, not by both."""
+        hook = None
+
+        def forward_done(*_: Any) -> None:
+            hook.remove()
+            STEPS.progress(1, 2)
+
+        hook = self.model.register_forward_hook(forward_done)
+
     def _add_supervision_callbacks(self) -> None:
         sup, hb = self.supervision, self.supervision.hb
 
@@ -297,6 +308,7 @@ class SupervisedTrainerMixin:
             if not sup.started:  # the attempt's first batch is loaded: its step on the device comes next
                 sup.started = True
                 STEPS.enter(StartupStep.FIRST_STEP)
+                self._say_first_forward()
                 sup.faults.before_first_batch()
             if self._exact is not None:  # after the loop reset its running loss means: this epoch's so far
                 if self._exact.get("tloss") is not None:
@@ -306,6 +318,7 @@ class SupervisedTrainerMixin:
         def on_train_batch_end(trainer) -> None:
             if not sup.reported_startup:
                 sup.reported_startup = True
+                STEPS.trained()
                 CLOCK.mark("first batch")
                 print(f"\nyolo-train worker: {CLOCK.report()}", flush=True)  # after a progress bar's \r
             sup.batch += 1
