@@ -186,6 +186,54 @@ def test_commands_cross_a_real_pipe_typed_and_each_rank_takes_what_concerns_it()
         os.close(write)
 
 
+def test_a_death_raised_at_any_line_of_the_intake_loses_no_word_of_the_supervisor():
+    """torch's SIGCHLD handler raises a killed loader worker's death at any bytecode of the main thread, also while
+    the loader reads the command that explains it (seen once on CI: the command was read, the death came before it
+    was recorded, and the handover's connection error that followed was raised as a real failure). Raised at every
+    line of the intake in turn, the next look still knows the worker as replaced."""
+    from worker import commands as commands_module
+    from worker import loader_recovery as recovery_module
+    from worker.commands import CommandChannel
+    from worker.contract import Command, CommandKind
+    from worker.heartbeat import Heartbeat
+    from worker.loader_recovery import LoaderRecovery
+
+    intake = {commands_module.__file__, recovery_module.__file__}
+    handover = ConnectionResetError(104, "Connection reset by peer")
+    lines = 0
+    for raise_at in range(1, 200):
+        read, write = os.pipe()
+        try:
+            recovery = LoaderRecovery("val", CommandChannel(read), Heartbeat(None))
+            os.write(write, Command(CommandKind.REPLACE_LOADER_WORKERS, pids=(4242,)).to_line())
+            lines = 0
+
+            def death(frame, event, arg):
+                nonlocal lines
+                if frame.f_code.co_filename not in intake:
+                    return None
+                if event == "line":
+                    lines += 1
+                    if lines == raise_at:
+                        raise RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly")
+                return death
+
+            sys.settrace(death)
+            try:
+                recovery.is_replacement(handover, {4242, 4243})
+            except RuntimeError:
+                pass
+            finally:
+                sys.settrace(None)
+            assert recovery.is_replacement(handover, {4242, 4243}), f"the word lost at line {raise_at} of the intake"
+        finally:
+            os.close(write)
+            os.close(read)
+        if lines < raise_at:  # the intake ran through without reaching it: every line has had its turn
+            break
+    assert raise_at > 5
+
+
 def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_word():
     from worker.commands import CommandChannel
     from worker.contract import Command, CommandKind

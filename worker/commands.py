@@ -41,28 +41,29 @@ class CommandChannel:
         return cls(int(value) if value.isdigit() else None)
 
     def poll(self) -> list[Command]:
-        """Read what the pipe holds now; returns the commands that came."""
+        """Read what the pipe holds now; returns the commands that came.
+
+        Each read is kept in the buffer by the statement that makes it, and the commands parsed from it replace it in
+        one assignment: torch's SIGCHLD handler raises a dead loader worker's death at any bytecode of the main
+        thread, and a command read but not kept would be lost with it."""
         if self.fd is None:
             return []
-        data = b""
         while True:
+            before = len(self._buffer)
             try:
-                chunk = os.read(self.fd, 65536)
+                self._buffer += os.read(self.fd, 65536)
             except BlockingIOError:
                 break
             except OSError:
                 self.fd = None
                 break
-            if not chunk:  # the supervisor closed its end: it is killing the tree
+            if len(self._buffer) == before:  # the supervisor closed its end: it is killing the tree
                 self.fd = None
                 break
-            data += chunk
-        if not data:
-            return []
-        *lines, self._buffer = (self._buffer + data).split(b"\n")
+        *lines, rest = self._buffer.split(b"\n")
         came = [c for c in (Command.from_line(line) for line in lines if line.strip()) if c is not None
                 and self._concerns(c)]
-        self.pending += came
+        self.pending, self._buffer = self.pending + came, rest
         return came
 
     def _concerns(self, command: Command) -> bool:
@@ -77,10 +78,17 @@ class CommandChannel:
         return any(c.kind == kind for c in self.pending)
 
     def take(self, kind: CommandKind) -> list[Command]:
-        self.poll()
-        taken = [c for c in self.pending if c.kind == kind]
-        self.pending = [c for c in self.pending if c.kind != kind]
+        taken = self.peek(kind)
+        self.drop(kind)
         return taken
+
+    def peek(self, kind: CommandKind) -> list[Command]:
+        """The pending commands of ``kind``, kept pending (``drop`` them once what they say is recorded)."""
+        self.poll()
+        return [c for c in self.pending if c.kind == kind]
+
+    def drop(self, kind: CommandKind) -> None:
+        self.pending = [c for c in self.pending if c.kind != kind]
 
 
 def relay_to_ranks(channel: CommandChannel, world_size: int, on_stop: Callable[[], None]) -> dict[str, str]:

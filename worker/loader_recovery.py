@@ -69,8 +69,11 @@ class LoaderRecovery:
     def is_replacement(self, error: BaseException, workers: set[int]) -> bool:
         """The loader (whose iterator's worker processes are ``workers``) failed because the supervisor killed some of
         them: it said so first, on the command pipe."""
-        for command in self.commands.take(CommandKind.REPLACE_LOADER_WORKERS):
+        # Recorded before they are dropped: a death raised meanwhile (torch's SIGCHLD handler, at any bytecode) must
+        # not lose the word that explains it.
+        for command in self.commands.peek(CommandKind.REPLACE_LOADER_WORKERS):
             self.replaced.update(command.pids)
+        self.commands.drop(CommandKind.REPLACE_LOADER_WORKERS)
         dead = dead_workers(error)
         if dead:
             return dead <= self.replaced
