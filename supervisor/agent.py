@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from supervisor.config import Config
-from supervisor.decision import core, notices
+from supervisor.decision import core, notices, watchdog
 from supervisor.decision.incident import Incident
 from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
@@ -86,7 +86,7 @@ class Agent:
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
         self.handle(core.Boot())
         while self.s.exit is None:
-            due = self.s.deadline()
+            due = watchdog.deadline(self.s)
             wake = min(due.at or math.inf, self.reads.next_wake())
             timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
             self.metrics.retry_if_due()
@@ -102,10 +102,10 @@ class Agent:
             self.reads.wake_due()
             for source in self.kernel.polled():
                 self._on_kernel(source)
-            due = self.s.deadline()
+            due = watchdog.deadline(self.s)
             if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                 self._drain_worker()  # what is queued is read before anyone is judged
-                due = self.s.deadline()
+                due = watchdog.deadline(self.s)
                 if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                     self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.decision import core
+from supervisor.decision import core, probe, watchdog
 from supervisor.config import parse
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.decision.incident import Loss, Stacks
@@ -255,7 +255,7 @@ def test_a_worker_that_never_exits_after_done_is_killed_and_the_run_succeeds_wit
     assert kinds(actions) == ["Log", "KillTree"]
     incident = actions[1].incident
     assert (incident.reason, incident.phase) == ("hang", "done") and "nothing is lost" in incident.detail
-    assert incident.loss.seconds == 0.0 and d.s.lost_seconds == 0.0
+    assert incident.loss.seconds == 0.0 and d.s.goodput.lost_seconds == 0.0
     assert d(core.TreeKilled(killed=3))[-1] == core.Exit(EXIT_OK, "training finished after 1 attempt(s)")
     assert (d.s.state, d.s.rung, d.s.restarts_by_reason, d.s.hangs_by_phase) == (
         core.State.SUCCEEDED, 0, {}, {"done": 1})
@@ -287,7 +287,7 @@ def test_a_stop_whose_save_failed_says_no_checkpoint_was_written_and_counts_the_
     assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.loss.batches == 20
     exit = d(core.TreeKilled(killed=0))[-1]
     assert exit.code == EXIT_OK and "without a new checkpoint (none was written: the 10 s and 20 batches" in exit.text
-    assert d.s.lost_seconds == pytest.approx(9.5) and d.s.lost_batches == 20
+    assert d.s.goodput.lost_seconds == pytest.approx(9.5) and d.s.goodput.lost_batches == 20
     assert d.s.incidents[-1].loss.seconds == pytest.approx(9.5)
 
 
@@ -414,7 +414,7 @@ def test_a_stall_line_while_training_progresses_kills_nothing():
     d = healthy(watchdog={"stall_timeout": 600})
     d(kernel())
     d.at(d.t + 0.5).beat()
-    assert d.s.suspicion is None
+    assert d.s.current.suspicion is None
     assert d.at(d.t + 30)(core.Tick()) == []  # only the stall timeout (600 s) is left
     assert d.s.kernel_events == {"stall": 1} and d.s.incidents == []
 
@@ -454,7 +454,7 @@ def test_the_field_lines_are_evidence_while_progress_stops_and_never_kill_while_
 def test_a_line_about_another_process_only_counts():
     d = healthy(watchdog={"stall_timeout": 600})
     d(kernel(pid=999, in_tree=False, message="INFO: task kworker:999 blocked for more than 122 seconds."))
-    assert d.s.suspicion is None and d.s.kernel_events == {"stall": 1}
+    assert d.s.current.suspicion is None and d.s.kernel_events == {"stall": 1}
 
 
 def test_gpu_lost_kills_and_ends_with_reboot_needed():
@@ -488,7 +488,7 @@ def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_inci
     incident = actions[1].incident
     assert incident.loss == Loss(seconds=4.0, batches=8)
     assert incident.resumes_from == {"epoch": 1, "batch": 20, "path": "/s/train/weights/last.pt"}
-    assert d.s.lost_seconds == 4.0 and d.s.trained() == pytest.approx(13.5)  # first batch at 1000.5
+    assert d.s.goodput.lost_seconds == 4.0 and d.s.trained() == pytest.approx(13.5)  # first batch at 1000.5
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 1, "/s/train/weights/last.pt"))
     d.at(d.t + 3)
@@ -513,7 +513,7 @@ def test_a_stop_that_saves_loses_nothing():
     d.beat("train", kind="checkpoint", path="/x/last.pt", epoch=1, batch=19, progress=d.progress)
     d(core.WorkerExited(0))
     d(core.TreeKilled(killed=1))
-    assert d.s.lost_seconds == 0.0 and d.s.incidents[-1].loss.seconds == 0.0
+    assert d.s.goodput.lost_seconds == 0.0 and d.s.incidents[-1].loss.seconds == 0.0
     assert d.s.exit.code == EXIT_OK and "after saving a checkpoint" in d.s.exit.text
 
 
@@ -530,17 +530,17 @@ def epoch_end(d: Driver, gap: float) -> None:
 def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one():
     d = healthy(watchdog={"save_timeout": 300})
     d.at(d.t + 0.5).beat("save", kind="phase")
-    assert d.s.deadline().at - d.t == 300  # nothing observed yet: the generous allowance
+    assert watchdog.deadline(d.s).at - d.t == 300  # nothing observed yet: the generous allowance
     d.at(d.t + 2.0).beat("val", kind="phase")
     d.at(d.t + 0.2).beat("val")
     d.at(d.t + 0.2).beat("save", kind="phase")
     d.at(d.t + 2.5).beat("save")
     d.at(d.t + 0.5).beat("train", kind="phase")
-    assert d.s.deadline().label == "save_timeout"  # until the next epoch's first batch, this is still its end
+    assert watchdog.deadline(d.s).label == "save_timeout"  # until the next epoch's first batch, this is still its end
     d.train_until(d.t + 5, 0.5)
     assert d.s.epoch_end_seen == 2.5
     d.at(d.t + 0.5).beat("save", kind="phase")  # the next epoch's end: 10 x 2.5 s, not 300 s
-    due = d.s.deadline()
+    due = watchdog.deadline(d.s)
     assert (due.at - d.t, due.label) == (25.0, "save auto")
     actions = d.at(d.t + 25.01)(core.Tick())
     assert actions[1].incident.phase == "save" and actions[1].incident.reason == "hang"
@@ -549,13 +549,13 @@ def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one
 def test_later_startups_of_a_worker_that_reports_no_steps_are_bounded_by_the_startup_this_run_saw():
     d = Driver(make(watchdog={"startup_timeout": 600}))
     d.boot_and_spawn()
-    assert d.s.deadline().at - d.t == 600
+    assert watchdog.deadline(d.s).at - d.t == 600
     d.at(d.t + 3.0).beat(epoch=1, epochs=3, batch=1, batches=10)  # first batch 3 s after spawn
     d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=2, batches=10)
     d.at(d.t + 11)(core.Tick())  # hang
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 1, None))
-    due = d.s.deadline()
+    due = watchdog.deadline(d.s)
     # Its whole startup is its first step, "imports": max(auto_floor, 10 x 3 s)
     assert (due.at - d.t, due.label) == (30.0, "imports auto")
 
@@ -564,7 +564,7 @@ def test_a_kernel_stall_line_during_startup_opens_the_confirm_window():
     d = Driver(make(watchdog={"startup_timeout": 600}, kernel_log={"confirm_window": 10}))
     d.boot_and_spawn()
     d.at(d.t + 5)(kernel(in_tree=None))
-    assert d.s.deadline().label == "kernel confirm window" and d.s.deadline().at == d.t + 10
+    assert watchdog.deadline(d.s).label == "kernel confirm window" and watchdog.deadline(d.s).at == d.t + 10
     actions = d.at(d.t + 10.01)(core.Tick())
     assert actions[1].incident.reason == "kernel" and actions[1].incident.phase == "startup"
 
@@ -591,9 +591,9 @@ def test_a_gpu_lost_line_ends_the_run_only_as_the_kernels_own_word_about_a_gpu_i
     lost = "amdgpu 0000:03:00.0: amdgpu: GPU reset(2) failed"
     forged = healthy()  # device unset: a GPU training
     forged(core.KernelMessage(KernelKind.GPU_LOST, lost, "kmsg", "amdgpu_reset_failed", trusted=False))
-    assert not forged.s.reboot_needed and forged.s.suspicion is not None  # suspicion, confirmed by a stall only
+    assert not forged.s.reboot_needed and forged.s.current.suspicion is not None  # suspicion, confirmed by a stall only
     forged.beat(epoch=1, epochs=3, batch=2, batches=10)
-    assert forged.s.suspicion is None and forged.s.state == core.State.HEALTHY
+    assert forged.s.current.suspicion is None and forged.s.state == core.State.HEALTHY
     on_cpu = Driver(make())
     on_cpu.s.config.train["device"] = "cpu"
     on_cpu.boot_and_spawn()
@@ -654,7 +654,7 @@ def test_a_pause_of_the_supervisor_itself_moves_every_deadline_instead_of_blamin
     last = d.t
     d.at(last + 25)  # the supervisor was stopped for 20 s past a 10 s stall timeout
     actions = d(core.SupervisorPaused(20.0))
-    assert kinds(actions) == ["Log"] and d.s.deadline().at == last + 20 + 10
+    assert kinds(actions) == ["Log"] and watchdog.deadline(d.s).at == last + 20 + 10
     assert d(core.Tick()) == []  # 5 s after the pause ended: still inside the stall timeout
     d.beat("done", kind="phase")  # it had finished meanwhile: its last words were queued behind the pause
     d(core.WorkerExited(0))
@@ -689,18 +689,18 @@ def train(d: Driver, seconds: float, pid: int, interval: float = 0.5) -> list:
 
 def test_after_probe_after_of_healthy_training_the_faster_rung_is_tried_at_a_checkpoint():
     d = at_rung_1_after_a_hang(ladder={"probe_after": 60, "give_up_after": 3}, checkpoint={"every": 30})
-    assert d.s.rung == 1 and d.s.probe_in() == 60
+    assert d.s.rung == 1 and probe.probe_in(d.s) == 60
     actions = train(d, 70, PID + 1, SAFER)
     assert kinds(actions)[-2:] == ["Log", "RequestCheckpoint"] and d.s.state == core.State.STOPPING
-    assert d.s.stop.reason == core.Reason.PROBE and d.s.rung_trained() == pytest.approx(60, abs=SAFER)
+    assert d.s.stop.reason == core.Reason.PROBE and probe.rung_trained(d.s) == pytest.approx(60, abs=SAFER)
     d.beat("train", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
     assert kinds(d(core.WorkerExited(0))) == ["KillTree"]
     actions = d(core.TreeKilled(killed=1))
     spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
-    assert spawn.rung == 0 and d.s.probing_from == 1 and d.s.restarts_by_reason == {"hang": 1, "probe": 1}
+    assert spawn.rung == 0 and d.s.probe.probing_from == 1 and d.s.restarts_by_reason == {"hang": 1, "probe": 1}
     assert len(d.s.restart_times) == 1  # a probe is planned: it spends no restart budget
     assert d.s.incidents[-1].reason == "probe" and d.s.incidents[-1].loss.seconds == 0.0
-    assert d.s.lost_seconds == pytest.approx(9.5)  # the hang's; the probe lost nothing
+    assert d.s.goodput.lost_seconds == pytest.approx(9.5)  # the hang's; the probe lost nothing
 
 
 def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_whose_probes_hung_is_left_alone():
@@ -713,9 +713,10 @@ def test_a_hang_on_the_probed_rung_returns_and_doubles_the_probation_and_a_rung_
     train(d, 5, PID + 2)
     actions = d.at(d.t + 10.01)(core.Tick())  # the probed rung 0 hangs again
     actions += d(core.TreeKilled(killed=1))
-    assert d.s.rung == 1 and d.s.probing_from is None and d.s.probation == {"1": 120.0}
+    assert d.s.rung == 1 and d.s.probe.probing_from is None and d.s.rungs[1].probation == 120.0
     # its probe hung give_up_after (1) times: never probed again (the hang that left it does not count)
-    assert d.s.rung_hangs == {"0": 2} and d.s.probe.failed == {"0": 1} and d.s.probe_in() is None
+    assert (d.s.rungs[0].hangs, d.s.rungs[1].hangs) == (2, 0) and d.s.rungs[0].failed_probes == 1
+    assert probe.probe_in(d.s) is None
     assert any("not probed again" in a.text for a in actions if isinstance(a, core.Log))
 
 
@@ -740,8 +741,8 @@ def test_a_probe_whose_save_goes_wrong_is_a_real_incident_and_training_goes_on_a
     assert SHELL_FIELDS <= kill.incident.to_dict().keys() and kill.incident.reason == "hang"
     assert "asked to save, the worker" in kill.incident.detail and kill.incident.loss.batches > 0
     spawn = [a for a in d(core.TreeKilled(killed=2)) if isinstance(a, core.Spawn)][0]
-    assert spawn.rung == 1 and d.s.probing_from is None and d.s.restarts_by_reason == {"hang": 2}
-    assert d.s.probe_in() == 60  # its probation starts over: no probe at the restarted worker's first beats
+    assert spawn.rung == 1 and d.s.probe.probing_from is None and d.s.restarts_by_reason == {"hang": 2}
+    assert probe.probe_in(d.s) == 60  # its probation starts over: no probe at the restarted worker's first beats
 
 
 def test_a_first_sigterm_during_a_probes_save_waits_for_it_and_a_second_kills():
@@ -769,7 +770,7 @@ def test_a_probe_keeps_the_attempts_training_time_and_the_probed_rung_is_kept_af
     d(core.Spawned(PID + 2, "/s/last.pt"))
     actions = train(d, 62, PID + 2)
     assert d.s.trained() == pytest.approx(before + 61, abs=0.6)
-    assert d.s.rung == 0 and d.s.probing_from is None  # kept after 60 s on it, not 60 s plus the attempt before
+    assert d.s.rung == 0 and d.s.probe.probing_from is None  # kept after 60 s on it, not 60 s plus the attempt before
     assert any("held for" in a.text for a in actions if isinstance(a, core.Log))
 
 
@@ -779,7 +780,7 @@ def test_a_finished_command_whose_exit_hangs_ends_succeeded():
     d(core.Spawned(PID, None, exit_0_finishes=True))
     for batch in range(1, 41):
         d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=batch, batches=40)  # its bar read from its output
-    assert d.s.deadline().at == d.t + 20  # its exit is due: watched as our worker's after "done"
+    assert watchdog.deadline(d.s).at == d.t + 20  # its exit is due: watched as our worker's after "done"
     actions = d.at(d.t + 20.01)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.phase == "done"
     assert d(core.TreeKilled(killed=1))[-1] == core.Exit(EXIT_OK, "training finished after 1 attempt(s)")
@@ -792,15 +793,15 @@ def test_probing_survives_a_supervisor_restart_and_off_keeps_the_ladder_one_way(
     record = d.s.persistent(d.t)
     again = make(ladder={"probe_after": 60, "prior_between_hangs": "off"}, checkpoint={"every": 30})
     again.restore(record)
-    assert again.rung == 1 and again.probe_in() == pytest.approx(60 - 40, abs=2 * SAFER)
+    assert again.rung == 1 and probe.probe_in(again) == pytest.approx(60 - 40, abs=2 * SAFER)
     off = at_rung_1_after_a_hang(ladder={"probe_after": "off"})
-    assert off.s.probe_in() is None and kinds(train(off, 200, PID + 1)).count("RequestCheckpoint") == 0
+    assert probe.probe_in(off.s) is None and kinds(train(off, 200, PID + 1)).count("RequestCheckpoint") == 0
 
 
 def test_each_rung_keeps_its_measured_speed():
     d = healthy()  # 0.5 s batches at rung 0
     d.train_until(d.t + 30, 0.5)
-    assert d.s.rung_speed(0) == pytest.approx(2.0)
+    assert d.s.rungs[0].speed() == pytest.approx(2.0)
 
 
 def test_under_ddp_rank_0_is_the_progress_every_rank_its_own_liveness_and_a_stray_pid_is_not_a_rank():
@@ -844,14 +845,14 @@ def test_an_epochs_slow_first_batch_and_a_save_stretch_no_batch_interval():
     d.at(d.t + 0.5).beat("save", kind="phase")
     d.at(d.t + 0.5).beat("train", kind="phase")
     d.at(d.t + 3.0).beat(epoch=2, epochs=3, batch=1, batches=10)  # the loader's workers start: 3 s
-    assert max(d.s.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 3.0
+    assert max(d.s.current.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 3.0
     d.train_until(d.t + 2, 0.5)
-    due = d.s.deadline()
+    due = watchdog.deadline(d.s)
     assert (due.label, due.at - d.t) == ("train auto", 10.0)
     d.at(d.t + 0.5).beat("save", kind="phase")  # a mid-epoch save: the worker says so, and it takes 4 s
     d.at(d.t + 4.0).beat("train", kind="phase")
     d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=7, batches=10)
-    assert max(d.s.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 4.0
+    assert max(d.s.current.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 4.0
 
 
 def test_an_oom_kill_names_only_the_exit_that_follows_it_soon():
@@ -891,8 +892,8 @@ def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
     d.at(d.t + 3.5).beat(epoch=1, epochs=3, batch=1, batches=32)
     for _ in range(10):
         d.at(d.t + 0.1).beat(epoch=1, epochs=3, batch=2, batches=32)
-    assert max(d.s.intervals["train"]) == pytest.approx(0.1)
-    assert d.s.deadline().at - d.t == 10.0  # the auto floor, not 35 s
+    assert max(d.s.current.intervals["train"]) == pytest.approx(0.1)
+    assert watchdog.deadline(d.s).at - d.t == 10.0  # the auto floor, not 35 s
 
 
 def test_a_state_directory_another_supervisor_took_stops_the_worker_without_a_save_and_exits_78():
@@ -902,7 +903,7 @@ def test_a_state_directory_another_supervisor_took_stops_the_worker_without_a_sa
     assert kinds(d(core.StateDirTaken(taken))) == ["Log", "KillTree"]
     exit = d(core.TreeKilled(killed=1))[-1]
     assert exit.code == 78 and exit.text.startswith(taken) and "its own state_dir" in exit.text
-    assert d.s.state == core.State.FAILED and d.s.lost_batches == 20
+    assert d.s.state == core.State.FAILED and d.s.goodput.lost_batches == 20
     backing_off = healthy()
     backing_off(core.WorkerExited(1))
     backing_off(core.TreeKilled(killed=0))
@@ -946,8 +947,8 @@ def test_it_s_is_timed_by_when_beats_were_sent_not_when_a_burst_of_them_arrived(
         for _ in range(10):
             sent += 1 / 4.7
             d.beat(epoch=1, epochs=3, batch=1, batches=40, sent=sent)
-    assert d.s.batches_per_second() == pytest.approx(4.7)
-    assert d.s.rung_speed(0) == pytest.approx(4.7, rel=1e-3)
+    assert d.s.current.batches_per_second() == pytest.approx(4.7)
+    assert d.s.rungs[0].speed() == pytest.approx(4.7, rel=1e-3)
 
 
 def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervisor_restart():
@@ -1034,11 +1035,11 @@ def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_
     [record] = [a for a in d.at(d.t + 2).beat(pid=PID + 1, progress=1, epoch=2, epochs=3, batch=44, batches=50)
                 if isinstance(a, core.RecordIncident)]
     assert record.incident.loss == Loss(seconds=1.0, batches=2)  # 2 batches at the measured 2 it/s
-    assert (d.s.lost_batches, d.s.lost_seconds) == (2, 1.0)
+    assert (d.s.goodput.lost_batches, d.s.goodput.lost_seconds) == (2, 1.0)
     # the next attempt never shows a position: its loss stays unknown, counted nowhere
     d.at(d.t + 20)(core.Tick())
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 2, None, exit_0_finishes=True))
     actions = d.at(d.t + 2).beat(pid=PID + 2, progress=1, epoch=None, batch=None)
     assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, core.RecordIncident)] == [None]
-    assert d.s.lost_batches == 2
+    assert d.s.goodput.lost_batches == 2

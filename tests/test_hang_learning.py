@@ -5,7 +5,7 @@ import math
 import pytest
 
 from supervisor.config import ConfigError, parse
-from supervisor.decision import checkpoint_interval, core, rung_choice
+from supervisor.decision import checkpoint_interval, choices, core, rung_choice
 from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.rung_choice import RungFacts
 from supervisor.decision.incident import Stacks
@@ -107,8 +107,8 @@ def test_what_the_hangs_taught_survives_a_supervisor_restart():
     again = make(workers=8)
     again.restore(record)
     assert again.hang_history.holds == night.d.s.hang_history.holds
-    assert again.hang_history.rung_seconds == night.d.s.hang_history.rung_seconds
-    assert again.mean_time_between_hangs() == pytest.approx(night.d.s.mean_time_between_hangs())
+    assert again.rungs == night.d.s.rungs
+    assert choices.mean_time_between_hangs(again) == pytest.approx(choices.mean_time_between_hangs(night.d.s))
 
 
 # The ladder ------------------------------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def test_hangs_that_come_as_often_whatever_the_rung_leave_the_run_on_the_fastest
     # One hang in 30 s is no proof against rung 0 (the prior), and each later one comes no sooner: no slower rung is
     # paid for.
     assert rungs == [0, 0, 0, 0, 0, 0]
-    facts = night.d.s.rung_facts()
+    facts = choices.rung_facts(night.d.s)
     assert facts[0].hangs == 5 and not facts[1].tried
     ladder = snapshot(night.d.s, core.Now(night.d.t, 0)).to_dict()["ladder"]
     assert set(ladder["rungs"]) == {"0"} and ladder["rungs"]["0"]["between_hangs"] == pytest.approx((150 + 300) / 6,
@@ -177,7 +177,7 @@ def test_one_hang_a_few_seconds_in_is_no_proof_against_rung_0():
 def test_a_hang_the_settings_cause_still_climbs_to_the_rung_that_cures_it_and_stays():
     night = settings_deadlock(probe_after="off")
     # Rung 1 and 2 each left at their first hang: the quick hangs at the rungs below are their prior.
-    assert [night.d.s.rung_facts()[k].hangs for k in range(4)] == [5, 1, 1, 0]
+    assert [choices.rung_facts(night.d.s)[k].hangs for k in range(4)] == [5, 1, 1, 0]
     night.train(300)  # cured: no hang, no choice to make
     assert night.d.s.rung == 3 and night.d.s.state == core.State.HEALTHY
 
@@ -185,9 +185,9 @@ def test_a_hang_the_settings_cause_still_climbs_to_the_rung_that_cures_it_and_st
 def test_a_probe_goes_straight_to_the_fastest_rung_worth_retrying():
     night = settings_deadlock(probe_after=60, give_up_after=3)
     # Rung 0 hung 5 times in the burst; that was before the quiet at rung 3, which is the newer evidence.
-    assert night.d.s.rung_facts()[0].hangs == 5 and night.d.s.probe_target() == 0
+    assert choices.rung_facts(night.d.s)[0].hangs == 5 and choices.probe_target(night.d.s) == 0
     probe(night)
-    assert night.d.s.rung == 0 and night.d.s.probing_from == 3  # not rung 2, then 1, then 0
+    assert night.d.s.rung == 0 and night.d.s.probe.probing_from == 3  # not rung 2, then 1, then 0
 
 
 def probe(night: Night) -> None:
@@ -212,17 +212,17 @@ def test_a_rung_left_after_a_burst_is_probed_after_quiet_even_measured_a_little_
     for seconds in QUICK_HANGS[:5]:
         night.train(seconds)
         night.hang()
-    assert night.d.s.rung == 1 and night.d.s.rung_hangs == {"0": 5}
+    assert night.d.s.rung == 1 and [f.hangs for f in choices.rung_facts(night.d.s)][:2] == [5, 0]
     probe(night)
-    assert night.spawns[-1].rung == 0 and night.d.s.probing_from == 1
+    assert night.spawns[-1].rung == 0 and night.d.s.probe.probing_from == 1
     # It hangs on the probe: back to rung 1, probation doubled; three failed probes and it is left alone.
     for failed in (1, 2, 3):
         night.train(5)
         actions = night.hang()
-        assert night.d.s.rung == 1 and night.d.s.probe.failed == {"0": failed}
+        assert night.d.s.rung == 1 and night.d.s.rungs[0].failed_probes == failed
         if failed < 3:
             probe(night)
-    assert night.d.s.probe_target() is None and any("not probed again" in a.text for a in actions
+    assert choices.probe_target(night.d.s) is None and any("not probed again" in a.text for a in actions
                                                     if isinstance(a, core.Log))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.decision import core
+from supervisor.decision import choices, core
 from supervisor.decision.incident import Stacks
 from tests.conftest import ROOT, demo_train, read_incidents, read_state
 from tests.test_core import PID, Driver, kinds, make
@@ -57,8 +57,8 @@ def test_a_stuck_loader_worker_is_replaced_in_place_and_its_cost_recorded():
     assert incident["in_place"]["action"] == pytest.approx(0.5) and incident["in_place"]["to_next_batch"] > 9
     assert d.s.recoveries == {"in_place": 1} and d.s.attempt == 1 and d.s.state == core.State.HEALTHY
     assert d.s.current.loaders == {5003: (None, "train")}  # a new iterator: all its workers new
-    assert d.s.rung_in_place_seconds["0"] > 20  # the rung choice counts this cost, not a restart's
-    assert d.s.rung_facts()[0].hangs == 0
+    assert d.s.rungs[0].in_place_seconds > 20  # the rung choice counts this cost, not a restart's
+    assert choices.rung_facts(d.s)[0].hangs == 0
 
 
 def escalated(d: Driver, actions: list, why: str, incidents: int = 1) -> dict:

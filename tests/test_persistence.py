@@ -1,5 +1,6 @@
 """What a restarted supervisor gets back: every field declared kept round-trips through the state file, and a state
-file written before persistence was derived from the records restores as it did."""
+file written before persistence was derived from the records, or before a rung's facts were one record, restores as
+it did."""
 
 import copy
 import dataclasses
@@ -8,14 +9,17 @@ import json
 import math
 import types
 import typing
+from pathlib import Path
 
 import pytest
 
-from supervisor.decision import core, persistence
+from supervisor.decision import core, persistence, probe
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import Incident
+from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.state import CheckpointMark, Supervision
 from supervisor.decision.vocabulary import State
+from supervisor.outputs.status_view import snapshot
 from test_core import Driver, make
 
 # Values unlike the defaults, for the kept types whose reading back is their own (a restarted supervisor starts over
@@ -84,10 +88,12 @@ def test_every_kept_field_is_saved_and_restored():
     assert [(p, get(restored, p)) for p, _ in paths] == [(p, get(s, p)) for p, _ in paths]
 
 
-@pytest.mark.parametrize("record, not_kept", [(HangHistory, {"stall_since"}), (Incident, {"recorded"})])
+@pytest.mark.parametrize("record, not_kept", [(HangHistory, {"stall_since"}), (RungRecord, set()),
+                                              (Incident, {"recorded"})])
 def test_every_field_of_a_kept_record_is_saved_and_read_back(record, not_kept):
-    """The records kept whole (the hang history) or in a file of their own (an incident in incidents.jsonl): a field
-    added to one is kept, or named here as not (a monotonic time; the state file's own mark)."""
+    """The records kept whole (the hang history, a rung's) or in a file of their own (an incident in
+    incidents.jsonl): a field added to one is kept, or named here as not (a monotonic time; the state file's own
+    mark)."""
     value = sample(record)
     fields = persistence.kept_fields(record)
     assert {f.name for f in dataclasses.fields(record)} - {f.name for f, _, _ in fields} == not_kept
@@ -134,9 +140,10 @@ def test_an_incident_of_todays_format_reads_back_and_writes_the_same(line):
     assert list(written) == list(line) and json.dumps(written) == json.dumps(line)
 
 
-# A state file as the supervisor wrote it before the records declared what is kept (persistent() listed the keys):
-# a run at rung 1 after a hang and a crash, probing from rung 2 earlier, one incident not yet in incidents.jsonl.
-TODAY = {
+# A state file as the supervisor wrote it before the records declared what is kept (persistent() listed the keys)
+# and before a rung's facts were one record (each in a map of its own): a run at rung 1 after a hang and a crash,
+# probing from rung 2 earlier, one incident not yet in incidents.jsonl.
+BEFORE = {
     "attempt": 3, "budget_times": [1700001076.0],
     "checkpoint": {"batch": 40, "epoch": 1, "mono": 1020.0, "path": "/x/last.pt", "seconds": 0.7,
                    "wall": 1700001020.0},
@@ -169,6 +176,14 @@ TODAY = {
     "training_fingerprint": "e3eed639ceb26a78",
     "recoveries": {"in_place": 1, "restart": 3}, "in_place_times": [1763800000.5], "loader_start_seen": 0.4,
     "rung_in_place_seconds": {"0": 12.5}}
+RUNG_MAPS = ("rung_speeds", "rung_hangs", "rung_in_place_seconds", "probation", "failed")
+# The same training in today's state file: each rung's facts in its record.
+TODAY = {**{k: v for k, v in BEFORE.items() if k not in RUNG_MAPS},
+         "hang_history": {k: v for k, v in BEFORE["hang_history"].items() if k not in ("rung_seconds", "rung_starts")},
+         "rungs": {"0": {"speeds": [2.0, 2.0, 2.0], "seconds": 24.5, "hangs": 1, "starts": [0.5], "failed_probes": 1,
+                         "in_place_seconds": 12.5},
+                   "1": {"speeds": [1.4286, 1.4286, 1.4286], "seconds": 20.3, "starts": [0.7, 0.7],
+                         "probation": 120.0}}}
 
 
 def test_a_state_file_of_todays_format_restores_the_same():
@@ -180,11 +195,37 @@ def test_a_state_file_of_todays_format_restores_the_same():
     d = Driver(restored)
     d(core.Boot())
     assert restored.persistent(d.t + 5)["run_seconds"] == pytest.approx(TODAY["run_seconds"] + 5)
-    assert restored.rung == 1 and restored.attempt == 4 and restored.probe_in() is not None
+    assert restored.rung == 1 and restored.attempt == 4 and probe.probe_in(restored) is not None
+
+
+def test_a_state_file_with_a_map_per_rung_fact_restores_into_the_rung_records():
+    restored = make()
+    restored.restore(copy.deepcopy(BEFORE))
+    assert restored.rungs == {0: RungRecord([2.0, 2.0, 2.0], 24.5, 1, [0.5], None, 1, 12.5),
+                              1: RungRecord([1.4286, 1.4286, 1.4286], 20.3, 0, [0.7, 0.7], 120.0)}
+    assert restored.persistent(0.0) == {**TODAY, "state": State.STARTING.value, "run_seconds": None,
+                                        "checkpoint": {**TODAY["checkpoint"], "mono": -math.inf}}
+
+
+def test_the_state_file_the_supervisor_wrote_at_44465a3_restores_into_the_same_rung_facts():
+    """tests/fixtures/state/capture.py ran that commit's core through hangs, a probe that hung and a recovery in
+    place: restored here, the ladder's next choices and the status read from the rungs are what they were there."""
+    written = json.loads((Path(__file__).parent / "fixtures" / "state" / "supervisor-44465a3.json").read_text())
+    assert set(RUNG_MAPS) <= set(written["state"]) and "rungs" not in written["state"]
+    restored = make(workers=8, ladder=written["ladder"])
+    restored.restore(copy.deepcopy(written["state"]))
+    assert restored.rungs[0].hangs == 6 and restored.rungs[0].failed_probes == 1
+    assert restored.rungs[1].probation == 120.0 and restored.rungs[1].in_place_seconds == 11.998
+    now = core.Now(*written["now"])
+    shown = snapshot(restored, now).to_dict()
+    assert {k: shown[k] for k in written["status"]} == written["status"]
+    again = make(workers=8, ladder=written["ladder"])
+    again.restore(json.loads(json.dumps(restored.persistent(0.0))))
+    assert again.rungs == restored.rungs and not set(RUNG_MAPS) & set(restored.persistent(0.0))
 
 
 def test_a_state_file_from_before_the_budget_and_run_seconds_were_kept_restores_as_it_did():
-    older = {k: v for k, v in TODAY.items() if k not in ("budget_times", "run_seconds")}
+    older = {k: v for k, v in BEFORE.items() if k not in ("budget_times", "run_seconds")}
     restored = make()
     restored.restore(copy.deepcopy(older))
     assert restored.persistent(0.0)["budget_times"] == TODAY["restart_times"]
@@ -200,8 +241,8 @@ def test_a_finished_training_and_a_shorter_ladder_restore_as_they_did():
     assert json.loads(json.dumps(restored.persistent(0.0)))["state"] == "succeeded"
 
 
-def _changed(key, value):
-    record = copy.deepcopy(TODAY)
+def _changed(key, value, record=BEFORE):
+    record = copy.deepcopy(record)
     record[key] = value
     return record
 
@@ -235,6 +276,9 @@ WRONGLY_TYPED = {
     "an incident's stacks flag is text": _changed("incidents", [{**TODAY["incidents"][0], "where": "main in poll",
                                                                  "in_loader_worker": "yes"}]),
     "an incident's kill is a number": _changed("incidents", [{**TODAY["incidents"][0], "kill": 3}]),
+    "a rung that is not a number": _changed("rungs", {"x": {"hangs": 1}}, TODAY),
+    "a rung's speeds that are text": _changed("rungs", {"0": {"speeds": "fast"}}, TODAY),
+    "a rung's record that is a list": _changed("rungs", {"0": [1, 2]}, TODAY),
 }
 
 
@@ -254,7 +298,7 @@ def test_a_wrongly_typed_state_file_is_a_corrupt_one_moved_aside_in_one_line(cas
 def test_a_rung_below_the_ladder_is_clamped_to_it():
     restored = make()
     restored.restore(_changed("rung", -1) | {"probing_from": -3})
-    assert restored.rung == 0 and restored.probing_from is None
+    assert restored.rung == 0 and restored.probe.probing_from is None
     d = Driver(restored)
     assert [a for a in d(core.Boot()) if isinstance(a, core.Spawn)][0].rung == 0
 

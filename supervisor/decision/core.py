@@ -34,7 +34,7 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, in_place, kernel, restart, stopping
+from supervisor.decision import heartbeats, in_place, kernel, restart, stopping, watchdog
 from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
                                          PublishCheckpoint, PublishLadder, RecordIncident, ReplaceLoaderWorkers,
                                          RequestCheckpoint, Spawn)
@@ -44,8 +44,9 @@ from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriche
                                         TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.signatures import scan
-from supervisor.decision.state import Attempt, DeadlineKind, JobRung, Supervision
+from supervisor.decision.state import Attempt, JobRung, Supervision
 from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
+from supervisor.decision.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from worker.contract import Phase
 
@@ -140,9 +141,10 @@ def _boot(s: Supervision, now: Now) -> list[Any]:
     if s.training_fingerprint not in (None, fingerprint) and (s.rung or s.remedies):
         note.append(Log("warning", f"[train] or the ladder changed since rung {s.rung} was reached: starting again at "
                                    f"rung 0 ({s.ladder.label(0)}) without the remedies {s.remedies or '{}'}"))
-        s.remedies, s.startup_failure, s.rung_hangs = {}, None, {}
-        s.probe.probing_from, s.probe.probation = None, {}
+        s.remedies, s.startup_failure, s.probe.probing_from = {}, None, None
         s.hang_history = HangHistory()
+        for r in s.rungs.values():  # what the hangs taught goes; speeds, probes that hung, in-place costs stay
+            r.seconds, r.hangs, r.starts, r.probation = 0.0, 0, [], None
         s.move_to(0)
     elif s.attempt:
         note.append(Log("info", f"continuing at rung {s.rung} ({s.ladder.label(s.rung)}) after {s.attempt} attempts"))
@@ -168,7 +170,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 
 
 def _tick(s: Supervision, now: Now) -> list[Any]:
-    due = s.deadline()
+    due = watchdog.deadline(s)
     if due.at is None or now.mono < due.at:
         return []
     if due.kind == DeadlineKind.BACKOFF:

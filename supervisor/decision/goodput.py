@@ -22,7 +22,9 @@ def close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, An
     and the part after the checkpoint (seconds, batches) either way: a stop that waits for a save loses it if the
     save fails."""
     a, g = s.current, s.goodput
-    s.hang_history.trained_at(s.rung, s.trained() - g.trained_seconds)
+    trained_here = s.trained() - g.trained_seconds
+    if trained_here > 0:
+        s.rung_record(s.rung).seconds += trained_here
     g.trained_seconds = s.trained()
     if a.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         s.record_rung_speed()
@@ -62,7 +64,7 @@ def resumed_loss(s: Supervision, rung: int) -> Loss:
     if lost_from is None or resumed_at is None:
         return Loss(None, None)
     batches = max(0, lost_from - resumed_at)
-    speed = s.rung_speed(rung)  # the failed attempt's
+    speed = s.rungs[rung].speed() if rung in s.rungs else None  # the failed attempt's
     seconds = round(batches / speed, 3) if speed else None
     g.lost_batches += batches
     g.lost_seconds += seconds or 0.0

@@ -2,29 +2,27 @@
 
 One record, kept across supervisor restarts (its ``kept`` fields, persistence.py), written only by the decision core:
 
-- ``rung_seconds``: training seconds spent at each rung (first batch to last progress of each attempt), beside the
-  hangs and speeds the core already counts per rung: a rung's hang rate is hangs over these seconds;
 - ``stalls``: what each recent hang cost up to the next spawn: from the last progress before it, the stall until
   detection and the kill;
 - ``losses``: the training each recent hang threw away (after the newest checkpoint);
-- ``rung_starts``: each rung's recent starts, spawn to first training batch (the rest of a hang's cost);
 - ``hang_marks``/``window_start``: the run's trained seconds at each recent hang, behind the mean time between hangs;
 - ``holds``: how long the training loop waited for each recent checkpoint;
 - ``points``: where each recent hang sat (phase, epoch, batch) and the checkpoint its attempt resumed from, newest
   last, for "the same hang at the same point". A hang the settings cause also recurs at the same point when no
   checkpoint lands between the resume point and the hang: only hangs that resumed from different points count as
   repeats of a deterministic one.
+
+What each rung has shown (its training seconds, hangs, starts and speeds) is that rung's record: rung_record.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT, median
+from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT
 from supervisor.decision.persistence import kept
 
 COSTS_KEPT = 8
-STARTS_KEPT = 5  # starts per rung behind its median
 POINTS_KEPT = 8
 REPEATS = 3  # hangs in a row at the same point, from this many different resume points, are deterministic
 
@@ -44,8 +42,6 @@ class HangPoint:
 
 @dataclass
 class HangHistory:
-    rung_seconds: dict[int, float] = kept(default_factory=dict)
-    rung_starts: dict[int, list[float]] = kept(default_factory=dict)
     stalls: list[float] = kept(default_factory=list)
     losses: list[float] = kept(default_factory=list)
     hang_marks: list[float] = kept(default_factory=list)
@@ -54,10 +50,6 @@ class HangHistory:
     points: list[HangPoint] = kept(default_factory=list)
     # Not kept: a monotonic time means nothing to the next supervisor.
     stall_since: float | None = None  # the last progress before the newest hang, until the next spawn
-
-    def trained_at(self, rung: int, seconds: float) -> None:
-        if seconds > 0:
-            self.rung_seconds[rung] = self.rung_seconds.get(rung, 0.0) + seconds
 
     def hang(self, point: HangPoint, trained: float, last_progress_at: float | None, lost: float) -> None:
         self.hang_marks.append(trained)
@@ -72,13 +64,6 @@ class HangHistory:
         if self.stall_since is not None:
             self.stalls = (self.stalls + [round(now_mono - self.stall_since, 3)])[-COSTS_KEPT:]
         self.stall_since = None
-
-    def started(self, rung: int, seconds: float) -> None:
-        """An attempt at ``rung`` reached its first training batch ``seconds`` after its spawn."""
-        self.rung_starts[rung] = (self.rung_starts.get(rung, []) + [round(seconds, 3)])[-STARTS_KEPT:]
-
-    def start_of(self, rung: int) -> float | None:
-        return median(self.rung_starts.get(rung, []))
 
     def checkpoint_hold(self, seconds: float) -> None:
         self.holds = (self.holds + [seconds])[-HOLDS_KEPT:]

@@ -20,7 +20,7 @@ import math
 from collections import deque
 from typing import Any
 
-from supervisor.decision import goodput, in_place, kernel, probe, stopping
+from supervisor.decision import choices, goodput, in_place, kernel, probe, stopping, watchdog
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
@@ -121,7 +121,7 @@ def _close_step_stretch(s: Supervision, at: float) -> None:
     has seen it."""
     a = s.current
     if a.step_since is not None:
-        key = s.step_key(a.startup_step)
+        key = watchdog.step_key(s, a.startup_step)
         s.startup_steps_seen[key] = round(max(s.startup_steps_seen.get(key, 0.0), at - a.step_since), 3)
 
 
@@ -234,7 +234,7 @@ def _first_batch(s: Supervision, now: Now) -> list[Any]:
     s.startup_failure = None
     a.startup_seconds = now.mono - (a.spawned_at or now.mono)
     _close_step_stretch(s, now.mono)
-    s.hang_history.started(s.rung, a.startup_seconds)
+    s.rung_record(s.rung).started(a.startup_seconds)
     last = s.incidents[-1] if s.incidents else None
     if last is not None and not last.recorded and last.reason != Reason.STOP:
         last = s.amend(last, restart_seconds=round(now.wall - last.time, 3))
@@ -243,5 +243,5 @@ def _first_batch(s: Supervision, now: Now) -> list[Any]:
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "
                                                             f"{a.startup_seconds:.1f} s after spawn")]
     if s.config.standby and s.config.command is None:
-        actions.append(PrepareStandby({**s.ladder.settings(s.after_a_hang().rung), **s.remedies}))
+        actions.append(PrepareStandby({**s.ladder.settings(choices.after_a_hang(s).rung), **s.remedies}))
     return actions

@@ -105,8 +105,8 @@ def progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     # The stall lies inside the attempt's trained span (its first batch to its last progress), yet trained nothing.
     s.goodput.lost_seconds += cost.seconds
     s.in_place_times = [t for t in s.in_place_times if now.wall - t <= s.config.recovery.in_place_window] + [now.wall]
-    key = str(r.incident.rung)
-    s.rung_in_place_seconds[key] = round(s.rung_in_place_seconds.get(key, 0.0) + cost.seconds, 3)
+    record = s.rung_record(r.incident.rung)
+    record.in_place_seconds = round(record.in_place_seconds + cost.seconds, 3)
     return [Log("info", f"recovered in place: the next batch {cost.to_next_batch:.2f} s after the loader workers were "
                         f"replaced ({cost.seconds:.1f} s from the last progress), {cost.batches_lost} batches lost"),
             *s.record_complete()]

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import stopping
+from supervisor.decision import choices, stopping
 from supervisor.decision.actions import Log, RequestCheckpoint
 from supervisor.decision.events import Now
+from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.state import Supervision
 from supervisor.decision.vocabulary import After, Reason
 
@@ -21,17 +22,17 @@ from supervisor.decision.vocabulary import After, Reason
 def check(s: Supervision, now: Now) -> list[Any]:
     """At a batch boundary: keep a probed rung that held, or try the faster rung below once probation is served."""
     cfg, p = s.config.probe, s.probe
-    if p.probing_from is not None and cfg.probe_after is not None and s.rung_trained() >= cfg.probe_after:
+    if p.probing_from is not None and cfg.probe_after is not None and rung_trained(s) >= cfg.probe_after:
         kept, p.probing_from = p.probing_from, None
-        return [Log("info", f"rung {s.rung} ({s.ladder.label(s.rung)}) held for {s.rung_trained():.0f} s: kept "
+        return [Log("info", f"rung {s.rung} ({s.ladder.label(s.rung)}) held for {rung_trained(s):.0f} s: kept "
                             f"(rung {kept} is no longer the way back)")]
-    left = s.probe_in()
+    left = probe_in(s)
     if left is None or left > 0:
         return []
     # A record like any stop's: the attempt's time is closed into the totals, and a save that fails is a real incident.
-    target = s.probe_target()
+    target = choices.probe_target(s)
     return stopping.begin(s, now, Reason.PROBE, s.current.progress.phase, then=After.RESTART,
-                          detail=f"rung {s.rung} trained {s.rung_trained():.0f} s without a hang: probing rung "
+                          detail=f"rung {s.rung} trained {rung_trained(s):.0f} s without a hang: probing rung "
                                  f"{target} ({s.ladder.label(target)}) at this checkpoint",
                           save_until=stopping.save_deadline(s, now)) + \
         [*stopping.publish(s, target, s.remedies, {"reason": Reason.PROBE.value}), RequestCheckpoint()]
@@ -39,7 +40,7 @@ def check(s: Supervision, now: Now) -> list[Any]:
 
 def enter(s: Supervision) -> Log:
     """The probe's checkpoint is saved: the next attempt runs at the probed rung."""
-    target = s.probe_target()
+    target = choices.probe_target(s)
     s.probe.probing_from = s.rung
     s.move_to(s.rung - 1 if target is None else target)
     return Log("warning", f"faster: rung {s.rung} ({s.ladder.label(s.rung)}), probing; a hang returns to rung "
@@ -50,12 +51,25 @@ def back(s: Supervision) -> Log:
     """The probed rung failed: back to where it was safe, for longer."""
     p = s.probe
     rung, p.probing_from = p.probing_from, None
-    key = str(rung)
-    p.probation[key] = 2 * p.probation.get(key, s.config.probe.probe_after or 0.0)
-    probed = str(s.rung)
-    p.failed[probed] = p.failed.get(probed, 0) + 1
-    gave_up = p.failed[probed] >= s.config.probe.give_up_after
+    left, probed = s.rung_record(rung), s.rung
+    left.probation = 2 * ((s.config.probe.probe_after or 0.0) if left.probation is None else left.probation)
+    s.rung_record(probed).failed_probes += 1
+    gave_up = s.rung_record(probed).failed_probes >= s.config.probe.give_up_after
     s.move_to(rung)
     return Log("warning", f"the probed rung hung: back to rung {rung} ({s.ladder.label(rung)}), next probe "
-                          f"after {p.probation[key]:.0f} s" + (f"; rung {probed}'s probes hung "
+                          f"after {left.probation:.0f} s" + (f"; rung {probed}'s probes hung "
                           f"{s.config.probe.give_up_after} times and it is not probed again" if gave_up else ""))
+
+
+def rung_trained(s: Supervision) -> float:
+    """Seconds of progress at the current rung since it was entered."""
+    return max(0.0, s.trained() - s.probe.rung_entered_trained)
+
+
+def probe_in(s: Supervision) -> float | None:
+    """Seconds of healthy training left before the rung below is tried; None when it will not be."""
+    cfg = s.config.probe
+    if cfg.probe_after is None or s.rung == 0 or s.exit is not None or choices.probe_target(s) is None:
+        return None
+    probation = s.rungs.get(s.rung, RungRecord()).probation
+    return max(0.0, (cfg.probe_after if probation is None else probation) - rung_trained(s))

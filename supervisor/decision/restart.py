@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import goodput, probe, restart_budget, same_point, stopping
+from supervisor.decision import choices, goodput, probe, restart_budget, same_point, stopping
 from supervisor.decision.actions import Exit, Log, Spawn
 from supervisor.decision.events import Now, TreeKilled
 from supervisor.decision.incident import Kill, Tier
@@ -62,12 +62,12 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     s.recoveries[Tier.RESTART.value] = s.recoveries.get(Tier.RESTART.value, 0) + 1
     actions: list[Any] = []
     if plan.point is not None:
-        s.rung_hangs[str(s.rung)] = s.rung_hangs.get(str(s.rung), 0) + 1
+        s.rung_record(s.rung).hangs += 1
         run = s.hang_history.same_point_run()
         if len(run) >= 2 and plan.point.phase != STARTUP_PHASE:
             hung = same_point.what_hung(plan.point, plan.incident.stacks if plan.incident else None)
             cure = None if hung is None or plan.remedy or s.probe.probing_from is not None or s.job_next else \
-                same_point.untried_cure(s.ladder, s.rung, s.rung_facts(), hung[1])
+                same_point.untried_cure(s.ladder, s.rung, choices.rung_facts(s), hung[1])
             repeated = s.hang_history.repeated_point()
             if cure is not None:
                 published = stopping.climb_target(s, plan.choice) if plan.climb else s.rung
@@ -132,7 +132,7 @@ def spawn(s: Supervision) -> Spawn:
     s.attempt += 1
     s.state = State.STARTING
     s.stop = None
-    s.checkpoint_interval = s.next_interval()
+    s.checkpoint_interval = choices.next_interval(s)
     return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
                  checkpoint_every=s.checkpoint_interval.seconds)
 

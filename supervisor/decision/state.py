@@ -6,6 +6,7 @@
   the signatures and kernel lines seen while it ran); replaced whole by a fresh one when the next worker is spawned;
 - ``Goodput``: the work kept and lost over the whole training, and the time the supervisors ran (goodput.py);
 - ``Probe``: probing back down the ladder: how long the current rung has held, where a failed probe returns;
+- ``RungRecord``: what each rung has shown (rung_record.py), read by the ladder's choices (choices.py);
 - ``StopPlan``: why the worker's tree is going away and what follows (stopping.py), set while STOPPING.
 
 The fields declared ``kept(...)`` are what a restarted supervisor gets back from the state file
@@ -17,23 +18,22 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
 from supervisor.config import Config
-from supervisor.decision import checkpoint_interval, persistence, restart_budget, rung_choice, watchdog
+from supervisor.decision import checkpoint_interval, persistence, restart_budget, rung_choice, rung_record
 from supervisor.decision.actions import Exit, RecordIncident
 from supervisor.decision.events import KernelMessage, SignatureSeen
 from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.incident import Incident
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
+from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.vocabulary import After, Reason, State
-from worker.contract import InForce, Phase, StartupStep, split_rung
+from worker.contract import InForce, Phase, StartupStep
 
 INCIDENTS_KEPT = 20
 THROUGHPUT_WINDOW = 20  # training beats behind it/s
-RUNG_SPEED_SAMPLES = 25  # it/s measurements kept per rung, behind its median
 
 
 @dataclass
@@ -50,24 +50,6 @@ class Progress:
     def batches_done(self) -> int | None:
         """Training batches done in the run so far; None before the worker said how many an epoch has."""
         return (max(0, self.epoch - 1) * self.batches + self.batch) if self.batches else None
-
-
-class DeadlineKind(Enum):
-    """Which timeout the next deadline is; the agent sleeps until it, ``core._tick`` acts on its kind."""
-    BACKOFF = "backoff"  # the wait after a crash is over: spawn
-    STARTUP = "startup"  # a startup step (spawn to the first training batch) made no progress in its bound
-    PHASE = "phase"  # no progress within the current phase's timeout
-    KERNEL_CONFIRM = "kernel confirm"  # a kernel line's confirm window passed without progress
-    SAVE = "save"  # a stop's checkpoint did not come within save_timeout
-    SAVE_STALLED = "save stalled"  # while asked to save, the worker stopped progressing: it is hung
-    IN_PLACE = "in place"  # no batch within the bound after the loader workers were replaced: escalate
-
-
-@dataclass(frozen=True)
-class Deadline:
-    at: float | None  # monotonic; None: nothing is due
-    kind: DeadlineKind | None = None
-    label: str = ""  # for display only: "train auto", "startup_timeout", ...
 
 
 @dataclass
@@ -231,9 +213,7 @@ class Goodput:
 class Probe:
     """Probing back down the ladder once a safer rung has held (probe.py)."""
     rung_entered_trained: float = kept(default=0.0)  # trained() when the current rung was entered
-    probation: dict[str, float] = kept(default_factory=dict)  # rung -> healthy seconds before probing the one below
     probing_from: int | None = kept(default=None)  # the rung left to probe the current one; a hang here returns to it
-    failed: dict[str, int] = kept(default_factory=dict)  # rung -> probes of it that hung (give_up_after)
 
 
 def _finished_only(state: str) -> State:
@@ -277,15 +257,14 @@ class Supervision:
     goodput: Goodput = kept(default_factory=Goodput, flat=True)
     checkpoint: CheckpointMark | None = kept(default=None)
     # -- what this run has observed, to bound the phases that have no batch rhythm --
-    # startup step (``step_key``) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
+    # startup step (watchdog.step_key) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
     startup_steps_seen: dict[str, float] = kept(default_factory=dict)
     epoch_end_seen: float | None = kept(default=None)  # the longest gap between two progress events of an epoch end
     startup_failure: str | None = kept(default=None)  # the last attempt's failure and last words, before a batch
     training_fingerprint: str | None = kept(default=None)  # the [train] table and ladder the rung was climbed under
-    # -- what each rung has shown: the ladder's choices and the probes read it --
+    # -- what each rung has shown: the ladder's choices and the probes read it (choices.py) --
     probe: Probe = kept(default_factory=Probe, flat=True)
-    rung_hangs: dict[str, int] = kept(default_factory=dict)  # rung -> hangs seen there (give_up_after)
-    rung_speeds: dict[str, list[float]] = kept(default_factory=dict)  # rung -> recent it/s samples
+    rungs: dict[int, RungRecord] = kept(default_factory=dict)  # rung -> its record, from its first fact
     # -- what the hangs taught: the ladder's choices and the checkpoint interval (hang_history.py) --
     hang_history: HangHistory = kept(default_factory=HangHistory)
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
@@ -295,88 +274,13 @@ class Supervision:
     recoveries: dict[str, int] = kept(default_factory=dict)  # tier -> recoveries (status --json, the metric)
     in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
     loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
-    rung_in_place_seconds: dict[str, float] = kept(default_factory=dict)  # rung -> what its in-place recoveries cost
 
-    # -- read-only views of the records' figures that the shell and the tests read by these names --
     @property
     def progress(self) -> Progress:
+        """What the current attempt's heartbeats said (the agent's systemd status reads it)."""
         return self.current.progress
 
-    @property
-    def intervals(self) -> dict[str, deque]:
-        return self.current.intervals
-
-    @property
-    def suspicion(self) -> Suspicion | None:
-        return self.current.suspicion
-
-    @property
-    def lost_seconds(self) -> float:
-        return self.goodput.lost_seconds
-
-    @property
-    def lost_batches(self) -> int:
-        return self.goodput.lost_batches
-
-    @property
-    def probing_from(self) -> int | None:
-        return self.probe.probing_from
-
-    @property
-    def probation(self) -> dict[str, float]:
-        return self.probe.probation
-
-    def batches_per_second(self) -> float | None:
-        return self.current.batches_per_second()
-
     # -- derived values, for the agent, status and metrics --
-    def deadline(self) -> Deadline:
-        """When the watchdog fires next, and which timeout that is."""
-        a = self.current
-        if self.state == State.BACKOFF:
-            return Deadline(self.backoff_until, DeadlineKind.BACKOFF, "backoff")
-        if self.saving():
-            # Waiting for the checkpoint asked for; a worker that stalls meanwhile is hung and cannot save.
-            due = Deadline(self.stop.save_until, DeadlineKind.SAVE, "stop save_timeout")
-            if a.last_progress_at is not None:
-                t, _ = watchdog.phase_timeout(self.config.watchdog, a.progress.phase, a.intervals, self.epoch_end_seen)
-                if t is not None and a.last_progress_at + t < due.at:
-                    due = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
-            return due
-        due = Deadline(None)
-        if self.state == State.HEALTHY and a.in_place is not None:
-            if a.in_place.acted_at is None:
-                return due  # the stacks are being read: the shell answers at once
-            return Deadline(a.in_place.acted_at + a.in_place.bound, DeadlineKind.IN_PLACE, "in-place bound")
-        if self.state == State.STARTING and a.step_since is not None:
-            t, label = self.startup_step_bound()
-            due = Deadline(None if t is None else a.step_since + t, DeadlineKind.STARTUP, label)
-        elif self.state == State.HEALTHY and a.last_progress_at is not None:
-            phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
-            t, label = watchdog.phase_timeout(self.config.watchdog, phase, a.intervals, self.epoch_end_seen)
-            due = Deadline(None if t is None else a.last_progress_at + t, DeadlineKind.PHASE, label)
-        if a.suspicion is not None and self.state in (State.STARTING, State.HEALTHY):
-            confirm = a.suspicion.since + self.config.kernel_log.confirm_window
-            if due.at is None or confirm < due.at:
-                return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
-        return due
-
-    def step_key(self, step: StartupStep) -> str:
-        """Where this run keeps what it has seen of ``step`` at the current rung. The first batch of spawned loader
-        workers (each a fresh interpreter importing torch and Ultralytics: 28 s for 8 on the H100, against 0.9 s
-        forked) is kept apart: a hang's climb to such a rung must not meet the bound of forked workers."""
-        spawned = split_rung(self.ladder.settings(self.rung)).options.start_method == "spawn"
-        return f"{step.value} spawn" if step == StartupStep.FIRST_BATCH and spawned else step.value
-
-    def startup_step_seen(self) -> float | None:
-        """The longest stretch this run has seen in the current attempt's startup step; None: not seen yet."""
-        return self.startup_steps_seen.get(self.step_key(self.current.startup_step))
-
-    def startup_step_bound(self) -> tuple[float | None, str]:
-        """Seconds the current startup step may go without news, and how that was decided."""
-        return watchdog.startup_step_timeout(self.config.watchdog, self.current.startup_step.value,
-                                             self.startup_step_seen())
-
     def saving(self) -> bool:
         """The worker was asked to save a checkpoint and exit, and has not yet."""
         return self.state == State.STOPPING and self.stop is not None and self.stop.save_until is not None
@@ -388,52 +292,6 @@ class Supervision:
             current = max(0.0, a.last_progress_at - a.healthy_since)
         return self.goodput.trained_seconds + current
 
-    def rung_trained(self) -> float:
-        """Seconds of progress at the current rung since it was entered."""
-        return max(0.0, self.trained() - self.probe.rung_entered_trained)
-
-    def rung_speed(self, rung: int) -> float | None:
-        """The median it/s measured at ``rung`` (None until measured)."""
-        samples = sorted(self.rung_speeds.get(str(rung), []))
-        return samples[len(samples) // 2] if samples else None
-
-    def probe_in(self) -> float | None:
-        """Seconds of healthy training left before the rung below is tried; None when it will not be."""
-        cfg = self.config.probe
-        if cfg.probe_after is None or self.rung == 0 or self.exit is not None or self.probe_target() is None:
-            return None
-        return max(0.0, self.probe.probation.get(str(self.rung), cfg.probe_after) - self.rung_trained())
-
-    def rung_facts(self) -> list[rung_choice.RungFacts]:
-        """What each rung has shown in this run, as the ladder's choices read it."""
-        h = self.hang_history
-        return [rung_choice.RungFacts(self.rung_speed(k), h.rung_seconds.get(k, 0.0), self.rung_hangs.get(str(k), 0),
-                                      h.start_of(k), self.probe.failed.get(str(k), 0),
-                                      self.rung_in_place_seconds.get(str(k), 0.0)) for k in range(len(self.ladder))]
-
-    def probe_target(self) -> int | None:
-        return rung_choice.probe_target(self.rung, self.rung_facts(), self.config.probe.give_up_after)
-
-    def after_a_hang(self) -> rung_choice.Choice:
-        """Where a hang at this rung moves the run (rung_choice.py): decided once, at the verdict, with the attempt
-        closed and this hang counted; the standby is prepared for it in advance."""
-        facts = self.rung_facts()
-        here = facts[self.rung]
-        facts[self.rung] = replace(here, hangs=here.hangs + 1)
-        return rung_choice.after_hang(self.rung, facts, self.stall_cost(), self.config.probe.prior_between_hangs)
-
-    def stall_cost(self) -> float | None:
-        """What a hang costs before the next worker starts, at the checkpoint interval the next spawn would choose."""
-        return self.hang_history.stall_cost(self.next_interval().seconds)
-
-    def next_interval(self) -> checkpoint_interval.Interval:
-        cfg = self.config.checkpoint
-        return checkpoint_interval.choose(cfg.every, cfg.max, self.hang_history.holds, self.mean_time_between_hangs())
-
-    def mean_time_between_hangs(self) -> float | None:
-        h = self.hang_history
-        return checkpoint_interval.mean_time_between_hangs(h.hang_marks, h.window_start, self.trained())
-
     def budget_left(self, wall: float) -> int:
         return restart_budget.budget_left(self.budget_times, wall, self.config.restart)
 
@@ -441,11 +299,14 @@ class Supervision:
     def move_to(self, rung: int) -> None:
         self.rung, self.probe.rung_entered_trained = rung, self.trained()
 
+    def rung_record(self, rung: int) -> RungRecord:
+        """Rung ``rung``'s record, to add a fact to (made at its first)."""
+        return self.rungs.setdefault(rung, RungRecord())
+
     def record_rung_speed(self) -> None:
         speed = self.current.batches_per_second()
         if speed:
-            speeds = self.rung_speeds.setdefault(str(self.rung), [])
-            speeds[:] = (speeds + [round(speed, 4)])[-RUNG_SPEED_SAMPLES:]
+            self.rung_record(self.rung).measured(speed)
 
     def amend(self, incident: Incident, **changes: Any) -> Incident:
         """The one way an incident changes: a new record in the list (and in the stop plan) for the old."""
@@ -470,6 +331,8 @@ class Supervision:
         """The kept fields from a state file's ``record``; persistence.Unreadable (naming the key) where one is not of
         its type. Rungs are clamped to the ladder: it may have fewer rungs now."""
         persistence.load(self, record)
+        if "rungs" not in record:  # a state file from before the rung records: each fact in a map of its own
+            self.rungs = rung_record.from_maps(record)
         self.rung = max(0, min(self.rung, len(self.ladder) - 1))
         if self.probe.probing_from is not None and not 0 <= self.probe.probing_from < len(self.ladder):
             self.probe.probing_from = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from supervisor.decision import goodput, rung_choice
+from supervisor.decision import choices, goodput, rung_choice, watchdog
 from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
@@ -39,7 +39,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         s.hang_history.hang(point, s.trained(), last_progress_at, s.goodput.lost_seconds - lost_before)
     if s.job_next is not None:  # another host already decided where the job goes for this attempt's failure
         climb, remedy = False, None
-    choice = s.after_a_hang() if climb and point is not None and s.probe.probing_from is None else None
+    choice = choices.after_a_hang(s) if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
     starting = s.state == State.STARTING
     incident = Incident(
@@ -53,8 +53,8 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         node_rank=s.config.distributed.node_rank if several_hosts else None,
         caused_by=a.peer_cause if several_hosts else None,
         startup_step=a.startup_step.value if starting else None,
-        startup_step_bound=s.startup_step_bound()[0] if starting else None,
-        startup_step_seen=s.startup_step_seen() if starting else None, escalation=escalation, stacks=stacks,
+        startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
+        startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, stacks=stacks,
         tier=None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART)
     s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,

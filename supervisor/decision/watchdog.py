@@ -1,6 +1,6 @@
-"""The watchdog's arithmetic: how long the current phase may go without progress.
+"""The watchdog: when it fires next (``deadline``), and how long the current phase may go without progress.
 
-Pure functions of the configuration and the intervals observed in the current attempt. An ``auto``
+The timeouts are pure functions of the configuration and the intervals observed in the current attempt. An ``auto``
 timeout is max(auto_floor, auto_factor x the slowest of the recent intervals of that phase), so it
 tracks the machine and the rung (``workers = 0`` is several times slower per batch than ``workers = 8``)
 without anyone tuning it. Intervals are kept per attempt for that reason.
@@ -9,9 +9,32 @@ without anyone tuning it. Intervals are kept per attempt for that reason.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
+from enum import Enum
 from typing import Iterable
 
 from supervisor.config import AUTO, WatchdogConfig
+from supervisor.decision.state import Supervision
+from supervisor.decision.vocabulary import State
+from worker.contract import Phase, StartupStep, split_rung
+
+
+class DeadlineKind(Enum):
+    """Which timeout the next deadline is; the agent sleeps until it, ``core._tick`` acts on its kind."""
+    BACKOFF = "backoff"  # the wait after a crash is over: spawn
+    STARTUP = "startup"  # a startup step (spawn to the first training batch) made no progress in its bound
+    PHASE = "phase"  # no progress within the current phase's timeout
+    KERNEL_CONFIRM = "kernel confirm"  # a kernel line's confirm window passed without progress
+    SAVE = "save"  # a stop's checkpoint did not come within save_timeout
+    SAVE_STALLED = "save stalled"  # while asked to save, the worker stopped progressing: it is hung
+    IN_PLACE = "in place"  # no batch within the bound after the loader workers were replaced: escalate
+
+
+@dataclass(frozen=True)
+class Deadline:
+    at: float | None  # monotonic; None: nothing is due
+    kind: DeadlineKind | None = None
+    label: str = ""  # for display only: "train auto", "startup_timeout", ...
 
 
 def auto_timeout(cfg: WatchdogConfig, intervals: Iterable[float]) -> float:
@@ -52,3 +75,53 @@ def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
     if configured == AUTO:
         return auto_timeout(cfg, samples), f"{phase} auto"
     return configured, f"{phase} timeout"
+
+
+def deadline(s: Supervision) -> Deadline:
+    """When the watchdog fires next, and which timeout that is."""
+    a = s.current
+    if s.state == State.BACKOFF:
+        return Deadline(s.backoff_until, DeadlineKind.BACKOFF, "backoff")
+    if s.saving():
+        # Waiting for the checkpoint asked for; a worker that stalls meanwhile is hung and cannot save.
+        due = Deadline(s.stop.save_until, DeadlineKind.SAVE, "stop save_timeout")
+        if a.last_progress_at is not None:
+            t, _ = phase_timeout(s.config.watchdog, a.progress.phase, a.intervals, s.epoch_end_seen)
+            if t is not None and a.last_progress_at + t < due.at:
+                due = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
+        return due
+    due = Deadline(None)
+    if s.state == State.HEALTHY and a.in_place is not None:
+        if a.in_place.acted_at is None:
+            return due  # the stacks are being read: the shell answers at once
+        return Deadline(a.in_place.acted_at + a.in_place.bound, DeadlineKind.IN_PLACE, "in-place bound")
+    if s.state == State.STARTING and a.step_since is not None:
+        t, label = startup_step_bound(s)
+        due = Deadline(None if t is None else a.step_since + t, DeadlineKind.STARTUP, label)
+    elif s.state == State.HEALTHY and a.last_progress_at is not None:
+        phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
+        t, label = phase_timeout(s.config.watchdog, phase, a.intervals, s.epoch_end_seen)
+        due = Deadline(None if t is None else a.last_progress_at + t, DeadlineKind.PHASE, label)
+    if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
+        confirm = a.suspicion.since + s.config.kernel_log.confirm_window
+        if due.at is None or confirm < due.at:
+            return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
+    return due
+
+
+def step_key(s: Supervision, step: StartupStep) -> str:
+    """Where this run keeps what it has seen of ``step`` at the current rung. The first batch of spawned loader
+    workers (each a fresh interpreter importing torch and Ultralytics: 28 s for 8 on the H100, against 0.9 s
+    forked) is kept apart: a hang's climb to such a rung must not meet the bound of forked workers."""
+    spawned = split_rung(s.ladder.settings(s.rung)).options.start_method == "spawn"
+    return f"{step.value} spawn" if step == StartupStep.FIRST_BATCH and spawned else step.value
+
+
+def startup_step_seen(s: Supervision) -> float | None:
+    """The longest stretch this run has seen in the current attempt's startup step; None: not seen yet."""
+    return s.startup_steps_seen.get(step_key(s, s.current.startup_step))
+
+
+def startup_step_bound(s: Supervision) -> tuple[float | None, str]:
+    """Seconds the current startup step may go without news, and how that was decided."""
+    return startup_step_timeout(s.config.watchdog, s.current.startup_step.value, startup_step_seen(s))

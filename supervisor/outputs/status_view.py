@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision import persistence, rung_choice
+from supervisor.decision import choices, persistence, probe, rung_choice, watchdog
 from supervisor.decision.actions import Exit
 from supervisor.decision.events import Now
 from supervisor.decision.incident import Tier
@@ -222,7 +222,7 @@ class Status(View):
 def snapshot(s: Supervision, now: Now) -> Status:
     """The core's part of the live status (``Agent.status`` adds the ``supervisor`` part)."""
     a, p = s.current, s.current.progress
-    due = s.deadline()
+    due = watchdog.deadline(s)
     done_batches = p.batches_done() or 0
     total_batches = p.epochs * p.batches
     it_s = a.batches_per_second()
@@ -253,14 +253,16 @@ def snapshot(s: Supervision, now: Now) -> Status:
         checkpoint_interval=_interval_view(s),
         trained_seconds=s.trained(), lost_seconds=s.goodput.lost_seconds, lost_batches=s.goodput.lost_batches,
         goodput=s.goodput.ratio(s.trained(), now.mono), run_started=s.goodput.run_started_wall,
-        rung_speed=s.rung_speed(s.rung), rung0_speed=s.rung_speed(0),
-        rung_speeds={k: s.rung_speed(int(k)) for k in s.rung_speeds},
+        rung_speed=_speed(s, s.rung), rung0_speed=_speed(s, 0),
+        rung_speeds={str(k): r.speed() for k, r in sorted(s.rungs.items()) if r.speeds},
         node_rank=s.config.distributed.node_rank if s.config.distributed.several_hosts else None,
         ranks=[RankStatus(r, v.local_rank, v.pid, v.device,
                           None if v.last_progress_at is None else now.mono - v.last_progress_at)
                for r, v in sorted(a.ranks.items())],
-        probe=ProbeView(s.probe_in(), s.probe.probing_from, dict(s.probe.probation), dict(s.rung_hangs),
-                        s.probe_target() if s.rung else None),
+        probe=ProbeView(probe.probe_in(s), s.probe.probing_from,
+                        {str(k): r.probation for k, r in sorted(s.rungs.items()) if r.probation is not None},
+                        {str(k): r.hangs for k, r in sorted(s.rungs.items()) if r.hangs},
+                        choices.probe_target(s) if s.rung else None),
         ladder=_ladder_view(s))
 
 
@@ -268,10 +270,14 @@ def _startup_step_view(s: Supervision) -> dict[str, Any]:
     """Before the first batch: the step the worker is in, its bound, its progress; and what this run has seen."""
     a, starting = s.current, s.state == State.STARTING and s.current.step_since is not None
     return {"startup_step": a.startup_step.value if starting else None,
-            "startup_step_bound": s.startup_step_bound()[0] if starting else None,
+            "startup_step_bound": watchdog.startup_step_bound(s)[0] if starting else None,
             "startup_step_progress": StepProgress(a.step_done, a.step_total)
             if starting and a.step_done is not None else None,
             "startup_steps_seen": dict(s.startup_steps_seen)}
+
+
+def _speed(s: Supervision, rung: int) -> float | None:
+    return s.rungs[rung].speed() if rung in s.rungs else None
 
 
 def samples_per_second(a: Attempt) -> float | None:
@@ -291,8 +297,8 @@ def _interval_view(s: Supervision) -> IntervalView:
 
 def _ladder_view(s: Supervision) -> LadderView:
     """What the ladder's next choice is made from (rung_choice.py): each tried rung's record and expected goodput."""
-    stall = s.stall_cost()
-    facts = s.rung_facts()
+    stall = choices.stall_cost(s)
+    facts = choices.rung_facts(s)
     used = rung_choice.DEFAULT_STALL_COST if stall is None else stall
     prior = s.config.probe.prior_between_hangs
     return LadderView(stall, {str(k): RungView(f.speed, round(f.seconds, 3), f.hangs, f.start,
