@@ -69,7 +69,7 @@ RUNG_SETTINGS = (
         'how the process loader starts its workers: "fork" (torch\'s default on Linux), "spawn", or "forkserver" '
         "(forked from a server started early with torch, cv2 and Ultralytics' data modules imported)"),
     Key("ladder.rungs", "conv_fallback", Choice(CONV_FALLBACK_MODES), None,
-        "the rung's [patches] conv_fallback", shown="[patches] conv_fallback"),
+        "the rung's [patches] conv_fallback", shown="`[patches] conv_fallback`"),
     Key("ladder.rungs", "env", Strings('{ MIOPEN_FIND_MODE = "FAST" }'), {},
         "environment variables, adding to the rungs' below"),
     Key("ladder.rungs", "args", Strings('{ "--workers" = "0" }', environment=False), {},
@@ -125,7 +125,7 @@ class Patterns(Kind):
         return tuple(value or ())
 
 
-class Regex(Text):
+class Regex(Kind):
     expected = "a regular expression with named groups epoch, epochs, batch, batches, loss"
 
     def read(self, value: Any, where: str, reader: Reader) -> str:
@@ -155,7 +155,7 @@ class WatchdogConfig:
         "an epoch's end (validation set-up, the save, the next epoch's loader) until one epoch end has been "
         "observed, then max(auto_floor, auto_factor x its longest gap) (`save auto`); also how long a stop waits for "
         "the worker's checkpoint, and how long a worker that said training is done may take to exit"))
-    auto_factor: float = key(Seconds(), 10.0, 'the safety factor of every "auto" timeout')
+    auto_factor: float = key(Seconds(expected="a positive number"), 10.0, 'the safety factor of every "auto" timeout')
     auto_floor: float = key(Seconds(), 10.0, 'the lower bound of every "auto" timeout, in seconds')
     auto_window: int = key(Whole(), 100, 'the number of recent intervals an "auto" timeout is taken over')
     kill_grace: float = key(Seconds(), 3.0, "seconds from SIGTERM to SIGKILL when a tree is killed")
@@ -207,7 +207,7 @@ class CheckpointConfig:
         'plus detection. "auto": chosen at every spawn as Young\'s sqrt(2 x hold x mean time between hangs) from the '
         "measured checkpoint hold and this run's hangs (supervisor/decision/checkpoint_interval.py), at least "
         'max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; "epoch": Ultralytics\' end-of-epoch '
-        "save only"))
+        "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
     max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
         f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses), e.g. max = "10m"')), 600.0,
         'the longest interval "auto" chooses: the interval of a run that has not hung')
@@ -309,7 +309,7 @@ class DistributedConfig:
     run_dir: Path | None = key(Folder("a directory on storage every host shares (the same path on each), where "
                                       "checkpoints are written and read"), None, (
         "where training writes (checkpoints), relative to the config file, on storage every host shares: the same "
-        "path on every host; needed with nnodes > 1"), shown="STATE_DIR/train")
+        "path on every host; needed with nnodes > 1"), shown="`STATE_DIR/train`")
     collective_timeout: float = key(Seconds(), 600.0, (
         "seconds a rank waits in one collective for a peer (Ultralytics asks for 3 hours)"))
     join_timeout: float = key(Seconds(), 300.0, (
@@ -328,18 +328,22 @@ class Config:
     name: str = key(Text(), "yolo-train", "names the default state directory", init_default=False)
     state_dir: Path = key(Text(), None, (
         "state file, incidents, checkpoints (`train/weights/last.pt`); one supervisor per directory (a second one "
-        "exits 78)"), shown="`$STATE_DIRECTORY`, else `~/.local/state/yolo-train/NAME`", init_default=False)
+        "exits 78); if its lock file is removed and another supervisor takes the directory meanwhile, the first stops "
+        "its worker without a save and exits 78"), shown="`$STATE_DIRECTORY`, else `~/.local/state/yolo-train/NAME`",
+        init_default=False)
     train: dict[str, Any] = key(TrainTable(), {}, (
-        "[train]: passed to Ultralytics' train() as is (`data = \"demo\"` is the synthetic set); `project`, `name` "
-        "and `save_dir` are refused (the run writes to STATE_DIR/train, on every resume too)"), init_default=False)
+        "passed to Ultralytics' train() as is (`data = \"demo\"` is the synthetic set; `workers` is honoured on the "
+        "CPU too); `project`, `name` and `save_dir` are refused (the run writes to STATE_DIR/train, on every resume "
+        "too). A state directory holding a finished training of another [train] table or ladder is refused (exit 78); "
+        "an unfinished one starts again at rung 0, and a checkpoint of another model, task, data, image size or epoch "
+        "count is refused by the worker (exit 78, nothing deleted)"), init_default=False)
     watchdog: WatchdogConfig = table(WatchdogConfig)
     restart: RestartConfig = table(RestartConfig)
     ladder: tuple[dict[str, Any], ...] | None = key(Rungs(), None, (
         "the ladder: each rung's change on top of the previous ones (a rung's settings below, and any Ultralytics "
         "train argument); \"default\": halve workers down to 1, persistent_workers = false, the threads loader, "
-        "workers = 0, val = false"), at="ladder.rungs", shown='"default"')
-    faults: tuple[Fault, ...] = key(Faults(), (), "[[faults]]: fault injection (README *Fault injection*)",
-                                    shown="none")
+        "workers = 0, val = false"), at="ladder.rungs", shown='`"default"`')
+    faults: tuple[Fault, ...] = key(Faults(), (), "fault injection (README *Fault injection*)", shown="none")
     worker_python: str = key(Text(), "", "the interpreter that runs `-m worker`", at="worker.python",
                              shown="this Python")
     worker_env: dict[str, str] = key(Strings('env = { OMP_NUM_THREADS = "4" }'), {}, (
@@ -348,9 +352,12 @@ class Config:
     command: CommandConfig | None = table(CommandConfig, default_none=True)
     standby: bool = key(Flag(), True, (
         "once an attempt trains, start the next worker ahead (`python -m worker --standby`): it imports torch, "
-        "Ultralytics and the trainer, then waits idle (no GPU touched) for the next attempt's launch record, so a "
-        "restart does not pay for the imports; it costs memory while it waits. A `command` cannot be started ahead "
-        "of its arguments"), at="worker.standby", shown="`true` (`false` with a `command`)")
+        "Ultralytics and the trainer (and, made for a \"forkserver\" rung, starts that server), then waits idle (no "
+        "GPU touched) for the next attempt's launch record, so a restart does not pay for the imports. The kill of a "
+        "hung tree spares it; one made for another rung environment, or found stopped, is discarded for a cold start. "
+        "It costs memory while it waits (707 MiB RSS, torch 2.14's CUDA build, measured with `python -m worker "
+        "--standby` alone) and about 4 s of one core per attempt for its imports. A `command` cannot be started ahead "
+        "of its arguments: `true` there is refused"), at="worker.standby", shown="`true` (`false` with a `command`)")
     metrics_listen: str | None = key(Address('"HOST:PORT" or "off", e.g. "127.0.0.1:10133"', words={"off": None,
                                                                                                   "": None}),
                                      "127.0.0.1:10133", "the Prometheus endpoint, or \"off\"", at="metrics.listen")
@@ -385,6 +392,25 @@ class Config:
 
 
 KEYS: list[Key] = declared_keys(Config)
+SECTION_DOCS = {  # what each section is for, said once in docs/configuration.md
+    "watchdog": "How long each phase may go without progress before the worker counts as hung.",
+    "restart": "When to give up, and how fast to retry after a crash.",
+    "ladder": "The ladder of safer settings a hang climbs, and giving the speed back (README *How it works*).",
+    "ladder.rungs": "Each rung of `rungs` is a table of these and of any Ultralytics train argument, e.g. "
+                    '`rungs = [{ workers = 2 }, { loader = "threads", threads = 2 }, { workers = 0, val = false }]`.',
+    "worker": "The worker process: the Ultralytics worker, or any training script as `command`.",
+    "progress": "Only with a `[worker] command`.",
+    "kernel_log": "What the supervisor reads besides heartbeats, and how far it trusts it.",
+    "checkpoint": "How much training a hang may cost.",
+    "incidents": "What an incident records about a hung tree before it is killed.",
+    "patches": "What the worker changes in torch and Ultralytics.",
+    "distributed": "Several hosts (README *Several hosts*): this host's supervisor starts its local ranks through "
+                   "torch.distributed's elastic launcher, which meets the other hosts' at a c10d rendezvous. A "
+                   "`[distributed]` table names its rendezvous: `node_rank`, `rdzv_endpoint` and `rdzv_id` are "
+                   "needed in it.",
+    "recovery": "The recovery tier before the process restart (supervisor/decision/in_place.py).",
+    "notify": "A command told when a person may want to know (supervisor/outputs/notify_command.py).",
+}
 
 
 def load(path: Path | None, state_dir: Path | None = None) -> Config:

@@ -164,3 +164,25 @@ def test_where_a_run_writes_is_refused_in_the_train_table(write_config):
     for key in ("project", "name"):
         result = yolo_train("check-config", "--config", str(write_config(f'[train]\n{key} = "runs/x"\n')))
         assert result.returncode == 78 and f"train.{key}: yolo-train decides where a run writes" in result.stderr
+
+
+@pytest.mark.parametrize("value, words, durations, seconds", [
+    (90, {}, False, 90.0), (2.5, {}, True, 2.5), ("90s", {}, True, 90.0), ("10m", {}, True, 600.0),
+    ("1h30m", {}, True, 5400.0), ("2d", {}, True, 172800.0), ("off", {"off": None}, True, None),
+    ("auto", {"auto": "auto"}, False, "auto"),
+])
+def test_seconds_durations_and_words_are_read_by_one_function(value, words, durations, seconds):
+    from supervisor.config_keys import parse_seconds
+
+    assert parse_seconds(value, words, durations) == seconds
+
+
+@pytest.mark.parametrize("value, words, durations", [
+    ("10m", {}, False), (0, {}, True), (-1, {}, True), (True, {}, True), (float("inf"), {}, True),
+    (float("nan"), {}, True), ("0s", {}, True), ("soon", {}, True), ("off", {"auto": "auto"}, True), ("", {}, True),
+])
+def test_what_is_not_seconds_is_refused_by_it(value, words, durations):
+    from supervisor.config_keys import parse_seconds
+
+    with pytest.raises(ValueError):
+        parse_seconds(value, words, durations)
