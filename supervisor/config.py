@@ -392,6 +392,13 @@ class Config:
 
 
 KEYS: list[Key] = declared_keys(Config)
+
+
+def expected(where: str) -> str:
+    """The form a key takes, in the words of its refusal."""
+    return next(k.kind.expected for k in KEYS if k.where == where)
+
+
 SECTION_DOCS = {  # what each section is for, said once in docs/configuration.md
     "watchdog": "How long each phase may go without progress before the worker counts as hung.",
     "restart": "When to give up, and how fast to retry after a crash.",
@@ -501,8 +508,7 @@ def _hosts(table: dict[str, Any], config: Config, reader: Reader) -> None:
         reader.refuse("[distributed]: several hosts are for the Ultralytics worker; with a [worker] command, give "
                       "torchrun its --nnodes and --rdzv-* arguments yourself")
     if hosts.several_hosts and hosts.run_dir is None:
-        reader.fail("distributed.run_dir", "a directory on storage every host shares (the same path on each), where "
-                                           "checkpoints are written and read", None)
+        reader.fail("distributed.run_dir", expected("distributed.run_dir"), None)
     startup = config.watchdog.startup_timeout
     if hosts.several_hosts and startup is not None and hosts.join_timeout >= startup:
         reader.fail("distributed.join_timeout", f"less than watchdog.startup_timeout ({startup:g} s), which bounds a "
@@ -514,7 +520,7 @@ def parse_listen(listen: str, source: str = "<config>") -> tuple[str, int]:
     try:
         return parse_address(listen)
     except ValueError:
-        Reader(source, Path()).fail("metrics.listen", '"HOST:PORT" or "off", e.g. "127.0.0.1:10133"', listen)
+        Reader(source, Path()).fail("metrics.listen", expected("metrics.listen"), listen)
 
 
 def default_state_dir(name: str) -> Path:
