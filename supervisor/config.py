@@ -1,228 +1,320 @@
 """The configuration: one TOML file, validated up front into frozen dataclasses.
 
-Every error is one line naming the file, the key and the expected form, raised as ConfigError; the CLI
-turns it into exit status 78 (EX_CONFIG) so systemd does not restart a daemon that cannot work.
-Timeouts follow one convention: seconds as a number, ``"auto"`` where the value can be derived from
-what the watchdog observes, and ``"off"`` (None) for no limit.
+Every key is declared once, as ``key(kind, default, doc)`` on the field it fills (supervisor/config_keys.py): reading,
+the one-line refusals (file, key, the form expected; exit 78 from the CLI) and docs/configuration.md derive from it.
+What one key cannot say alone, the relations between keys, is checked in ``parse`` after the keys are read.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import math
 import os
-import re
 import tomllib
-from dataclasses import dataclass, field, fields, replace
-from datetime import datetime
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from supervisor import ultralytics_args
+from supervisor.config_keys import (AUTO, Address, Argv, Choice, ConfigError, Flag, Folder, Key, Kind, Moment,
+                                    Reader, Seconds, Strings, Text, Whole, build, declared_keys, key, parse_address,
+                                    parse_deadline, read_keys, table)
 from supervisor.decision.checkpoint_interval import MIN_SECONDS as CHECKPOINT_FLOOR
 from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
 from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
 
-AUTO = "auto"
 SOURCE_CHOICES = ("auto", "kmsg", "journal", "off")  # [kernel_log] source: auto reads kmsg, else the journal
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 # units/yolo-train.service's WatchdogSec=30s: the longest the supervisor's loop may be away. Killing a tree holds
 # the loop for up to kill_grace + kill_timeout (no heartbeat read, no stop request handled), so their sum must fit.
 UNIT_WATCHDOG_SEC = 30.0
+OFF = {"off": None}
+AUTO_OR_OFF = {AUTO: AUTO, "off": None}
 
 
-def _number(default: Any, *, auto: bool = False, off: bool = False, whole: bool = False) -> Any:
-    """A numeric setting and the other forms it accepts: ``"auto"`` (derived from what is observed), ``"off"``
-    (None: no limit). The allowances are data, read by the validation."""
-    return field(default=default, metadata={"auto": auto, "off": off, "whole": whole})
+class TrainTable(Kind):
+    """[train]: Ultralytics' train arguments, refused here where its check_cfg or trainer would refuse them."""
+
+    expected = "a table of Ultralytics' train arguments"
+
+    def read(self, value: Any, where: str, reader: Reader) -> dict[str, Any]:
+        known = ultralytics_args.train_args()
+        reader.table("train", value, set(known) - {"mode", "resume"} if known else set(value or ()))
+        for name in ("project", "name", "save_dir"):
+            if name in value:
+                # Where a run writes is the supervisor's decision (STATE_DIR/train, on every resume too): an
+                # Ultralytics placement would be overridden silently, so it is refused instead.
+                reader.refuse(f"train.{name}: yolo-train decides where a run writes (STATE_DIR/train); remove it and "
+                              f"set state_dir = \"...\" or the top-level name = \"...\" (the default state_dir is "
+                              f"~/.local/state/yolo-train/NAME)")
+        for name, setting in value.items():
+            _train_value(f"train.{name}", name, setting, reader)
+        return dict(value)
 
 
-class ConfigError(ValueError):
-    """A configuration the supervisor refuses; the message is one line: file, key, expected form."""
+def _train_value(where: str, name: str, value: Any, reader: Reader) -> None:
+    expected = ultralytics_args.expected_form(name, value)
+    if expected:
+        reader.fail(where, expected, value)
+
+
+# A rung's own settings (worker/contract.py's OPTION_TYPES); any other key of a rung is an Ultralytics train argument.
+RUNG_SETTINGS = (
+    Key("ladder.rungs", "persistent_workers", Flag(), None,
+        "keep the DataLoader's worker processes between epochs (Ultralytics' own choice when not set)"),
+    Key("ladder.rungs", "loader", Choice(LOADERS), "process",
+        '"process": Ultralytics\' DataLoader; "threads": no worker processes, a pool of threads loads the batches'),
+    Key("ladder.rungs", "threads", Whole(expected="a whole number >= 1 (threads of the loader)"), None,
+        "the threads loader's pool", shown="the CPU count"),
+    Key("ladder.rungs", "start_method", Choice(START_METHODS), "fork",
+        'how the process loader starts its workers: "fork" (torch\'s default on Linux), "spawn", or "forkserver" '
+        "(forked from a server started early with torch, cv2 and Ultralytics' data modules imported)"),
+    Key("ladder.rungs", "conv_fallback", Choice(CONV_FALLBACK_MODES), None,
+        "the rung's [patches] conv_fallback", shown="`[patches] conv_fallback`"),
+    Key("ladder.rungs", "env", Strings('{ MIOPEN_FIND_MODE = "FAST" }'), {},
+        "environment variables, adding to the rungs' below"),
+    Key("ladder.rungs", "args", Strings('{ "--workers" = "0" }', environment=False), {},
+        "a [worker] command's arguments this rung changes (the only setting, beside env, a command's rung has)"),
+)
+RUNG_KINDS = {k.name: k.kind for k in RUNG_SETTINGS}
+
+
+class Rungs(Kind):
+    expected = '"default" or a list of tables, e.g. rungs = [{ workers = 2 }, { val = false }]'
+
+    def read(self, value: Any, where: str, reader: Reader) -> tuple[dict[str, Any], ...] | None:
+        if value is None or value == "default":
+            return None
+        if not isinstance(value, list) or not value:
+            reader.fail(where, self.expected, value)
+        known = ultralytics_args.train_args()
+        for i, rung in enumerate(value):
+            if not isinstance(rung, dict):
+                reader.fail(f"{where}[{i}]", "a table of settings, e.g. { workers = 0 }", rung)
+            for name, setting in rung.items():
+                if name in OPTION_TYPES:
+                    RUNG_KINDS[name].read(setting, f"{where}[{i}].{name}", reader)
+                elif known and name not in known:
+                    reader.refuse(f"{where}[{i}]: unknown setting {name!r}; expected an Ultralytics train argument or "
+                                  f"one of {', '.join(OPTION_TYPES)}")
+                else:
+                    _train_value(f"{where}[{i}].{name}", name, setting, reader)
+        return tuple(dict(r) for r in value)
+
+
+class Faults(Kind):
+    expected = 'a table or list of tables, e.g. [[faults]] kind = "dataloader_hang"'
+
+    def read(self, value: Any, where: str, reader: Reader) -> tuple[Fault, ...]:
+        value = [value] if isinstance(value, dict) else value
+        if not isinstance(value, list):
+            reader.fail(where, self.expected, value)
+        try:
+            return tuple(Fault.from_dict(item) for item in value)
+        except FaultError as e:
+            reader.refuse(f"{where}: {e}")
+
+
+class Patterns(Kind):
+    expected = "a list of [name, regex, kind] entries or { name, regex, kind } tables"
+
+    def read(self, value: Any, where: str, reader: Reader) -> tuple:
+        try:
+            validate_patterns(value, where=f"{reader.label}: [kernel_log] patterns")
+        except CatalogueError as e:
+            raise ConfigError(str(e)) from None
+        return tuple(value or ())
+
+
+class Regex(Kind):
+    expected = "a regular expression with named groups epoch, epochs, batch, batches, loss"
+
+    def read(self, value: Any, where: str, reader: Reader) -> str:
+        problem = validate_regex(Text().read(value, where, reader))
+        if problem:
+            reader.refuse(f"{where}: {problem}")
+        return value
 
 
 @dataclass(frozen=True)
 class WatchdogConfig:
-    """How long each phase may go without progress before the worker counts as hung.
+    """How long each phase may go without progress before the worker counts as hung."""
 
-    startup_timeout: spawn to the first training batch: imports, dataset scan and caching, model build,
-        the first kernel searches. A large dataset scan is legitimate, so the default is generous.
-    stall_timeout: between two training progress beats. ``auto`` derives it from the batch intervals
-        observed in this attempt: max(auto_floor, auto_factor x the slowest recent interval).
-    val_timeout: between two validation beats (and from the end of training to the first val batch);
-        ``auto`` as above over validation intervals, falling back to the training ones.
-    save_timeout: writing a checkpoint, and from the last beat to the worker's exit after "done".
-    auto_factor, auto_floor, auto_window: the safety factor, lower bound (seconds) and number of recent
-        intervals behind every ``auto`` timeout.
-    kill_grace: seconds between SIGTERM and SIGKILL when the tree is killed.
-    kill_timeout: seconds to wait after SIGKILL before a surviving process means "reboot needed".
-    """
-
-    startup_timeout: float | None = _number(600.0, off=True)
-    stall_timeout: float | str | None = _number(AUTO, auto=True, off=True)
-    val_timeout: float | str | None = _number(AUTO, auto=True, off=True)
-    save_timeout: float | None = _number(300.0, off=True)
-    auto_factor: float = _number(10.0)
-    auto_floor: float = _number(10.0)
-    auto_window: int = _number(100, whole=True)
-    kill_grace: float = _number(3.0)
-    kill_timeout: float = _number(10.0)
+    SECTION: ClassVar[str] = "watchdog"
+    startup_timeout: float | None = key(Seconds(words=OFF), 600.0, (
+        "each step of the startup (spawn to the first training batch: imports, checkpoint, model, AMP check, dataset "
+        "scan, loaders, first batch), from its entry or its last progress, until this run has seen that step once; "
+        "then max(auto_floor, auto_factor x its longest stretch seen), at most this (`status` shows `STEP auto`). "
+        '"off": no startup bound at all'))
+    stall_timeout: float | str | None = key(Seconds(words=AUTO_OR_OFF), AUTO, (
+        'between two training beats; "auto": max(auto_floor, auto_factor x the slowest recent interval); a number '
+        'overrides; "off": no limit'))
+    val_timeout: float | str | None = key(Seconds(words=AUTO_OR_OFF), AUTO, (
+        'between two validation beats (and from the end of training to the first val batch); "auto" as above, over '
+        "validation intervals, falling back to the training ones until it has its own"))
+    save_timeout: float | None = key(Seconds(words=OFF), 300.0, (
+        "an epoch's end (validation set-up, the save, the next epoch's loader) until one epoch end has been "
+        "observed, then max(auto_floor, auto_factor x its longest gap) (`save auto`); also how long a stop waits for "
+        "the worker's checkpoint, and how long a worker that said training is done may take to exit"))
+    auto_factor: float = key(Seconds(expected="a positive number"), 10.0, 'the safety factor of every "auto" timeout')
+    auto_floor: float = key(Seconds(), 10.0, 'the lower bound of every "auto" timeout, in seconds')
+    auto_window: int = key(Whole(), 100, 'the number of recent intervals an "auto" timeout is taken over')
+    kill_grace: float = key(Seconds(), 3.0, "seconds from SIGTERM to SIGKILL when a tree is killed")
+    kill_timeout: float = key(Seconds(), 10.0, (
+        'seconds after SIGKILL before a surviving process means "reboot needed"; kill_grace + kill_timeout is at '
+        "most 30 (the unit's WatchdogSec: killing a tree holds the supervisor's loop that long)"))
 
 
 @dataclass(frozen=True)
 class RestartConfig:
-    """When to give up, and how fast to retry after a crash.
+    """When to give up, and how fast to retry after a crash."""
 
-    max_restarts, window: the restart budget: more than max_restarts restarts within window seconds, each after
-        an attempt that wrote no new checkpoint, end the supervisor with exit status 1 instead of looping forever.
-        An attempt that saved a checkpoint before it failed spends none: the run moved on.
-    backoff_initial, backoff_max: the delay before restarting after a crash doubles from the first to
-        the second with each consecutive crash; hangs restart at once (their stall was the wait).
-    """
-
-    max_restarts: int = _number(10, whole=True)
-    window: float = _number(3600.0)
-    backoff_initial: float = _number(1.0)
-    backoff_max: float = _number(60.0)
+    SECTION: ClassVar[str] = "restart"
+    max_restarts: int = key(Whole(), 10, (
+        "the restart budget: more restarts than this within `window`, each after an attempt that saved no new "
+        "checkpoint, end the supervisor with exit status 1 (an attempt that saved one spends none: the run moved on)"))
+    window: float = key(Seconds(), 3600.0, "seconds the restart budget counts over")
+    backoff_initial: float = key(Seconds(), 1.0, (
+        "the delay before restarting after a crash, doubling with each crash in a row (hangs restart at once: "
+        "their stall was the wait)"))
+    backoff_max: float = key(Seconds(), 60.0, "the longest delay after a crash")
 
 
 @dataclass(frozen=True)
 class KernelLogConfig:
-    """What the supervisor reads besides heartbeats, and how far it trusts it.
+    """What the supervisor reads besides heartbeats, and how far it trusts it."""
 
-    source: "auto" (/dev/kmsg if readable, else the systemd journal), "kmsg", "journal" or "off".
-    gpu_events: "auto" (udev's netlink monitor on the drm subsystem) or "off".
-    confirm_window: seconds a worker under suspicion (a stall or GPU-fault line) has to show progress
-        before it is killed as hung.
-    patterns: extra catalogue entries, tried before the built-in ones: [{ name, regex, kind }], kind one of
-        stall, gpu_fault, gpu_lost, oom, ignore.
-    """
-
-    source: str = "auto"
-    gpu_events: str = "auto"
-    confirm_window: float = 10.0
-    patterns: tuple = ()
+    SECTION: ClassVar[str] = "kernel_log"
+    source: str = key(Choice(SOURCE_CHOICES), "auto", (
+        '"auto": /dev/kmsg if readable, else the systemd journal (kernel transport); "kmsg", "journal", or "off"'))
+    gpu_events: str = key(Choice(("auto", "off")), "auto", (
+        '"auto": udev\'s DRM uevents (wedged, reset, removal) from its netlink monitor; "off"'))
+    confirm_window: float = key(Seconds(), 10.0, (
+        "seconds a worker under suspicion (a stall or GPU-fault line) has to show progress before it is killed as "
+        "hung"))
+    patterns: tuple = key(Patterns(), (), (
+        'your own catalogue entries, tried before the built-in ones: [{ name = "x", regex = "...", kind = "stall" }], '
+        "kind one of stall, gpu_fault, gpu_lost, oom, ignore"))
 
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """How much training a hang may cost.
+    """How much training a hang may cost."""
 
-    every: seconds of training between the worker's checkpoints inside an epoch (written atomically at the next
-        batch boundary); "auto" (the default): chosen at every spawn from the measured checkpoint hold and this
-        run's hangs (supervisor/decision/checkpoint_interval.py), ``max`` while the run has not hung; a number or a
-        duration such as "10m" for a fixed interval; or "epoch" (None) for Ultralytics' end-of-epoch save only. The
-        newest checkpoint bounds the work a hang loses: at most this much, plus detection.
-    max: the longest interval "auto" chooses: the interval of a run that has not hung.
-    """
-
-    every: float | str | None = "auto"
-    max: float = 600.0
+    SECTION: ClassVar[str] = "checkpoint"
+    every: float | str | None = key(Seconds(durations=True, words={AUTO: AUTO, "epoch": None}), AUTO, (
+        "seconds of training between the worker's checkpoints inside an epoch, taken at the next batch boundary (the "
+        "loop waits only for a copy to host memory; a thread writes it, atomically); a hang loses at most this much "
+        'plus detection. "auto": chosen at every spawn as Young\'s sqrt(2 x hold x mean time between hangs) from the '
+        "measured checkpoint hold and this run's hangs (supervisor/decision/checkpoint_interval.py), at least "
+        'max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; "epoch": Ultralytics\' end-of-epoch '
+        "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
+    max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
+        f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses), e.g. max = "10m"')), 600.0,
+        'the longest interval "auto" chooses: the interval of a run that has not hung')
 
 
 @dataclass(frozen=True)
 class CommandConfig:
-    """Any training script as the worker (``[worker] command``), instead of the Ultralytics worker.
+    """Any training script as the worker (``[worker] command``), instead of the Ultralytics worker."""
 
-    argv: the command; ``python`` (or ``python3``) as its first word is the Python that runs yolo-train.
-    cwd: where it runs (relative to the config file); None: the supervisor's directory.
-    checkpoint: a glob (relative to cwd) whose newest match is the resume point; None: the script resumes itself.
-    resume_args: added to argv when the glob matches, ``{checkpoint}`` replaced by the match.
-    progress_regex: ``[progress] regex``, named groups epoch, epochs, batch, batches, loss: read from the output
-        when the script sends no heartbeat (tqdm, Ultralytics and Lightning bars are recognised without it).
-    """
-
-    argv: tuple[str, ...]
-    cwd: Path | None = None
-    checkpoint: str | None = None
-    resume_args: tuple[str, ...] = ()
-    progress_regex: str | None = None
+    SECTION: ClassVar[str] = "worker"
+    argv: tuple[str, ...] = key(Argv('command = ["python", "train.py", "--epochs", "50"]', some=True), None, (
+        "any training script instead of the Ultralytics worker (README *Supervising any training script*); `python` "
+        "(or `python3`) as its first word is the Python that runs yolo-train"), at="worker.command", init_default=False)
+    cwd: Path | None = key(Folder("an existing directory (relative to the config file)", existing=True), None,
+                           "where the command runs, relative to the config file", shown="the supervisor's directory")
+    checkpoint: str | None = key(Text(), None, (
+        "a glob (relative to `cwd`) whose newest match is the command's resume point; none: the script resumes "
+        "itself"))
+    resume_args: tuple[str, ...] = key(Argv('resume_args = ["--resume", "{checkpoint}"]', empty_words=True), (), (
+        "added to the command when the `checkpoint` glob matches, `{checkpoint}` replaced by the match"))
+    progress_regex: str | None = key(Regex(), None, (
+        "named groups epoch, epochs, batch, batches, loss, read from the command's output when it sends no heartbeat "
+        "(tqdm, Ultralytics and Lightning bars are recognised without it)"), at="progress.regex")
 
 
 @dataclass(frozen=True)
 class IncidentsConfig:
-    """What an incident records about a hung tree before it is killed.
+    """What an incident records about a hung tree before it is killed."""
 
-    stacks: every thread of every process (py-spy: Python and native frames; /proc: wchan and the kernel stack;
-        the GPU's state), stored as STATE_DIR/incidents/ID/stacks.json.
-    stacks_budget: seconds the whole capture may take, all processes in parallel; what is not done by then is
-        abandoned and noted, and the kill goes on.
-    """
-
-    stacks: bool = True
-    stacks_budget: float = 3.0
+    SECTION: ClassVar[str] = "incidents"
+    stacks: bool = key(Flag(), True, (
+        "record where every thread of every process of a hung tree waits (py-spy: Python and native frames; /proc: "
+        "wchan and the kernel stack; the GPU's state) as STATE_DIR/incidents/ID/stacks.json, before it is killed"))
+    stacks_budget: float = key(Seconds(most=10, expected="seconds, more than 0 and at most 10 (the kill waits for it)"),
+                               3.0, "seconds the whole capture may take, all processes in parallel; the rest is "
+                                    "abandoned and noted, and the kill goes on")
 
 
 @dataclass(frozen=True)
 class NotifyConfig:
-    """``[notify]``: a command told when a person may want to know (supervisor/outputs/notify_command.py).
+    """``[notify]``: a command told when a person may want to know (supervisor/outputs/notify_command.py)."""
 
-    command: argv, run without a shell, the event as JSON on stdin and as YOLO_TRAIN_* variables; () for none.
-    timeout: seconds it may run before it is killed.
-    """
-
-    command: tuple[str, ...] = ()
-    timeout: float = 10.0
+    SECTION: ClassVar[str] = "notify"
+    command: tuple[str, ...] = key(Argv('command = ["notify-send", "yolo-train"]'), (), (
+        "argv, run without a shell when a person may want to know, the event as JSON on stdin and as YOLO_TRAIN_* "
+        "variables (README *The morning after*)"), shown="none")
+    timeout: float = key(Seconds(), 10.0, "seconds the command may run before it is killed")
 
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    """Giving the speed back: trying the faster rung again after a safer one has trained well for a while.
+    """Giving the speed back: trying the faster rung again after a safer one has trained well for a while."""
 
-    probe_after: seconds (or a duration such as "2h") of healthy training at rung k before the supervisor moves to
-        rung k-1 at the next batch boundary (the worker saves and exits, nothing is lost); None ("off") keeps the
-        ladder one-way. A hang on the probed rung returns to rung k and doubles rung k's probation.
-    give_up_after: a rung whose probes hung this many times is not probed again.
-    prior_between_hangs: seconds (or a duration) of training one hang is assumed to take at any rung, weighed as one
-        hang seen, until the rung shows its own rate (rung_choice.py): one hang a few seconds in is no proof; None
-        ("off"): each rung judged on its own hangs alone.
-    """
-
-    probe_after: float | None = 7200.0
-    give_up_after: int = 3
-    prior_between_hangs: float | None = 300.0
+    SECTION: ClassVar[str] = "ladder"
+    probe_after: float | None = key(Seconds(durations=True, words=OFF), 7200.0, (
+        "seconds of healthy training at a rung before the fastest rung below worth retrying is tried again, at the "
+        'next batch boundary (the worker saves and exits, nothing is lost); "off" keeps the ladder one-way. A hang '
+        "on the probed rung returns to the rung and doubles its probation. At least a fixed [checkpoint] every"))
+    give_up_after: int = key(Whole(expected="a whole number >= 1 (failed probes of a rung before it is not probed "
+                                            "again)"), 3, "a rung whose probes hung this many times is not probed "
+                                                          "again")
+    prior_between_hangs: float | None = key(Seconds(durations=True, words=OFF), 300.0, (
+        "the training one hang is assumed to take at any rung, weighed as one hang seen beside a rung's own hangs "
+        "(supervisor/decision/rung_choice.py), so one hang a few seconds in is no proof; \"off\": each rung judged on "
+        "its own hangs alone"))
 
 
 @dataclass(frozen=True)
 class RecoveryConfig:
-    """The recovery tier before the process restart (supervisor/decision/in_place.py).
+    """The recovery tier before the process restart (supervisor/decision/in_place.py)."""
 
-    in_place: a hang in training or validation whose stacks show the training process waiting for a batch and one or
-        more DataLoader worker processes stuck is recovered by killing only those workers: the loader goes on at the
-        batch it waited for, in the same process (no restart, nothing lost). False: every hang restarts, as before.
-    in_place_max, in_place_window: more than in_place_max in-place recoveries within in_place_window seconds, and the
-        next hang restarts (and climbs the ladder) instead: a loader that keeps hanging wants a safer rung.
-    """
-
-    in_place: bool = True
-    in_place_max: int = _number(3, whole=True)
-    in_place_window: float = _number(3600.0)
+    SECTION: ClassVar[str] = "recovery"
+    in_place: bool = key(Flag(), True, (
+        "a hang whose stacks show the training process waiting for a batch and DataLoader worker processes stuck is "
+        "recovered by killing only those workers: the loader goes on at the batch it waited for, in the same process; "
+        "false: every hang restarts"))
+    in_place_max: int = key(Whole(), 3, (
+        "more in-place recoveries than this within `in_place_window`, and the next hang restarts (and climbs the "
+        "ladder) instead: a loader that keeps hanging wants a safer rung"))
+    in_place_window: float = key(Seconds(), 3600.0, "seconds in_place_max counts over")
 
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """Several hosts (``[distributed]``): this host's supervisor starts its local ranks through torch.distributed's
-    elastic launcher, which meets the other hosts' at a c10d rendezvous.
+    """Several hosts: this host's supervisor starts its local ranks through torch.distributed's elastic launcher,
+    which meets the other hosts' at a c10d rendezvous. A [distributed] table names its rendezvous."""
 
-    nnodes: hosts in the job (1: this host alone, no rendezvous).
-    node_rank: this host's number, 0 to nnodes - 1; the host with 0 hosts the rendezvous store. The global ranks
-        are the rendezvous' to assign (c10d), so node_rank names the host, not its ranks.
-    rdzv_endpoint: "HOST:PORT" of the rendezvous store (on the host with node_rank 0).
-    rdzv_id: the job's name at the rendezvous: every host of a job gives the same one.
-    run_dir: where training writes (checkpoints), on storage every host shares: the same path on every host.
-        None: STATE_DIR/train (one host).
-    collective_timeout: seconds a rank waits in one collective for a peer (Ultralytics asks for 3 hours).
-    join_timeout: seconds a launch waits for every host to join the rendezvous (and for the store to answer).
-    """
-
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    run_dir: Path | None = None
-    collective_timeout: float = 600.0
-    join_timeout: float = 300.0
+    SECTION: ClassVar[str] = "distributed"
+    nnodes: int = key(Whole(expected="the number of hosts, a whole number >= 1"), 1,
+                      "hosts in the job (1: this host alone, no rendezvous)")
+    node_rank: int = key(Whole(None, "this host's number, a whole number from 0 to nnodes - 1"), 0, (
+        "this host's number; the host with 0 hosts the rendezvous store (the global ranks are the rendezvous' to "
+        "assign)"), required=True)
+    rdzv_endpoint: str | None = key(Address('"HOST:PORT" of the host with node_rank 0, e.g. "10.0.0.1:29400"', 1),
+                                    None, "the rendezvous store, on the host with node_rank 0", required=True)
+    rdzv_id: str | None = key(Text('the job\'s name, the same on every host (letters, digits, "_.-"), e.g. '
+                                   '"yolo-coco-1"', r"[A-Za-z0-9_.-]{1,64}"), None,
+                              "the job's name at the rendezvous: every host of a job gives the same one", required=True)
+    run_dir: Path | None = key(Folder("a directory on storage every host shares (the same path on each), where "
+                                      "checkpoints are written and read"), None, (
+        "where training writes (checkpoints), relative to the config file, on storage every host shares: the same "
+        "path on every host; needed with nnodes > 1"), shown="`STATE_DIR/train`")
+    collective_timeout: float = key(Seconds(), 600.0, (
+        "seconds a rank waits in one collective for a peer (Ultralytics asks for 3 hours)"))
+    join_timeout: float = key(Seconds(), 300.0, (
+        "seconds a launch waits for every host to join the rendezvous (and for the store to answer); less than "
+        "[watchdog] startup_timeout"))
 
     @property
     def several_hosts(self) -> bool:
@@ -231,29 +323,59 @@ class DistributedConfig:
 
 @dataclass(frozen=True)
 class Config:
+    SECTION: ClassVar[str] = ""
     path: Path | None
-    name: str
-    state_dir: Path
-    train: dict[str, Any]
-    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
-    restart: RestartConfig = field(default_factory=RestartConfig)
-    ladder: tuple[dict[str, Any], ...] | None = None  # None: the default ladder from train.workers
-    faults: tuple[Fault, ...] = ()
-    worker_python: str = ""
-    worker_env: dict[str, str] = field(default_factory=dict)
-    command: CommandConfig | None = None  # [worker] command: any script instead of the Ultralytics worker
-    standby: bool = True  # a pre-imported worker waits for the next attempt (the Ultralytics worker only)
-    metrics_listen: str | None = "127.0.0.1:10133"
-    deadline: str | None = None  # as written, for display
-    kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    probe: ProbeConfig = field(default_factory=ProbeConfig)
-    incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
-    conv_fallback: str = "auto"  # [patches]: the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
-    amp_check: str = "local"  # [patches]: how AMP is checked: local (no download), off (trust amp), ultralytics
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
-    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    name: str = key(Text(), "yolo-train", "names the default state directory", init_default=False)
+    state_dir: Path = key(Text(), None, (
+        "state file, incidents, checkpoints (`train/weights/last.pt`); one supervisor per directory (a second one "
+        "exits 78); if its lock file is removed and another supervisor takes the directory meanwhile, the first stops "
+        "its worker without a save and exits 78"), shown="`$STATE_DIRECTORY`, else `~/.local/state/yolo-train/NAME`",
+        init_default=False)
+    train: dict[str, Any] = key(TrainTable(), {}, (
+        "passed to Ultralytics' train() as is (`data = \"demo\"` is the synthetic set; `workers` is honoured on the "
+        "CPU too); `project`, `name` and `save_dir` are refused (the run writes to STATE_DIR/train, on every resume "
+        "too). A state directory holding a finished training of another [train] table or ladder is refused (exit 78); "
+        "an unfinished one starts again at rung 0, and a checkpoint of another model, task, data, image size or epoch "
+        "count is refused by the worker (exit 78, nothing deleted)"), init_default=False)
+    watchdog: WatchdogConfig = table(WatchdogConfig)
+    restart: RestartConfig = table(RestartConfig)
+    ladder: tuple[dict[str, Any], ...] | None = key(Rungs(), None, (
+        "the ladder: each rung's change on top of the previous ones (a rung's settings below, and any Ultralytics "
+        "train argument); \"default\": halve workers down to 1, persistent_workers = false, the threads loader, "
+        "workers = 0, val = false"), at="ladder.rungs", shown='`"default"`')
+    faults: tuple[Fault, ...] = key(Faults(), (), "fault injection (README *Fault injection*)", shown="none")
+    worker_python: str = key(Text(), "", "the interpreter that runs `-m worker`", at="worker.python",
+                             shown="this Python")
+    worker_env: dict[str, str] = key(Strings('env = { OMP_NUM_THREADS = "4" }'), {}, (
+        "extra environment of the worker (ROCm knobs: HSA_OVERRIDE_GFX_VERSION, MIOPEN_FIND_MODE, "
+        "PYTORCH_HIP_ALLOC_CONF, OMP_NUM_THREADS, ...)"), at="worker.env")
+    command: CommandConfig | None = table(CommandConfig, default_none=True)
+    standby: bool = key(Flag(), True, (
+        "once an attempt trains, start the next worker ahead (`python -m worker --standby`): it imports torch, "
+        "Ultralytics and the trainer (and, made for a \"forkserver\" rung, starts that server), then waits idle (no "
+        "GPU touched) for the next attempt's launch record, so a restart does not pay for the imports. The kill of a "
+        "hung tree spares it; one made for another rung environment, or found stopped, is discarded for a cold start. "
+        "It costs memory while it waits (707 MiB RSS, torch 2.14's CUDA build, measured with `python -m worker "
+        "--standby` alone) and about 4 s of one core per attempt for its imports. A `command` cannot be started ahead "
+        "of its arguments: `true` there is refused"), at="worker.standby", shown="`true` (`false` with a `command`)")
+    metrics_listen: str | None = key(Address('"HOST:PORT" or "off", e.g. "127.0.0.1:10133"', words={"off": None,
+                                                                                                  "": None}),
+                                     "127.0.0.1:10133", "the Prometheus endpoint, or \"off\"", at="metrics.listen")
+    deadline: str | None = key(Moment(), None, "`status` and the metrics show the slack between the ETA and it",
+                               shown="none")
+    kernel_log: KernelLogConfig = table(KernelLogConfig)
+    checkpoint: CheckpointConfig = table(CheckpointConfig)
+    probe: ProbeConfig = table(ProbeConfig)
+    incidents: IncidentsConfig = table(IncidentsConfig)
+    conv_fallback: str = key(Choice(CONV_FALLBACK_MODES), "auto", (
+        'the Conv2d path that bypasses MIOpen/cuDNN (unfold + matmul); "auto": on under ROCm when MIOpen has no '
+        "kernel database for the GPU"), at="patches.conv_fallback")
+    amp_check: str = key(Choice(("local", "off", "ultralytics")), "local", (
+        'Ultralytics\' AMP check downloads a model; "local" compares fp32 and fp16 on the model itself, "off" trusts '
+        '`amp`, "ultralytics" is theirs'), at="patches.amp_check")
+    distributed: DistributedConfig = table(DistributedConfig)
+    recovery: RecoveryConfig = table(RecoveryConfig)
+    notify: NotifyConfig = table(NotifyConfig)
 
     # Parsed once, here: the deadline as a Unix timestamp, the listen address as (host, port).
     deadline_at: float | None = field(init=False, default=None)
@@ -267,6 +389,35 @@ class Config:
     @property
     def source(self) -> str:
         return str(self.path) if self.path else "<demo>"
+
+
+KEYS: list[Key] = declared_keys(Config)
+
+
+def expected(where: str) -> str:
+    """The form a key takes, in the words of its refusal."""
+    return next(k.kind.expected for k in KEYS if k.where == where)
+
+
+SECTION_DOCS = {  # what each section is for, said once in docs/configuration.md
+    "watchdog": "How long each phase may go without progress before the worker counts as hung.",
+    "restart": "When to give up, and how fast to retry after a crash.",
+    "ladder": "The ladder of safer settings a hang climbs, and giving the speed back (README *How it works*).",
+    "ladder.rungs": "Each rung of `rungs` is a table of these and of any Ultralytics train argument, e.g. "
+                    '`rungs = [{ workers = 2 }, { loader = "threads", threads = 2 }, { workers = 0, val = false }]`.',
+    "worker": "The worker process: the Ultralytics worker, or any training script as `command`.",
+    "progress": "Only with a `[worker] command`.",
+    "kernel_log": "What the supervisor reads besides heartbeats, and how far it trusts it.",
+    "checkpoint": "How much training a hang may cost.",
+    "incidents": "What an incident records about a hung tree before it is killed.",
+    "patches": "What the worker changes in torch and Ultralytics.",
+    "distributed": "Several hosts (README *Several hosts*): this host's supervisor starts its local ranks through "
+                   "torch.distributed's elastic launcher, which meets the other hosts' at a c10d rendezvous. A "
+                   "`[distributed]` table names its rendezvous: `node_rank`, `rdzv_endpoint` and `rdzv_id` are "
+                   "needed in it.",
+    "recovery": "The recovery tier before the process restart (supervisor/decision/in_place.py).",
+    "notify": "A command told when a person may want to know (supervisor/outputs/notify_command.py).",
+}
 
 
 def load(path: Path | None, state_dir: Path | None = None) -> Config:
@@ -289,125 +440,87 @@ def load(path: Path | None, state_dir: Path | None = None) -> Config:
 
 
 def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: Path | None = None) -> Config:
-    check = _Checker(label)
-    check.keys("", raw, {"name", "state_dir", "train", "watchdog", "restart", "ladder", "faults", "worker",
-                         "metrics", "deadline", "kernel_log", "patches", "checkpoint", "progress", "incidents",
-                         "distributed", "recovery", "notify"})
-    name = check.string("name", raw.get("name", "yolo-train"))
-    train = check.train(raw.get("train", {}))
-    watchdog = check.section("watchdog", raw.get("watchdog", {}), WatchdogConfig)
-    restart = check.section("restart", raw.get("restart", {}), RestartConfig)
-    ladder = check.ladder(raw.get("ladder", {}))
-    probe = check.probe(raw.get("ladder", {}))
-    faults = check.faults(raw.get("faults", []))
+    """The keys read by their kinds, then what holds between them."""
+    reader = Reader(label, path.parent if path else Path.cwd())
     worker = raw.get("worker", {})
-    check.keys("worker", worker, {"python", "env", "command", "cwd", "checkpoint", "resume_args", "standby"})
-    command = check.command(worker, raw.get("progress", {}), path)
-    standby = check.standby(worker.get("standby", command is None), command is not None)
-    check.rung_arguments(ladder, command is not None)
-    env = check.env("worker.env", worker.get("env", {}), 'env = { OMP_NUM_THREADS = "4" }')
-    metrics = raw.get("metrics", {})
-    check.keys("metrics", metrics, {"listen"})
-    listen = metrics.get("listen", "127.0.0.1:10133")
-    if listen in ("off", ""):
-        listen = None
-    elif not isinstance(listen, str):
-        check.fail("metrics.listen", '"HOST:PORT" or "off"', listen)
-    deadline = raw.get("deadline")
-    if deadline is not None and not isinstance(deadline, str):
-        deadline = deadline.isoformat() if hasattr(deadline, "isoformat") else check.fail(
-            "deadline", 'an RFC 3339 time, e.g. deadline = "2025-11-30T00:00:00Z"', deadline)
-    kernel_log = check.kernel_log(raw.get("kernel_log", {}))
-    checkpoint = check.checkpoint(raw.get("checkpoint", {}))
-    incidents = check.incidents(raw.get("incidents", {}))
-    recovery = check.recovery(raw.get("recovery", {}))
-    if probe.probe_after is not None and isinstance(checkpoint.every, float) and probe.probe_after < checkpoint.every:
-        check.fail("ladder.probe_after", f"at least [checkpoint] every ({checkpoint.every:.0f} s): a probe moves at a "
-                                         f"checkpoint boundary", raw["ladder"]["probe_after"])
-    patches = raw.get("patches", {})
-    check.keys("patches", patches, {"conv_fallback", "amp_check"})
-    if patches.get("conv_fallback", "auto") not in CONV_FALLBACK_MODES:
-        check.fail("patches.conv_fallback", _one_of(CONV_FALLBACK_MODES), patches["conv_fallback"])
-    if patches.get("amp_check", "local") not in ("local", "off", "ultralytics"):
-        check.fail("patches.amp_check", '"local", "off" or "ultralytics"', patches["amp_check"])
-    distributed = check.distributed(raw.get("distributed", {}), command is not None, path)
-    if distributed.several_hosts and watchdog.startup_timeout is not None \
-            and distributed.join_timeout >= watchdog.startup_timeout:
-        check.fail("distributed.join_timeout", f"less than watchdog.startup_timeout ({watchdog.startup_timeout:g} s), "
-                                               f"which bounds a start including the wait for the other hosts",
-                   distributed.join_timeout)
-    chosen_dir = state_dir or raw.get("state_dir") or default_state_dir(name)
-    config = Config(path=path, name=name, state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute(),
-                    train=train, watchdog=watchdog, restart=restart, ladder=ladder, probe=probe, incidents=incidents,
-                    faults=faults,
-                    worker_python=check.string("worker.python", worker.get("python", "")), worker_env=dict(env),
-                    command=command, standby=standby,
-                    metrics_listen=listen, deadline=deadline, kernel_log=kernel_log, checkpoint=checkpoint,
-                    conv_fallback=patches.get("conv_fallback", "auto"), amp_check=patches.get("amp_check", "local"),
-                    distributed=distributed, recovery=recovery,
-                    notify=check.notify(raw.get("notify", {})))
-    if not train and "command" not in worker:
-        raise ConfigError(f"{label}: no [train] table: nothing to train; add one with Ultralytics' train arguments, "
-                          f"e.g. [train] data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
+    if isinstance(worker, dict) and "command" not in worker:
+        _only_with_a_command(raw, worker, reader)
+    values = read_keys(raw, KEYS, reader)
+    command = "worker.command" in values
+    _command_rungs(raw, values, command, reader)
+    values.setdefault("worker.standby", not command)
+    if values["worker.standby"] and command:
+        reader.refuse("worker.standby: a [worker] command cannot be started ahead of its launch (its arguments name "
+                      "the checkpoint it resumes from); remove standby = true")
+    name = values.get("name", "yolo-train")
+    chosen_dir = state_dir or values.get("state_dir") or default_state_dir(name)
+    config = build(Config, values, path=path, name=name, command=build(CommandConfig, values) if command else None,
+                   state_dir=Path(os.path.expanduser(str(chosen_dir))).absolute())
+    if config.probe.probe_after is not None and isinstance(config.checkpoint.every, float) \
+            and config.probe.probe_after < config.checkpoint.every:
+        reader.fail("ladder.probe_after", f"at least [checkpoint] every ({config.checkpoint.every:.0f} s): a probe "
+                                          f"moves at a checkpoint boundary",
+                    raw.get("ladder", {}).get("probe_after", config.probe.probe_after))
+    _hosts(raw.get("distributed", {}), config, reader)
+    if not config.train and not command:
+        reader.refuse("no [train] table: nothing to train; add one with Ultralytics' train arguments, e.g. [train] "
+                      "data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
+    watchdog = config.watchdog
     if watchdog.kill_grace + watchdog.kill_timeout > UNIT_WATCHDOG_SEC:
-        raise ConfigError(f"{label}: watchdog.kill_grace + watchdog.kill_timeout: expected at most "
-                          f"{UNIT_WATCHDOG_SEC:g} s together, got {watchdog.kill_grace:g} + {watchdog.kill_timeout:g}; "
-                          f"killing a tree holds the supervisor's loop that long, and the unit's WatchdogSec=30s "
-                          f"(units/yolo-train.service) is the longest it may be away")
+        reader.refuse(f"watchdog.kill_grace + watchdog.kill_timeout: expected at most {UNIT_WATCHDOG_SEC:g} s "
+                      f"together, got {watchdog.kill_grace:g} + {watchdog.kill_timeout:g}; killing a tree holds the "
+                      f"supervisor's loop that long, and the unit's WatchdogSec=30s (units/yolo-train.service) is the "
+                      f"longest it may be away")
     return config
 
 
-def parse_deadline(text: str | None, source: str = "<config>") -> float | None:
-    """The deadline as a Unix timestamp; a time without an offset is local time. ConfigError if unreadable."""
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ConfigError(f"{source}: deadline: expected an RFC 3339 time, e.g. deadline = "
-                          f"\"2025-11-30T00:00:00Z\", got {text!r}") from None
-    return moment.timestamp() if moment.tzinfo else moment.astimezone().timestamp()
+def _only_with_a_command(raw: dict[str, Any], worker: dict[str, Any], reader: Reader) -> None:
+    """The keys of a [worker] command mean nothing without one."""
+    for name in ("cwd", "checkpoint", "resume_args"):
+        if name in worker:
+            reader.fail(f"worker.{name}", "only with [worker] command", worker[name])
+    if raw.get("progress"):
+        reader.fail("progress", "only with [worker] command (the Ultralytics worker sends heartbeats)", raw["progress"])
 
 
-DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+def _command_rungs(raw: dict[str, Any], values: dict[str, Any], command: bool, reader: Reader) -> None:
+    """Resume arguments need the checkpoint they name; a command's rungs change its env and args only."""
+    if command and values.get("worker.resume_args") and "worker.checkpoint" not in values:
+        reader.fail("worker.resume_args", "a [worker] checkpoint glob beside it", raw["worker"]["resume_args"])
+    for i, rung in enumerate(values.get("ladder.rungs") or ()):
+        for name, value in rung.items():
+            if name == "args" and not command:
+                reader.fail(f"ladder.rungs[{i}].args", "only with [worker] command", value)
+            elif command and name not in ("env", "args"):
+                reader.refuse(f"ladder.rungs[{i}]: {name!r} changes nothing for a [worker] command; use env = {{ ... }}"
+                              f" or args = {{ \"--flag\" = \"value\" }}")
 
 
-def parse_duration(value: Any) -> float | None:
-    """Seconds from a positive number or a string such as "90s", "10m", "2h", "1h30m"; None if it is neither."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) and value > 0 else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    import re
-
-    parts = re.fullmatch(r"\s*((?:\d+(?:\.\d+)?\s*[smhd]\s*)+)", value)
-    if parts is None:
-        return None
-    total = sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", value))
-    return total if total > 0 else None
+def _hosts(table: dict[str, Any], config: Config, reader: Reader) -> None:
+    """A [distributed] table: this host's number among nnodes, shared storage for several, within the startup."""
+    hosts = config.distributed
+    if not table:
+        return
+    if not 0 <= hosts.node_rank < hosts.nnodes:
+        reader.fail("distributed.node_rank", f"this host's number, a whole number from 0 to {hosts.nnodes - 1} "
+                                             f"(nnodes - 1)", hosts.node_rank)
+    if config.command is not None:
+        reader.refuse("[distributed]: several hosts are for the Ultralytics worker; with a [worker] command, give "
+                      "torchrun its --nnodes and --rdzv-* arguments yourself")
+    if hosts.several_hosts and hosts.run_dir is None:
+        reader.fail("distributed.run_dir", expected("distributed.run_dir"), None)
+    startup = config.watchdog.startup_timeout
+    if hosts.several_hosts and startup is not None and hosts.join_timeout >= startup:
+        reader.fail("distributed.join_timeout", f"less than watchdog.startup_timeout ({startup:g} s), which bounds a "
+                                                f"start including the wait for the other hosts", hosts.join_timeout)
 
 
 def parse_listen(listen: str, source: str = "<config>") -> tuple[str, int]:
     """``"HOST:PORT"`` (``[::1]:PORT`` for IPv6) -> (host, port); ConfigError if it is not one."""
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535 or not _host(host.strip("[]")):
-        raise ConfigError(f"{source}: [metrics] listen = {listen!r}: expected \"HOST:PORT\" or \"off\", e.g. "
-                          f"\"127.0.0.1:10133\"")
-    return host.strip("[]"), int(port)
-
-
-def _host(host: str) -> bool:
-    """An IP address or a host name as bind() takes them (names resolve at run time, not here: no DNS in a check)."""
-    import ipaddress
-    import re
-
     try:
-        ipaddress.ip_address(host)
-        return True
+        return parse_address(listen)
     except ValueError:
-        return re.fullmatch(r"(?!-)[A-Za-z0-9-]{1,63}(?:\.(?!-)[A-Za-z0-9-]{1,63})*\.?", host) is not None
+        Reader(source, Path()).fail("metrics.listen", expected("metrics.listen"), listen)
 
 
 def default_state_dir(name: str) -> Path:
@@ -416,386 +529,3 @@ def default_state_dir(name: str) -> Path:
         return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(base) / "yolo-train" / name
-
-
-@lru_cache(maxsize=1)
-def ultralytics_train_args() -> dict[str, Any]:
-    """Ultralytics' argument names and defaults, read from its default.yaml without importing torch."""
-    import yaml
-
-    spec = importlib.util.find_spec("ultralytics")
-    if spec is None or not spec.submodule_search_locations:
-        return {}
-    default = Path(next(iter(spec.submodule_search_locations))) / "cfg" / "default.yaml"
-    return yaml.safe_load(default.read_text()) or {}
-
-
-@lru_cache(maxsize=1)
-def ultralytics_value_kinds() -> dict[str, Any]:
-    """The key sets Ultralytics' ``check_cfg`` types its arguments by (CFG_INT_KEYS, CFG_BOOL_KEYS, ... and
-    CFG_INT_MIN), read from ultralytics/cfg/__init__.py as literals: importing it imports torch (2.6 s here),
-    reading them takes milliseconds. Empty when the file or a name is not there (another Ultralytics)."""
-    import ast
-
-    spec = importlib.util.find_spec("ultralytics")
-    if spec is None or not spec.submodule_search_locations:
-        return {}
-    source = Path(next(iter(spec.submodule_search_locations))) / "cfg" / "__init__.py"
-    try:
-        tree = ast.parse(source.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return {}
-    kinds: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            value = node.value
-            if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "frozenset" and value.args:
-                value = value.args[0]
-            if name.startswith("CFG_") and name.endswith(("_KEYS", "_MIN")):
-                try:
-                    kinds[name] = ast.literal_eval(value)
-                except ValueError:
-                    continue
-    return kinds
-
-
-def _one_of(choices: tuple[str, ...]) -> str:
-    """'"auto", "on" or "off"': the expected form of a key that takes one of ``choices``."""
-    return ", ".join(f'"{c}"' for c in choices[:-1]) + f' or "{choices[-1]}"'
-
-
-class _Checker:
-    """Validation helpers that all fail the same way: one line with file, key and expected form."""
-
-    def __init__(self, label: str):
-        self.label = label
-
-    def fail(self, key: str, expected: str, got: Any) -> None:
-        shown = str(got).lower() if isinstance(got, bool) else repr(got)  # as TOML spells it
-        raise ConfigError(f"{self.label}: {key}: expected {expected}, got {shown}")
-
-    def keys(self, section: str, table: Any, allowed: set[str]) -> None:
-        where = f"[{section}]" if section else "top level"
-        if not isinstance(table, dict):
-            self.fail(section, "a table", table)
-        for key in table:
-            if key not in allowed:
-                raise ConfigError(f"{self.label}: {where}: unknown key {key!r}; expected one of "
-                                  f"{', '.join(sorted(allowed))}")
-
-    def standby(self, value: Any, command: bool) -> bool:
-        if not isinstance(value, bool):
-            self.fail("worker.standby", "true or false", value)
-        if value and command:
-            raise ConfigError(f"{self.label}: worker.standby: a [worker] command cannot be started ahead of its "
-                              f"launch (its arguments name the checkpoint it resumes from); remove standby = true")
-        return value
-
-    def string(self, key: str, value: Any) -> str:
-        if not isinstance(value, str):
-            self.fail(key, "a string", value)
-        self.no_nul(key, [value])
-        return value
-
-    def no_nul(self, key: str, values: Any) -> None:
-        """No process can be given a NUL character in an argument, a path or the environment: refused here."""
-        if any("\0" in v for v in values):
-            self.fail(key, "text without a NUL character (\\u0000)", values if len(values) > 1 else values[0])
-
-    def env(self, key: str, table: Any, example: str) -> dict[str, str]:
-        """Environment variables: names an environment can hold, string values."""
-        if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
-            self.fail(key, f"a table of strings, e.g. {example}", table)
-        for name in table:
-            if not name or "=" in name or "\0" in name:
-                self.fail(key, f'variable names without "=" or a NUL character, e.g. {example}', name)
-        self.no_nul(key, list(table.values()))
-        return dict(table)
-
-    def train(self, table: Any) -> dict[str, Any]:
-        known = ultralytics_train_args()
-        self.keys("train", table, set(known) - {"mode", "resume"} if known else set(table))
-        for key in ("project", "name", "save_dir"):
-            if key in table:
-                # Where a run writes is the supervisor's decision (STATE_DIR/train, on every resume too): an
-                # Ultralytics placement would be overridden silently, so it is refused instead.
-                raise ConfigError(f"{self.label}: train.{key}: yolo-train decides where a run writes "
-                                  f"(STATE_DIR/train); remove it and set state_dir = \"...\" or the top-level "
-                                  f"name = \"...\" (the default state_dir is ~/.local/state/yolo-train/NAME)")
-        for key, value in table.items():
-            self.train_value(f"train.{key}", key, value)
-        return dict(table)
-
-    def train_value(self, where: str, key: str, value: Any) -> None:
-        """A value Ultralytics' check_cfg (hard) or its trainer would refuse, refused here in one line; stricter
-        where Ultralytics is lax: a boolean is never a number (``workers = true`` would mean one worker)."""
-        kinds = ultralytics_value_kinds()
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        whole = number and (isinstance(value, int) or value.is_integer())
-        if key == "workers":
-            if not whole or value < 0:
-                self.fail(where, "a whole number >= 0", value)
-        elif key == "batch":
-            if not number or not (value >= 1 and whole or value == -1 or 0 < value < 1):
-                self.fail(where, "a whole number >= 1, -1 (AutoBatch) or a fraction of GPU memory between 0 and 1",
-                          value)
-        elif key == "imgsz":
-            sizes = value if isinstance(value, list) and len(value) in (1, 2) else [value]
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
-                self.fail(where, "pixels as a whole number >= 1, or [height, width]", value)
-        elif key in kinds.get("CFG_INT_KEYS", ()):
-            least = kinds.get("CFG_INT_MIN", {}).get(key)
-            if not whole or (least is not None and value < least):
-                self.fail(where, "a whole number" + (f" >= {least}" if least is not None else ""), value)
-        elif key in kinds.get("CFG_FLOAT_KEYS", ()):
-            if not number:
-                self.fail(where, "a number", value)
-        elif key in kinds.get("CFG_FRACTION_KEYS", ()):
-            if key == "fraction" and isinstance(value, list):
-                return  # [train, val(, test)] counts or ratios: Ultralytics' own check at the worker
-            if not number or not (0 <= value <= 1 or key == "fraction" and whole and value > 1):
-                self.fail(where, "a number between 0 and 1" + (" or a count of images > 1" if key == "fraction"
-                                                               else ""), value)
-        elif key in kinds.get("CFG_BOOL_KEYS", ()):
-            if not isinstance(value, bool):
-                self.fail(where, "true or false", value)
-        elif key in kinds.get("CFG_STR_KEYS", ()):
-            if not isinstance(value, str):
-                self.fail(where, "a string", value)
-        elif key == "amp" and not (isinstance(value, bool) or str(value).lower() in ("fp16", "bf16", "fp32")):
-            self.fail(where, 'true, false, "fp16", "bf16" or "fp32"', value)
-
-    def section(self, name: str, table: Any, cls: type) -> Any:
-        self.keys(name, table, {f.name for f in fields(cls)})
-        values = {}
-        for f in fields(cls):
-            if f.name not in table:
-                continue
-            value, key = table[f.name], f"{name}.{f.name}"
-            allows_auto, allows_off = f.metadata.get("auto", False), f.metadata.get("off", False)
-            if value == AUTO and allows_auto:
-                values[f.name] = AUTO
-            elif value == "off" and allows_off:
-                values[f.name] = None
-            elif f.metadata.get("whole") and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                self.fail(key, "a whole number >= 1", value)
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value <= 0:
-                forms = ["seconds (a positive number)"] + (['"auto"'] if allows_auto else []) + \
-                        (['"off"'] if allows_off else [])
-                self.fail(key, " or ".join(forms), value)
-            else:
-                values[f.name] = value
-        return cls(**values)
-
-    def notify(self, table: Any) -> NotifyConfig:
-        self.keys("notify", table, {"command", "timeout"})
-        argv = table.get("command", [])
-        if not isinstance(argv, list) or not all(isinstance(a, str) and a for a in argv):
-            self.fail("notify.command", 'a list of strings, e.g. command = ["notify-send", "yolo-train"]', argv)
-        self.no_nul("notify.command", argv)
-        timeout = self.section("notify", {k: v for k, v in table.items() if k == "timeout"}, NotifyConfig).timeout
-        return NotifyConfig(tuple(argv), timeout)
-
-    def command(self, worker: dict[str, Any], progress: Any, path: Path | None) -> CommandConfig | None:
-        self.keys("progress", progress, {"regex"})
-        if "command" not in worker:
-            for key in ("cwd", "checkpoint", "resume_args"):
-                if key in worker:
-                    self.fail(f"worker.{key}", "only with [worker] command", worker[key])
-            if progress:
-                self.fail("progress", "only with [worker] command (the Ultralytics worker sends heartbeats)", progress)
-            return None
-        argv = worker["command"]
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
-            self.fail("worker.command", 'a list of strings, e.g. command = ["python", "train.py", "--epochs", "50"]',
-                      argv)
-        self.no_nul("worker.command", argv)
-        base = path.parent if path else Path.cwd()
-        cwd = worker.get("cwd")
-        if cwd is not None:
-            cwd = (base / os.path.expanduser(self.string("worker.cwd", cwd))).resolve()
-            if not cwd.is_dir():
-                self.fail("worker.cwd", "an existing directory (relative to the config file)", str(cwd))
-        checkpoint = worker.get("checkpoint")
-        if checkpoint is not None:
-            self.string("worker.checkpoint", checkpoint)
-        resume_args = worker.get("resume_args", [])
-        if not isinstance(resume_args, list) or not all(isinstance(a, str) for a in resume_args):
-            self.fail("worker.resume_args", 'a list of strings, e.g. resume_args = ["--resume", "{checkpoint}"]',
-                      resume_args)
-        self.no_nul("worker.resume_args", resume_args)
-        if resume_args and checkpoint is None:
-            self.fail("worker.resume_args", "a [worker] checkpoint glob beside it", resume_args)
-        regex = progress.get("regex")
-        if regex is not None:
-            problem = validate_regex(self.string("progress.regex", regex))
-            if problem:
-                raise ConfigError(f"{self.label}: progress.regex: {problem}")
-        return CommandConfig(tuple(argv), cwd, checkpoint, tuple(resume_args), regex)
-
-    def rung_arguments(self, rungs: tuple[dict[str, Any], ...] | None, command: bool) -> None:
-        """``args`` templates change a command's arguments; a command's rungs change nothing else."""
-        for i, rung in enumerate(rungs or ()):
-            for key, value in rung.items():
-                if key == "args":
-                    if not command:
-                        self.fail(f"ladder.rungs[{i}].args", "only with [worker] command", value)
-                    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                        self.fail(f"ladder.rungs[{i}].args", 'a table of strings, e.g. { "--workers" = "0" }', value)
-                    self.no_nul(f"ladder.rungs[{i}].args", [*value, *value.values()])
-                elif command and key != "env":
-                    raise ConfigError(f"{self.label}: ladder.rungs[{i}]: {key!r} changes nothing for a [worker] "
-                                      f"command; use env = {{ ... }} or args = {{ \"--flag\" = \"value\" }}")
-
-    def distributed(self, table: Any, command: bool, path: Path | None) -> DistributedConfig:
-        self.keys("distributed", table, {f.name for f in fields(DistributedConfig)})
-        if not table:
-            return DistributedConfig()
-        nnodes = table.get("nnodes", 1)
-        if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
-            self.fail("distributed.nnodes", "the number of hosts, a whole number >= 1", nnodes)
-        node_rank = table.get("node_rank")
-        if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nnodes:
-            self.fail("distributed.node_rank", f"this host's number, a whole number from 0 to {nnodes - 1} "
-                                               f"(nnodes - 1)", node_rank)
-        endpoint = table.get("rdzv_endpoint")
-        host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
-        if not host or not port.isdigit() or not 1 <= int(port) <= 65535 or not _host(host.strip("[]")):
-            self.fail("distributed.rdzv_endpoint", '"HOST:PORT" of the host with node_rank 0, e.g. '
-                                                   '"10.0.0.1:29400"', endpoint)
-        rdzv_id = table.get("rdzv_id")
-        if not isinstance(rdzv_id, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", rdzv_id):
-            self.fail("distributed.rdzv_id", 'the job\'s name, the same on every host (letters, digits, "_.-"), '
-                                             'e.g. "yolo-coco-1"', rdzv_id)
-        if command:
-            raise ConfigError(f"{self.label}: [distributed]: several hosts are for the Ultralytics worker; with a "
-                              f"[worker] command, give torchrun its --nnodes and --rdzv-* arguments yourself")
-        run_dir = table.get("run_dir")
-        if nnodes > 1 and run_dir is None:
-            self.fail("distributed.run_dir", "a directory on storage every host shares (the same path on each), "
-                                             "where checkpoints are written and read", run_dir)
-        if run_dir is not None:
-            base = path.parent if path else Path.cwd()
-            run_dir = (base / os.path.expanduser(self.string("distributed.run_dir", run_dir))).absolute()
-        timeouts = {}
-        for key in ("collective_timeout", "join_timeout"):
-            value = table.get(key, getattr(DistributedConfig, key))
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                self.fail(f"distributed.{key}", "seconds (a positive number)", value)
-            timeouts[key] = float(value)
-        return DistributedConfig(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=endpoint, rdzv_id=rdzv_id,
-                                 run_dir=run_dir, **timeouts)
-
-    def incidents(self, table: Any) -> IncidentsConfig:
-        self.keys("incidents", table, {f.name for f in fields(IncidentsConfig)})
-        stacks = table.get("stacks", True)
-        if not isinstance(stacks, bool):
-            self.fail("incidents.stacks", "true or false", stacks)
-        budget = table.get("stacks_budget", IncidentsConfig.stacks_budget)
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 10:
-            self.fail("incidents.stacks_budget", "seconds, more than 0 and at most 10 (the kill waits for it)", budget)
-        return IncidentsConfig(stacks=stacks, stacks_budget=float(budget))
-
-    def recovery(self, table: Any) -> RecoveryConfig:
-        self.keys("recovery", table, {f.name for f in fields(RecoveryConfig)})
-        in_place = table.get("in_place", True)
-        if not isinstance(in_place, bool):
-            self.fail("recovery.in_place", "true or false", in_place)
-        numbers = self.section("recovery", {k: v for k, v in table.items() if k != "in_place"}, RecoveryConfig)
-        return replace(numbers, in_place=in_place)
-
-    def probe(self, table: Any) -> ProbeConfig:
-        after = table.get("probe_after", ProbeConfig.probe_after)
-        give_up = table.get("give_up_after", ProbeConfig.give_up_after)
-        if isinstance(give_up, bool) or not isinstance(give_up, int) or give_up < 1:
-            self.fail("ladder.give_up_after", "a whole number >= 1 (failed probes of a rung before it is not probed "
-                                              "again)",
-                      give_up)
-        prior = table.get("prior_between_hangs", ProbeConfig.prior_between_hangs)
-        return ProbeConfig(probe_after=None if after == "off" else self.duration("ladder.probe_after", after, '"off"'),
-                           give_up_after=give_up,
-                           prior_between_hangs=None if prior == "off" else self.duration("ladder.prior_between_hangs",
-                                                                                         prior, '"off"'))
-
-    def ladder(self, table: Any) -> tuple[dict[str, Any], ...] | None:
-        self.keys("ladder", table, {"rungs", "probe_after", "give_up_after", "prior_between_hangs"})
-        rungs = table.get("rungs")
-        if rungs is None or rungs == "default":
-            return None
-        if not isinstance(rungs, list) or not rungs:
-            self.fail("ladder.rungs", '"default" or a list of tables, e.g. rungs = [{ workers = 2 }, { val = false }]',
-                      rungs)
-        known = ultralytics_train_args()
-        for i, rung in enumerate(rungs):
-            if not isinstance(rung, dict):
-                self.fail(f"ladder.rungs[{i}]", "a table of settings, e.g. { workers = 0 }", rung)
-            for key, value in rung.items():
-                if key in OPTION_TYPES:
-                    expected = OPTION_TYPES[key]
-                    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-                        self.fail(f"ladder.rungs[{i}].{key}", expected.__name__, value)
-                    if key == "conv_fallback" and value not in CONV_FALLBACK_MODES:
-                        self.fail(f"ladder.rungs[{i}].conv_fallback", _one_of(CONV_FALLBACK_MODES), value)
-                    if key == "loader" and value not in LOADERS:
-                        self.fail(f"ladder.rungs[{i}].loader", " or ".join(f'"{v}"' for v in LOADERS), value)
-                    if key == "start_method" and value not in START_METHODS:
-                        self.fail(f"ladder.rungs[{i}].start_method", " or ".join(f'"{v}"' for v in START_METHODS),
-                                  value)
-                    if key == "threads" and value < 1:
-                        self.fail(f"ladder.rungs[{i}].threads", "a whole number >= 1 (threads of the loader)",
-                                  value)
-                    if key == "env":
-                        self.env(f"ladder.rungs[{i}].env", value, '{ MIOPEN_FIND_MODE = "FAST" }')
-                elif known and key not in known:
-                    raise ConfigError(f"{self.label}: ladder.rungs[{i}]: unknown setting {key!r}; expected an "
-                                      f"Ultralytics train argument or one of {', '.join(OPTION_TYPES)}")
-                else:
-                    self.train_value(f"ladder.rungs[{i}].{key}", key, value)
-        return tuple(dict(r) for r in rungs)
-
-    def kernel_log(self, table: Any) -> KernelLogConfig:
-        self.keys("kernel_log", table, {f.name for f in fields(KernelLogConfig)})
-        source = table.get("source", "auto")
-        if source not in SOURCE_CHOICES:
-            self.fail("kernel_log.source", _one_of(SOURCE_CHOICES), source)
-        gpu_events = table.get("gpu_events", "auto")
-        if gpu_events not in ("auto", "off"):
-            self.fail("kernel_log.gpu_events", '"auto" or "off"', gpu_events)
-        confirm = table.get("confirm_window", 10.0)
-        if isinstance(confirm, bool) or not isinstance(confirm, (int, float)) or not 0 < confirm < math.inf:
-            self.fail("kernel_log.confirm_window", "seconds (a positive number)", confirm)
-        try:
-            validate_patterns(table.get("patterns", []), where=f"{self.label}: [kernel_log] patterns")
-        except CatalogueError as e:
-            raise ConfigError(str(e)) from None
-        return KernelLogConfig(source=source, gpu_events=gpu_events, confirm_window=float(confirm),
-                               patterns=tuple(table.get("patterns", [])))
-
-    def duration(self, key: str, value: Any, *others: str) -> float:
-        seconds = parse_duration(value)
-        if seconds is None:
-            self.fail(key, " or ".join(['seconds (a positive number)', 'a duration such as "10m"', *others]), value)
-        return seconds
-
-    def checkpoint(self, table: Any) -> CheckpointConfig:
-        self.keys("checkpoint", table, {f.name for f in fields(CheckpointConfig)})
-        every = table.get("every", CheckpointConfig.every)
-        most = self.duration("checkpoint.max", table.get("max", CheckpointConfig.max))
-        if most < CHECKPOINT_FLOOR:
-            self.fail("checkpoint.max", f"at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval \"auto\" "
-                                        f"chooses), e.g. max = \"10m\"", table.get("max"))
-        if every in ("auto", "epoch"):
-            return CheckpointConfig(every=None if every == "epoch" else every, max=most)
-        return CheckpointConfig(every=self.duration("checkpoint.every", every, '"auto"', '"epoch"'), max=most)
-
-    def faults(self, value: Any) -> tuple[Fault, ...]:
-        if isinstance(value, dict):
-            value = [value]
-        if not isinstance(value, list):
-            self.fail("faults", 'a table or list of tables, e.g. [[faults]] kind = "dataloader_hang"', value)
-        try:
-            return tuple(Fault.from_dict(item) for item in value)
-        except FaultError as e:
-            raise ConfigError(f"{self.label}: faults: {e}") from None

@@ -7,6 +7,8 @@ import pytest
 from supervisor.config import AUTO, ConfigError, load
 from tests.conftest import yolo_train
 
+LISTEN = 'metrics.listen: expected "HOST:PORT" or "off", e.g. "127.0.0.1:10133", '
+
 
 def test_the_demo_config_loads():
     config = load(None)
@@ -21,11 +23,12 @@ def test_the_demo_config_loads():
     ("[train]\nworkers = -1\n", "train.workers: expected a whole number >= 0, got -1"),
     ("[restart]\nmax_restarts = 0\n", "restart.max_restarts: expected a whole number >= 1, got 0"),
     ("[ladder]\nrungs = [{ wrokers = 0 }]\n", "ladder.rungs[0]: unknown setting 'wrokers'"),
-    ("[ladder]\nrungs = [{ persistent_workers = 0 }]\n", "ladder.rungs[0].persistent_workers: expected bool"),
+    ("[ladder]\nrungs = [{ persistent_workers = 0 }]\n",
+     "ladder.rungs[0].persistent_workers: expected true or false, got 0"),
     ("[ladder]\nrungs = [{ start_method = \"exec\" }]\n",
-     "ladder.rungs[0].start_method: expected \"fork\" or \"spawn\" or \"forkserver\", got 'exec'"),
+     "ladder.rungs[0].start_method: expected \"fork\", \"spawn\" or \"forkserver\", got 'exec'"),
     ("[[faults]]\nkind = \"explode\"\n", "faults: kind: expected one of dataloader_hang"),
-    ("[metrics]\nlisten = 9000\n", "metrics.listen: expected \"HOST:PORT\" or \"off\", got 9000"),
+    ("[metrics]\nlisten = 9000\n", LISTEN + "got 9000"),
     ("[watchdog\n", "not valid TOML"),
     ("[worker]\nstandby = \"yes\"\n", "worker.standby: expected true or false, got 'yes'"),
     ("[worker]\ncommand = [\"python\", \"train.py\"]\nstandby = true\n",
@@ -97,9 +100,9 @@ TRAIN = '[train]\ndata = "demo"\nmodel = "yolov8n.yaml"\n'
     (TRAIN + "[ladder]\nrungs = [{ val = 0 }]\n", "ladder.rungs[0].val: expected true or false, got 0"),
     ("", "no [train] table: nothing to train"),
     ('name = "x"\n[watchdog]\nstartup_timeout = 60\n', "no [train] table: nothing to train"),
-    (TRAIN + '[metrics]\nlisten = "127.0.0.1:99999"\n', "[metrics] listen = '127.0.0.1:99999': expected"),
-    (TRAIN + '[metrics]\nlisten = ":9000"\n', "[metrics] listen = ':9000': expected"),
-    (TRAIN + '[metrics]\nlisten = "local host:9000"\n', "[metrics] listen = 'local host:9000': expected"),
+    (TRAIN + '[metrics]\nlisten = "127.0.0.1:99999"\n', LISTEN + "got '127.0.0.1:99999'"),
+    (TRAIN + '[metrics]\nlisten = ":9000"\n', LISTEN + "got ':9000'"),
+    (TRAIN + '[metrics]\nlisten = "local host:9000"\n', LISTEN + "got 'local host:9000'"),
     (TRAIN + "[watchdog]\nkill_grace = 100000\n", "watchdog.kill_grace + watchdog.kill_timeout: expected at most "
                                                  "30 s together, got 100000 + 10"),
     # Each passed check-config, then crashed run with a traceback at the spawn.
@@ -161,3 +164,25 @@ def test_where_a_run_writes_is_refused_in_the_train_table(write_config):
     for key in ("project", "name"):
         result = yolo_train("check-config", "--config", str(write_config(f'[train]\n{key} = "runs/x"\n')))
         assert result.returncode == 78 and f"train.{key}: yolo-train decides where a run writes" in result.stderr
+
+
+@pytest.mark.parametrize("value, words, durations, seconds", [
+    (90, {}, False, 90.0), (2.5, {}, True, 2.5), ("90s", {}, True, 90.0), ("10m", {}, True, 600.0),
+    ("1h30m", {}, True, 5400.0), ("2d", {}, True, 172800.0), ("off", {"off": None}, True, None),
+    ("auto", {"auto": "auto"}, False, "auto"),
+])
+def test_seconds_durations_and_words_are_read_by_one_function(value, words, durations, seconds):
+    from supervisor.config_keys import parse_seconds
+
+    assert parse_seconds(value, words, durations) == seconds
+
+
+@pytest.mark.parametrize("value, words, durations", [
+    ("10m", {}, False), (0, {}, True), (-1, {}, True), (True, {}, True), (float("inf"), {}, True),
+    (float("nan"), {}, True), ("0s", {}, True), ("soon", {}, True), ("off", {"auto": "auto"}, True), ("", {}, True),
+])
+def test_what_is_not_seconds_is_refused_by_it(value, words, durations):
+    from supervisor.config_keys import parse_seconds
+
+    with pytest.raises(ValueError):
+        parse_seconds(value, words, durations)

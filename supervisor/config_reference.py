@@ -1,0 +1,82 @@
+"""docs/configuration.md, the configuration reference, written from the keys' declarations in supervisor/config.py:
+``python -m supervisor.config_reference``. tests/test_config_reference.py fails while the committed file differs,
+so a key is documented where it is declared, and nowhere by hand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from supervisor.config import KEYS, RUNG_SETTINGS, SECTION_DOCS
+from supervisor.config_keys import Key
+
+REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+COMMAND = "python -m supervisor.config_reference"
+
+INTRO = f"""\
+# Configuration reference
+
+<!-- Written by `{COMMAND}` from the keys declared in supervisor/config.py; edit those, not this file. -->
+
+One TOML file: `yolo-train run --config FILE` (without one, the embedded demo). Every key is optional except
+`[train]` (or a `[worker] command`). Unknown keys and bad values are refused with one line naming the file, the key
+and the form expected, and exit status 78; `yolo-train check-config --config FILE` checks a file and prints the
+ladder. `units/config.example.toml` is a complete example. Times are seconds; where a key takes a duration,
+`"90s"`, `"10m"`, `"2h"` or `"1h30m"` say the same.
+"""
+
+
+def shown(value: Any) -> str:
+    """A default as TOML writes it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, (tuple, list)):
+        return "`[]`" if not value else f"`{list(value)}`"
+    if isinstance(value, dict):
+        return "`{}`" if not value else f"`{value}`"
+    return f"`{value}`"
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def rows(keys: list[Key]) -> list[str]:
+    lines = ["| key | takes | default | what it does |", "|---|---|---|---|"]
+    for k in keys:
+        if not k.doc:
+            raise ValueError(f"{k.where}: a key without a doc; say what it does in its key(...) declaration")
+        name = {"train": "[train]", "faults": "[[faults]]"}.get(k.where, k.name)
+        lines.append(f"| `{name}` | {cell(k.kind.expected)} | {cell(k.shown or shown(k.default))} | {cell(k.doc)} |")
+    return lines
+
+
+def render() -> str:
+    out = [INTRO]
+    for section in dict.fromkeys(k.section for k in KEYS):
+        out += ["", f"## {f'[{section}]' if section else 'Top level'}", ""]
+        if SECTION_DOCS.get(section):
+            out += [SECTION_DOCS[section], ""]
+        out += rows([k for k in KEYS if k.section == section])
+        if section == "ladder":
+            out += ["", "### A rung's settings", "", SECTION_DOCS["ladder.rungs"], ""]
+            out += rows(list(RUNG_SETTINGS))
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    REFERENCE.parent.mkdir(exist_ok=True)
+    REFERENCE.write_text(render())
+    print(f"wrote {REFERENCE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
