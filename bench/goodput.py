@@ -10,7 +10,7 @@ Three runs of the real CLI (``python -m supervisor run``) on the CPU demo made l
 - faults, ``every = "epoch"`` (today's epoch-end checkpoints), the same hang points.
 
 Each runs ``--minutes`` (30) of wall time; the baselines ``--baseline-minutes`` (default the same). At the end the
-bench reads the supervisor's ``goodput`` (kept training time over wall time, README "Goodput"), ``trained_seconds``
+bench reads the supervisor's ``goodput`` (kept training time over wall time, docs/design.md "Goodput"), ``trained_seconds``
 and ``lost_seconds``, then stops it with SIGTERM. Its own measure, which trusts no supervisor arithmetic: how far
 training got (epoch and batch from the state file, sampled every few seconds), against the no-fault run at the
 same wall time. Goal: goodput at least 0.95 with faults and 30 s checkpoints.
