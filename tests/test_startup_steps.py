@@ -154,11 +154,11 @@ def test_the_first_batchs_step_on_the_device_is_bounded_apart_from_the_loaders_s
     hang_in_training(d, PID + 1)
     start(d, imports=0.0, steps=STEPS_OF_A_START[:-1], first_batch=False)
     step(d, "first_batch")
-    assert (d.s.deadline().at - d.t, d.s.deadline().label) == (13.0, "first_batch auto")  # the loader's own
+    assert (watchdog.deadline(d.s).at - d.t, watchdog.deadline(d.s).label) == (13.0, "first_batch auto")  # the loader's own
     d.at(d.t + 1.0)
     step(d, "first_step")
     entered = d.t
-    assert (d.s.deadline().at - entered, d.s.deadline().label) == (25.0, "first_step auto")
+    assert (watchdog.deadline(d.s).at - entered, watchdog.deadline(d.s).label) == (25.0, "first_step auto")
     actions = d.at(entered + 25.01)(core.Tick())
     assert kinds(actions)[-1] == "KillTree"
     assert (actions[-1].incident.startup_step, actions[-1].incident.startup_step_bound) == ("first_step", 25.0)
