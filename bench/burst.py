@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness import ROOT, write_config
+from bench.harness import ROOT, add_training_args, apply_training_defaults, write_config
 from bench.lost_work import BenchError, SupervisedRun
 
 POLL = 0.2  # seconds between looks at the run
@@ -192,7 +192,7 @@ def keep(run: SupervisedRun, slug: str, folder: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu", action="store_true", help="device 0, YOLOv8n at 640 px, batch 32, 8 workers")
+    add_training_args(parser)
     parser.add_argument("--hang-every", default="20-40", help="LO-HI seconds after each first training batch")
     parser.add_argument("--whatever-phase", action="store_true",
                         help="each freeze LO-HI seconds after the previous one, in whatever phase (issue 29)")
@@ -202,19 +202,11 @@ def main() -> int:
     parser.add_argument("--runs", default="undisturbed,burst,baseline", help="which runs, of these three")
     parser.add_argument("--reference", type=float, help="the undisturbed run's seconds, measured earlier on the same "
                         "machine: it is not run again")
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument("--images", type=int)
-    parser.add_argument("--imgsz", type=int)
-    parser.add_argument("--batch", type=int)
-    parser.add_argument("--workers", type=int)
-    parser.add_argument("--model", default="yolov8n.yaml")
     parser.add_argument("--keep", type=Path, help="a folder for each run's incidents and supervisor lines")
     args = parser.parse_args()
     gpu = {"epochs": 10, "images": 4096, "imgsz": 640, "batch": 32, "workers": 8}
     cpu = {"epochs": 6, "images": 800, "imgsz": 64, "batch": 4, "workers": 2}
-    for key, value in (gpu if args.gpu else cpu).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    apply_training_defaults(args, gpu, cpu)
     low, high = (float(x) for x in args.hang_every.split("-"))
     print("command: " + shlex.join([sys.executable, *sys.argv]), flush=True)
     when = "after the previous freeze, whatever the phase" if args.whatever_phase else "after each first training batch"

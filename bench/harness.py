@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 import tomllib
@@ -47,3 +48,19 @@ def to_toml(raw: dict) -> str:
         if isinstance(table, dict):
             lines += [f"\n[{section}]"] + [f"{k} = {value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
+
+
+def add_training_args(parser: argparse.ArgumentParser) -> None:
+    """The training a supervised bench runs: ``--gpu`` picks device 0's defaults, the rest override them one by one
+    (``apply_training_defaults``)."""
+    parser.add_argument("--gpu", action="store_true", help="device 0, YOLOv8n at 640 px, batch 32, 8 workers")
+    for name in ("epochs", "images", "imgsz", "batch", "workers"):
+        parser.add_argument(f"--{name}", type=int)
+    parser.add_argument("--model", default="yolov8n.yaml")
+
+
+def apply_training_defaults(args: argparse.Namespace, gpu: dict, cpu: dict) -> None:
+    """Each training argument not given takes its value from ``gpu`` (with ``--gpu``) or ``cpu``."""
+    for key, value in (gpu if args.gpu else cpu).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)

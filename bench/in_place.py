@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from bench.burst import burst_config
+from bench.harness import add_training_args, apply_training_defaults
 from bench.lost_work import BenchError, SupervisedRun
 from worker.trainer import RECORD_FED_ENV
 
@@ -122,24 +123,16 @@ def night(tmp: Path, label: str, args: argparse.Namespace, in_place: bool, low: 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpu", action="store_true", help="device 0, YOLOv8n at 640 px, batch 32, 8 workers")
+    add_training_args(parser)
     parser.add_argument("--freeze-at", type=int, help="freeze once this batch of epoch 1 is fed (0-based)")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds a run may take")
     parser.add_argument("--night", type=float, default=0.0, help="seconds of a compressed night per mode (0: none)")
     parser.add_argument("--hang-every", default="20-40", help="LO-HI seconds between freezes in the night")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument("--images", type=int)
-    parser.add_argument("--imgsz", type=int)
-    parser.add_argument("--batch", type=int)
-    parser.add_argument("--workers", type=int)
-    parser.add_argument("--model", default="yolov8n.yaml")
     args = parser.parse_args()
     gpu = {"epochs": 2, "images": 1024, "imgsz": 640, "batch": 32, "workers": 8, "freeze_at": 14}
     cpu = {"epochs": 2, "images": 200, "imgsz": 64, "batch": 4, "workers": 2, "freeze_at": 10}
-    for key, value in (gpu if args.gpu else cpu).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    apply_training_defaults(args, gpu, cpu)
     print("command: " + shlex.join([sys.executable, *sys.argv]), flush=True)
     print(f"{args.model} {args.imgsz} px, batch {args.batch}, workers {args.workers}, {args.images} images "
           f"({args.images // args.batch} batches an epoch), {args.epochs} epochs; one loader worker frozen once "
