@@ -10,6 +10,24 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config):
+    """Tests run two at a time (``make test``: pytest-xdist): before any is handed out, the demo dataset and its
+    Ultralytics label caches are built once, here in the process that hands them out. Two trainings that each build
+    a missing label cache can read the other's half-written file (Ultralytics writes it in place)."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.dataset import YOLODataset
+    from ultralytics.data.utils import check_det_dataset
+
+    from worker.demo_data import ensure_demo_dataset
+
+    data = check_det_dataset(str(ensure_demo_dataset()))
+    for split in ("train", "val"):
+        YOLODataset(img_path=data[split], data=data, imgsz=64, augment=False, hyp=get_cfg())
+
+
 def demo_train(epochs: int = 3, plots: bool = False) -> str:
     """The [train] table the end-to-end tests train: the embedded demo (8 batches an epoch) at 64 px on the CPU."""
     return (f'[train]\ndata = "demo"\nmodel = "yolov8n.yaml"\nepochs = {epochs}\nimgsz = 64\nbatch = 4\n'

@@ -36,6 +36,7 @@ SEEDS_LINE = (
 )
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root: writes records into the real /dev/kmsg")
+pytestmark = pytest.mark.serial  # its records go into the real /dev/kmsg: no supervisor beside it may read them
 JOURNAL_REMOTE = shutil.which("systemd-journal-remote") or next(
     (p for p in ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote") if os.path.exists(p)),
     None,

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import read_incidents, read_state
 from tests.test_e2e import assert_finished, demo_config, start_supervisor, status_of, wait_for  # noqa: F401
 
-pytestmark = [pytest.mark.e2e, pytest.mark.root,
+pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.serial,
               pytest.mark.skipif(os.geteuid() != 0 or not os.access("/dev/kmsg", os.W_OK),
                                  reason="writing kernel log lines to /dev/kmsg needs root")]
 
