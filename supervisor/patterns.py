@@ -23,7 +23,7 @@ class Pattern:
     name: str
     regex: re.Pattern[str]
     kind: str
-    origin: str  # where the message format comes from (documentation, and the README table)
+    origin: str  # where the message format comes from (documentation, and the table in docs/design.md)
 
 
 class CatalogueError(ValueError):

@@ -1,6 +1,6 @@
 """The supervisor's words: the one spelling of every state, reason, kind and phase that is shown or exported.
 
-Metrics, the dashboard builder, status and the README import these enums instead of copying their values, so a
+Metrics, the dashboard builder, status and docs/design.md import these enums instead of copying their values, so a
 new member reaches every label set at once (``tests/test_vocabulary.py`` holds them to it).
 """
 

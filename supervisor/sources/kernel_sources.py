@@ -21,7 +21,7 @@ from supervisor.sources.kernel_messages import KernelEvent
 log = logging.getLogger("yolo-train")
 
 # Fault drills and tests write GPU-lost lines to /dev/kmsg from user space; only with this set to 1 may such a
-# line end a run, even one on the CPU (documented in the README). The kernel's own records need no switch.
+# line end a run, even one on the CPU (documented in docs/design.md). The kernel's own records need no switch.
 KERNEL_DRILL = "YOLO_TRAIN_KERNEL_DRILL"
 STALE_MARGIN = 5.0  # seconds: the kernel's printk clock and CLOCK_MONOTONIC drift apart a little
 
