@@ -26,7 +26,7 @@ from supervisor.exit_codes import EXIT_FAILED
 from supervisor.outputs import checkpoints, state_file, status_view
 from supervisor.outputs.history import History, gpu_readings
 from supervisor.outputs.incidents import one_line
-from supervisor.outputs.job_ladder import JobCheckpointFile, JobLadderFile
+from supervisor.outputs.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
 from supervisor.outputs.metrics_endpoint import MetricsEndpoint
 from supervisor.outputs.notify_command import NotifyCommand
 from supervisor.outputs.state_dir import StateDir
@@ -171,21 +171,23 @@ class Agent:
             if note:
                 log.error(note)
         elif isinstance(action, core.PublishLadder):
-            try:
-                self.job_ladder.publish(action)
-            except OSError as e:
-                log.error(f"cannot write the job-wide ladder decision to {self.job_ladder.path} ({e.strerror}): the "
-                          f"other hosts stay on their rung")
+            self._publish(self.job_ladder, action, "the job-wide ladder decision", "the other hosts stay on their rung")
         elif isinstance(action, core.PublishCheckpoint):
-            try:
-                self.job_checkpoint.publish(action)
-            except OSError as e:
-                log.error(f"cannot write the job's checkpoint to {self.job_checkpoint.path} ({e.strerror}): the "
-                          f"other hosts count their restarts as if none was saved")
+            self._publish(self.job_checkpoint, action, "the job's checkpoint",
+                          "the other hosts count their restarts as if none was saved")
         elif isinstance(action, core.Exit):
             pass  # the loop ends on s.exit
         else:
             raise TypeError(f"unknown action {action!r}")
+
+    @staticmethod
+    def _publish(shared: SharedFile, action: Any, what: str, otherwise: str) -> None:
+        """Several hosts: a decision written for the others on the shared run_dir; a failed write is said, and this
+        host goes on."""
+        try:
+            shared.publish(action)
+        except OSError as e:
+            log.error(f"cannot write {what} to {shared.path} ({e.strerror}): {otherwise}")
 
     # -- the worker --
     def _spawn(self, action: core.Spawn) -> None:
