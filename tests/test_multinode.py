@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -95,6 +96,20 @@ def ours(tmp_path, rdzv_id: str) -> list[psutil.Process]:
     return found
 
 
+def frozen_rank_of_attempt_1(hosts: list[subprocess.Popen], state: Path, deadline: float) -> tuple[int, int]:
+    """(pid, rank) of the host's rank in attempt 1, once its status shows it."""
+    while True:
+        assert time.monotonic() < deadline and all(h.poll() is None for h in hosts), \
+            (state.parent / "host-1.log").read_text()[-3000:]
+        time.sleep(0.5)
+        try:
+            status = read_state(state)["status"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if status["attempt"] == 1 and status["state"] == "healthy" and status["ranks"]:
+            return status["ranks"][0]["pid"], status["ranks"][0]["rank"]
+
+
 @pytest.mark.e2e
 def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_and_both_finish(tmp_path):
     port, rdzv_id = free_port(), f"job-{os.getpid()}"
@@ -105,20 +120,9 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     # the epoch's end, where the epoch end's timeout holds, not the batch rhythm).
     hosts = [start_host(tmp_path, 0, port, rdzv_id),
              start_host(tmp_path, 1, port, rdzv_id, stall_timeout=15, faults=("freeze,at_batch=24,attempt=1",))]
+    deadline = time.monotonic() + 400
     try:
-        b_state = tmp_path / "state-1"
-        deadline = time.monotonic() + 400
-        frozen = None
-        while frozen is None:  # host B's rank of attempt 1
-            assert time.monotonic() < deadline and all(h.poll() is None for h in hosts), \
-                (tmp_path / "host-1.log").read_text()[-3000:]
-            time.sleep(0.5)
-            try:
-                status = read_state(b_state)["status"]
-            except (OSError, ValueError, KeyError):
-                continue
-            if status["attempt"] == 1 and status["state"] == "healthy" and status["ranks"]:
-                frozen, frozen_rank = status["ranks"][0]["pid"], status["ranks"][0]["rank"]
+        frozen, frozen_rank = frozen_rank_of_attempt_1(hosts, tmp_path / "state-1", deadline)  # host B's
     finally:
         codes = wait_all(hosts, max(60.0, deadline - time.monotonic()))
     logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
@@ -157,6 +161,50 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     assert [(h["node_rank"], h["state"], h["rung"]) for h in every] == \
         [(0, "succeeded", decision["rung"]), (1, "succeeded", decision["rung"])]
     assert sorted(r["rank"] for h in every for r in h["ranks"]) == [0, 1]
+    assert ours(tmp_path, rdzv_id) == []
+
+
+
+
+@pytest.mark.e2e
+def test_a_rank_frozen_while_the_other_host_validates_is_found_and_both_resume_from_one_checkpoint(tmp_path):
+    """Global rank 1 stops itself right after its last batch of epoch 2, so rank 0 validates epoch 2 while rank 1 is
+    frozen, and then waits for it in the collective at validation's end (Ultralytics broadcasts the metrics before the
+    save). Which host holds which rank is the rendezvous' choice: the fault goes to both hosts and fires in rank 1
+    alone. Its host finds it frozen; rank 0's validation is no hang; both resume from epoch 1's last.pt."""
+    port, rdzv_id = free_port(), f"validating-{os.getpid()}"
+    fault = ("freeze,at_batch=32,attempt=1,rank=1",)  # epoch 2's 16th batch of 16
+    hosts = [start_host(tmp_path, n, port, rdzv_id, stall_timeout=15, epochs=3, faults=fault) for n in (0, 1)]
+    deadline = time.monotonic() + 500
+    try:
+        ranks = {}  # global rank -> (node_rank, pid) in attempt 1
+        while len(ranks) < 2:
+            assert time.monotonic() < deadline and all(h.poll() is None for h in hosts)
+            time.sleep(0.5)
+            for n in (0, 1):
+                try:
+                    status = read_state(tmp_path / f"state-{n}")["status"]
+                except (OSError, ValueError, KeyError):
+                    continue
+                if status["attempt"] == 1 and status["ranks"]:
+                    ranks[status["ranks"][0]["rank"]] = (n, status["ranks"][0]["pid"])
+    finally:
+        codes = wait_all(hosts, max(60.0, deadline - time.monotonic()))
+    logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
+    assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
+
+    for n in (0, 1):
+        host = read_state(tmp_path / f"state-{n}")["status"]
+        assert host["state"] == "succeeded" and (host["epoch"], host["epochs"]) == (3, 3) and host["attempt"] >= 2
+        # one checkpoint for both: epoch 1's (epoch 2's save never came, its validation waiting on rank 1)
+        assert host["settings"]["start_epoch"] == 2
+    (frozen_host, frozen), (validating_host, _) = ranks[1], ranks[0]
+    [hang, *_] = read_incidents(tmp_path / f"state-{frozen_host}")
+    assert (hang["reason"], hang["epoch"], hang["batch"], hang["stopped_first_rank"]) == ("hang", 2, 16, 1)
+    assert frozen in [p["pid"] for p in hang["processes"]]
+    # rank 0's host judged no validation a hang: its verdict, if it gave one first, is the wait after it
+    assert [i["phase"] for i in read_incidents(tmp_path / f"state-{validating_host}")
+            if i["reason"] == "hang"] in ([], ["save"])
     assert ours(tmp_path, rdzv_id) == []
 
 
