@@ -5,7 +5,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -186,6 +188,37 @@ def test_commands_cross_a_real_pipe_typed_and_each_rank_takes_what_concerns_it()
         os.close(write)
 
 
+def look_with_a_death_at_line(look, files: set[str], raise_at: int) -> int:
+    """``look()`` in a thread of its own, a dead worker's RuntimeError raised at its ``raise_at``-th line in
+    ``files`` (as torch's SIGCHLD handler raises it, at any bytecode); the lines it ran there. A thread, so that the
+    exception state a trace function's raise leaves behind goes with it."""
+    lines = 0
+
+    def death(frame, event, arg):
+        nonlocal lines
+        if frame.f_code.co_filename not in files:
+            return None
+        if event == "line":
+            lines += 1
+            if lines == raise_at:
+                raise RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly")
+        return death
+
+    def traced():
+        sys.settrace(death)
+        try:
+            look()
+        except RuntimeError:
+            pass
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=traced)
+    thread.start()
+    thread.join()
+    return lines
+
+
 def test_a_death_raised_at_any_line_of_the_intake_loses_no_word_of_the_supervisor():
     """torch's SIGCHLD handler raises a killed loader worker's death at any bytecode of the main thread, also while
     the loader reads the command that explains it (seen once on CI: the command was read, the death came before it
@@ -200,31 +233,13 @@ def test_a_death_raised_at_any_line_of_the_intake_loses_no_word_of_the_superviso
 
     intake = {commands_module.__file__, recovery_module.__file__}
     handover = ConnectionResetError(104, "Connection reset by peer")
-    lines = 0
     for raise_at in range(1, 200):
         read, write = os.pipe()
         try:
             recovery = LoaderRecovery("val", CommandChannel(read), Heartbeat(None))
             os.write(write, Command(CommandKind.REPLACE_LOADER_WORKERS, pids=(4242,)).to_line())
-            lines = 0
-
-            def death(frame, event, arg):
-                nonlocal lines
-                if frame.f_code.co_filename not in intake:
-                    return None
-                if event == "line":
-                    lines += 1
-                    if lines == raise_at:
-                        raise RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly")
-                return death
-
-            sys.settrace(death)
-            try:
-                recovery.is_replacement(handover, {4242, 4243})
-            except RuntimeError:
-                pass
-            finally:
-                sys.settrace(None)
+            lines = look_with_a_death_at_line(partial(recovery.is_replacement, handover, {4242, 4243}), intake,
+                                              raise_at)
             assert recovery.is_replacement(handover, {4242, 4243}), f"the word lost at line {raise_at} of the intake"
         finally:
             os.close(write)

@@ -181,7 +181,12 @@ def test_uninterruptible_sleep_is_read_from_proc_not_traced(tmp_path):
         while psutil.Process(proc.pid).status() != psutil.STATUS_DISK_SLEEP:
             assert time.monotonic() < deadline, "the vfork parent never reached D state"
             time.sleep(0.02)
-        children = [p.pid for p in psutil.Process(proc.pid).children()]
+        children = psutil.Process(proc.pid).children()
+        # and its child in pause(): right after the vfork it still runs on the CPU for a moment
+        while [c.status() for c in children] != [psutil.STATUS_SLEEPING]:
+            assert time.monotonic() < deadline, "the vfork child never slept in pause()"
+            time.sleep(0.02)
+        children = [c.pid for c in children]
         began = time.monotonic()
         cap = capture_tree(proc.pid, [proc.pid, *children], tmp_path / "d")
         assert time.monotonic() - began < 1.0
