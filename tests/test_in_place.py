@@ -24,6 +24,14 @@ LOADERS = (5001, 5002)
 STACKS = Stacks("DataLoader worker stopped", ("DataLoader worker 0 (pid 5001) stopped",), None, 0.1, None)
 
 
+def wait_until_fed(path: Path, supervisor: subprocess.Popen, timeout: float, what: str) -> None:
+    """Until the worker has recorded a batch fed to its model in ``path`` (RECORD_FED_ENV), the supervisor alive."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline and supervisor.poll() is None, what
+        time.sleep(0.02)
+
+
 def loading(**sections) -> Driver:
     """Healthy at 0.5 s a batch, its loader workers reported."""
     d = Driver(make(**sections))
@@ -142,10 +150,7 @@ def test_a_loader_worker_frozen_from_outside_is_replaced_and_training_goes_on_lo
                                    str(state_dir)], cwd=ROOT, env={**os.environ, RECORD_FED_ENV: str(fed_path)},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (fed_path.exists() and fed_path.read_text().strip()):  # the first batch is trained
-            assert time.monotonic() < deadline and supervisor.poll() is None, "no batch trained"
-            time.sleep(0.02)
+        wait_until_fed(fed_path, supervisor, 120, "no batch trained")  # the first batch is trained
         [trainer] = [p for p in psutil.Process(supervisor.pid).children() if "--standby" not in p.cmdline()]
         frozen = trainer.children()[0]
         frozen.send_signal(signal.SIGSTOP)  # mid-epoch, no fault flag: the main process waits for its batch
@@ -332,10 +337,7 @@ def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     rank1_fed = Path(f"{fed}.rank1")
     try:
-        deadline = time.monotonic() + 300
-        while not (rank1_fed.exists() and rank1_fed.read_text().strip()):  # rank 1 trains
-            assert time.monotonic() < deadline and supervisor.poll() is None, "rank 1 trained no batch"
-            time.sleep(0.05)
+        wait_until_fed(rank1_fed, supervisor, 300, "rank 1 trained no batch")
 
         def rank(p: psutil.Process) -> str | None:
             return next((e for e in Path(f"/proc/{p.pid}/environ").read_text().split("\0") if e.startswith("RANK=")),
