@@ -104,6 +104,36 @@ def test_a_standby_is_asked_for_once_an_attempt_trains_with_the_rung_a_hang_move
     assert "PrepareStandby" not in kinds(off.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))
 
 
+def standbys(actions) -> list:
+    return [a for a in actions if isinstance(a, core.PrepareStandby)]
+
+
+def test_the_standby_follows_the_rung_a_hang_would_move_to_as_the_attempt_trains():
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    assert standbys(d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == [core.PrepareStandby({"workers": 4})]
+    # Hang-free training lowers rung 0's hang rate (the prior): a hang 10 s in stays at rung 0
+    # (test_hang_in_training_is_detected...). The standby made for rung 1 would not serve it: one for rung 0 is asked
+    # for, once, at a review (every standby.REVIEW_EVERY seconds of training), not at every batch.
+    later = train(d, 30, PID)
+    assert standbys(later) == [core.PrepareStandby({})]
+    d.at(d.t + 10.01)(core.Tick())
+    spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, core.Spawn)][0]
+    assert spawn.rung_settings == {}  # where the standby was made for
+
+
+def test_a_start_the_standby_served_asks_for_the_next_one_at_once_and_a_cold_start_waits_for_its_first_batch():
+    for from_standby, expected in ((True, [core.PrepareStandby({})]), (False, [])):
+        d = healthy()
+        d.at(d.t + 10.01)(core.Tick())
+        d(core.TreeKilled(killed=1))
+        # Its imports were done ahead: the next hang may come before its first batch, and find one waiting.
+        assert standbys(d(core.Spawned(PID + 1, "/s/last.pt", from_standby=from_standby))) == expected
+        first = standbys(train(d, 1, PID + 1))
+        assert first == ([] if from_standby else [core.PrepareStandby({})])  # asked for once per rung
+
+
 def test_auto_timeout_follows_the_slowest_recent_interval():
     d = Driver(make())
     d.boot_and_spawn()

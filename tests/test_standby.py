@@ -103,3 +103,12 @@ def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
     assert f"standby worker pid {standby} not used (stopped: frozen by a signal or a debugger): starting cold" in stderr
     assert worker_pids(stderr)[2] != standby
     assert not psutil.pid_exists(standby) or psutil.Process(standby).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_standby_serves_a_launch_whatever_it_did_about_a_forkserver_but_no_other_environment():
+    from supervisor.sources.standby import serves
+    from worker.contract import ENV_FORKSERVER
+
+    rung_0, rung_1 = {"PATH": "/usr/bin"}, {"PATH": "/usr/bin", ENV_FORKSERVER: "1"}
+    assert serves(rung_1, rung_0) and serves(rung_0, rung_1)  # started it ahead, or the launch starts it
+    assert not serves(rung_0, {"PATH": "/usr/bin", "HSA_ENABLE_SDMA": "0"})  # read at import: another process

@@ -23,8 +23,8 @@ class Spawn:
 @dataclass(frozen=True)
 class PrepareStandby:
     """Start a standby worker: one that does its imports now and waits to be given the next attempt, so a restart
-    does not pay for them. Asked for once the attempt trains (never beside a start, whose CPU it would take), with
-    the settings of the rung a hang would move to: a standby serves only a launch in the environment it began in."""
+    does not pay for them, with the settings of the rung a hang would move to: a standby serves only a launch in the
+    environment it began in. When, and again when that rung changes: standby.py."""
     rung_settings: dict[str, Any]
 
 

@@ -20,8 +20,8 @@ import math
 from collections import deque
 from typing import Any
 
-from supervisor.decision import choices, goodput, in_place, kernel, probe, stopping, watchdog
-from supervisor.decision.actions import KeepVerifiedCopy, Log, PrepareStandby, PublishCheckpoint
+from supervisor.decision import goodput, in_place, kernel, probe, standby, stopping, watchdog
+from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
 from supervisor.decision.vocabulary import Reason, State
@@ -221,7 +221,7 @@ def _trained_batch(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     if s.state == State.STARTING:
         return _first_batch(s, now)
     if s.state == State.HEALTHY:
-        return probe.check(s, now)
+        return probe.check(s, now) or standby.reviewed(s, now.mono)
     return []
 
 
@@ -242,6 +242,5 @@ def _first_batch(s: Supervision, now: Now) -> list[Any]:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "
                                                             f"{a.startup_seconds:.1f} s after spawn")]
-    if s.config.standby and s.config.command is None:
-        actions.append(PrepareStandby({**s.ladder.settings(choices.after_a_hang(s).rung), **s.remedies}))
-    return actions
+    a.standby_reviewed_at = now.mono
+    return actions + standby.prepared(s)

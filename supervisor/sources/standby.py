@@ -18,9 +18,18 @@ from supervisor.sources import process_tree
 from supervisor.sources.read_throttle import ReadThrottle
 from supervisor.sources.worker_process import WorkerProcess
 from supervisor.sources.worker_spawn import WorkerSpawner
-from worker.contract import STANDBY_FLAG
+from worker.contract import ENV_FORKSERVER, STANDBY_FLAG
 
 log = logging.getLogger("yolo-train")
+
+
+def serves(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
+    """A standby made in ``made_for`` can be a launch in ``wanted``: the same environment, but for whether the
+    standby started a forkserver while it waited (not read at import: a launch whose rung forks its loader workers
+    from one starts it if none runs, and one that runs idle is no harm)."""
+    def imported(env: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in env.items() if k != ENV_FORKSERVER}
+    return imported(made_for) == imported(wanted)
 
 
 class Standby:
@@ -60,7 +69,7 @@ class Standby:
         if standby is None:
             return None
         self.reads.forget(standby.pidfd)
-        why = ("made for another environment" if standby.env != env else "gone" if standby.popen.poll() is not None
+        why = ("made for another environment" if not serves(standby.env, env) else "gone" if standby.popen.poll() is not None
                else "stopped: frozen by a signal or a debugger" if process_tree.stopped(standby.pid)
                else None if standby.launch(record_path) else "gone")
         if why is not None:

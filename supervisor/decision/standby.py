@@ -1,0 +1,43 @@
+"""The standby worker's environment: which rung the next attempt's worker is made for, ahead of a hang.
+
+A standby serves only a launch in the environment it began in (a rung's variables are read at import), so it is made
+for where a hang would move the run (``choices.after_a_hang``). That choice changes as the attempt trains: a rung's
+hang rate falls with every hang-free minute (rung_choice.py), so a standby made for the next rung at the first batch
+can be the wrong one by the hang, which then starts cold (H100: 20 s to the first batch against 6 s). The choice is
+reviewed every ``REVIEW_EVERY`` seconds of training, and a standby for the new one asked for when it changed.
+
+When: once the attempt trains, never beside a cold start, whose imports a standby's would compete with for the CPU;
+and at once after a start a standby served, whose imports were done ahead: the next hang may come before its first
+batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.decision import choices
+from supervisor.decision.actions import PrepareStandby
+from supervisor.decision.state import Supervision
+
+REVIEW_EVERY = 5.0  # seconds of training between two reviews of the standby's rung
+
+
+def prepared(s: Supervision) -> list[Any]:
+    """A standby for the rung a hang would move to now, unless the one asked for in this attempt is made for it."""
+    if not s.config.standby or s.config.command is not None:
+        return []
+    settings = {**s.ladder.settings(choices.after_a_hang(s).rung), **s.remedies}
+    a = s.current
+    if settings == a.standby_settings:
+        return []
+    a.standby_settings = settings
+    return [PrepareStandby(settings)]
+
+
+def reviewed(s: Supervision, mono: float) -> list[Any]:
+    """While the attempt trains: the standby's rung checked again, at most every ``REVIEW_EVERY`` seconds."""
+    a = s.current
+    if a.standby_settings is None or mono - a.standby_reviewed_at < REVIEW_EVERY:
+        return []
+    a.standby_reviewed_at = mono
+    return prepared(s)
