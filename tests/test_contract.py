@@ -1,6 +1,7 @@
 """What a worker reports in force reaches the supervisor as a typed record, never as a dict of string keys."""
 
 import os
+import re
 
 from worker.contract import InForce, MessageKind
 from worker.heartbeat import Decoder, Heartbeat
@@ -48,7 +49,9 @@ def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trai
     steps.enter(StartupStep.FIRST_STEP)
     steps.progress(1, 2)  # its forward ran (worker/trainer.py): news within the first step
     steps.enter(StartupStep.LOADERS)  # no step after the first step
-    steps.trained()
+    report = steps.trained()
+    assert re.fullmatch(r"steps: model \d+\.\d, amp_check \d+\.\d, dataset \d+\.\d, first_batch \d+\.\d, "
+                        r"first_step \d+\.\d", report), report  # each step's seconds, in the worker's startup line
     for _ in dataset.TQDM(range(3), total=3):  # the first batch trained: quiet
         pass
     Heartbeat(w).step("no such step")

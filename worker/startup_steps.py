@@ -23,21 +23,26 @@ class StartupSteps:
         self.current: StartupStep | None = None
         self.finished = False
         self.reported_at = 0.0
+        self.entered: list[tuple[StartupStep, float]] = []  # each step and when (monotonic), for the report
 
     def attach(self, hb: Heartbeat) -> None:
-        self.hb, self.current, self.finished = hb, None, False
+        self.hb, self.current, self.finished, self.entered = hb, None, False, []
 
     def enter(self, step: StartupStep) -> None:
         if self.hb is None or self.finished or step == self.current:
             return
         self.current = step
+        self.entered.append((step, time.monotonic()))
         self.hb.step(step.value)
         if step == StartupStep.FIRST_STEP:
             self.finished = True  # the last step: what follows it is training, which the supervisor's phases bound
 
-    def trained(self) -> None:
-        """The first batch is trained: the startup is over, and no progress is said of it again."""
+    def trained(self) -> str:
+        """The first batch is trained: the startup is over, and no progress is said of it again. Returned: the
+        seconds each step took ("steps: checkpoint 0.5, model 0.3, ..."), for the worker's startup report."""
         self.current = None
+        ends = [at for _, at in self.entered[1:]] + [time.monotonic()]
+        return "steps: " + ", ".join(f"{step.value} {end - at:.1f}" for (step, at), end in zip(self.entered, ends))
 
     def progress(self, done: int, total: int | None) -> None:
         """``done`` items of this pass (a progress bar) over the step's items: news that the step is not hung."""

@@ -318,9 +318,9 @@ class SupervisedTrainerMixin:
         def on_train_batch_end(trainer) -> None:
             if not sup.reported_startup:
                 sup.reported_startup = True
-                STEPS.trained()
+                steps = STEPS.trained()
                 CLOCK.mark("first batch")
-                print(f"\nyolo-train worker: {CLOCK.report()}", flush=True)  # after a progress bar's \r
+                print(f"\nyolo-train worker: {CLOCK.report()}; {steps}", flush=True)  # after a progress bar's \r
             sup.batch += 1
             tloss = getattr(self, "tloss", None)  # running means of this epoch's losses: {name: tensor}
             losses = {str(k): round(float(v), 5) for k, v in tloss.items()} if isinstance(tloss, dict) else {}
