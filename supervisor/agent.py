@@ -191,14 +191,12 @@ class Agent:
 
     # -- the worker --
     def _spawn(self, action: core.Spawn) -> None:
-        waiting = self.standby.pid
         worker, resume = self.spawner.attempt(action, standby=self.standby.launch)
         self.worker = worker
         self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
         self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
         self.selector.register(worker.pidfd, selectors.EVENT_READ, self._on_exit)
-        self.handle(core.Spawned(worker.pid, resume, exit_0_finishes=self.config.command is not None,
-                                 from_standby=waiting is not None and worker.pid == waiting))
+        self.handle(core.Spawned(worker.pid, resume, exit_0_finishes=self.config.command is not None))
         if not self._ready_sent:
             self._ready_sent = self.systemd.ready(f"worker pid {worker.pid} started, rung {action.rung}")
 

@@ -123,17 +123,6 @@ def test_the_standby_follows_the_rung_a_hang_would_move_to_as_the_attempt_trains
     assert spawn.rung_settings == {}  # where the standby was made for
 
 
-def test_a_start_the_standby_served_asks_for_the_next_one_at_once_and_a_cold_start_waits_for_its_first_batch():
-    for from_standby, expected in ((True, [core.PrepareStandby({})]), (False, [])):
-        d = healthy()
-        d.at(d.t + 10.01)(core.Tick())
-        d(core.TreeKilled(killed=1))
-        # Its imports were done ahead: the next hang may come before its first batch, and find one waiting.
-        assert standbys(d(core.Spawned(PID + 1, "/s/last.pt", from_standby=from_standby))) == expected
-        first = standbys(train(d, 1, PID + 1))
-        assert first == ([] if from_standby else [core.PrepareStandby({})])  # asked for once per rung
-
-
 def test_auto_timeout_follows_the_slowest_recent_interval():
     d = Driver(make())
     d.boot_and_spawn()

@@ -34,7 +34,7 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, in_place, kernel, restart, standby, stopping, watchdog
+from supervisor.decision import heartbeats, in_place, kernel, restart, stopping, watchdog
 from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
                                          PublishCheckpoint, PublishLadder, RecordIncident, ReplaceLoaderWorkers,
                                          RequestCheckpoint, Spawn)
@@ -166,8 +166,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.hang_history.spawned(now.mono)
     origin = f"resuming from {event.resumed_from}" if event.resumed_from else "from scratch"
     return [Log("info", f"attempt {s.attempt}: worker pid {event.pid} at rung {s.rung} "
-                        f"({s.ladder.label(s.rung)}), {origin}"),
-            *(standby.prepared(s) if event.from_standby else [])]
+                        f"({s.ladder.label(s.rung)}), {origin}")]
 
 
 def _tick(s: Supervision, now: Now) -> list[Any]:

@@ -30,7 +30,6 @@ class Spawned:
     pid: int
     resumed_from: str | None  # the checkpoint the worker resumes from, None when training from scratch
     exit_0_finishes: bool = False  # a [worker] command: its exit status 0 is its word that training is done
-    from_standby: bool = False  # the standby worker took the attempt: its imports were done ahead
 
 
 @dataclass(frozen=True)
