@@ -23,6 +23,7 @@ from worker import exact_resume, loader_recovery
 from worker.checkpoint_writer import BackgroundWriter, to_host
 from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
 from worker.contract import InForce, StartupStep
+from worker.device_warmup import DeviceWarmUp
 from worker.ddp import adopt_cpu_drill, rank_link, setup_process_group
 from worker.link import StopForSupervisor, SupervisorLink
 from worker.multinode import adopt_world, check_hosts_agree, mark_rank_started
@@ -51,6 +52,7 @@ class SupervisedTrainerMixin:
         self._last_step_ni = -1  # the iteration of the last optimizer step, -1 before the first
         self._exact: dict[str, Any] | None = None  # a mid-epoch checkpoint's state still to restore
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
+        self._warmup: DeviceWarmUp | None = None  # the first step's, beside the loader's first batch
         super().__init__(*args, **kwargs)
         adopt_cpu_drill(self)
         adopt_world(self)
@@ -270,6 +272,23 @@ class SupervisedTrainerMixin:
         self._last_step_ni = exact["last_step_ni"]
         self._step_offset = exact["last_step_ni"] + 1
 
+    def _warm_up_device(self) -> None:
+        """The first step's warm-up on a GPU, beside the loader's first batch (worker/device_warmup.py). Not under
+        DDP (a backward outside DDP's forward would meet its reducer's hooks) nor torch.compile (it would compile in
+        the thread)."""
+        if self.device.type != "cuda" or self.world_size > 1 or self.args.compile or self._warmup is not None:
+            return
+        dtype = torch.bfloat16 if self.args.amp == "bf16" else torch.float16 if self.amp else None
+        imgsz = self.args.imgsz if isinstance(self.args.imgsz, int) else max(self.args.imgsz)
+        shape = (self.batch_size, self.data.get("channels", 3), imgsz, imgsz)
+        self._warmup = DeviceWarmUp(self.model, shape, self.device, dtype).start()
+
+    def _device_warmed(self) -> None:
+        if self._warmup is not None:
+            line = self._warmup.finish()
+            if line:
+                print(f"yolo-train worker: {line}", flush=True)
+
     def _say_first_forward(self) -> None:
         """News in the first step once its forward has run: the first forward and the first backward each search
         their kernels (cuDNN's benchmark, MIOpen's database), so each is bounded by its own time, not by both."""
@@ -302,12 +321,15 @@ class SupervisedTrainerMixin:
                     sup.skipped_samples = sup.resume_point.samples_done(self.train_loader.batch_size)
                 self._restore_exact_state()
             sup.train_since = time.monotonic()
+            if not sup.started:
+                self._warm_up_device()
             hb.phase("train", **position())
 
         def on_train_batch_start(trainer) -> None:
             if not sup.started:  # the attempt's first batch is loaded: its step on the device comes next
                 sup.started = True
                 STEPS.enter(StartupStep.FIRST_STEP)
+                self._device_warmed()
                 self._say_first_forward()
                 sup.faults.before_first_batch()
             if self._exact is not None:  # after the loop reset its running loss means: this epoch's so far
@@ -336,6 +358,7 @@ class SupervisedTrainerMixin:
             sup.faults.after_train_batch()
 
         def on_train_epoch_end(trainer) -> None:
+            self._device_warmed()  # an epoch resumed at its end trains no batch: validation and the save come next
             sup.pause_clock()
             hb.phase("save", **position())
 
