@@ -46,6 +46,8 @@ def main() -> int:
                               "--fault", "before_first_batch,attempt=2"],
                              cwd=ROOT, capture_output=True, text=True, timeout=args.limit)
         print(f"exit {run.returncode}")
+        if run.returncode != 0:
+            print(run.stderr[-2000:])
         for line in (state / "incidents.jsonl").read_text().splitlines():
             incident = json.loads(line)
             print("  ".join(f"{k}={incident.get(k)}" for k in SHOWN))
