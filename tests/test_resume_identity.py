@@ -134,3 +134,32 @@ def test_resumed_at_half_the_batch_size_it_skips_the_samples_trained_and_trains_
     assert len(every_image) == 32 and sorted(trained + rest) == sorted(every_image)
     beats = [m for m in after if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN]
     assert [m.batch for m in beats if m.epoch == epoch + 1] == list(range(2 * batch + 1, 17))
+
+
+def test_a_worker_stopped_in_the_final_validation_is_resumed_as_finished_and_its_checkpoint_stripped(tmp_path):
+    """The last epoch's own save says every epoch done; Ultralytics' final validation strips it, and a worker stopped
+    in between (a freeze there, on the H100's bad night) left it as it was: Ultralytics' resume refuses it ("training
+    to N epochs is finished, nothing to resume": an AssertionError, a crash on every attempt)."""
+    project = tmp_path / "run"
+    worker = launch(tmp_path, project, tmp_path / "fed.txt")
+    messages(worker, until=lambda m: m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN and m.epoch == 2)
+    for process in [worker, *psutil.Process(worker.pid).children(recursive=True)]:
+        process.send_signal(signal.SIGKILL)
+    worker.wait(30)
+    last = project / "train" / "weights" / "last.pt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    assert ckpt["epoch"] == 0 and ckpt["optimizer"] is not None  # epoch 1's own save
+    ckpt.pop(EXACT_KEY, None)
+    ckpt["train_args"]["epochs"] = 1  # so it is the last epoch's: as the final validation finds it
+    torch.save(ckpt, last)
+
+    resumed = launch(tmp_path, project, tmp_path / "resumed.txt", resume=str(last), epochs=1)
+    seen = messages(resumed)
+    output = resumed.stdout.read()
+    assert resumed.wait(60) == 0, output[-3000:]
+    assert "holds every epoch trained (its final validation did not finish)" in output
+    assert "nothing to resume" in output and "AssertionError" not in output
+    assert [m.phase for m in seen if m.kind == MessageKind.PHASE][-1] == Phase.DONE
+    stripped = torch.load(last, map_location="cpu", weights_only=False)
+    assert stripped["epoch"] == -1 and stripped["optimizer"] is None  # as Ultralytics leaves a finished training
+    assert not (tmp_path / "resumed.txt").exists()  # not a batch trained again

@@ -101,9 +101,14 @@ def readable_checkpoint(path: str) -> tuple[str, dict[str, Any]]:
 
 
 def is_finished(ckpt: dict[str, Any]) -> bool:
-    """Ultralytics strips the optimizer and sets epoch -1 once training is over. A mid-epoch checkpoint of the
-    first epoch also says epoch -1 (no epoch completed) but carries the exact position, so it is not finished."""
-    return ckpt.get("epoch", -1) == -1 and EXACT_KEY not in ckpt
+    """Nothing is left to train. Ultralytics strips the optimizer and sets epoch -1 once training is over; before that,
+    its last epoch's own save says every epoch done, and a worker stopped between the two (in the final validation)
+    leaves it so: Ultralytics' resume refuses it too ("training to N epochs is finished"). A mid-epoch checkpoint
+    carries the exact position and its optimizer: it is not finished, even in the first epoch (epoch -1, none done)."""
+    if EXACT_KEY in ckpt and ckpt.get("optimizer") is not None:
+        return False
+    epoch, epochs = ckpt.get("epoch", -1), (ckpt.get("train_args") or {}).get("epochs")
+    return epoch == -1 or isinstance(epochs, int) and epoch + 1 >= epochs
 
 
 def _model_identity(model: Any) -> str | None:

@@ -22,7 +22,8 @@ from typing import Any
 from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
 from worker import ddp, multinode, startup_steps
-from worker.checkpointing import EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint
+from worker.checkpointing import (EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint,
+                                  strip_atomically)
 from worker.commands import relay_to_ranks
 from worker.contract import (ENV_FORKSERVER, EXIT_CONFIG, STANDBY_FLAG, ULTRALYTICS_DEFAULT_WORKERS, LaunchRecord,
                              LaunchRecordError, StartupStep)
@@ -105,6 +106,8 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
             print(identity_refusal(resume, mismatch), file=sys.stderr, flush=True)
             return EXIT_CONFIG
         if is_finished(ckpt):
+            if ckpt.get("optimizer") is not None:  # stopped in the final validation, before Ultralytics' own strip
+                strip_finished(Path(resume))
             print(f"yolo-train worker: {resume} holds a finished training; nothing to resume", flush=True)
             hb.phase("done")
             return 0
@@ -162,6 +165,18 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
     hb.phase("done")
     trainer.supervision.faults.after_done()
     return 0
+
+
+def strip_finished(last: Path) -> None:
+    """The last epoch trained, its worker stopped in the final validation: last.pt and best.pt stripped of their
+    optimizers as Ultralytics' final evaluation does first (its validation of best.pt is what is not done)."""
+    from ultralytics.utils.torch_utils import strip_optimizer
+
+    for path in (last, last.with_name("best.pt")):
+        if path.exists():
+            strip_atomically(strip_optimizer)(path)
+    print(f"yolo-train worker: {last} holds every epoch trained (its final validation did not finish): "
+          f"{last.name} and best.pt stripped of their optimizers, as Ultralytics does", flush=True)
 
 
 def task_of(model: str) -> str:
