@@ -5,7 +5,7 @@ A new process's first training step on a GPU pays once for what the next steps f
 H100, YOLOv8n at batch 32, 640 px: 0.9-1.2 s against 0.05 s for the second step. That is all restart time: every
 attempt is a new process. Meanwhile the main thread only waits for the loader's first batch (1.4-1.5 s with 8
 workers), so a thread runs one forward and backward of the model on a blank batch of the training's shape there;
-the real first step then took 0.18-0.19 s (a probe of the same model, three runs each).
+the real first step then took 0.18-0.19 s (a probe of the same model, two runs).
 
 What the warm-up touches of the model is put back before the first batch: the buffers (batch norm's running
 statistics) as they were, the gradients none, as the loop left them; the weights are never stepped and no random

@@ -69,7 +69,8 @@ class Standby:
         if standby is None:
             return None
         self.reads.forget(standby.pidfd)
-        why = ("made for another environment" if not serves(standby.env, env) else "gone" if standby.popen.poll() is not None
+        why = ("made for another environment" if not serves(standby.env, env)
+               else "gone" if standby.popen.poll() is not None
                else "stopped: frozen by a signal or a debugger" if process_tree.stopped(standby.pid)
                else None if standby.launch(record_path) else "gone")
         if why is not None:
