@@ -92,15 +92,27 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     assert alone.s.rung == 1 and alone.s.ladder.settings(1) == {"workers": 4}
 
 
-def test_a_standby_is_asked_for_once_an_attempt_trains_with_the_rung_a_hang_moves_to():
+def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_rung_a_hang_moves_to():
     d = Driver(make())
     d.boot_and_spawn()
-    assert "PrepareStandby" not in kinds(d.beat("train", kind="phase"))  # a start is never shared with one
-    standby = [a for a in d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10) if isinstance(a, core.PrepareStandby)]
+    for name in ("checkpoint", "model", "amp_check", "dataset", "loaders"):  # its own start: never shared with one
+        assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step=name))
+    # The first batch's step: the loader's workers make it. A first batch that never runs (the seeds' most frequent
+    # hang) then restarts from a standby.
+    standby = standbys(d.beat("setup", kind="step", step="first_batch"))
     assert standby == [core.PrepareStandby({"workers": 4})]  # rung 1's settings: where a hang goes next
+    assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step="first_batch", done=1, total=2))
+    assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step="first_step"))
+    assert "PrepareStandby" not in kinds(d.beat("train", kind="phase"))
+    assert "PrepareStandby" not in kinds(d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))  # the same rung
     assert "PrepareStandby" not in kinds(d.at(1002).beat(epoch=1, epochs=3, batch=2, batches=10))  # once an attempt
+    unreported = Driver(make())  # a worker that reports no startup steps: at its first batch
+    unreported.boot_and_spawn()
+    assert standbys(unreported.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == \
+        [core.PrepareStandby({"workers": 4})]
     off = Driver(make(worker={"standby": False}))
     off.boot_and_spawn()
+    assert "PrepareStandby" not in kinds(off.beat("setup", kind="step", step="first_batch"))
     assert "PrepareStandby" not in kinds(off.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))
 
 

@@ -51,6 +51,28 @@ def test_a_hung_attempt_is_resumed_by_the_standby_its_kill_spared_and_a_dead_one
     assert status["standby_pid"] is None
 
 
+def test_a_first_batch_that_never_runs_restarts_from_the_standby_made_while_its_loader_started(demo_config,
+                                                                                                 tmp_path):
+    """The seeds' most frequent hang: after a resume the first batch is loaded and its step never runs. The standby
+    is asked for as the attempt enters its first batch's step, so that attempt's restart does not start cold."""
+    config, state_dir = demo_config(), tmp_path / "state"
+    proc = start_supervisor(config, state_dir, "--fault", "main_hang,at_batch=5,attempt=1",
+                            "--fault", "before_first_batch,attempt=2")
+    try:
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    hangs = read_incidents(state_dir)
+    assert [(i["attempt"], i["startup_step"]) for i in hangs] == [(1, None), (2, "first_step")]
+    pids = worker_pids(stderr)
+    standbys = [int(p) for p in re.findall(r"standby worker pid (\d+): importing", stderr)]
+    assert pids[2] == standbys[0] and pids[3] == standbys[1]  # the one made during attempt 2's start
+    assert f"standby worker pid {pids[3]} takes the attempt" in stderr
+    assert "starting cold" not in stderr
+    assert read_state(state_dir)["status"]["state"] == "succeeded"
+
+
 HANG_THEN_FINISH = """
 import json, sys, time
 from pathlib import Path

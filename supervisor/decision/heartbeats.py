@@ -25,7 +25,7 @@ from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
 from supervisor.decision.vocabulary import Reason, State
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
 
@@ -112,8 +112,9 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     # Timed when sent: the steps of a second come in one read of the pipe, but were not made at once.
     at = now.mono if m.sent is None else min(now.mono, max(m.sent, a.step_since or m.sent))
     _close_step_stretch(s, at)
+    entered = m.step != a.startup_step
     a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
-    return []
+    return standby.prepared(s) if entered and m.step == StartupStep.FIRST_BATCH else []
 
 
 def _close_step_stretch(s: Supervision, at: float) -> None:
@@ -235,6 +236,8 @@ def _first_batch(s: Supervision, now: Now) -> list[Any]:
     a.startup_seconds = now.mono - (a.spawned_at or now.mono)
     _close_step_stretch(s, now.mono)
     s.rung_record(s.rung).started(a.startup_seconds)
+    if a.in_force is not None and a.in_force.amp:  # its AMP check passed: the next attempts' need not run
+        s.amp_passed = True
     last = s.incidents[-1] if s.incidents else None
     if last is not None and not last.recorded and last.reason != Reason.STOP:
         last = s.amend(last, restart_seconds=round(now.wall - last.time, 3))

@@ -6,9 +6,12 @@ hang rate falls with every hang-free minute (rung_choice.py), so a standby made 
 can be the wrong one by the hang, which then starts cold (H100: 20 s to the first batch against 6 s). The choice is
 reviewed every ``REVIEW_EVERY`` seconds of training, and a standby for the new one asked for when it changed.
 
-When: once the attempt trains, never beside a start. Even a start the standby served, its imports done, is slowed by
-a new standby's: on the H100 (16 CPUs) a launch with one importing beside it took 4.4 and 5.7 s from its launch to
-its loaders against 2.2 s alone (its CUDA initialisation in the model step, 3.1-3.9 s).
+When: once the attempt's own start is done, as it enters its ``first_batch`` step (imports, trainer, CUDA, model,
+dataset and loaders behind it; its loader's workers make the batch). Not sooner: even a start the standby served,
+its imports done, is slowed by a new standby's: on the H100 (16 CPUs) a launch with one importing beside it took 4.4
+and 5.7 s from its launch to its loaders against 2.2 s alone (its CUDA initialisation in the model step, 3.1-3.9 s).
+Not later: the seeds' most frequent hang is a first batch that never runs, and its restart then finds a standby
+waiting instead of starting cold (H100: 15.5 s from the verdict to the next first batch).
 """
 
 from __future__ import annotations
