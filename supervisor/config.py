@@ -372,7 +372,8 @@ class Config:
         "kernel database for the GPU"), at="patches.conv_fallback")
     amp_check: str = key(Choice(("local", "off", "ultralytics")), "local", (
         'Ultralytics\' AMP check downloads a model; "local" compares fp32 and fp16 on the model itself, "off" trusts '
-        '`amp`, "ultralytics" is theirs'), at="patches.amp_check")
+        '`amp`, "ultralytics" is theirs. Once an attempt has trained with AMP on, later attempts of the run do not '
+        'check again'), at="patches.amp_check")
     distributed: DistributedConfig = table(DistributedConfig)
     recovery: RecoveryConfig = table(RecoveryConfig)
     notify: NotifyConfig = table(NotifyConfig)

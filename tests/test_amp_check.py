@@ -2,6 +2,7 @@
 
 import socket
 
+import pytest
 import torch
 
 from worker.patches.amp_check import install, local_check_amp, outputs_agree
@@ -39,3 +40,13 @@ def test_the_local_check_replaces_ultralytics_download(monkeypatch):
     assert trainer.check_amp(Scaled(1.0)) is False  # CPU: AMP off, as Ultralytics decides, and no download
     install("off")
     assert trainer.check_amp(Scaled(1.0)) is True
+
+
+def test_a_check_that_passed_in_an_earlier_attempt_is_not_run_again(monkeypatch, capsys):
+    from ultralytics.engine import trainer
+
+    monkeypatch.setattr(trainer, "check_amp", trainer.check_amp)
+    monkeypatch.setattr("worker.patches.amp_check.outputs_agree", lambda *a, **k: pytest.fail("the check ran"))
+    install("local", passed_before=True)
+    assert trainer.check_amp(Scaled(1.0)) is True  # on the CPU the check itself would say False
+    assert "passed in an earlier attempt of this run; not run again" in capsys.readouterr().out

@@ -135,6 +135,18 @@ def test_the_standby_follows_the_rung_a_hang_would_move_to_as_the_attempt_trains
     assert spawn.rung_settings == {}  # where the standby was made for
 
 
+def test_once_an_attempt_trained_with_amp_on_the_next_attempts_are_told_its_check_passed():
+    for amp, told in ((True, True), (False, False)):
+        d = Driver(make())
+        assert d.boot_and_spawn().amp_passed is False  # the first attempt checks
+        d.beat("setup", kind="settings", settings={"amp": amp, "device": "cuda:0"})
+        d.beat("train", kind="phase")
+        d.train_until(1010, 0.5)
+        d.at(d.t + 10.01)(core.Tick())
+        spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, core.Spawn)][0]
+        assert spawn.amp_passed is told
+
+
 def test_auto_timeout_follows_the_slowest_recent_interval():
     d = Driver(make())
     d.boot_and_spawn()

@@ -178,6 +178,7 @@ def split_rung(settings: dict[str, Any]) -> RungSplit:
 class Patches:
     conv_fallback: str = "auto"  # the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
     amp_check: str = "local"  # local (no download), off (trust amp), ultralytics
+    amp_passed: bool = False  # the check passed in an earlier attempt of this run: not run again
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def rank_link() -> SupervisorLink:
     die_with_parent()
     drop_ambient_capabilities()
     record = LaunchRecord.from_json(Path(path).read_text(), source=path)
-    apply_patches(record.options.conv_fallback or record.patches.conv_fallback, record.patches.amp_check)
+    apply_patches(record)
     hb = Heartbeat.from_env()
     hb.phase("setup")
     return link_from_record(record, hb, rank=rank, resume_point=resume_point_from_env())

@@ -34,13 +34,13 @@ def link_from_record(record: LaunchRecord, hb: Heartbeat, rank: int | None = Non
                           checkpoint_in_thread=record.checkpoint_in_thread, commands=CommandChannel.from_env(rank))
 
 
-def apply_patches(conv_fallback: str, amp_check: str) -> None:
+def apply_patches(record: LaunchRecord) -> None:
     """Before any model is built, so the model Ultralytics' AMP check builds gets the same Conv2d path."""
-    enable, why = conv2d.should_enable(conv_fallback, os.environ)
+    enable, why = conv2d.should_enable(record.options.conv_fallback or record.patches.conv_fallback, os.environ)
     if enable:
         conv2d.enable()
     print(f"yolo-train worker: conv fallback {'on' if enable else 'off'} ({why})", flush=True)
-    amp.install(amp_check)
+    amp.install(record.patches.amp_check, record.patches.amp_passed)
     offline.install()
 
 

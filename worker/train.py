@@ -87,7 +87,7 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
     args = {**record.train, **record.trainer_args}
     if record.options.forks_from_server(args.get("workers", ULTRALYTICS_DEFAULT_WORKERS)):
         start_forkserver()  # before the trainer touches a GPU; it imports while this process builds the trainer
-    apply_patches(record.options.conv_fallback or record.patches.conv_fallback, record.patches.amp_check)
+    apply_patches(record)
     startup_steps.install()
     if args.get("data") == "demo":
         args["data"] = str(ensure_demo_dataset())

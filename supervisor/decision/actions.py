@@ -18,6 +18,7 @@ class Spawn:
     rung: int
     rung_settings: dict[str, Any]  # the rung's changes and the remedies in force, as the ladder spells them
     checkpoint_every: float | None = None  # seconds of training between the worker's checkpoints; None: per epoch
+    amp_passed: bool = False  # an earlier attempt of this run trained with AMP on: its check need not run again
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ def spawn(s: Supervision) -> Spawn:
     s.stop = None
     s.checkpoint_interval = choices.next_interval(s)
     return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
-                 checkpoint_every=s.checkpoint_interval.seconds)
+                 checkpoint_every=s.checkpoint_interval.seconds, amp_passed=s.amp_passed)
 
 
 def follow_job(s: Supervision) -> None:

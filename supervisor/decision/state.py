@@ -276,6 +276,7 @@ class Supervision:
     recoveries: dict[str, int] = kept(default_factory=dict)  # tier -> recoveries (status --json, the metric)
     in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
     loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
+    amp_passed: bool = False  # an attempt trained with AMP on after its check (heartbeats._first_batch)
 
     @property
     def progress(self) -> Progress:

@@ -44,11 +44,21 @@ def local_check_amp(model: torch.nn.Module) -> bool:
     return agree
 
 
-def install(mode: str) -> None:
-    """Replace the trainer's AMP check according to ``[patches] amp_check``."""
+def passed_earlier(model: torch.nn.Module) -> bool:
+    """The check of an attempt after one whose check passed: the same GPU and torch, so not run again (on the H100
+    0.9-1.2 s of each restart; under ROCm its 64 px forward has MIOpen find its kernels for shapes training never
+    uses)."""
+    print("yolo-train AMP check: passed in an earlier attempt of this run; not run again", flush=True)
+    return True
+
+
+def install(mode: str, passed_before: bool = False) -> None:
+    """Replace the trainer's AMP check according to ``[patches] amp_check``, or by ``passed_earlier``."""
     from ultralytics.engine import trainer
 
-    if mode == "local":
+    if passed_before and mode != "off":
+        trainer.check_amp = passed_earlier
+    elif mode == "local":
         trainer.check_amp = local_check_amp
     elif mode == "off":
         trainer.check_amp = lambda model: True  # trust the `amp` argument as given
