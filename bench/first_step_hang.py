@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,10 @@ def main() -> int:
         for line in (state / "incidents.jsonl").read_text().splitlines():
             incident = json.loads(line)
             print("  ".join(f"{k}={incident.get(k)}" for k in SHOWN))
+        # How each attempt started: the standby or cold, the AMP check, each startup step's seconds.
+        for line in (run.stdout + run.stderr).splitlines():
+            if re.search(r"standby worker pid \d+ (takes|not used)|starting cold|to first batch|AMP check", line):
+                print(" ", line.strip()[:400])
     return run.returncode
 
 
