@@ -8,8 +8,8 @@ workers), so a thread runs one forward and backward of the model on a blank batc
 the real first step then took 0.18-0.19 s (a probe of the same model, two runs).
 
 What the warm-up touches of the model is put back before the first batch: the buffers (batch norm's running
-statistics) as they were, the gradients none, as the loop left them; the weights are never stepped and no random
-generator is drawn from. So a resumed training trains the same numbers with or without it.
+statistics) as they were, the gradients as the loop left them (none, or those an exact resume restored); the weights
+are never stepped and no random generator is drawn from. So a resumed training trains the same numbers with or without it.
 """
 
 from __future__ import annotations
@@ -26,12 +26,16 @@ class DeviceWarmUp:
                  autocast_dtype: torch.dtype | None):
         self.model, self.shape, self.device, self.autocast_dtype = model, shape, device, autocast_dtype
         self.buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+        # Gradients an exact resume restored (accumulated since the last optimizer step): set aside, not added to.
+        self.grads = [p.grad for p in model.parameters()]
         self.error: BaseException | None = None
         self.seconds: float | None = None
         self.thread = threading.Thread(target=self._run, name="yolo-train-warmup", daemon=True)
         self.finished = False
 
     def start(self) -> DeviceWarmUp:
+        for p in self.model.parameters():
+            p.grad = None
         self.thread.start()
         return self
 
@@ -60,9 +64,9 @@ class DeviceWarmUp:
             for name, b in self.model.named_buffers():
                 if name in self.buffers:
                     b.copy_(self.buffers[name])
-        for p in self.model.parameters():
-            p.grad = None
-        self.buffers = {}
+        for p, grad in zip(self.model.parameters(), self.grads):
+            p.grad = grad
+        self.buffers, self.grads = {}, []
         if self.error is not None:
             return f"device warm-up failed ({type(self.error).__name__}: {self.error}); the first step warms itself"
         return f"device warm-up {self.seconds:.1f} s, beside the loader's first batch"
