@@ -128,9 +128,13 @@ def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
 
 
 def test_a_standby_serves_a_launch_whatever_it_did_about_a_forkserver_but_no_other_environment():
-    from supervisor.sources.standby import serves
+    from supervisor.sources.standby import covers, serves
     from worker.contract import ENV_FORKSERVER
 
     rung_0, rung_1 = {"PATH": "/usr/bin"}, {"PATH": "/usr/bin", ENV_FORKSERVER: "1"}
     assert serves(rung_1, rung_0) and serves(rung_0, rung_1)  # started it ahead, or the launch starts it
     assert not serves(rung_0, {"PATH": "/usr/bin", "HSA_ENABLE_SDMA": "0"})  # read at import: another process
+    # Asked for again when the rung a hang moves to changed: kept if it is as good as a new one
+    assert covers(rung_1, rung_0) and covers(rung_0, rung_0) and covers(rung_1, rung_1)
+    assert not covers(rung_0, rung_1)  # a new one starts the forkserver ahead
+    assert not covers(rung_0, {"PATH": "/usr/bin", "HSA_ENABLE_SDMA": "0"})

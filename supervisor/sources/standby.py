@@ -32,6 +32,12 @@ def serves(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
     return imported(made_for) == imported(wanted)
 
 
+def covers(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
+    """A standby made in ``made_for`` is as good as a new one made in ``wanted``: it serves, and started the
+    forkserver ahead if ``wanted`` asks for one (one it started that is not wanted costs nothing to keep)."""
+    return serves(made_for, wanted) and (made_for.get(ENV_FORKSERVER) == "1" or wanted.get(ENV_FORKSERVER) != "1")
+
+
 class Standby:
     def __init__(self, selector: selectors.BaseSelector, reads: ReadThrottle, spawner: WorkerSpawner,
                  keepalive: Callable[[], None]):
@@ -50,7 +56,7 @@ class Standby:
         return (self.process.pid,) if self.process is not None else ()
 
     def prepare(self, env: dict[str, str]) -> None:
-        if self.process is not None and self.process.env == env:
+        if self.process is not None and covers(self.process.env, env):
             return  # the one waiting serves the next attempt already
         self.discard()
         try:
