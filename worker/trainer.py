@@ -23,8 +23,8 @@ from worker import exact_resume, loader_recovery
 from worker.checkpoint_writer import BackgroundWriter, to_host
 from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
 from worker.contract import InForce, StartupStep
-from worker.device_warmup import DeviceWarmUp
 from worker.ddp import adopt_cpu_drill, rank_link, setup_process_group
+from worker.device_warmup import DeviceWarmUp
 from worker.link import StopForSupervisor, SupervisorLink
 from worker.multinode import adopt_world, check_hosts_agree, mark_rank_started
 from worker.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_parent, hook_samples,
