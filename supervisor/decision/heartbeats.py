@@ -114,7 +114,7 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     _close_step_stretch(s, at)
     entered = m.step != a.startup_step
     a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
-    return standby.prepared(s) if entered and m.step == StartupStep.FIRST_BATCH else []
+    return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
 
 
 def _close_step_stretch(s: Supervision, at: float) -> None:
@@ -245,5 +245,4 @@ def _first_batch(s: Supervision, now: Now) -> list[Any]:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "
                                                             f"{a.startup_seconds:.1f} s after spawn")]
-    a.standby_reviewed_at = now.mono
-    return actions + standby.prepared(s)
+    return actions + standby.prepared(s, now.mono)

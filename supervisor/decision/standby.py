@@ -25,12 +25,14 @@ from supervisor.decision.state import Supervision
 REVIEW_EVERY = 5.0  # seconds of training between two reviews of the standby's rung
 
 
-def prepared(s: Supervision) -> list[Any]:
-    """A standby for the rung a hang would move to now, unless the one asked for in this attempt is made for it."""
+def prepared(s: Supervision, mono: float) -> list[Any]:
+    """A standby for the rung a hang would move to now, unless the one asked for in this attempt is made for it; the
+    next review counts from now (monotonic ``mono``)."""
     if not s.config.standby or s.config.command is not None:
         return []
     settings = {**s.ladder.settings(choices.after_a_hang(s).rung), **s.remedies}
     a = s.current
+    a.standby_reviewed_at = mono
     if settings == a.standby_settings:
         return []
     a.standby_settings = settings
@@ -42,5 +44,4 @@ def reviewed(s: Supervision, mono: float) -> list[Any]:
     a = s.current
     if a.standby_settings is None or mono - a.standby_reviewed_at < REVIEW_EVERY:
         return []
-    a.standby_reviewed_at = mono
-    return prepared(s)
+    return prepared(s, mono)
