@@ -1,8 +1,10 @@
-"""The first step's device warm-up (worker/device_warmup.py): it runs the model's forward and backward in a thread, and
-leaves the model as it found it. Run here on the CPU, the same code a GPU runs (the trainer starts it on CUDA only)."""
+"""The first step's device warm-up (worker/device_warmup.py): it runs a copy of the model's forward, loss and backward
+in a thread, and leaves the model that trains untouched. Run here on the CPU, the same code a GPU runs (the trainer
+starts it on CUDA only)."""
 
 import torch
-from ultralytics.nn.tasks import DetectionModel
+from ultralytics.cfg import get_cfg
+from ultralytics.nn.tasks import ClassificationModel, DetectionModel
 
 from worker.device_warmup import DeviceWarmUp
 
@@ -11,29 +13,43 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_the_warm_up_runs_a_forward_and_backward_and_puts_back_every_buffer_and_gradient():
+def test_the_warm_up_runs_the_loss_and_backward_on_a_copy_and_leaves_the_model_that_trains_untouched():
     torch.manual_seed(0)
     model = DetectionModel("yolov8n.yaml", nc=2, verbose=False).train()
+    model.args = get_cfg()  # as the trainer's set_model_attributes leaves it
     before = model_state(model)
     params = list(model.parameters())
     pending = {i: torch.randn_like(params[i]) for i in (0, 5)}  # accumulated before a checkpoint, restored by a resume
     for i, grad in pending.items():
         params[i].grad = grad.clone()
     rng = torch.get_rng_state()
-    warm = DeviceWarmUp(model, (2, 3, 64, 64), torch.device("cpu"), None).start()
-    warm.thread.join()
-    assert warm.error is None and warm.seconds is not None
-    # It trained a step's worth of the model: batch norm's statistics moved and gradients are there ...
-    moved = [k for k, v in model.state_dict().items() if "running" in k and not torch.equal(v, before[k])]
-    assert moved and sum(p.grad is not None for p in params) > len(pending)
-    assert warm.finish().startswith("device warm-up ")
-    # ... and none of it is left for the first batch: the same numbers, bit for bit, and only the gradients it found.
+    warm = DeviceWarmUp(model, (2, 3, 64, 64), torch.device("cpu"), None)
+    copy = warm.model
+    assert copy is not model and all(a.data_ptr() != b.data_ptr() for a, b in zip(copy.parameters(), params))
+    warm.start().thread.join()
+    assert warm.error is None and warm.through_loss and warm.model is None  # the copy is dropped once done
+    # The copy trained a step's worth: batch norm's statistics moved and every trainable weight has a gradient ...
+    moved = [k for k, v in copy.state_dict().items() if "running" in k and not torch.equal(v, before[k])]
+    assert moved and all(p.grad is not None for p in copy.parameters() if p.requires_grad)
+    line = warm.finish()
+    assert line.startswith("device warm-up ") and "(forward, loss and backward on a copy of the model)" in line
+    # ... and the model that trains is as it was: the same numbers bit for bit, the gradients it had, no criterion
+    # made for it, no random number drawn.
     after = model_state(model)
     assert all(torch.equal(after[k], before[k]) for k in before)
     assert [i for i, p in enumerate(params) if p.grad is not None] == sorted(pending)
     assert all(torch.equal(params[i].grad, grad) for i, grad in pending.items())
-    assert torch.equal(torch.get_rng_state(), rng)  # no random number drawn: augmentations and sampling unmoved
+    assert getattr(model, "criterion", None) is None
+    assert torch.equal(torch.get_rng_state(), rng)
     assert warm.finish() is None  # said once
+
+
+def test_a_model_without_a_detection_loss_is_warmed_through_its_forward_only():
+    model = ClassificationModel("yolov8n-cls.yaml", nc=3, verbose=False).train()
+    warm = DeviceWarmUp(model, (2, 3, 32, 32), torch.device("cpu"), None).start()
+    line = warm.finish()
+    assert warm.error is None and not warm.through_loss
+    assert line.startswith("device warm-up ") and "(forward and backward on a copy of the model)" in line
 
 
 def test_a_warm_up_that_fails_is_said_and_leaves_the_model_as_it_was():

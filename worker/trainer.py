@@ -145,6 +145,8 @@ class SupervisedTrainerMixin:
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         options = self.supervision.options
+        if mode == "train" and isinstance(getattr(self, "amp", None), bool):
+            self._warm_up_device(batch_size)  # AMP is decided: the training loader's, not a calibration loader's
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
         if options.loader == "threads":
             # Made before the process loader's first iteration, so not one worker process is ever started; the
@@ -272,15 +274,15 @@ class SupervisedTrainerMixin:
         self._last_step_ni = exact["last_step_ni"]
         self._step_offset = exact["last_step_ni"] + 1
 
-    def _warm_up_device(self) -> None:
-        """The first step's warm-up on a GPU, beside the loader's first batch (worker/device_warmup.py). Not under
-        DDP (a backward outside DDP's forward would meet its reducer's hooks) nor torch.compile (it would compile in
-        the thread)."""
+    def _warm_up_device(self, batch_size: int) -> None:
+        """The first step's warm-up on a GPU, on a copy of the model, from the training loader's construction to the
+        first batch (worker/device_warmup.py). Not under DDP (each rank's copy would meet DDP's reducer) nor
+        torch.compile (it would compile in the thread)."""
         if self.device.type != "cuda" or self.world_size > 1 or self.args.compile or self._warmup is not None:
             return
         dtype = torch.bfloat16 if self.args.amp == "bf16" else torch.float16 if self.amp else None
         imgsz = self.args.imgsz if isinstance(self.args.imgsz, int) else max(self.args.imgsz)
-        shape = (self.batch_size, self.data.get("channels", 3), imgsz, imgsz)
+        shape = (batch_size, self.data.get("channels", 3), imgsz, imgsz)
         self._warmup = DeviceWarmUp(self.model, shape, self.device, dtype).start()
 
     def _device_warmed(self) -> None:
@@ -321,8 +323,6 @@ class SupervisedTrainerMixin:
                     sup.skipped_samples = sup.resume_point.samples_done(self.train_loader.batch_size)
                 self._restore_exact_state()
             sup.train_since = time.monotonic()
-            if not sup.started:
-                self._warm_up_device()
             hb.phase("train", **position())
 
         def on_train_batch_start(trainer) -> None:
