@@ -146,7 +146,7 @@ class SupervisedTrainerMixin:
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         options = self.supervision.options
         if mode == "train" and isinstance(getattr(self, "amp", None), bool):
-            self._warm_up_device(batch_size)  # AMP is decided: the training loader's, not a calibration loader's
+            self._warm_up_device(batch_size, self.amp)  # AMP decided: the training loader, not a calibration one
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
         if options.loader == "threads":
             # Made before the process loader's first iteration, so not one worker process is ever started; the
@@ -274,14 +274,25 @@ class SupervisedTrainerMixin:
         self._last_step_ni = exact["last_step_ni"]
         self._step_offset = exact["last_step_ni"] + 1
 
-    def _warm_up_device(self, batch_size: int) -> None:
-        """The first step's warm-up on a GPU, on a copy of the model, from the training loader's construction to the
-        first batch (worker/device_warmup.py). Not under DDP (each rank's copy would meet DDP's reducer) nor
-        torch.compile (it would compile in the thread)."""
-        if self.device.type != "cuda" or self.world_size > 1 or self.args.compile or self._warmup is not None:
+    def set_model_attributes(self) -> None:
+        super().set_model_attributes()
+        # The model is on the device: its warm-up starts here, beside the AMP check, the datasets and the loaders,
+        # where the batch is a number (an auto batch is known once the training loader is made).
+        if isinstance(self.batch_size, int) and self.batch_size >= 1:
+            self._warm_up_device(self.batch_size, self.args.amp not in {False, "fp32"})
+
+    def _warm_up_device(self, batch_size: int, amp: bool) -> None:
+        """The first step's warm-up on a GPU, on a copy of the model, from the model's move to the device (or the
+        training loader's construction) to the first batch (worker/device_warmup.py). Not under DDP (each rank's
+        copy would meet DDP's reducer), torch.compile (it would compile in the thread) nor quantization-aware
+        training (the model it trains is made later)."""
+        qat = getattr(self.args, "quantize", None)
+        if self.device.type != "cuda" or self.world_size > 1 or self.args.compile or qat or self._warmup is not None:
             return
-        dtype = torch.bfloat16 if self.args.amp == "bf16" else torch.float16 if self.amp else None
+        dtype = torch.bfloat16 if self.args.amp == "bf16" else torch.float16 if amp else None
+        stride = max(int(self.model.stride.max()) if hasattr(self.model, "stride") else 32, 32)
         imgsz = self.args.imgsz if isinstance(self.args.imgsz, int) else max(self.args.imgsz)
+        imgsz = -(-imgsz // stride) * stride  # as Ultralytics' check_imgsz rounds it, later
         shape = (batch_size, self.data.get("channels", 3), imgsz, imgsz)
         self._warmup = DeviceWarmUp(self.model, shape, self.device, dtype).start()
 
