@@ -158,10 +158,10 @@ def freeze_whatever_the_phase(run: SupervisedRun, burst: Burst, result: Night, l
 
 
 def hang_costs(incidents: Path) -> list[float | None]:
-    """What each hang cost by the supervisor's own record: the stall before it was called a hang, the kill, the
-    restart to the next first batch and the work thrown away. Unlike wall times compared across runs, this does
-    not move with the machine's speed from one run to the next. None where the record lacks a part (earlier code
-    kept no restart_seconds)."""
+    """What each hang cost by the supervisor's own record: the stall before it was called a hang, the restart from
+    the verdict to the next first batch (the stacks and the kill are inside it) and the work thrown away. Unlike
+    wall times compared across runs, this does not move with the machine's speed from one run to the next. None
+    where the record lacks a part (earlier code kept no restart_seconds)."""
     import json
 
     costs: list[float | None] = []
@@ -169,8 +169,7 @@ def hang_costs(incidents: Path) -> list[float | None]:
     for record in (json.loads(line) for line in lines if line.strip()):
         if record.get("reason") != "hang":
             continue
-        parts = (record.get("seconds_since_progress"), (record.get("kill") or {}).get("seconds"),
-                 record.get("restart_seconds"), record.get("lost_seconds"))
+        parts = (record.get("seconds_since_progress"), record.get("restart_seconds"), record.get("lost_seconds"))
         costs.append(None if None in parts else sum(parts))
     return costs
 
@@ -255,9 +254,9 @@ def main() -> int:
         measured = [c for c in burst.hang_costs if c is not None]
         if measured:
             cost = sum(measured) / len(measured)
-            print(f"{burst.label}: by its incidents, {cost:.1f} s a hang (stall + kill + restart + work lost, "
-                  f"{len(measured)} hangs): at one hang every {every:g} s a goodput of {every / (every + cost):.3f}",
-                  flush=True)
+            print(f"{burst.label}: by its incidents, {cost:.1f} s a hang (stall + restart, the kill in it, + work "
+                  f"lost, {len(measured)} hangs): at one hang every {every:g} s a goodput of "
+                  f"{every / (every + cost):.3f}", flush=True)
     return 0
 
 
