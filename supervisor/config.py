@@ -153,8 +153,9 @@ class WatchdogConfig:
         "validation intervals, falling back to the training ones until it has its own"))
     save_timeout: float | None = key(Seconds(words=OFF), 300.0, (
         "an epoch's end (validation set-up, the save, the next epoch's loader) until one epoch end has been "
-        "observed, then max(auto_floor, auto_factor x its longest gap) (`save auto`); also how long a stop waits for "
-        "the worker's checkpoint, and how long a worker that said training is done may take to exit"))
+        "observed, then max(auto_floor, auto_factor x its longest gap) (`save auto`); a mid-epoch checkpoint the same "
+        "way by its own kind once one has been observed (`checkpoint auto`); also how long a stop waits for the "
+        "worker's checkpoint, and how long a worker that said training is done may take to exit"))
     auto_factor: float = key(Seconds(expected="a positive number"), 10.0, 'the safety factor of every "auto" timeout')
     auto_floor: float = key(Seconds(), 10.0, 'the lower bound of every "auto" timeout, in seconds')
     auto_window: int = key(Whole(), 100, 'the number of recent intervals an "auto" timeout is taken over')

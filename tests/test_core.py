@@ -562,7 +562,7 @@ def test_a_stop_that_saves_loses_nothing():
 
 def epoch_end(d: Driver, gap: float) -> None:
     """The worker's end of an epoch: save phase, validation, the save, then the next epoch's first phase."""
-    d.at(d.t + 0.5).beat("save", kind="phase")
+    d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
     d.at(d.t + gap).beat("val", kind="phase")
     d.at(d.t + 0.2).beat("val")
     d.at(d.t + 0.2).beat("save", kind="phase")
@@ -572,7 +572,7 @@ def epoch_end(d: Driver, gap: float) -> None:
 
 def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one():
     d = healthy(watchdog={"save_timeout": 300})
-    d.at(d.t + 0.5).beat("save", kind="phase")
+    d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
     assert watchdog.deadline(d.s).at - d.t == 300  # nothing observed yet: the generous allowance
     d.at(d.t + 2.0).beat("val", kind="phase")
     d.at(d.t + 0.2).beat("val")
@@ -582,11 +582,42 @@ def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one
     assert watchdog.deadline(d.s).label == "save_timeout"  # until the next epoch's first batch, this is still its end
     d.train_until(d.t + 5, 0.5)
     assert d.s.epoch_end_seen == 2.5
-    d.at(d.t + 0.5).beat("save", kind="phase")  # the next epoch's end: 10 x 2.5 s, not 300 s
+    # the next epoch's end: 10 x 2.5 s, not 300 s
+    d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
     due = watchdog.deadline(d.s)
     assert (due.at - d.t, due.label) == (25.0, "save auto")
     actions = d.at(d.t + 25.01)(core.Tick())
     assert actions[1].incident.phase == "save" and actions[1].incident.reason == "hang"
+
+
+def test_a_mid_epoch_checkpoint_bounds_the_next_one_and_never_an_epochs_end():
+    """A long first epoch checkpoints inside it (every 10 min until a hang, more often after): a 0.3 s hold must not
+    bound the epoch's end (10 x 0.5 s, then the floor: a 12 s validation set-up was killed as a hang), and a freeze
+    inside a later checkpoint is found at the floor, not after the 300 s an unseen epoch end is given."""
+    d = healthy(watchdog={"save_timeout": 300})  # 0.5 s batches; no epoch end seen yet
+    d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=5, batches=10)
+    assert watchdog.deadline(d.s).label == "save_timeout"  # the first checkpoint: as an epoch's end, nothing seen
+    d.at(d.t + 0.3).beat("train", kind="phase")
+    d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=6, batches=10)
+    assert (d.s.checkpoint_seen, d.s.epoch_end_seen) == (0.5, None)
+    d.train_until(d.t + 2, 0.5)
+    d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)  # the epoch's end
+    due = watchdog.deadline(d.s)
+    assert (due.at - d.t, due.label) == (300.0, "save_timeout")
+    assert d.at(d.t + 12)(core.Tick()) == []  # a 12 s validation set-up is no hang
+    d.at(d.t).beat("val", kind="phase")
+    d.at(d.t + 0.2).beat("val")
+    d.at(d.t + 0.2).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
+    d.at(d.t + 1.0).beat("save")
+    d.at(d.t + 0.5).beat("train", kind="phase")
+    d.at(d.t + 1.5).beat(epoch=2, epochs=3, batch=1, batches=10)
+    assert (d.s.checkpoint_seen, d.s.epoch_end_seen) == (0.5, 12.0)
+    d.train_until(d.t + 2, 0.5)
+    d.at(d.t + 0.5).beat("save", kind="phase", epoch=2, epochs=3, batch=5, batches=10)  # the next checkpoint
+    due = watchdog.deadline(d.s)
+    assert (due.at - d.t, due.label) == (10.0, "checkpoint auto")  # its own: max(floor, 10 x 0.5 s)
+    actions = d.at(d.t + 10.01)(core.Tick())
+    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.phase == "save"
 
 
 def test_later_startups_of_a_worker_that_reports_no_steps_are_bounded_by_the_startup_this_run_saw():
@@ -885,7 +916,7 @@ def test_an_epochs_slow_first_batch_and_a_save_stretch_no_batch_interval():
     """The loader's start at an epoch's first batch (3 s here) is part of the epoch's end, not a batch interval:
     otherwise 10 x 3 s would be the stall timeout for the whole next epoch."""
     d = healthy()  # 0.5 s batches
-    d.at(d.t + 0.5).beat("save", kind="phase")
+    d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
     d.at(d.t + 0.5).beat("train", kind="phase")
     d.at(d.t + 3.0).beat(epoch=2, epochs=3, batch=1, batches=10)  # the loader's workers start: 3 s
     assert max(d.s.current.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 3.0
@@ -895,7 +926,8 @@ def test_an_epochs_slow_first_batch_and_a_save_stretch_no_batch_interval():
     d.at(d.t + 0.5).beat("save", kind="phase")  # a mid-epoch save: the worker says so, and it takes 4 s
     d.at(d.t + 4.0).beat("train", kind="phase")
     d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=7, batches=10)
-    assert max(d.s.current.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 4.0
+    assert max(d.s.current.intervals["train"]) == 0.5
+    assert (d.s.epoch_end_seen, d.s.checkpoint_seen) == (3.0, 4.0)  # each bounds the next of its kind
 
 
 def test_an_oom_kill_names_only_the_exit_that_follows_it_soon():

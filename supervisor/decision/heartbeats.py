@@ -7,7 +7,8 @@
 2. ``_report``: an error, the settings in force or a saved checkpoint is noted, and is not progress; a startup step
    (``_startup_step``) entered or progressing restarts that step's clock;
 3. ``_note_position``: where the worker is (epoch, batch, losses), from any beat;
-4. ``_time_gap``: the gap since the last progress feeds the watchdog's intervals, or the epoch end's bound;
+4. ``_time_gap``: the gap since the last progress feeds the watchdog's intervals, or an epoch end's or a
+   mid-epoch checkpoint's bound;
 5. ``_progressed``: the counter moved on: the last progress, the phase, a command's training run through;
 6. kernel.progress_seen: a kernel line under suspicion was not about a hang of ours;
 7. ``_diverged``: non-finite losses batch after batch stop the worker, restarted without AMP;
@@ -174,12 +175,20 @@ def _note_position(p: Progress, m: HeartbeatMessage) -> None:
 def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     a = s.current
     gap = None if a.last_progress_at is None else now.mono - a.last_progress_at
+    if m.kind == MessageKind.PHASE and m.phase == Phase.SAVE and a.progress.phase != Phase.SAVE.value:
+        p = a.progress  # (its position noted already: the batch the save follows)
+        a.save_mid_epoch = bool(p.batches) and (p.batch or 0) < p.batches
     if gap is not None and (a.progress.phase == Phase.SAVE.value or a.train_resuming):
-        # A gap of an epoch's end (or a save's): validation's set-up, the save, the next epoch's loader start up to
-        # its first batch. It has no batch rhythm: it bounds the next epoch end, not the batch intervals.
-        a.epoch_end_gap = max(a.epoch_end_gap, gap)
+        # A gap of a save stretch, up to the next batch: an epoch's end (validation's set-up, the save, the next
+        # epoch's loader start) or a mid-epoch checkpoint (its hold). Neither has a batch rhythm, nor the other's
+        # length: each bounds the next of its kind (watchdog.phase_timeout), not the batch intervals.
+        a.save_gap = max(a.save_gap, gap)
         if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN:  # observed whole, up to the next batch
-            s.epoch_end_seen, a.epoch_end_gap = max(s.epoch_end_seen or 0.0, a.epoch_end_gap), 0.0
+            if a.save_mid_epoch:
+                s.checkpoint_seen = max(s.checkpoint_seen or 0.0, a.save_gap)
+            else:
+                s.epoch_end_seen = max(s.epoch_end_seen or 0.0, a.save_gap)
+            a.save_gap, a.save_mid_epoch = 0.0, False
     elif m.kind == MessageKind.BEAT and gap is not None and s.state == State.HEALTHY and a.in_place is None:
         # (the first batch of an attempt is startup: CUDA's warm-up and the loader's start are no batch interval; nor
         # is the gap an in-place recovery closes, whose stall would make every later timeout ten times longer)

@@ -165,7 +165,8 @@ class Attempt:
     healthy_since: float | None = None  # monotonic: the first training batch
     batches_since_checkpoint: int = 0  # training batches after the newest checkpoint
     train_beats: int = 0  # training batches
-    epoch_end_gap: float = 0.0  # the longest gap between two progress events of the epoch end in progress
+    save_gap: float = 0.0  # the longest gap between two progress events of the save stretch in progress
+    save_mid_epoch: bool = False  # that stretch is a mid-epoch checkpoint's (entered before the epoch's last batch)
     train_resuming: bool = False  # training re-entered after an epoch end or a save, its first batch still to come
     loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
     in_place: InPlace | None = None  # an in-place recovery under way
@@ -262,6 +263,7 @@ class Supervision:
     # startup step (watchdog.step_key) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
     startup_steps_seen: dict[str, float] = kept(default_factory=dict)
     epoch_end_seen: float | None = kept(default=None)  # the longest gap between two progress events of an epoch end
+    checkpoint_seen: float | None = kept(default=None)  # the same of a mid-epoch checkpoint: its hold, its next batch
     startup_failure: str | None = kept(default=None)  # the last attempt's failure and last words, before a batch
     training_fingerprint: str | None = kept(default=None)  # the [train] table and ladder the rung was climbed under
     # -- what each rung has shown: the ladder's choices and the probes read it (choices.py) --

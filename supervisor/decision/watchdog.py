@@ -54,12 +54,18 @@ def startup_step_timeout(cfg: WatchdogConfig, step: str, seen: float | None) -> 
 
 
 def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
-                  epoch_end_seen: float | None = None) -> tuple[float | None, str]:
+                  epoch_end_seen: float | None = None,
+                  checkpoint_seen: float | None = None) -> tuple[float | None, str]:
     """Seconds the worker may spend in ``phase`` since its last progress, and how that was decided.
 
     The end of an epoch (``save``: the epoch's last batch, validation's set-up, the save, the next epoch's loader)
     has no rhythm of its own: ``save_timeout`` holds until one epoch end has been observed, then the longest gap
-    seen there bounds it like a batch interval."""
+    seen there bounds it like a batch interval. A mid-epoch checkpoint is bounded alike by the longest seen of its
+    own (``checkpoint_seen``, given only for one), and until then as an epoch's end: a hold of 0.1 s must not bound
+    an epoch's end, nor wait for one to be seen."""
+    if phase == "save" and checkpoint_seen is not None and cfg.save_timeout is not None:
+        observed = auto_timeout(cfg, [checkpoint_seen])
+        return (observed, "checkpoint auto") if observed < cfg.save_timeout else (cfg.save_timeout, "save_timeout")
     if phase == "train":
         configured, samples = cfg.stall_timeout, intervals.get("train", ())
     elif phase == "val":
@@ -100,7 +106,8 @@ def deadline(s: Supervision) -> Deadline:
         due = Deadline(None if t is None else a.step_since + t, DeadlineKind.STARTUP, label)
     elif s.state == State.HEALTHY and a.last_progress_at is not None:
         phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
-        t, label = phase_timeout(s.config.watchdog, phase, a.intervals, s.epoch_end_seen)
+        checkpoint = s.checkpoint_seen if a.save_mid_epoch else None
+        t, label = phase_timeout(s.config.watchdog, phase, a.intervals, s.epoch_end_seen, checkpoint)
         due = Deadline(None if t is None else a.last_progress_at + t, DeadlineKind.PHASE, label)
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
