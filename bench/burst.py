@@ -157,6 +157,14 @@ def freeze_whatever_the_phase(run: SupervisedRun, burst: Burst, result: Night, l
             result.phases.append(status.get("phase") or status.get("state"))
 
 
+def steady_goodput(cost: float, every: float, wall_cadence: bool) -> float:
+    """The goodput of a night that goes on with a hang costing ``cost`` s every ``every`` s: of training (each hang
+    adds its cost), or of wall time (each takes its cost out of the interval: 0.5 needs a hang to cost at most
+    half of it)."""
+    cost = max(cost, 0.0)
+    return max(0.0, 1.0 - cost / every) if wall_cadence else every / (every + cost)
+
+
 def hang_costs(incidents: Path) -> list[float | None]:
     """What each hang cost by the supervisor's own record: the stall before it was called a hang, the restart from
     the verdict to the next first batch (the stacks and the kill are inside it) and the work thrown away. Unlike
@@ -241,6 +249,9 @@ def main() -> int:
         print(f"{r.label:<16} {seconds:>8} {goodput:>8} {r.hangs:5d} {str(r.exit_code):>4}  {r.rungs}; "
               f"{r.status.get('checkpoint_every')} s; epoch {r.status.get('epoch')}/{r.status.get('epochs')}")
     every = (low + high) / 2
+    # After each first batch, a hang comes every ``every`` s of training: each costs its own time on top. Whatever
+    # the phase, a freeze comes every ``every`` s of wall time, its recovery inside: each takes its cost out of them.
+    cadence = "s of wall time, its recovery inside," if args.whatever_phase else "s of training"
     for burst in rows[1:]:
         if burst.seconds is not None and burst.exit_code == 0:
             line = f"{burst.label}: goodput {calm.seconds / burst.seconds:.3f}"
@@ -248,15 +259,15 @@ def main() -> int:
                 # A short run holds few hangs: what each cost, spread over the interval, is the goodput of a
                 # night that goes on like this.
                 cost = (burst.seconds - calm.seconds) / burst.hangs
-                line += (f"; {cost:.1f} s lost a hang, so at one hang every {every:g} s of training a steady "
-                         f"goodput of {every / (every + max(cost, 0.0)):.3f}")
+                line += (f"; {cost:.1f} s lost a hang, so at one hang every {every:g} {cadence} a steady "
+                         f"goodput of {steady_goodput(cost, every, args.whatever_phase):.3f}")
             print(line, flush=True)
         measured = [c for c in burst.hang_costs if c is not None]
         if measured:
             cost = sum(measured) / len(measured)
             print(f"{burst.label}: by its incidents, {cost:.1f} s a hang (stall + restart, the kill in it, + work "
-                  f"lost, {len(measured)} hangs): at one hang every {every:g} s a goodput of "
-                  f"{every / (every + cost):.3f}", flush=True)
+                  f"lost, {len(measured)} hangs): at one hang every {every:g} {cadence} a goodput of "
+                  f"{steady_goodput(cost, every, args.whatever_phase):.3f}", flush=True)
     return 0
 
 

@@ -61,3 +61,23 @@ def test_orphans_are_found_through_the_subreaper():
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["1", "1", "0"], result.stderr
+
+
+def test_a_snapshot_after_the_stacks_takes_its_cpu_window_from_before_them_and_waits_for_none(monkeypatch):
+    """The incident's CPU% is read over the stacks' capture (a sample taken before it): no wait of its own before
+    the kill. A process the sample did not see has no CPU%, rather than its whole life's."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        since = process_tree.cpu_sample([psutil.Process(busy.pid)])
+        time.sleep(0.3)  # the stacks' capture, here
+        waits = []
+        monkeypatch.setattr(process_tree.time, "sleep", waits.append)
+        rows = process_tree.snapshot([psutil.Process(busy.pid), psutil.Process(late.pid)], since=since)
+        assert waits == [0.0]
+        cpu = {r["pid"]: r["cpu_percent"] for r in rows}
+        assert cpu[busy.pid] > 0 and cpu[late.pid] is None
+    finally:
+        for p in (busy, late):
+            p.kill()
+            p.wait()

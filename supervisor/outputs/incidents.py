@@ -156,7 +156,8 @@ def render(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group]
     summary = newest.get("summary") or []
     lines += [f"  {line}" for line in summary]
     if not summary:
-        lines += [f"  {p.get('name', '?')} (pid {p.get('pid')}) {p.get('state', '?')}, {p.get('cpu_percent', '?')}% CPU"
+        lines += [f"  {p.get('name', '?')} (pid {p.get('pid')}) {p.get('state', '?')}, "
+                  f"{'?' if p.get('cpu_percent') is None else p['cpu_percent']}% CPU"
                   for p in newest.get("processes", [])]
         lines.append("  (no stacks were captured for this incident)")
     if newest.get("stacks"):

@@ -89,22 +89,39 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-def snapshot(processes: list[psutil.Process], sample_seconds: float = 0.2) -> list[dict]:
-    """pid, parent, name, state and CPU% (over ``sample_seconds``) of each process, for the incident record."""
-    before = {}
+@dataclass(frozen=True)
+class CpuSample:
+    """Each process's CPU seconds (user and system) at ``at`` (monotonic): where a CPU% window starts."""
+    at: float
+    seconds: dict[int, float]
+
+
+def cpu_sample(processes: list[psutil.Process]) -> CpuSample:
+    seconds = {}
     for p in processes:
         try:
-            before[p.pid] = sum(p.cpu_times()[:2])
+            seconds[p.pid] = sum(p.cpu_times()[:2])
         except psutil.Error:
             pass
-    time.sleep(sample_seconds)
+    return CpuSample(time.monotonic(), seconds)
+
+
+def snapshot(processes: list[psutil.Process], sample_seconds: float = 0.2, since: CpuSample | None = None
+             ) -> list[dict]:
+    """pid, parent, name, state and CPU% of each process, for the incident record. The CPU% is taken over the
+    window from ``since`` (a sample taken before the stacks were read: their capture is the window, no wait of its
+    own), at least ``sample_seconds`` long; a process not in that sample has none (``cpu_percent`` None)."""
+    since = since or cpu_sample(processes)
+    time.sleep(max(0.0, since.at + sample_seconds - time.monotonic()))
+    window = time.monotonic() - since.at
     rows = []
     for p in processes:
         try:
             with p.oneshot():
-                cpu = (sum(p.cpu_times()[:2]) - before.get(p.pid, 0.0)) / sample_seconds * 100
+                before = since.seconds.get(p.pid)
+                cpu = None if before is None else round((sum(p.cpu_times()[:2]) - before) / window * 100, 1)
                 rows.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(), "state": p.status(),
-                             "cpu_percent": round(cpu, 1), "rss_bytes": p.memory_info().rss,
+                             "cpu_percent": cpu, "rss_bytes": p.memory_info().rss,
                              "cmdline": " ".join(p.cmdline())[:200]})
         except psutil.Error:
             continue

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Collection
 
+import psutil
+
 from supervisor.sources import process_tree
 from supervisor.sources.progress_lines import MAX_LINE_BYTES
 from supervisor.sources.worker_command import OutputProgress
@@ -58,6 +60,9 @@ class WorkerProcess:
     command_fd: int | None = None  # the command pipe's write end, non-blocking
     checkpoint_signal: int | None = None  # a [worker] command's "save and exit" (it reads no command pipe)
     commands_sent: int = 0
+    # The CPU window a stall's inspection opened before reading the stacks: the kill's snapshot that follows at
+    # once ends it, and waits for no window of its own (incident_evidence.py).
+    cpu_since: process_tree.CpuSample | None = None
 
     @property
     def pid(self) -> int:
@@ -191,10 +196,10 @@ class WorkerProcess:
                 os.close(fd)
             self.launch_fd = self.command_fd = None
 
-    def tree_snapshot(self, spare: Collection[int] = ()) -> list[dict]:
+    def tree_members(self, spare: Collection[int] = ()) -> list[psutil.Process]:
         """The processes of the tree now (and any orphan re-parented to us), for an incident."""
         members = process_tree.tree(self.pid) + process_tree.tree(spare=spare)
-        return process_tree.snapshot(list({p.pid: p for p in members}.values()))
+        return list({p.pid: p for p in members}.values())
 
 
 def _grow_pipe(fd: int) -> None:
