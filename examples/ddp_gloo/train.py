@@ -117,9 +117,7 @@ def main(argv: list[str]) -> int:
         step = 0
     if rank == 0:
         print("training finished", flush=True)
-    # Every rank past its last collective, and DDP's reducer gone while the group and the interpreter still live:
-    # gloo's threads otherwise may still hold its work at interpreter exit, which aborts ("terminate called without
-    # an active exception", seen once in ten-odd runs of two ranks on two busy cores).
+    # Every rank past its last collective, and DDP's reducer gone while the group and the interpreter still live.
     dist.barrier()
     del model, optimizer
     dist.destroy_process_group()
@@ -127,4 +125,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # Out without the interpreter's teardown: gloo's threads may still hold work there, and its C++ side then aborts
+    # ("terminate called without an active exception", exit -6), on CI once in ten-odd runs of two ranks on two busy
+    # cores, even after the barrier and destroy_process_group above (pytorch/pytorch#179291 on the cause). Everything
+    # this script writes is written and flushed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
