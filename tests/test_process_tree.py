@@ -70,7 +70,10 @@ def test_a_snapshot_after_the_stacks_takes_its_cpu_window_from_before_them_and_w
     late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         since = process_tree.cpu_sample([psutil.Process(busy.pid)])
-        time.sleep(0.3)  # the stacks' capture, here
+        time.sleep(0.3)  # the stacks' capture, here; and until the busy process has run, however loaded the machine
+        deadline = time.monotonic() + 30
+        while sum(psutil.Process(busy.pid).cpu_times()[:2]) <= since.seconds[busy.pid] and time.monotonic() < deadline:
+            time.sleep(0.05)
         waits = []
         monkeypatch.setattr(process_tree.time, "sleep", waits.append)
         rows = process_tree.snapshot([psutil.Process(busy.pid), psutil.Process(late.pid)], since=since)
