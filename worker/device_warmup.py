@@ -80,9 +80,8 @@ class DeviceWarmUp:
         if self.finished:
             return None
         self.finished = True
-        if self.thread.ident is not None:  # started
+        if self.thread.ident is not None:  # started; the copy is dropped by the thread itself
             self.thread.join()
-        self.model = None
         if self.error is not None:
             return f"device warm-up failed ({type(self.error).__name__}: {self.error}); the first step warms itself"
         return (f"device warm-up {self.seconds:.1f} s ({'forward, loss' if self.through_loss else 'forward'} and "

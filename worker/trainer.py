@@ -52,7 +52,7 @@ class SupervisedTrainerMixin:
         self._last_step_ni = -1  # the iteration of the last optimizer step, -1 before the first
         self._exact: dict[str, Any] | None = None  # a mid-epoch checkpoint's state still to restore
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
-        self._warmup: DeviceWarmUp | None = None  # the first step's, beside the loader's first batch
+        self._warmup: DeviceWarmUp | None = None  # the first step's, from the model on the device to the first batch
         super().__init__(*args, **kwargs)
         adopt_cpu_drill(self)
         adopt_world(self)
