@@ -4,8 +4,9 @@ It waits on file descriptors (the worker's heartbeat pipe, output and pidfd, the
 wake-up pipe) and on the watchdog's next deadline; it never polls with sleeps and runs no thread of its own.
 Everything it decides, it asks ``core.decide``. What it reads and what it carries out are modules of their own,
 which the agent owns and wires to the core: the worker's spawn (``worker_spawn``), the standby worker, the read
-throttle on the worker's pipes, what a killed tree shows (``incident_evidence``), the kernel sources, the signals;
-the state directory, the metrics endpoint and where the status goes (``status_writer``).
+throttle on the worker's pipes, whether its tree does anything (``tree_activity``), what a killed tree shows
+(``incident_evidence``), the kernel sources, the signals; the state directory, the metrics endpoint and where the
+status goes (``status_writer``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from supervisor.sources.kernel_sources import KernelSources
 from supervisor.sources.read_throttle import ReadThrottle
 from supervisor.sources.signals import catch_signals, stop_requests
 from supervisor.sources.standby import Standby
+from supervisor.sources.tree_activity import ActivitySampler
 from supervisor.sources.torch_build import ladder_for
 from supervisor.sources.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.sources.worker_spawn import WorkerSpawner
@@ -68,6 +70,7 @@ class Agent:
         self.standby = Standby(self.selector, self.reads, self.spawner, keepalive=self.systemd.keepalive)
         self.heartbeats = HeartbeatCounts()
         self.kernel = KernelSources(config.kernel_log)
+        self.activity = ActivitySampler()
         self.metrics = MetricsEndpoint(config)
         self.status_writer = StatusWriter(config, self.state_dir, self.metrics, self.systemd)
         self.history = History(config.state_dir)
@@ -102,6 +105,7 @@ class Agent:
             self.reads.wake_due()
             for source in self.kernel.polled():
                 self._on_kernel(source)
+            self._sample_tree()
             due = watchdog.deadline(self.s)
             if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                 self._drain_worker()  # what is queued is read before anyone is judged
@@ -254,6 +258,17 @@ class Agent:
             self._on_kernel(source)
         self.reads.forget(worker.pidfd)
         self.handle(core.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
+
+    def _sample_tree(self) -> None:
+        """Whether the worker's tree does anything (a stall's bound uses idle_floor while it does not)."""
+        if self.worker is not None and self.config.watchdog.idle_floor is not None \
+                and not self.config.distributed.several_hosts:
+            now = time.monotonic()
+            if not self.activity.due(self.worker.pid, now):
+                return
+            event = self.activity.sample(self.worker.pid, process_tree.tree(spare=self._spare()), now)
+            if event is not None:
+                self.handle(event)
 
     def _kill(self, incident: Incident | None) -> None:
         """Kill the worker's tree; for an incident, tell the core first what the tree looks like (None after a

@@ -158,6 +158,13 @@ class WatchdogConfig:
         "worker's checkpoint, and how long a worker that said training is done may take to exit"))
     auto_factor: float = key(Seconds(expected="a positive number"), 10.0, 'the safety factor of every "auto" timeout')
     auto_floor: float = key(Seconds(), 10.0, 'the lower bound of every "auto" timeout, in seconds')
+    idle_floor: float | None = key(Seconds(words=OFF), 3.0, (
+        'the lower bound of an "auto" timeout while the worker\'s whole process tree is idle: under 5% of one core, '
+        "no disk I/O, no process in uninterruptible sleep, none started (a stalled training that does nothing at all "
+        "is hung; one that spins or waits on the disk gets auto_floor). Only over a phase's or a step's own "
+        "intervals, never with several hosts (a rank waiting for another host's is idle). A loader that streams its "
+        'data over a network socket waits idle through a network stall: set it higher there, or "off" (auto_floor '
+        "always)"))
     auto_window: int = key(Whole(), 100, 'the number of recent intervals an "auto" timeout is taken over')
     kill_grace: float = key(Seconds(), 3.0, "seconds from SIGTERM to SIGKILL when a tree is killed")
     kill_timeout: float = key(Seconds(), 10.0, (

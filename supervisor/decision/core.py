@@ -41,7 +41,7 @@ from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, K
 from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, LoaderWorkersKilled, Now, SignatureSeen, Spawned,
                                         StallInspected, StateDirTaken, StopRequested, SupervisorPaused, Tick,
-                                        TreeKilled, WorkerExited)
+                                        TreeActivity, TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.signatures import scan
 from supervisor.decision.state import Attempt, JobRung, Supervision
@@ -53,7 +53,7 @@ from worker.contract import Phase
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick",
-           "TreeKilled", "WorkerExited", "StallInspected", "LoaderWorkersKilled", "InspectStall",
+           "TreeActivity", "TreeKilled", "WorkerExited", "StallInspected", "LoaderWorkersKilled", "InspectStall",
            "ReplaceLoaderWorkers", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
            "PublishCheckpoint", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
@@ -116,6 +116,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _job_ladder(s, event)
     if isinstance(event, JobCheckpointRead):
         return heartbeats.job_checkpoint(s, event, now)
+    if isinstance(event, TreeActivity):
+        return _tree_activity(s, event)
     if isinstance(event, StallInspected):
         return in_place.inspected(s, event, now)
     if isinstance(event, LoaderWorkersKilled):
@@ -334,6 +336,7 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         a.step_since += gap
     if a.healthy_since is not None:
         a.healthy_since += gap
+    a.idle_since = None  # the tree's idleness over the pause is unknown: the sampler starts again
     if a.suspicion is not None:
         a.suspicion.since += gap
     if a.in_place is not None:
@@ -346,6 +349,14 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         s.stop.save_until += gap
     return [Log("warning", f"the supervisor itself did not run for {gap:.1f} s (stopped or suspended): its "
                            f"deadlines move by as much instead of blaming the worker")]
+
+
+def _tree_activity(s: Supervision, event: TreeActivity) -> list[Any]:
+    """An idle tree lowers the floor of its stall's auto bound (watchdog.idle_floor_applies); a report that comes
+    between two workers is nobody's."""
+    if s.state in (State.STARTING, State.HEALTHY) and s.current.worker_pid is not None:
+        s.current.idle_since = event.idle_since
+    return []
 
 
 def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any]:

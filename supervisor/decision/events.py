@@ -127,6 +127,14 @@ class SupervisorPaused:
 
 
 @dataclass(frozen=True)
+class TreeActivity:
+    """Whether the worker's whole process tree does anything (sources/tree_activity.py), sent when that changes:
+    ``idle_since`` is the monotonic time since which it has used no CPU to speak of, done no disk I/O, had no process
+    in uninterruptible sleep and started none; None: it is busy (or it cannot be told)."""
+    idle_since: float | None
+
+
+@dataclass(frozen=True)
 class StateDirTaken:
     """Another supervisor locked the state directory (this one's lock file was removed meanwhile): it trains there
     now, so this one's worker stops at once, without a save that would overwrite the other's last.pt."""

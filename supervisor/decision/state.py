@@ -170,6 +170,7 @@ class Attempt:
     train_resuming: bool = False  # training re-entered after an epoch end or a save, its first batch still to come
     loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
     in_place: InPlace | None = None  # an in-place recovery under way
+    idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)
     standby_reviewed_at: float = 0.0  # monotonic: the last review of them
 

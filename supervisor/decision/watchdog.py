@@ -37,55 +37,59 @@ class Deadline:
     label: str = ""  # for display only: "train auto", "startup_timeout", ...
 
 
-def auto_timeout(cfg: WatchdogConfig, intervals: Iterable[float]) -> float:
+def auto_timeout(cfg: WatchdogConfig, intervals: Iterable[float], floor: float | None = None) -> float:
+    """max(floor, auto_factor x the slowest interval); the floor is ``auto_floor`` unless an idle tree lowers it."""
     slowest = max(intervals, default=0.0)
-    return max(cfg.auto_floor, cfg.auto_factor * slowest)
+    return max(cfg.auto_floor if floor is None else floor, cfg.auto_factor * slowest)
 
 
-def startup_step_timeout(cfg: WatchdogConfig, step: str, seen: float | None) -> tuple[float | None, str]:
+def startup_step_timeout(cfg: WatchdogConfig, step: str, seen: float | None,
+                         floor: float | None = None) -> tuple[float | None, str]:
     """A startup step since its clock started (its entry, or its last progress): ``startup_timeout`` until this run
     has seen that step once, then max(auto_floor, auto_factor x its slowest seen), never more than
     ``startup_timeout`` (the seeds' most frequent hang came at the same point before the first batch on every resume:
     the first batch's own bound finds it, whatever the scan or the imports before it took)."""
     if seen is None or cfg.startup_timeout is None:
         return cfg.startup_timeout, "startup_timeout"
-    observed = auto_timeout(cfg, [seen])
+    observed = auto_timeout(cfg, [seen], floor)
     return (observed, f"{step} auto") if observed < cfg.startup_timeout else (cfg.startup_timeout, "startup_timeout")
 
 
 def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
-                  epoch_end_seen: float | None = None,
-                  checkpoint_seen: float | None = None) -> tuple[float | None, str]:
+                  epoch_end_seen: float | None = None, checkpoint_seen: float | None = None,
+                  floor: float | None = None) -> tuple[float | None, str]:
     """Seconds the worker may spend in ``phase`` since its last progress, and how that was decided.
 
     The end of an epoch (``save``: the epoch's last batch, validation's set-up, the save, the next epoch's loader)
     has no rhythm of its own: ``save_timeout`` holds until one epoch end has been observed, then the longest gap
     seen there bounds it like a batch interval. A mid-epoch checkpoint is bounded alike by the longest seen of its
     own (``checkpoint_seen``, given only for one), and until then as an epoch's end: a hold of 0.1 s must not bound
-    an epoch's end, nor wait for one to be seen."""
+    an epoch's end, nor wait for one to be seen. ``floor`` replaces ``auto_floor`` over a phase's own intervals
+    only: validation's first batch, bounded by training's, keeps it."""
     if phase == "save" and checkpoint_seen is not None and cfg.save_timeout is not None:
-        observed = auto_timeout(cfg, [checkpoint_seen])
+        observed = auto_timeout(cfg, [checkpoint_seen], floor)
         return (observed, "checkpoint auto") if observed < cfg.save_timeout else (cfg.save_timeout, "save_timeout")
     if phase == "train":
         configured, samples = cfg.stall_timeout, intervals.get("train", ())
     elif phase == "val":
         configured = cfg.val_timeout
         samples = intervals.get("val") or intervals.get("train", ())
+        floor = floor if intervals.get("val") else None
     elif phase == "save" and epoch_end_seen is not None and cfg.save_timeout is not None:
-        observed = auto_timeout(cfg, [epoch_end_seen])
+        observed = auto_timeout(cfg, [epoch_end_seen], floor)
         return (observed, "save auto") if observed < cfg.save_timeout else (cfg.save_timeout, "save_timeout")
     elif phase in ("save", "done"):
         return cfg.save_timeout, "save_timeout"
     else:  # setup: only before the first training batch, which the startup timeout covers
         return cfg.startup_timeout, "startup_timeout"
     if configured == AUTO:
-        return auto_timeout(cfg, samples), f"{phase} auto"
+        return auto_timeout(cfg, samples, floor), f"{phase} auto"
     return configured, f"{phase} timeout"
 
 
 def deadline(s: Supervision) -> Deadline:
     """When the watchdog fires next, and which timeout that is."""
-    a = s.current
+    a, w = s.current, s.config.watchdog
     if s.state == State.BACKOFF:
         return Deadline(s.backoff_until, DeadlineKind.BACKOFF, "backoff")
     if s.saving():
@@ -104,16 +108,37 @@ def deadline(s: Supervision) -> Deadline:
     if s.state == State.STARTING and a.step_since is not None:
         t, label = startup_step_bound(s)
         due = Deadline(None if t is None else a.step_since + t, DeadlineKind.STARTUP, label)
+        if idle_floor_applies(s):
+            step, seen = a.startup_step.value, startup_step_seen(s)
+            due = sooner_when_idle(s, due, a.step_since, startup_step_timeout(w, step, seen, w.idle_floor)[0])
     elif s.state == State.HEALTHY and a.last_progress_at is not None:
         phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
         checkpoint = s.checkpoint_seen if a.save_mid_epoch else None
-        t, label = phase_timeout(s.config.watchdog, phase, a.intervals, s.epoch_end_seen, checkpoint)
+        t, label = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint)
         due = Deadline(None if t is None else a.last_progress_at + t, DeadlineKind.PHASE, label)
+        if idle_floor_applies(s):
+            idle = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint, w.idle_floor)[0]
+            due = sooner_when_idle(s, due, a.last_progress_at, idle)
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
         if due.at is None or confirm < due.at:
             return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
     return due
+
+
+def idle_floor_applies(s: Supervision) -> bool:
+    """The tree has done nothing since ``idle_since``, and what it waits for is not another host's rank."""
+    return s.current.idle_since is not None and s.config.watchdog.idle_floor is not None \
+        and not s.config.distributed.several_hosts
+
+
+def sooner_when_idle(s: Supervision, due: Deadline, since: float, idle_bound: float | None) -> Deadline:
+    """The same bound over the lower floor (``idle_bound``, from ``since``), reached only once the tree has also
+    been idle for ``idle_floor``: a stall that spins, reads the disk or starts a process keeps ``due``."""
+    if due.at is None or idle_bound is None:
+        return due
+    at = max(since + idle_bound, s.current.idle_since + s.config.watchdog.idle_floor)
+    return Deadline(at, due.kind, f"{due.label}, idle") if at < due.at else due
 
 
 def step_key(s: Supervision, step: StartupStep) -> str:

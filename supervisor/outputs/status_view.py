@@ -67,6 +67,7 @@ def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 class Watchdog(View):
     timeout: str = ""  # which timeout the next deadline is ("train auto", "startup_timeout", ...)
     fires_in: float | None = None
+    tree_idle_seconds: float | None = None  # how long the worker's whole tree has done nothing; None: busy, unknown
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,8 @@ def snapshot(s: Supervision, now: Now) -> Status:
         seconds_since_progress=None if a.last_progress_at is None else now.mono - a.last_progress_at,
         worker_uptime=None if a.spawned_at is None or a.worker_pid is None else now.mono - a.spawned_at,
         worker_spawned=a.spawned_wall, startup_seconds=a.startup_seconds, **_startup_step_view(s),
-        watchdog=Watchdog(due.label, None if due.at is None else due.at - now.mono),
+        watchdog=Watchdog(due.label, None if due.at is None else due.at - now.mono,
+                          None if a.idle_since is None else now.mono - a.idle_since),
         last_restart=s.restart_times[-1] if s.restart_times else None,
         last_incident=s.incidents[-1].to_dict() if s.incidents else None,
         exit=s.exit,
