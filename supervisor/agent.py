@@ -90,7 +90,7 @@ class Agent:
         self.handle(core.Boot())
         while self.s.exit is None:
             due = watchdog.deadline(self.s)
-            wake = min(due.at or math.inf, self.reads.next_wake())
+            wake = min(due.at or math.inf, self.reads.next_wake(), self._next_sample())
             timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
             self.metrics.retry_if_due()
             before = time.monotonic()
@@ -259,13 +259,16 @@ class Agent:
         self.reads.forget(worker.pidfd)
         self.handle(core.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
 
+    def _next_sample(self) -> float:
+        """When the worker's tree is read next for activity: from watchdog.tree_reading_from on, every interval."""
+        start = watchdog.tree_reading_from(self.s) if self.worker is not None else None
+        return math.inf if start is None else max(start, self.activity.next_at())
+
     def _sample_tree(self) -> None:
-        """Whether the worker's tree does anything (a stall's bound uses idle_floor while it does not)."""
-        if self.worker is not None and self.config.watchdog.idle_floor is not None \
-                and not self.config.distributed.several_hosts:
-            now = time.monotonic()
-            if not self.activity.due(self.worker.pid, now):
-                return
+        now, start = time.monotonic(), watchdog.tree_reading_from(self.s) if self.worker is not None else None
+        if start is None or now < start:
+            self.activity.forget()  # the next stall's first reading starts its window
+        elif self.activity.due(self.worker.pid, now):
             event = self.activity.sample(self.worker.pid, process_tree.tree(spare=self._spare()), now)
             if event is not None:
                 self.handle(event)

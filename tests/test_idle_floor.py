@@ -128,3 +128,27 @@ def test_a_report_between_workers_is_nobodys_and_a_pause_forgets_the_idleness():
     assert snapshot(d.s, core.Now(d.t + 2, 0)).watchdog.tree_idle_seconds == 2
     d(core.SupervisorPaused(30.0))  # nobody watched the tree meanwhile
     assert d.s.current.idle_since is None and snapshot(d.s, core.Now(d.t, 0)).watchdog.tree_idle_seconds is None
+
+
+def test_the_tree_is_read_only_once_a_stall_lasts_so_long_that_idleness_could_shorten_it():
+    """Batches every 0.1 s: from 0.5 s into a stall (never between batches). Every 0.5 s: from 2 s in, so idle for
+    idle_floor (3 s) meets its idle bound (5 s). Every 1 s: never, the factor alone gives 10 s. Nor when off."""
+    fast = trained_at(0.1)
+    assert watchdog.tree_reading_from(fast.s) == fast.s.current.last_progress_at + 0.5
+    slow = trained_at(0.5)
+    assert watchdog.tree_reading_from(slow.s) == slow.s.current.last_progress_at + 2.0
+    assert watchdog.tree_reading_from(trained_at(1.0).s) is None
+    assert watchdog.tree_reading_from(trained_at(0.1, watchdog={"idle_floor": "off"}).s) is None
+    stopping = trained_at(0.1)
+    stopping.at(stopping.t + 10.01)(core.Tick())
+    assert watchdog.tree_reading_from(stopping.s) is None
+
+
+def test_progress_forgets_the_idleness_of_the_stall_before_it():
+    d = trained_at(0.1)
+    d.at(d.t + 1.5)(core.TreeActivity(idle_since=d.t + 0.5))
+    d.t += 0.1
+    d.beat(epoch=1, epochs=3, batch=2, batches=10, samples=4)  # it moved after all
+    assert d.s.current.idle_since is None and watchdog.deadline(d.s).label == "train auto"
+    d.beat("setup", kind="step", step="first_batch")  # a step's news, too
+    assert d.s.current.idle_since is None

@@ -1,6 +1,7 @@
 """Whether a real process tree does anything (supervisor/sources/tree_activity.py): sleepers, a stopped tree, a spinner,
 a process started, a window too long to judge. The sampler is given its clock; the processes are real."""
 
+import math
 import os
 import signal
 import subprocess
@@ -145,3 +146,20 @@ def test_a_supervised_script_that_hangs_asleep_is_found_at_the_idle_floor_a_spin
         assert "(train auto, idle " in incident["detail"] and incident["seconds_since_progress"] < 10
     else:
         assert ", idle" not in incident["detail"] and incident["seconds_since_progress"] >= 10
+
+
+def test_the_next_reading_is_due_one_interval_after_the_last_whatever_wakes_the_loop():
+    """A frozen tree sends nothing that wakes the agent's loop: it wakes for the sampler, or a window spans two."""
+    child = start(SLEEPER)
+    try:
+        settled(child.pid)
+        sampler = ActivitySampler(interval=1.0)
+        assert sampler.next_at() == -math.inf and sampler.due(child.pid, 0.0)
+        sampler.sample(child.pid, process_tree.tree(child.pid), 5.0)
+        assert sampler.next_at() == 6.0 and not sampler.due(child.pid, 5.99) and sampler.due(child.pid, 6.0)
+        assert sampler.sample(child.pid, process_tree.tree(child.pid), 6.0) == core.TreeActivity(idle_since=5.0)
+        sampler.forget()  # the stall ended: the next one's first reading is a window's start, nothing is reported
+        assert sampler.due(child.pid, 6.1) and sampler.sample(child.pid, process_tree.tree(child.pid), 6.1) is None
+    finally:
+        child.kill()
+        child.wait()

@@ -352,7 +352,7 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
 
 
 def _tree_activity(s: Supervision, event: TreeActivity) -> list[Any]:
-    """An idle tree lowers the floor of its stall's auto bound (watchdog.idle_floor_applies); a report that comes
+    """An idle tree lowers the floor of its stall's auto bound (watchdog.current_stall); a report that comes
     between two workers is nobody's."""
     if s.state in (State.STARTING, State.HEALTHY) and s.current.worker_pid is not None:
         s.current.idle_since = event.idle_since

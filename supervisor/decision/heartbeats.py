@@ -115,6 +115,7 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     _close_step_stretch(s, at)
     entered = m.step != a.startup_step
     a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
+    a.idle_since = None  # news: a stall's idleness is judged afresh (watchdog.tree_reading_from)
     return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
 
 
@@ -204,7 +205,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
         a.trained_through = True
-    a.progress_counter, a.last_progress_at = m.progress, now.mono
+    a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value
 
 

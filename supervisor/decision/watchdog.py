@@ -105,20 +105,12 @@ def deadline(s: Supervision) -> Deadline:
         if a.in_place.acted_at is None:
             return due  # the stacks are being read: the shell answers at once
         return Deadline(a.in_place.acted_at + a.in_place.bound, DeadlineKind.IN_PLACE, "in-place bound")
-    if s.state == State.STARTING and a.step_since is not None:
-        t, label = startup_step_bound(s)
-        due = Deadline(None if t is None else a.step_since + t, DeadlineKind.STARTUP, label)
-        if idle_floor_applies(s):
-            step, seen = a.startup_step.value, startup_step_seen(s)
-            due = sooner_when_idle(s, due, a.step_since, startup_step_timeout(w, step, seen, w.idle_floor)[0])
-    elif s.state == State.HEALTHY and a.last_progress_at is not None:
-        phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
-        checkpoint = s.checkpoint_seen if a.save_mid_epoch else None
-        t, label = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint)
-        due = Deadline(None if t is None else a.last_progress_at + t, DeadlineKind.PHASE, label)
-        if idle_floor_applies(s):
-            idle = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint, w.idle_floor)[0]
-            due = sooner_when_idle(s, due, a.last_progress_at, idle)
+    stall = current_stall(s)
+    if stall is not None:
+        due = stall.deadline
+        if stall.idle_bound is not None and a.idle_since is not None:
+            at = max(stall.since + stall.idle_bound, a.idle_since + w.idle_floor)
+            due = Deadline(at, due.kind, f"{due.label}, idle") if at < due.at else due
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
         if due.at is None or confirm < due.at:
@@ -126,19 +118,48 @@ def deadline(s: Supervision) -> Deadline:
     return due
 
 
-def idle_floor_applies(s: Supervision) -> bool:
-    """The tree has done nothing since ``idle_since``, and what it waits for is not another host's rank."""
-    return s.current.idle_since is not None and s.config.watchdog.idle_floor is not None \
-        and not s.config.distributed.several_hosts
+@dataclass(frozen=True)
+class Stall:
+    """The stretch without news the watchdog bounds now: a startup step, or a phase since its last progress."""
+    since: float  # monotonic: when its clock started
+    deadline: Deadline  # its bound over auto_floor
+    idle_bound: float | None  # its bound over idle_floor, where that is shorter: an idle tree's, from ``since``
 
 
-def sooner_when_idle(s: Supervision, due: Deadline, since: float, idle_bound: float | None) -> Deadline:
-    """The same bound over the lower floor (``idle_bound``, from ``since``), reached only once the tree has also
-    been idle for ``idle_floor``: a stall that spins, reads the disk or starts a process keeps ``due``."""
-    if due.at is None or idle_bound is None:
-        return due
-    at = max(since + idle_bound, s.current.idle_since + s.config.watchdog.idle_floor)
-    return Deadline(at, due.kind, f"{due.label}, idle") if at < due.at else due
+def current_stall(s: Supervision) -> Stall | None:
+    """None outside a startup step or a phase being watched (a stop, the backoff, an in-place recovery)."""
+    a, w = s.current, s.config.watchdog
+    if s.state == State.STARTING and a.step_since is not None:
+        since = a.step_since
+        step, seen = a.startup_step.value, startup_step_seen(s)
+        (t, label), idle = startup_step_timeout(w, step, seen), startup_step_timeout(w, step, seen, w.idle_floor)[0]
+        kind = DeadlineKind.STARTUP
+    elif s.state == State.HEALTHY and a.last_progress_at is not None and a.in_place is None:
+        since = a.last_progress_at
+        phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
+        checkpoint = s.checkpoint_seen if a.save_mid_epoch else None
+        t, label = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint)
+        idle = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint, w.idle_floor)[0]
+        kind = DeadlineKind.PHASE
+    else:
+        return None
+    if t is None:
+        return Stall(since, Deadline(None, kind, label), None)
+    shorter = idle is not None and idle < t and w.idle_floor is not None and not s.config.distributed.several_hosts
+    return Stall(since, Deadline(since + t, kind, label), idle if shorter else None)
+
+
+IDLE_READING_AFTER = 0.5  # seconds of a stall before its tree is read: a training's gaps between batches are shorter
+
+
+def tree_reading_from(s: Supervision) -> float | None:
+    """From when the shell reads the worker's tree for activity (``TreeActivity``): once the stall has lasted so long
+    that idle_floor more of an idle tree reaches its idle bound, and at least ``IDLE_READING_AFTER``, so a training
+    whose batches come costs nothing; None: an idle tree cannot shorten this stall's bound."""
+    stall = current_stall(s)
+    if stall is None or stall.idle_bound is None or s.current.worker_pid is None:
+        return None
+    return stall.since + max(IDLE_READING_AFTER, stall.idle_bound - s.config.watchdog.idle_floor)
 
 
 def step_key(s: Supervision, step: StartupStep) -> str:

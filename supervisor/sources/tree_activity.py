@@ -1,14 +1,16 @@
-"""Whether the worker's whole process tree does anything: a stall's second witness (``watchdog.sooner_when_idle``).
+"""Whether the worker's whole process tree does anything: a stall's second witness (``watchdog.current_stall``).
 
 A training that makes progress runs: its processes decode images, launch kernels and spin on them, write checkpoints.
 A tree in which, for seconds, no process used more than a sliver of CPU, read or wrote the disk, slept
 uninterruptibly in the kernel (a disk, a driver) or started a process waits for something that is not coming: the
-seeds' DataLoader deadlock, a tree frozen from outside. It is read from /proc once a second, comparing each process
-with itself; the core hears only the changes.
+seeds' DataLoader deadlock, a tree frozen from outside. It is read from /proc once a second while a stall lasts
+(``watchdog.tree_reading_from``: never while batches come), comparing each process with itself; the core hears only
+the changes.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -71,14 +73,24 @@ class ActivitySampler:
         self._idle_since: float | None = None
         self._reported: float | None = None
 
+    def forget(self) -> None:
+        """No stall to judge: the next reading starts a new window (the core forgot the last idleness itself)."""
+        self._at, self._usage, self._idle_since, self._reported = None, {}, None, None
+
     def due(self, worker_pid: int, now: float) -> bool:
-        return worker_pid != self._worker or self._at is None or now - self._at >= self.interval
+        return worker_pid != self._worker or now >= self.next_at()
+
+    def next_at(self) -> float:
+        """When the next reading is due (monotonic): the agent's loop wakes for it, so a frozen tree, which sends
+        nothing that would wake it, is read every interval and not every second one (4.2 s to a verdict, not 3.75)."""
+        return -math.inf if self._at is None else self._at + self.interval
 
     def sample(self, worker_pid: int, processes: list[psutil.Process], now: float) -> core.TreeActivity | None:
         """``processes``: the worker's tree now. The event when its activity changed since the last one; None when
         unchanged. A new worker starts afresh (its Spawned already told the core nothing is known of it)."""
         if worker_pid != self._worker:
-            self._worker, self._at, self._usage, self._idle_since, self._reported = worker_pid, None, {}, None, None
+            self._worker = worker_pid
+            self.forget()
         readings = {p.pid: usage(p) for p in processes}
         if self._at is not None:
             window = now - self._at
