@@ -3,7 +3,9 @@
 The timeouts are pure functions of the configuration and the intervals observed in the current attempt. An ``auto``
 timeout is max(auto_floor, auto_factor x the slowest of the recent intervals of that phase), so it
 tracks the machine and the rung (``workers = 0`` is several times slower per batch than ``workers = 8``)
-without anyone tuning it. Intervals are kept per attempt for that reason.
+without anyone tuning it. Intervals are kept per attempt for that reason. While the worker's whole process tree
+does nothing at all (``TreeActivity``), ``idle_floor`` stands for ``auto_floor`` (``current_stall``): a training that
+works runs, so a stall in which nothing runs is a hang well before 10 s.
 """
 
 from __future__ import annotations
