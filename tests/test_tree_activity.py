@@ -75,6 +75,37 @@ def test_a_stopped_tree_is_idle_and_the_same_tree_spinning_is_busy():
         child.wait()
 
 
+WRITER = ("import os, signal, sys, time\n"
+          "def write(*_):\n"
+          "    with open(sys.argv[1], 'ab') as f:\n"
+          "        f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())\n"
+          "    print('written', flush=True)\n"
+          "signal.signal(signal.SIGUSR1, write)\n"
+          "print('ready', flush=True)\n"
+          "while True: time.sleep(600)\n")
+
+
+def test_a_tree_that_writes_to_the_disk_is_busy_though_it_uses_next_to_no_cpu(tmp_path):
+    """A checkpoint written to a slow disk: the bytes move while the CPU waits."""
+    child = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "written")], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        settled(child.pid)
+        sampler, tree, process = ActivitySampler(), process_tree.tree(child.pid), psutil.Process(child.pid)
+        sampler.sample(child.pid, tree, 0.0)
+        assert sampler.sample(child.pid, tree, 1.0) == core.TreeActivity(idle_since=0.0)
+        cpu = sum(process.cpu_times()[:2])
+        child.send_signal(signal.SIGUSR1)
+        assert child.stdout.readline().strip() == "written"
+        if sum(process.cpu_times()[:2]) - cpu >= 0.05 * 2:  # under 5% of a core over the 2 s window below
+            pytest.skip("the write took 0.1 s of CPU on this machine: the test would not tell the disk from the CPU")
+        assert sampler.sample(child.pid, tree, 3.0) == core.TreeActivity(idle_since=None)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_process_started_is_activity_and_a_new_worker_starts_afresh():
     first, second = start(SLEEPER), start(SLEEPER)
     try:
