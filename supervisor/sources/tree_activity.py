@@ -82,7 +82,7 @@ class ActivitySampler:
 
     def next_at(self) -> float:
         """When the next reading is due (monotonic): the agent's loop wakes for it, so a frozen tree, which sends
-        nothing that would wake it, is read every interval and not every second one (4.2 s to a verdict, not 3.75)."""
+        nothing that would wake it, is read every interval and not every second one."""
         return -math.inf if self._at is None else self._at + self.interval
 
     def sample(self, worker_pid: int, processes: list[psutil.Process], now: float) -> core.TreeActivity | None:
