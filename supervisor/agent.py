@@ -259,13 +259,16 @@ class Agent:
         self.reads.forget(worker.pidfd)
         self.handle(core.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
 
+    def _reading_from(self) -> float | None:
+        """From when the worker's tree is read for activity, every interval; None: not in this stall."""
+        return watchdog.tree_reading_from(self.s) if self.worker is not None else None
+
     def _next_sample(self) -> float:
-        """When the worker's tree is read next for activity: from watchdog.tree_reading_from on, every interval."""
-        start = watchdog.tree_reading_from(self.s) if self.worker is not None else None
+        start = self._reading_from()
         return math.inf if start is None else max(start, self.activity.next_at())
 
     def _sample_tree(self) -> None:
-        now, start = time.monotonic(), watchdog.tree_reading_from(self.s) if self.worker is not None else None
+        now, start = time.monotonic(), self._reading_from()
         if start is None or now < start:
             self.activity.forget()  # the next stall's first reading starts its window
         elif self.activity.due(self.worker.pid, now):
