@@ -96,11 +96,16 @@ class CpuSample:
     seconds: dict[int, float]
 
 
+def cpu_seconds(p: psutil.Process) -> float:
+    """The CPU time a process has used so far, user and system (not its children's)."""
+    return sum(p.cpu_times()[:2])
+
+
 def cpu_sample(processes: list[psutil.Process]) -> CpuSample:
     seconds = {}
     for p in processes:
         try:
-            seconds[p.pid] = sum(p.cpu_times()[:2])
+            seconds[p.pid] = cpu_seconds(p)
         except psutil.Error:
             pass
     return CpuSample(time.monotonic(), seconds)
@@ -119,7 +124,7 @@ def snapshot(processes: list[psutil.Process], sample_seconds: float = 0.2, since
         try:
             with p.oneshot():
                 before = since.seconds.get(p.pid)
-                cpu = None if before is None else round((sum(p.cpu_times()[:2]) - before) / window * 100, 1)
+                cpu = None if before is None else round((cpu_seconds(p) - before) / window * 100, 1)
                 rows.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(), "state": p.status(),
                              "cpu_percent": cpu, "rss_bytes": p.memory_info().rss,
                              "cmdline": " ".join(p.cmdline())[:200]})

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import psutil
 
 from supervisor.decision import core
+from supervisor.sources import process_tree
 
 SAMPLE_INTERVAL = 1.0  # seconds between two readings of the tree
 IDLE_CPU_SHARE = 0.05  # of one core over a window: a heartbeat thread and a queue's timed waits stay well under it
@@ -35,7 +36,7 @@ def usage(p: psutil.Process) -> Usage | None:
     try:
         with p.oneshot():
             io = p.io_counters()
-            return Usage(sum(p.cpu_times()[:2]), io.read_bytes + io.write_bytes)
+            return Usage(process_tree.cpu_seconds(p), io.read_bytes + io.write_bytes)
     except (psutil.Error, AttributeError):  # AttributeError: no io_counters on this platform
         return None
 
