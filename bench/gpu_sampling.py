@@ -13,7 +13,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from supervisor.sources.gpu_metrics import discover_gpu_readers, sample_all
+from supervisor.host.gpu_metrics import discover_gpu_readers, sample_all
 
 
 def main() -> None:

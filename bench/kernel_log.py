@@ -36,9 +36,9 @@ def rss_kib() -> int:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     before = rss_kib()
-    from supervisor.sources.gpu_events import GpuEventMonitor
-    from supervisor.sources.kernel_log import JournalReader, KmsgReader  # noqa: F401
-    from supervisor.sources.kernel_messages import classify
+    from supervisor.kernel.gpu_events import GpuEventMonitor
+    from supervisor.kernel.reader import JournalReader, KmsgReader  # noqa: F401
+    from supervisor.kernel.catalogue import classify
 
     import systemd.journal  # noqa: F401  (what JournalReader imports when used)
 

@@ -25,7 +25,7 @@ import sys
 import time
 
 from bench.harness import ROOT
-from supervisor.sources.progress_lines import ProgressCounter, ProgressParser
+from supervisor.attempt.progress_lines import ProgressCounter, ProgressParser
 
 RATE = 50  # updates per second: a fast bar (tqdm redraws at most every 0.1 s by default: this is 5x that)
 CHILD = f"""

@@ -113,7 +113,7 @@ class GilSampler:
     RATES = {"holders": 100, "waits": 10}  # samples/s; a native sample pauses the process for milliseconds
 
     def __init__(self, mode: str) -> None:
-        from supervisor.sources.stacks import find_py_spy
+        from supervisor.host.stacks import find_py_spy
 
         self.mode = mode
         self.exe = find_py_spy()

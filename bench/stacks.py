@@ -2,7 +2,7 @@
 
 Runs ``yolo-train run`` on the embedded demo (2 DataLoader workers) with a DataLoader hang injected after
 training batch 3 and the stall timeout raised, so the tree stays hung while this script captures it with
-``supervisor.sources.stacks.capture_tree`` ``--repeat`` times, as the agent would just before its kill.
+``supervisor.host.stacks.capture_tree`` ``--repeat`` times, as the agent would just before its kill.
 Side by side, in the same run on the same tree: the /proc-only capture (no py-spy), the floor of the cost.
 Prints the medians, their ratio to the budget, and the summary lines and grouping key of the last capture.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from bench.harness import ROOT, write_config
-from supervisor.sources.stacks import capture_tree
+from supervisor.host.stacks import capture_tree
 from worker.contract import STANDBY_FLAG
 
 HANG_AFTER_BATCH = 3

@@ -21,7 +21,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from the checkout
-from supervisor.decision.vocabulary import PHASE_LABELS, State  # noqa: E402
+from supervisor.vocabulary import PHASE_LABELS, State  # noqa: E402
 
 OUTPUT = Path(__file__).with_name("yolo-train.json")
 UID = "yolo-train"

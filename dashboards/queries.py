@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from supervisor.outputs import metric_table
+from supervisor.telemetry import metric_table
 
 # The metric families the exporter serves (its table's rows); nothing else may appear in a panel or an alert.
 METRIC_NAMES = metric_table.METRIC_NAMES

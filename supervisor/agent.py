@@ -24,26 +24,27 @@ from supervisor.decision import core, notices, watchdog
 from supervisor.decision.incident import Incident
 from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.outputs import checkpoints, state_file, status_view
-from supervisor.outputs.history import History, gpu_readings
-from supervisor.outputs.incidents import one_line
-from supervisor.outputs.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
-from supervisor.outputs.metrics_endpoint import MetricsEndpoint
-from supervisor.outputs.notify_command import NotifyCommand
-from supervisor.outputs.state_dir import StateDir
-from supervisor.outputs.status_writer import StatusWriter
-from supervisor.outputs.systemd_notify import Notifier
-from supervisor.sources import process_tree
-from supervisor.sources.incident_evidence import inspect_stall, what_the_tree_shows
-from supervisor.sources.kernel_log import KernelLogSource
-from supervisor.sources.kernel_sources import KernelSources
-from supervisor.sources.read_throttle import ReadThrottle
-from supervisor.sources.signals import catch_signals, stop_requests
-from supervisor.sources.standby import Standby
-from supervisor.sources.tree_activity import ActivitySampler
-from supervisor.sources.torch_build import ladder_for
-from supervisor.sources.worker_process import HeartbeatCounts, WorkerProcess, forward
-from supervisor.sources.worker_spawn import WorkerSpawner
+from supervisor.state import checkpoints, state_file
+from supervisor.decision import status_view
+from supervisor.state.history import History, gpu_readings
+from supervisor.state.incidents import one_line
+from supervisor.state.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
+from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
+from supervisor.telemetry.notify_command import NotifyCommand
+from supervisor.state.state_dir import StateDir
+from supervisor.telemetry.status_writer import StatusWriter
+from supervisor.telemetry.systemd_notify import Notifier
+from supervisor.host import process_tree
+from supervisor.attempt.incident_evidence import inspect_stall, what_the_tree_shows
+from supervisor.kernel.reader import KernelLogSource
+from supervisor.kernel.sources import KernelSources
+from supervisor.attempt.read_throttle import ReadThrottle
+from supervisor.host.signals import catch_signals, stop_requests
+from supervisor.attempt.standby import Standby
+from supervisor.attempt.tree_activity import ActivitySampler
+from supervisor.host.torch_build import ladder_for
+from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
+from supervisor.attempt.worker_spawn import WorkerSpawner
 from worker.contract import Command, CommandKind, split_rung
 
 log = logging.getLogger("yolo-train")

@@ -72,18 +72,18 @@ def _open_standard_streams() -> None:
 
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["doctor"]:  # these two own their options
-        from supervisor.doctor import doctor_main
+        from supervisor.verbs.doctor import doctor_main
 
         return doctor_main(argv[1:])
     if argv[:1] == ["install-service"]:
-        from supervisor.service import install_service_main
+        from supervisor.verbs.install_service import install_service_main
 
         return install_service_main(argv[1:])
     args = build_parser().parse_args(argv)
     logger = logging.getLogger("yolo-train")
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    from supervisor.outputs.systemd_notify import journal_logging, under_journal
+    from supervisor.telemetry.systemd_notify import journal_logging, under_journal
 
     if under_journal():
         journal_logging(logger)  # structured fields (RUNG=, ATTEMPT=, INCIDENT_ID=) in the journal
@@ -104,19 +104,19 @@ def _main(argv: list[str]) -> int:
                 raise ConfigError(f"--fault: {e}") from None
             return run(replace(config, faults=config.faults + extra))
         if args.command == "status":
-            from supervisor.outputs.status import status_main
+            from supervisor.verbs.status import status_main
 
             return status_main(config, as_json=args.json)
         if args.command == "incidents":
-            from supervisor.outputs.incidents import incidents_main
+            from supervisor.verbs.incidents import incidents_main
 
             return incidents_main(config.state_dir, json_output=args.json)
         if args.command == "report":
-            from supervisor.outputs.report import report_main
+            from supervisor.verbs.report import report_main
 
             return report_main(config, args.output, png=args.png)
         if args.command == "check-config":
-            from supervisor.sources.torch_build import ladder_for
+            from supervisor.host.torch_build import ladder_for
 
             ladder = ladder_for(config)
             print(f"{config.source}: ok; state_dir {config.state_dir}")

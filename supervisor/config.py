@@ -17,7 +17,6 @@ from supervisor import ultralytics_args
 from supervisor.config_keys import (AUTO, Address, Argv, Choice, ConfigError, Flag, Folder, Key, Kind, Moment,
                                     Reader, Seconds, Strings, Text, Whole, build, declared_keys, key, parse_address,
                                     parse_deadline, read_keys, table)
-from supervisor.decision.checkpoint_interval import MIN_SECONDS as CHECKPOINT_FLOOR
 from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
 from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
@@ -27,6 +26,7 @@ DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 # units/yolo-train.service's WatchdogSec=30s: the longest the supervisor's loop may be away. Killing a tree holds
 # the loop for up to kill_grace + kill_timeout (no heartbeat read, no stop request handled), so their sum must fit.
 UNIT_WATCHDOG_SEC = 30.0
+CHECKPOINT_FLOOR = 5.0  # [checkpoint] max and "auto" never closer: a save every few seconds wears the disk
 OFF = {"off": None}
 AUTO_OR_OFF = {AUTO: AUTO, "off": None}
 
@@ -256,7 +256,7 @@ class IncidentsConfig:
 
 @dataclass(frozen=True)
 class NotifyConfig:
-    """``[notify]``: a command told when a person may want to know (supervisor/outputs/notify_command.py)."""
+    """``[notify]``: a command told when a person may want to know (supervisor/telemetry/notify_command.py)."""
 
     SECTION: ClassVar[str] = "notify"
     command: tuple[str, ...] = key(Argv('command = ["notify-send", "yolo-train"]'), (), (
@@ -425,7 +425,7 @@ SECTION_DOCS = {  # what each section is for, said once in docs/configuration.md
                    "`[distributed]` table names its rendezvous: `node_rank`, `rdzv_endpoint` and `rdzv_id` are "
                    "needed in it.",
     "recovery": "The recovery tier before the process restart (supervisor/decision/in_place.py).",
-    "notify": "A command told when a person may want to know (supervisor/outputs/notify_command.py).",
+    "notify": "A command told when a person may want to know (supervisor/telemetry/notify_command.py).",
 }
 
 

@@ -1,7 +1,7 @@
 """The patterns a configuration may hold, checked: ``[kernel_log] patterns`` and ``[progress] regex``.
 
 Pure (strings in, compiled patterns or a one-line problem out), so the configuration checks them on load without
-importing the sources that use them: sources/kernel_messages.py (the catalogue) and sources/progress_lines.py.
+importing the sources that use them: kernel/catalogue.py (the catalogue) and attempt/progress_lines.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from supervisor.decision.vocabulary import KernelKind
+from supervisor.vocabulary import KernelKind
 
 KINDS = tuple(kind.value for kind in KernelKind)
 IGNORE = "ignore"

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from supervisor.outputs.checkpoints import KEEP_CORRUPT, choose_resume, keep_verified_copy, verify
+from supervisor.state.checkpoints import KEEP_CORRUPT, choose_resume, keep_verified_copy, verify
 
 
 def save(path, value=1.0):

@@ -10,8 +10,8 @@ from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT
 from supervisor.decision.incident import Loss, Stacks
 from supervisor.decision.ladder import build_ladder
 from supervisor.decision.signatures import scan
-from supervisor.decision.vocabulary import KernelKind
-from supervisor.outputs.status_view import snapshot
+from supervisor.vocabulary import KernelKind
+from supervisor.decision.status_view import snapshot
 from worker.contract import HeartbeatMessage
 
 PID = 4242
@@ -477,7 +477,7 @@ FIELD_LINES = [
 
 @pytest.mark.parametrize("kind, line", FIELD_LINES)
 def test_the_field_lines_are_evidence_while_progress_stops_and_never_kill_while_training_progresses(kind, line):
-    from supervisor.sources.kernel_messages import classify
+    from supervisor.kernel.catalogue import classify
 
     found = classify(line)
     assert found is not None and found.kind == kind

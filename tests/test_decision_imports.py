@@ -14,7 +14,8 @@ import pytest
 
 from test_worker_imports import ROOT, imports, module_name
 
-SHELL = ("supervisor.agent", "supervisor.outputs", "supervisor.sources", "supervisor.cli")
+SHELL = ("supervisor.agent", "supervisor.attempt", "supervisor.host", "supervisor.kernel", "supervisor.state",
+         "supervisor.telemetry", "supervisor.verbs", "supervisor.cli")
 
 
 def decision_modules() -> dict[str, Path]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import doctor
-from supervisor.doctor import Status, TorchProbe
+from supervisor.verbs import doctor
+from supervisor.verbs.doctor import Status, TorchProbe
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 REPO = Path(__file__).parents[1]
@@ -180,7 +180,7 @@ def test_exit_status_is_the_worst_result_and_torch_stays_out_of_the_process(tmp_
     (root / "run/systemd/system").mkdir(parents=True)
     data = write_dataset(tmp_path, "path: .\ntrain: images/train\nval: images/val\nnames: [a]\n")
     script = (
-        "import sys; from supervisor.doctor import doctor_main; "
+        "import sys; from supervisor.verbs.doctor import doctor_main; "
         f"rc = doctor_main(['--root', {str(root)!r}, '--checkpoints', {str(tmp_path)!r}, '--data', {str(data)!r}, '--need-gib', '0.001']); "
         "assert 'torch' not in sys.modules, 'doctor imported torch'; sys.exit(rc)"
     )

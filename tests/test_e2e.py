@@ -122,7 +122,7 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
         # any share of a core: on a loaded 2-core machine a spinner got 26% of the stacks' 0.4 s; a sleeper gets 0
         assert main["state"] == "running" and main["cpu_percent"] > 0
         assert ", idle" not in incident["detail"]  # a busy tree is no idle one: auto_floor bounds it
-    # where it hung: the process that waited, and its frame (supervisor/sources/stacks.py, before the kill)
+    # where it hung: the process that waited, and its frame (supervisor/host/stacks.py, before the kill)
     where = {"dataloader_hang": ("DataLoader worker", "hang_forever"), "main_hang": ("main (pid", "hang_forever"),
              "spin": ("main (pid", "spin_forever"), "native_hang": ("main (pid", "pause")}
     if kind in where:

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import torch
 
-from supervisor.sources.progress_lines import ProgressCounter, ProgressParser
+from supervisor.attempt.progress_lines import ProgressCounter, ProgressParser
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

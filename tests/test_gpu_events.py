@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from supervisor.sources.gpu_events import GpuEventMonitor, open_gpu_events, render_uevent, uevent_to_event
+from supervisor.kernel.gpu_events import GpuEventMonitor, open_gpu_events, render_uevent, uevent_to_event
 
 CARD0 = "/devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0/drm/card0"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.sources.gpu_metrics import (
+from supervisor.host.gpu_metrics import (
     AmdgpuSysfsReader,
     GpuSample,
     NvmlReader,

@@ -10,7 +10,7 @@ from supervisor.decision.hang_history import HangHistory, HangPoint
 from supervisor.decision.rung_choice import RungFacts
 from supervisor.decision.incident import Stacks
 from supervisor.exit_codes import EXIT_CONFIG
-from supervisor.outputs.status_view import snapshot
+from supervisor.decision.status_view import snapshot
 from test_core import PID, Driver, make
 
 

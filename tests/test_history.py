@@ -5,8 +5,8 @@ import logging
 import os
 import sqlite3
 
-from supervisor.outputs import history
-from supervisor.outputs.history import FILE, MAX_ROWS, SAMPLE_INTERVAL, History, thin
+from supervisor.state import history
+from supervisor.state.history import FILE, MAX_ROWS, SAMPLE_INTERVAL, History, thin
 
 DAY = 86400.0
 MONTH_BOUND_BYTES = 4 * 2**20  # docs/design.md: a month of samples is about 1.9 MB (bounded here at 4 MiB)

@@ -6,7 +6,7 @@ from pathlib import Path
 from supervisor.config import parse
 from supervisor.decision import core, watchdog
 from supervisor.decision.ladder import build_ladder
-from supervisor.outputs.status_view import snapshot
+from supervisor.decision.status_view import snapshot
 from test_core import PID, Driver, healthy, kinds, make
 
 

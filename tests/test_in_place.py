@@ -278,15 +278,15 @@ def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_wor
 
 
 def _process(pid, ppid, state, frames=(), role=""):
-    from supervisor.sources.stacks import Frame, ProcessStacks, ThreadStack
+    from supervisor.decision.stack_reading import Frame, ProcessStacks, ThreadStack
 
     thread = ThreadStack(pid, None, state, "", None, [Frame(f, Path(p).name, 1, p, False) for f, p in frames])
     return ProcessStacks(pid, role=role, state=state, threads=[thread], ppid=ppid)
 
 
 def test_the_stacks_say_whether_the_in_place_tier_applies():
-    from supervisor.sources.loader_evidence import judge
-    from supervisor.sources.stacks import TreeCapture
+    from supervisor.decision.loader_judgement import judge
+    from supervisor.decision.stack_reading import TreeCapture
 
     waiting = [("get", "/usr/lib/python3.11/multiprocessing/queues.py"),
                ("_try_get_data", "/venv/torch/utils/data/dataloader.py"),

@@ -1,5 +1,5 @@
 """``yolo-train incidents`` on a state directory as the supervisor leaves it: incidents.jsonl (the last line torn
-by a kill mid-write) and the stacks of real hung processes captured by supervisor/sources/stacks.py."""
+by a kill mid-write) and the stacks of real hung processes captured by supervisor/host/stacks.py."""
 
 import json
 import os
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from supervisor.decision.incident import Incident, Kill, Loss
-from supervisor.decision.vocabulary import Reason
-from supervisor.outputs.incidents import group_by_where, load_incidents, one_line, stacks_path
-from supervisor.sources.stacks import capture_tree, find_py_spy
+from supervisor.vocabulary import Reason
+from supervisor.state.incidents import load_incidents, one_line, stacks_path
+from supervisor.verbs.incidents import group_by_where
+from supervisor.host.stacks import capture_tree, find_py_spy
 
 ROOT = Path(__file__).resolve().parent.parent
 NIGHT = 1_700_000_000.0  # a fixed night: times in the output are checked against it

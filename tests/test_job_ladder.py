@@ -120,7 +120,7 @@ def test_the_host_without_rank_0_counts_the_jobs_checkpoints_in_its_budget_lost_
 
 
 def test_the_job_checkpoint_file_is_read_once_per_change(tmp_path):
-    from supervisor.outputs.job_ladder import JobCheckpointFile
+    from supervisor.state.job_ladder import JobCheckpointFile
 
     a, b = JobCheckpointFile(tmp_path, 0), JobCheckpointFile(tmp_path, 1)
     assert b.read_if_changed() is None
@@ -135,8 +135,8 @@ def test_hosts_with_different_run_dirs_never_meet_in_one_training(tmp_path):
     """Not yet tried before issue 30: each host would checkpoint and decide in its own directory. The ranks compare
     fingerprints that include run_dir once they meet (exit 78, one line), and until then nothing one host publishes
     reaches the other."""
-    from supervisor.outputs.job_ladder import JobCheckpointFile, JobLadderFile
-    from supervisor.sources.rendezvous import rendezvous_of
+    from supervisor.state.job_ladder import JobCheckpointFile, JobLadderFile
+    from supervisor.attempt.rendezvous import rendezvous_of
 
     def config(node_rank, run_dir):
         return parse({"train": {"data": "demo"}, "distributed": {

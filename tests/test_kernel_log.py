@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.sources.kernel_log import (
+from supervisor.kernel.reader import (
     JournalReader,
     KmsgReader,
     current_boot_id,
@@ -26,7 +26,7 @@ from supervisor.sources.kernel_log import (
     parse_kmsg_record,
     split_kmsg_records,
 )
-from supervisor.sources.kernel_messages import classify
+from supervisor.kernel.catalogue import classify
 from tests.conftest import sources_for_nobody
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
@@ -292,7 +292,7 @@ def test_an_unprivileged_supervisor_is_told_about_dmesg_restrict():
     """A real unprivileged process: with kernel.dmesg_restrict=1 and no CAP_SYSLOG /dev/kmsg refuses it."""
     if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
         pytest.skip("kernel.dmesg_restrict is 0 here: an unprivileged process may read /dev/kmsg")
-    code = "from supervisor.sources.kernel_log import open_kernel_log; s, r = open_kernel_log(); print(type(s).__name__); print(r)"
+    code = "from supervisor.kernel.reader import open_kernel_log; s, r = open_kernel_log(); print(type(s).__name__); print(r)"
     sources = sources_for_nobody()
     out = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", sys.executable, "-c", code],

@@ -1,7 +1,7 @@
 """The message catalogue against recorded kernel logs of every class.
 
 This machine has no AMD or NVIDIA GPU, so the driver lines in tests/fixtures/kernel/ are built from the
-real format strings (cited per pattern in supervisor/sources/kernel_messages.py) and from logs users posted of
+real format strings (cited per pattern in supervisor/kernel/catalogue.py) and from logs users posted of
 real hangs; the workqueue, hung-task, lockup and OOM lines are the kernel's own formats.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.sources.kernel_messages import (
+from supervisor.kernel.catalogue import (
     BUILTIN_PATTERNS,
     KINDS,
     Catalogue,

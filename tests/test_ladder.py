@@ -7,7 +7,7 @@ import pytest
 
 from supervisor.config import parse
 from supervisor.decision.ladder import ROCM_ENV_RUNGS, build_ladder, default_ladder
-from supervisor.sources.torch_build import cuda_version_in, detect, hip_version_in, ladder_for, nvidia_gpu_present
+from supervisor.host.torch_build import cuda_version_in, detect, hip_version_in, ladder_for, nvidia_gpu_present
 from worker.contract import split_rung
 
 

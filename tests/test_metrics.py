@@ -25,11 +25,12 @@ from dashboards.queries import GPU_METRIC_NAMES, METRIC_NAMES
 from supervisor.config import Config, ConfigError, parse
 from supervisor.decision import core
 from supervisor.decision.ladder import build_ladder
-from supervisor.outputs.metric_table import METRICS
-from supervisor.outputs.status_view import Status, snapshot
-from supervisor.sources.gpu_metrics import AmdgpuSysfsReader
-from supervisor.sources.stacks import as_incident_stacks, capture_tree
-from supervisor.outputs.metrics import (
+from supervisor.telemetry.metric_table import METRICS
+from supervisor.decision.status_view import Status, snapshot
+from supervisor.host.gpu_metrics import AmdgpuSysfsReader
+from supervisor.decision.stack_reading import as_incident_stacks
+from supervisor.host.stacks import capture_tree
+from supervisor.telemetry.metrics import (
     CachedGpuSamples,
     TrainingCollector,
     WorkerCpuCounter,
@@ -123,7 +124,7 @@ def test_values_of_a_status(tmp_path):
 def test_with_several_hosts_every_hosts_ranks_are_exported_from_their_shared_views(tmp_path):
     """Issue 24: status and metrics show every host's ranks. Each host writes its view to the shared run directory
     (hosts.publish, as the agent does with its state file); the exporter reads them all when scraped."""
-    from supervisor.outputs import hosts
+    from supervisor.state import hosts
 
     for node_rank, ranks in ((0, [{"rank": 0, "device": "cpu", "seconds_since_progress": 0.5}]),
                              (1, [{"rank": 1, "device": "cpu", "seconds_since_progress": 7.0}])):

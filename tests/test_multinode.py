@@ -247,7 +247,7 @@ def test_a_bad_distributed_table_exits_78_from_the_cli(tmp_path):
 
 
 def test_a_good_table_gives_the_launcher_its_rendezvous_and_every_host_the_same_fingerprint():
-    from supervisor.sources.rendezvous import rendezvous_of
+    from supervisor.attempt.rendezvous import rendezvous_of
     from worker.multinode import launcher_argv
 
     a, b = (parse(distributed(node_rank=n), "host.toml") for n in (0, 1))
@@ -266,7 +266,7 @@ def test_a_good_table_gives_the_launcher_its_rendezvous_and_every_host_the_same_
 
 
 def test_the_collective_timeout_variable_is_the_one_the_ranks_read():
-    from supervisor.sources import rendezvous
+    from supervisor.attempt import rendezvous
     from worker import ddp
 
     assert rendezvous.ENV_COLLECTIVE_TIMEOUT == ddp.ENV_COLLECTIVE_TIMEOUT
@@ -276,7 +276,7 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
     """Global rank 0 trains on one host only: the other's supervisor reads its own first rank's batches."""
     from supervisor.decision import core
     from supervisor.decision.ladder import build_ladder
-    from supervisor.outputs.status_view import snapshot
+    from supervisor.decision.status_view import snapshot
     from worker.contract import HeartbeatMessage, MessageKind, Phase
 
     config = parse(distributed(node_rank=1), "host.toml")
@@ -343,7 +343,7 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
 
 def test_the_job_ladder_file_is_read_once_per_change(tmp_path):
     from supervisor.decision import core
-    from supervisor.outputs.job_ladder import JobLadderFile
+    from supervisor.state.job_ladder import JobLadderFile
 
     a, b = JobLadderFile(tmp_path / "shared", 0), JobLadderFile(tmp_path / "shared", 1)
     assert a.read_if_changed() is None
@@ -385,7 +385,7 @@ def test_hosts_with_different_train_tables_stop_with_exit_78_in_one_line(tmp_pat
 
 
 def test_status_renders_every_hosts_ranks():
-    from supervisor.outputs.status import render
+    from supervisor.verbs.status import render
 
     status = {"state": "healthy", "hosts": [
         {"node_rank": 0, "host": "a", "state": "healthy", "rung": 1, "attempt": 2, "updated": 990.0,

@@ -13,7 +13,7 @@ from supervisor.config import NotifyConfig, parse
 from supervisor.decision import core
 from supervisor.decision.notices import BURST, WINDOW, Notice, NoticeKind, NoticeLimit, derive
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_REBOOT_NEEDED
-from supervisor.outputs.notify_command import NotifyCommand
+from supervisor.telemetry.notify_command import NotifyCommand
 from tests.test_core import PID, Driver, healthy, make
 
 

@@ -18,8 +18,8 @@ from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import Incident
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.state import CheckpointMark, Supervision
-from supervisor.decision.vocabulary import State
-from supervisor.outputs.status_view import snapshot
+from supervisor.vocabulary import State
+from supervisor.decision.status_view import snapshot
 from test_core import Driver, make
 
 # Values unlike the defaults, for the kept types whose reading back is their own (a restarted supervisor starts over
@@ -287,7 +287,7 @@ WRONGLY_TYPED = {
 @pytest.mark.parametrize("case", list(WRONGLY_TYPED))
 def test_a_wrongly_typed_state_file_is_a_corrupt_one_moved_aside_in_one_line(case, tmp_path):
     from supervisor.config import ConfigError
-    from supervisor.outputs.state_dir import StateDir
+    from supervisor.state.state_dir import StateDir
     (tmp_path / "supervisor.json").write_text(json.dumps({"version": 1, **WRONGLY_TYPED[case]}))
     with pytest.raises(ConfigError) as raised:
         StateDir(tmp_path, "<test>").read_state(make().restore)
@@ -306,7 +306,7 @@ def test_a_rung_below_the_ladder_is_clamped_to_it():
 
 
 def test_status_renders_a_malformed_last_incident_in_one_line():
-    from supervisor.outputs.status import render
+    from supervisor.verbs.status import render
     for malformed in ({"reason": "hang"}, "x", {"time": "yesterday", "reason": 1, "phase": None, "detail": 2}):
         text = render({"state": "not running", "last_incident": malformed}, now=1_700_000_000.0)
         assert "last incident: unreadable record" in text

@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from supervisor.sources import process_tree
+from supervisor.host import process_tree
 
 TREE = textwrap.dedent("""
     import os, signal, subprocess, sys, time
@@ -51,7 +51,7 @@ def test_orphans_are_found_through_the_subreaper():
               "print('ready', flush=True)")
     code = textwrap.dedent(f"""
         import subprocess, sys, time
-        from supervisor.sources import process_tree
+        from supervisor.host import process_tree
         assert process_tree.become_subreaper()
         parent = subprocess.Popen([sys.executable, "-c", {script!r}], stdout=subprocess.PIPE)
         parent.stdout.readline(); parent.wait()  # the parent is gone: its child is now ours

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.sources.progress_lines import (MAX_LINE_BYTES, ProgressCounter, ProgressParser, ProgressReading,
+from supervisor.attempt.progress_lines import (MAX_LINE_BYTES, ProgressCounter, ProgressParser, ProgressReading,
                                                validate_regex)
 from worker.contract import Phase
 
@@ -195,8 +195,8 @@ def test_a_bar_redrawn_with_carriage_returns_for_a_whole_run_keeps_the_superviso
     import select
     import sys
 
-    from supervisor.sources.worker_command import OutputProgress
-    from supervisor.sources.worker_process import WorkerProcess
+    from supervisor.attempt.worker_command import OutputProgress
+    from supervisor.attempt.worker_process import WorkerProcess
 
     worker = WorkerProcess.spawn([sys.executable, "-c", ONE_BAR], {})
     worker.output_progress = OutputProgress(worker.pid, None)

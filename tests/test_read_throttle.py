@@ -6,7 +6,7 @@ import os
 import selectors
 import time
 
-from supervisor.sources.read_throttle import ReadThrottle
+from supervisor.attempt.read_throttle import ReadThrottle
 
 
 def test_a_rested_pipe_is_not_selected_until_its_interval_has_passed_then_comes_back_with_its_callback():

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from supervisor.config import parse
-from supervisor.outputs import report
-from supervisor.outputs.history import History
+from supervisor.verbs import report
+from supervisor.state.history import History
 
 INCIDENT = {"id": "1-1-1800000100", "time": 1_800_000_100.0, "reason": "hang", "phase": "train",
             "detail": "no progress for 10.0 s in train", "attempt": 1, "rung": 0, "rung_label": "as configured",

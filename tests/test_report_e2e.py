@@ -138,7 +138,7 @@ def test_a_run_still_training_is_reported_as_far_as_it_got(night):
 
 
 def test_report_png_is_the_timeline_at_its_stated_size(night):
-    from supervisor.outputs.report_plot import PNG_SIZE
+    from supervisor.verbs.report_plot import PNG_SIZE
 
     data = night.png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == PNG_SIZE
@@ -152,7 +152,7 @@ def test_a_supervisor_killed_mid_run_and_its_history_truncated_still_give_a_repo
                             start_new_session=True)
     try:
         wait_for(lambda: (s := status_of(state_dir)) and s["state"] == "healthy" and s["batch"], 120, "training")
-        from supervisor.outputs import history
+        from supervisor.state import history
 
         wait_for(lambda: len([r for r in history.read(state_dir)[0] if r["state"] == "healthy"]) >= 2, 120,
                  "two samples of training")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.service import InstallError, hidden_by_protect_home, home_dropin, install_service
+from supervisor.verbs.install_service import InstallError, hidden_by_protect_home, home_dropin, install_service
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "units" / "yolo-train.service"

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.sources.stacks import (STACKS_FILE, ProcessStacks, _capture_process, as_incident_stacks, capture_tree,
-                                       find_py_spy)
+from supervisor.decision.stack_reading import ProcessStacks, as_incident_stacks
+from supervisor.host.stacks import STACKS_FILE, _capture_process, capture_tree, find_py_spy
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 from supervisor.decision import core, watchdog
-from supervisor.outputs.status_view import snapshot
+from supervisor.decision.status_view import snapshot
 from tests.test_core import PID, Driver, kinds, make
 from worker.contract import StartupStep
 

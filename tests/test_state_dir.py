@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.outputs.state_dir import StateDir
+from supervisor.state.state_dir import StateDir
 from tests.conftest import ROOT, sources_for_nobody, worker_launcher, yolo_train
 
 SLEEPING_WORKER = "import time\ntime.sleep(120)\n"

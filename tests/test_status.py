@@ -2,7 +2,7 @@
 
 import json
 
-from supervisor.outputs.status import render
+from supervisor.verbs.status import render
 
 
 def test_render_shows_progress_speed_slack_rung_and_incident():
@@ -41,7 +41,7 @@ def test_a_stopped_or_dead_supervisor_is_never_shown_healthy_with_live_figures(t
     import time
 
     from supervisor.config import parse
-    from supervisor.outputs.status import gather
+    from supervisor.verbs.status import gather
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     state_dir = tmp_path / "state"
@@ -100,7 +100,7 @@ NESTED_KEYS = {
 def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
     from supervisor.decision import core
     from supervisor.decision.actions import Exit
-    from supervisor.outputs.status_view import (CheckpointView, LadderView, RankStatus, RungView, Status, StepProgress,
+    from supervisor.decision.status_view import (CheckpointView, LadderView, RankStatus, RungView, Status, StepProgress,
                                                 Supervisor, snapshot)
     from test_core import healthy
 
@@ -127,8 +127,8 @@ def test_a_stop_before_training_shows_no_epoch_count():
 
 def test_status_of_a_several_hosts_state_dir_without_its_config_shows_the_hosts(tmp_path):
     from supervisor.config import parse
-    from supervisor.outputs import hosts
-    from supervisor.outputs.status import gather
+    from supervisor.state import hosts
+    from supervisor.verbs.status import gather
 
     state_dir, run_dir = tmp_path / "state", tmp_path / "shared"
     state_dir.mkdir()

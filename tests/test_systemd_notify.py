@@ -14,7 +14,8 @@ import time
 import pytest
 from systemd import journal
 
-from supervisor.outputs.systemd_notify import Notifier, journal_logging, under_journal, worker_environ
+from supervisor.host.child_environ import worker_environ
+from supervisor.telemetry.systemd_notify import Notifier, journal_logging, under_journal
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """units/yolo-train.service under a real systemd booted in a throwaway namespace (tests/systemd_harness.py).
 
-Most tests drive a stand-in for the supervisor: a small Python script using supervisor.outputs.systemd_notify the
+Most tests drive a stand-in for the supervisor: a small Python script using supervisor.telemetry.systemd_notify the
 way the daemon does (READY/STATUS/WATCHDOG/STOPPING, journal fields) with one child standing in for the
 worker. It shows what the unit and the notify glue do with real systemd; test_daemon_under_systemd runs the
 real `yolo-train run` and lights up once the daemon is installed in .venv.
@@ -37,7 +37,8 @@ DROPIN = "/etc/systemd/system/yolo-train.service.d/50-test.conf"
 STANDIN_SCRIPT = f"""#!{PYTHON}
 import logging, os, signal, subprocess, sys, time
 sys.path.insert(0, {str(ROOT)!r})
-from supervisor.outputs.systemd_notify import Notifier, journal_logging, worker_environ
+from supervisor.host.child_environ import worker_environ
+from supervisor.telemetry.systemd_notify import Notifier, journal_logging
 
 assert sys.argv[1:3] == ["run", "--config"], sys.argv
 config = open(sys.argv[3]).read()  # the installed config must be readable by the service user
@@ -45,7 +46,7 @@ log = logging.getLogger("yolo-train")
 log.setLevel(logging.INFO)
 journal_logging(log)
 mode = os.environ.get("STANDIN_MODE", "ok")
-try:  # as supervisor/sources/kernel_log.py does: the first record of the ring buffer, without waiting
+try:  # as supervisor/kernel/reader.py does: the first record of the ring buffer, without waiting
     fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
     os.read(fd, 8192)
     log.info("kernel log readable")
@@ -136,7 +137,7 @@ def installed(systemd_booted: BootedSystemd) -> BootedSystemd:
 
 def install(sd: BootedSystemd, *args: str) -> str:
     return sd.run([str(PYTHON), "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                   "from supervisor.service import install_service_main as m; sys.exit(m(sys.argv[2:]))",
+                   "from supervisor.verbs.install_service import install_service_main as m; sys.exit(m(sys.argv[2:]))",
                    str(ROOT), *args]).stdout
 
 

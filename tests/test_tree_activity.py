@@ -1,4 +1,4 @@
-"""Whether a real process tree does anything (supervisor/sources/tree_activity.py): sleepers, a stopped tree, a spinner,
+"""Whether a real process tree does anything (supervisor/attempt/tree_activity.py): sleepers, a stopped tree, a spinner,
 a process started, a window too long to judge. The sampler is given its clock; the processes are real."""
 
 import math
@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from supervisor.decision import core
-from supervisor.sources import process_tree
-from supervisor.sources.tree_activity import ActivitySampler, in_uninterruptible_sleep, state
+from supervisor.host import process_tree
+from supervisor.attempt.tree_activity import ActivitySampler, in_uninterruptible_sleep, state
 from tests.conftest import ROOT, read_incidents, yolo_train
 
 SLEEPER = "import time; print('ready', flush=True); time.sleep(600)"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from supervisor.decision import core
-from supervisor.decision.vocabulary import (FINAL_STATES, HANG_PHASES, PHASE_LABELS, STARTUP_PHASE, KernelKind, Reason,
+from supervisor.vocabulary import (FINAL_STATES, HANG_PHASES, PHASE_LABELS, STARTUP_PHASE, KernelKind, Reason,
                                             State)
-from supervisor.outputs import metric_table as metrics
-from supervisor.sources.kernel_messages import BUILTIN
+from supervisor.telemetry import metric_table as metrics
+from supervisor.kernel.catalogue import BUILTIN
 from worker.contract import Phase
 
 ROOT = Path(__file__).resolve().parents[1]

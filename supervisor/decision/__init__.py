@@ -1,10 +1,10 @@
-"""The pure decision: what the supervisor does next, with no I/O.
+"""Floor 2, the pure decision: what the supervisor does next, and every rule that reads a record, with no I/O.
 
 ``core.decide(state, event, now)`` is the reducer every event goes through; ``events``/``actions`` are what it is
-told and what it asks, ``state`` the records it keeps (and what of them persists), and one module per concern does
-the rest: ``heartbeats``, ``kernel``, ``stopping``, ``restart``, ``probe``, ``goodput``. ``watchdog`` says how long a
-phase may go without progress, ``ladder`` which settings each rung adds, ``restart_budget`` when to give up and how
-long to back off, ``signatures`` which output lines name a failure and its remedy, ``vocabulary`` the one spelling of
-every state, reason, kind and phase. Nothing here opens a file, reads a clock or starts a process, so every rule is
-tested by feeding events at chosen times (``tests/test_core.py``).
+told and what it asks, ``state`` the records it keeps; one module per concern does the rest (``heartbeats``,
+``kernel``, ``stopping``, ``restart``, ``in_place``, ``probe``, ``goodput``, ``watchdog``, ``ladder``,
+``rung_choice``). Pure readings live here too: ``status_view`` (the status users script against),
+``stack_reading`` (what a capture of stacks says), ``loader_judgement`` (whether a hang is the loader's).
+May import: the standard library, the ground floor (``supervisor.vocabulary``, ``supervisor.exit_codes``,
+``worker.contract``) and the configuration. Nothing here opens a file, reads a clock or starts a process.
 """

@@ -72,7 +72,7 @@ class ReplaceLoaderWorkers:
 
 @dataclass(frozen=True)
 class KeepVerifiedCopy:
-    """The worker reported a complete checkpoint: verify it and keep it as the fallback (outputs/checkpoints.py)."""
+    """The worker reported a complete checkpoint: verify it and keep it as the fallback (state/checkpoints.py)."""
     path: str
 
 

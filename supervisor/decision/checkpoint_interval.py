@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-MIN_SECONDS = 5.0  # never closer than this: a save every few seconds wears the disk and buys little
+from supervisor.config import CHECKPOINT_FLOOR as MIN_SECONDS
+
 HOLD_FACTOR = 10.0  # nor closer than this many holds: checkpoints cost at most a tenth of the training loop's time
 ASSUMED_HOLD = 1.0  # seconds, until this run has measured one
 HOLDS_KEPT = 5  # checkpoint holds behind the median

@@ -45,7 +45,7 @@ from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriche
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.signatures import scan
 from supervisor.decision.state import Attempt, JobRung, Supervision
-from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
+from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from supervisor.decision.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from worker.contract import Phase

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from supervisor.decision.incident import Stacks
-from supervisor.decision.vocabulary import KernelKind, Remedy
+from supervisor.vocabulary import KernelKind, Remedy
 from worker.contract import HeartbeatMessage
 
 
@@ -66,7 +66,7 @@ class IncidentEnriched:
 
 @dataclass(frozen=True)
 class KernelMessage:
-    """A classified kernel log line or GPU device event (see sources/kernel_messages.KernelEvent)."""
+    """A classified kernel log line or GPU device event (see supervisor/kernel/catalogue.KernelEvent)."""
     kind: KernelKind
     message: str
     source: str
@@ -93,7 +93,7 @@ class StopRequested:
 
 @dataclass(frozen=True)
 class JobLadderRead:
-    """Several hosts: the job-wide ladder decision as the shared run directory holds it (outputs/job_ladder.py),
+    """Several hosts: the job-wide ladder decision as the shared run directory holds it (state/job_ladder.py),
     read before every event but heartbeats whenever the file changed."""
     seq: int  # decisions made so far, job-wide: a newer one wins
     rung: int
@@ -106,7 +106,7 @@ class JobLadderRead:
 @dataclass(frozen=True)
 class JobCheckpointRead:
     """Several hosts: the job's newest complete checkpoint as the host that saved it published it on the shared run
-    directory (outputs/job_ladder.py), read before every event but heartbeats whenever the file changed."""
+    directory (state/job_ladder.py), read before every event but heartbeats whenever the file changed."""
     path: str
     epoch: int
     batch: int
@@ -128,7 +128,7 @@ class SupervisorPaused:
 
 @dataclass(frozen=True)
 class TreeActivity:
-    """Whether the worker's whole process tree does anything (sources/tree_activity.py), sent when that changes:
+    """Whether the worker's whole process tree does anything (attempt/tree_activity.py), sent when that changes:
     ``idle_since`` is the monotonic time since which it has used no CPU to speak of, done no disk I/O, had no process
     in uninterruptible sleep and started none; None: it is busy (or it cannot be told)."""
     idle_since: float | None
@@ -143,7 +143,7 @@ class StateDirTaken:
 
 @dataclass(frozen=True)
 class StallInspected:
-    """What the stacks taken for an in-place recovery show (sources/loader_evidence.py): whether the training process
+    """What the stacks taken for an in-place recovery show (decision/loader_judgement.py): whether the training process
     waits for a batch from its DataLoader, and which of its loader worker processes are stuck."""
     incident_id: str
     loader_wait: bool

@@ -25,7 +25,7 @@ from supervisor.decision import goodput, in_place, kernel, probe, standby, stopp
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
-from supervisor.decision.vocabulary import Reason, State
+from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged

@@ -25,7 +25,7 @@ from supervisor.decision.actions import InspectStall, Log, ReplaceLoaderWorkers
 from supervisor.decision.events import LoaderWorkersKilled, Now, StallInspected
 from supervisor.decision.incident import Incident, InPlaceCost, Tier
 from supervisor.decision.state import INCIDENTS_KEPT, InPlace, Supervision
-from supervisor.decision.vocabulary import Reason, State
+from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase
 
 BOUND_FLOOR = 10.0  # seconds: the least a rebuilt loader gets for its first batch

@@ -18,7 +18,7 @@ from typing import Any
 
 from supervisor.decision import persistence
 from supervisor.decision.persistence import kept
-from supervisor.decision.vocabulary import Reason
+from supervisor.vocabulary import Reason
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class InPlaceCost:
 
 @dataclass(frozen=True)
 class Stacks:
-    """Where a hung tree waited (supervisor/sources/stacks.py), as the incident keeps it."""
+    """Where a hung tree waited (supervisor/host/stacks.py), as the incident keeps it."""
     where: str = kept()  # the grouping key of ``yolo-train incidents``
     summary: tuple[str, ...] = kept(default=())  # one line per process
     culprit: str | None = kept(default=None)  # the line of the process the hang is best described by

@@ -15,7 +15,7 @@ from supervisor.decision import stopping
 from supervisor.decision.actions import Log
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.state import OomKill, Supervision, Suspicion
-from supervisor.decision.vocabulary import After, KernelKind, Reason, State
+from supervisor.vocabulary import After, KernelKind, Reason, State
 
 
 def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:

@@ -101,7 +101,7 @@ def build_ladder(configured: tuple[dict[str, Any], ...] | None, workers: int, co
                  rocm: bool = False, cuda: bool = False) -> Ladder:
     """The configured rungs after rung 0; unconfigured, the default ladder, or none for a [worker] command (what
     would make an unknown script safer is for its author to say: env and args rungs). ``rocm``, ``cuda``: the
-    installed build, as ``default_ladder`` takes them (read by the shell: sources/torch_build.py)."""
+    installed build, as ``default_ladder`` takes them (read by the shell: host/torch_build.py)."""
     if configured is None:
         return Ladder(({},)) if command else default_ladder(workers, rocm, cuda)
     return Ladder(({},) + tuple(configured))

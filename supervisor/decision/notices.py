@@ -4,7 +4,7 @@
 notices in it: a hang the run recovered from (its incident recorded once the next attempt trained, or once the next
 batch came after its loader workers were replaced in place), a rung change, an exit that needs a person (78: the
 configuration, 3: reboot), the run finished. ``NoticeLimit`` is the rate rule
-between them and the ``[notify] command`` (supervisor/outputs/notify_command.py): a bad night sends a summary, not
+between them and the ``[notify] command`` (supervisor/telemetry/notify_command.py): a bad night sends a summary, not
 hundreds of messages. No I/O here; time is given.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from supervisor.decision.actions import Exit, RecordIncident
 from supervisor.decision.incident import Incident, Tier
 from supervisor.decision.state import Supervision
-from supervisor.decision.vocabulary import Reason, State
+from supervisor.vocabulary import Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REBOOT_NEEDED
 
 BURST = 3  # notices sent as they come within WINDOW; later ones wait for one summary

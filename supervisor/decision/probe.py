@@ -16,7 +16,7 @@ from supervisor.decision.actions import Log, RequestCheckpoint
 from supervisor.decision.events import Now
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.state import Supervision
-from supervisor.decision.vocabulary import After, Reason
+from supervisor.vocabulary import After, Reason
 
 
 def check(s: Supervision, now: Now) -> list[Any]:

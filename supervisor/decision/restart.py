@@ -17,7 +17,7 @@ from supervisor.decision.events import Now, TreeKilled
 from supervisor.decision.incident import Kill, Tier
 from supervisor.decision.rung_choice import Choice
 from supervisor.decision.state import StopPlan, Supervision
-from supervisor.decision.vocabulary import STARTUP_PHASE, After, Reason, State
+from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from supervisor.decision.vocabulary import Remedy
+from supervisor.vocabulary import Remedy
 
 
 @dataclass(frozen=True)

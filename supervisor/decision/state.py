@@ -29,7 +29,7 @@ from supervisor.decision.incident import Incident
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
-from supervisor.decision.vocabulary import After, Reason, State
+from supervisor.vocabulary import After, Reason, State
 from worker.contract import InForce, Phase, StartupStep
 
 INCIDENTS_KEPT = 20

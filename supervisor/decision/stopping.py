@@ -18,7 +18,7 @@ from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
 from supervisor.decision.incident import Incident, Stacks, Tier
 from supervisor.decision.state import INCIDENTS_KEPT, StopPlan, Supervision
-from supervisor.decision.vocabulary import After, Reason, State
+from supervisor.vocabulary import After, Reason, State
 
 SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoint when save_timeout is "off"
 

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from supervisor.config import AUTO, WatchdogConfig
 from supervisor.decision.state import Supervision
-from supervisor.decision.vocabulary import State
+from supervisor.vocabulary import State
 from worker.contract import Phase, StartupStep, split_rung
 
 

@@ -1,0 +1,109 @@
+"""The standby worker ([worker] standby): the next attempt's worker, started while this one trains so that its
+imports are done when a restart comes; told what to train through its stdin (``WorkerProcess.launch``).
+
+At most one waits. A kill of the worker's tree spares it (``spare``); it serves only an attempt in the environment
+it was made for (a rung's variables are read at import); one that died, or is stopped, is discarded and the attempt
+starts cold. Its exit is watched on its pidfd, in the agent's selector.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+from pathlib import Path
+from typing import Callable
+
+from supervisor.config import ConfigError
+from supervisor.host import process_tree
+from supervisor.attempt.read_throttle import ReadThrottle
+from supervisor.attempt.worker_process import WorkerProcess
+from supervisor.attempt.worker_spawn import WorkerSpawner
+from worker.contract import ENV_FORKSERVER, STANDBY_FLAG
+
+log = logging.getLogger("yolo-train")
+
+
+def serves(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
+    """A standby made in ``made_for`` can be a launch in ``wanted``: the same environment, but for whether the
+    standby started a forkserver while it waited (not read at import: a launch whose rung forks its loader workers
+    from one starts it if none runs, and one that runs idle is no harm)."""
+    def imported(env: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in env.items() if k != ENV_FORKSERVER}
+    return imported(made_for) == imported(wanted)
+
+
+def covers(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
+    """A standby made in ``made_for`` is as good as a new one made in ``wanted``: it serves, and started the
+    forkserver ahead if ``wanted`` asks for one (one it started that is not wanted costs nothing to keep)."""
+    return serves(made_for, wanted) and (made_for.get(ENV_FORKSERVER) == "1" or wanted.get(ENV_FORKSERVER) != "1")
+
+
+class Standby:
+    def __init__(self, selector: selectors.BaseSelector, reads: ReadThrottle, spawner: WorkerSpawner,
+                 keepalive: Callable[[], None]):
+        self.selector = selector
+        self.reads = reads
+        self.spawner = spawner
+        self.keepalive = keepalive  # called while a kill waits: the agent pings systemd's watchdog from it
+        self.process: WorkerProcess | None = None  # imported and waiting to be the next attempt
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def spare(self) -> tuple[int, ...]:
+        """Pids a kill of the worker's tree and its orphans must leave alone."""
+        return (self.process.pid,) if self.process is not None else ()
+
+    def prepare(self, env: dict[str, str]) -> None:
+        if self.process is not None and covers(self.process.env, env):
+            return  # the one waiting serves the next attempt already
+        self.discard()
+        try:
+            self.process = self.spawner.worker([STANDBY_FLAG], env, standby=True)
+        except ConfigError as e:  # the worker itself started; a standby that cannot is only a slower restart
+            log.warning(f"no standby worker: {e}")
+            return
+        self.selector.register(self.process.pidfd, selectors.EVENT_READ, self._on_exit)
+        log.info(f"standby worker pid {self.process.pid}: importing now, to start the next attempt without that")
+
+    def launch(self, env: dict[str, str], record_path: Path) -> WorkerProcess | None:
+        """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
+        standby, one that died or is stopped (SIGSTOP), or one made for another environment (the rung's variables
+        are read at import)."""
+        standby, self.process = self.process, None
+        if standby is None:
+            return None
+        self.reads.forget(standby.pidfd)
+        why = ("made for another environment" if not serves(standby.env, env)
+               else "gone" if standby.popen.poll() is not None
+               else "stopped: frozen by a signal or a debugger" if process_tree.stopped(standby.pid)
+               else None if standby.launch(record_path) else "gone")
+        if why is not None:
+            log.info(f"standby worker pid {standby.pid} not used ({why}): starting cold")
+            self._kill(standby)
+            return None
+        log.info(f"standby worker pid {standby.pid} takes the attempt: its imports are done")
+        return standby
+
+    def discard(self) -> None:
+        standby, self.process = self.process, None
+        if standby is not None:
+            self.reads.forget(standby.pidfd)
+            self._kill(standby)
+
+    def _kill(self, standby: WorkerProcess) -> None:
+        """An idle standby holds no children and no device: killing it alone (not the supervisor's other
+        children, as a worker's kill does with its orphans) is enough."""
+        process_tree.kill_tree(standby.pid, 0.5, 5.0, keepalive=self.keepalive)
+        standby.popen.poll()
+        standby.close()
+
+    def _on_exit(self, _fd: int) -> None:
+        standby, self.process = self.process, None
+        self.reads.forget(standby.pidfd)
+        code = standby.popen.wait()
+        tail = " | ".join(line for line in standby.read_output()[0][-3:])
+        log.warning(f"standby worker pid {standby.pid} exited ({code}) before it was needed; the next attempt "
+                    f"starts cold" + (f": {tail}" if tail else ""))
+        standby.close()

@@ -1,0 +1,101 @@
+"""How an attempt's worker is started: its environment for a rung, and its command line, either our Ultralytics
+worker (``python -m worker`` reading the launch record written here) or a ``[worker] command`` (its argv for the
+rung, resumed from its newest checkpoint).
+
+A program that cannot be started is a ConfigError naming the key to fix; the agent registers what comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Callable
+
+from supervisor.config import Config, ConfigError
+from supervisor.decision import core
+from supervisor.state import checkpoints
+from supervisor.state.state_dir import StateDir
+from supervisor.host.child_environ import worker_environ
+from supervisor.attempt.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
+from supervisor.attempt.worker_command import OutputProgress, command_argv, newest_checkpoint
+from supervisor.attempt.worker_process import SpawnError, WorkerProcess
+from worker.contract import ENV_FORKSERVER, ULTRALYTICS_DEFAULT_WORKERS, LaunchRecord, Patches, RungSplit, split_rung
+
+log = logging.getLogger("yolo-train")
+
+
+class WorkerSpawner:
+    def __init__(self, config: Config, state_dir: StateDir):
+        self.config = config
+        self.state_dir = state_dir
+
+    def attempt(self, action: core.Spawn, standby: Callable[[dict[str, str], Path], WorkerProcess | None]
+                ) -> tuple[WorkerProcess, str | None]:
+        """This attempt's worker, and the checkpoint it resumes from: the command, or our worker, which is the
+        standby when ``standby`` (told the environment and the launch record) hands it over, else one started cold."""
+        rung = split_rung(action.rung_settings)
+        env = self.env(rung)
+        if self.config.command is not None:
+            return self._command(rung.args, env)
+        record = self._write_launch_record(action, rung)
+        worker = standby(env, self.state_dir.launch_record) or self.worker([str(self.state_dir.launch_record)], env)
+        return worker, record.resume
+
+    def env(self, rung: RungSplit) -> dict[str, str]:
+        bounds = {ENV_COLLECTIVE_TIMEOUT: f"{self.config.distributed.collective_timeout:g}"}
+        workers = rung.trainer_args.get("workers", self.config.train.get("workers", ULTRALYTICS_DEFAULT_WORKERS))
+        # A standby made for this rung starts its loader workers' forkserver while it waits (one of another rung is
+        # not used: the environments differ).
+        served = {ENV_FORKSERVER: "1"} if self.config.command is None and rung.options.forks_from_server(workers) \
+            else {}
+        return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, **served,
+                "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
+
+    def _command(self, args: dict[str, str], env: dict[str, str]) -> tuple[WorkerProcess, str | None]:
+        """The ``[worker] command`` started for a rung's ``args``; with the checkpoint it resumes from, if any."""
+        cfg = self.config.command
+        checkpoint = newest_checkpoint(cfg)
+        if cfg.checkpoint is not None and checkpoint is None:
+            log.info(f"[worker] checkpoint {cfg.checkpoint!r} matches nothing in {cfg.cwd or Path.cwd()}: the command "
+                     f"starts from scratch")
+        argv = command_argv(cfg, args, checkpoint)
+        try:
+            worker = WorkerProcess.spawn(argv, env, cfg.cwd)
+        except SpawnError as e:
+            raise ConfigError(f"{self.config.source}: [worker] command = {list(cfg.argv)!r}: cannot start "
+                              f"{argv[0]!r} ({e.strerror}); give an executable on PATH or a path to one") from None
+        worker.output_progress = OutputProgress(worker.pid, cfg.progress_regex)
+        # A command reads no command pipe (and SIGUSR1 would kill it by default): it gets the
+        # conventional SIGTERM and resumes from its own newest checkpoint.
+        worker.checkpoint_signal = signal.SIGTERM
+        return worker, None if checkpoint is None else str(checkpoint)
+
+    def _write_launch_record(self, action: core.Spawn, rung: RungSplit) -> LaunchRecord:
+        """What our worker trains this attempt, written where a cold worker (or the standby) reads it."""
+        resume, notes = checkpoints.choose_resume(self.state_dir.run_dir)
+        for note in notes:
+            log.error(note)
+        run_dir = self.state_dir.run_dir
+        record = LaunchRecord(
+            attempt=action.attempt, rung=action.rung,
+            train={**self.config.train, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": True},
+            trainer_args=rung.trainer_args, options=rung.options,
+            patches=Patches(conv_fallback=self.config.conv_fallback, amp_check=self.config.amp_check,
+                            amp_passed=action.amp_passed),
+            resume=str(resume) if resume else None, checkpoint_every=action.checkpoint_every,
+            faults=tuple(f.to_dict() for f in self.config.faults),
+            fault_flag=str(self.state_dir.fault_flag(action.attempt)), supervisor_pid=os.getpid(),
+            rendezvous=rendezvous_of(self.config))
+        self.state_dir.write_launch_record(record.to_json())
+        return record
+
+    def worker(self, argv: list[str], env: dict[str, str], standby: bool = False) -> WorkerProcess:
+        """``python -m worker`` with ``argv``: the launch record's path, or the standby flag."""
+        python = self.config.worker_python or sys.executable
+        try:
+            return WorkerProcess.spawn([python, "-m", "worker", *argv], env, standby=standby)
+        except SpawnError as e:
+            raise ConfigError(f"[worker] python = {python!r}: cannot start the worker ({e.strerror})") from None

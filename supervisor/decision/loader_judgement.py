@@ -1,0 +1,59 @@
+"""Whether a hung tree's stacks allow the in-place tier (supervisor/decision/in_place.py): the training process
+waits for a batch in its DataLoader (not in a GPU call, not in a collective) and the culprit is one or more of its
+loader worker processes. Pure: a ``TreeCapture`` and the loader workers the worker reported in, a verdict out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from supervisor.decision.stack_reading import ProcessStacks, TreeCapture
+
+# torch's DataLoader iterator, waiting for the next batch of its worker processes.
+BATCH_WAIT_FUNCTIONS = ("_next_data", "_get_data", "_try_get_data")
+BATCH_WAIT_FILE = "torch/utils/data/dataloader.py"
+
+
+@dataclass(frozen=True)
+class LoaderVerdict:
+    loader_wait: bool
+    culprits: tuple[int, ...]
+    why: str
+    rank: int | None = None
+
+
+def waits_for_batch(p: ProcessStacks) -> bool:
+    """Its main thread is inside the DataLoader iterator's wait for a batch."""
+    main = next((t for t in p.threads if t.tid == p.pid), None)
+    return main is not None and any(f.function in BATCH_WAIT_FUNCTIONS and f.path.endswith(BATCH_WAIT_FILE)
+                                    for f in main.python_frames)
+
+
+def stuck(p: ProcessStacks) -> bool:
+    """A loader worker inside a sample, stopped, or on CPU: not one parked on its index queue."""
+    return p.state in ("T", "t", "D", "R") or p.busy_dataloader_worker
+
+
+def judge(capture: TreeCapture, loaders: dict[int, int | None]) -> LoaderVerdict:
+    by_pid = {p.pid: p for p in capture.processes}
+    reported = [by_pid[pid] for pid in loaders if pid in by_pid]
+    culprits = [p for p in reported if stuck(p)]
+    if not culprits:
+        return LoaderVerdict(False, (), "no loader worker process is stuck: the hang is not the loader's")
+    in_kernel = [p for p in culprits if p.state == "D"]
+    if in_kernel:
+        return LoaderVerdict(False, (), f"loader worker pid {in_kernel[0].pid} is in uninterruptible sleep "
+                                         f"({in_kernel[0].wchan or '?'}): SIGKILL cannot take it")
+    parents = {p.ppid for p in culprits}
+    if len(parents) != 1 or next(iter(parents)) not in by_pid:
+        return LoaderVerdict(False, (), "the stuck loader workers belong to more than one training process")
+    trainer = by_pid[next(iter(parents))]
+    if not waits_for_batch(trainer) and trainer.ppid in by_pid and waits_for_batch(by_pid[trainer.ppid]):
+        trainer = by_pid[trainer.ppid]  # forkserver workers: children of the server, which the trainer started
+    if not waits_for_batch(trainer):
+        return LoaderVerdict(False, (), f"the training process (pid {trainer.pid}) is not waiting for a batch: "
+                                        f"{trainer.waited_in()}")
+    pids = tuple(sorted(p.pid for p in culprits))
+    return LoaderVerdict(True, pids, f"the training process (pid {trainer.pid}) waits for a batch and loader worker(s) "
+                                     f"{', '.join(map(str, pids))} are stuck ({culprits[0].waited_in()})",
+                         loaders.get(pids[0]))

@@ -1,0 +1,173 @@
+"""The run's history: STATE_DIR/history.db, one row per sample of the live status, for ``yolo-train report``.
+
+SQLite from the standard library: one file a user can query (``sqlite3 history.db 'select * from samples'``), written
+in WAL mode, where a commit is one append to the log and a SIGKILL at any moment leaves the last committed sample
+readable; a full disk fails the write (SQLITE_FULL), never the file. A failed write is said once and the supervisor
+goes on without history until a write succeeds again (tried every RETRY seconds); training never waits for it.
+
+A sample is taken at most every SAMPLE_INTERVAL seconds, and at once when the state, phase or rung changes. Older
+samples are thinned (THIN): past 6 hours one a minute is kept, past 2 days one per 5 minutes, past 2 weeks one per
+half hour, and never more than MAX_ROWS rows in all (the oldest go): a month is about 11 000 rows, under 4 MiB, and
+no run's history exceeds 12 MiB (docs/design.md: "History and the report").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("yolo-train")
+
+FILE = "history.db"
+SCHEMA_VERSION = 1
+SAMPLE_INTERVAL = 5.0  # seconds between samples while nothing but progress changes
+THIN = ((6 * 3600.0, 60.0), (2 * 86400.0, 300.0), (14 * 86400.0, 1800.0))  # (older than, seconds per kept sample)
+MAX_ROWS = 30_000  # a year and a half of samples thinned so
+THIN_EVERY = 600.0  # seconds of samples between thinning passes
+RETRY = 60.0  # seconds between tries after a failed write
+
+# The status's own JSON names (status --json), one column each, rounded to what a picture shows; gpus is a JSON list
+# of [utilization_ratio, memory_used_bytes, temperature_celsius, power_watts] per GPU, in the readers' order.
+COLUMNS = ("state", "phase", "rung", "attempt", "epoch", "epochs", "batch", "batches", "progress", "it_s",
+           "eta_seconds", "goodput", "trained_seconds", "lost_seconds", "restarts")
+GPU_FIELDS = ("utilization_ratio", "memory_used_bytes", "temperature_celsius", "power_watts")
+SCHEMA = (f"CREATE TABLE IF NOT EXISTS samples (t REAL NOT NULL, {', '.join(COLUMNS)}, checkpoint_epoch, "
+          f"checkpoint_batch, gpus TEXT)", "CREATE INDEX IF NOT EXISTS samples_t ON samples (t)")
+
+
+class History:
+    """The writer, fed by the agent with each status it writes (``record``); ``clock`` is the wall clock."""
+
+    def __init__(self, state_dir: Path, clock=time.time):
+        self.path = Path(state_dir) / FILE
+        self.clock = clock
+        self.db: sqlite3.Connection | None = None
+        self.last: tuple[float, Any, Any, Any] | None = None  # time, state, phase, rung of the last sample
+        self.thinned_at: float | None = None
+        self.retry_at = 0.0
+        self.failed = False  # said once
+
+    def due(self, status: dict[str, Any]) -> bool:
+        now = self.clock()
+        if now < self.retry_at:
+            return False
+        if self.last is None:
+            return True
+        t, state, phase, rung = self.last
+        return now - t >= SAMPLE_INTERVAL or (state, phase, rung) != (status.get("state"), status.get("phase"),
+                                                                      status.get("rung"))
+
+    def record(self, status: dict[str, Any], gpus: list[dict[str, Any]] | None = None) -> bool:
+        """Write one sample if one is due; False when none was written."""
+        if not self.due(status):
+            return False
+        now = self.clock()
+        checkpoint = status.get("last_checkpoint") or {}
+        row = (now, *(_plain(status.get(c)) for c in COLUMNS), checkpoint.get("epoch"), checkpoint.get("batch"),
+               json.dumps([[g.get(k) for k in GPU_FIELDS] for g in gpus], separators=(",", ":")) if gpus else None)
+        try:
+            db = self.db or self._open()
+            db.execute(f"INSERT INTO samples VALUES ({', '.join('?' * len(row))})", row)
+            if self.thinned_at is None or now - self.thinned_at >= THIN_EVERY:
+                self.thinned_at = now
+                thin(db, now)
+        except (sqlite3.Error, OSError) as e:
+            self._failed(e, now)
+            return False
+        self.last = (now, status.get("state"), status.get("phase"), status.get("rung"))
+        if self.failed:
+            log.info(f"the run's history is written again to {self.path}")
+            self.failed = False
+        return True
+
+    def close(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass
+            self.db = None
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            db.execute("PRAGMA auto_vacuum = FULL")  # before the first table: the pages thinning frees leave the file
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")  # WAL: no fsync per commit; a SIGKILL loses nothing committed
+            db.execute("PRAGMA journal_size_limit = 1048576")
+            for statement in SCHEMA:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error:
+            db.close()
+            raise
+        self.db = db
+        return db
+
+    def _failed(self, e: Exception, now: float) -> None:
+        if not self.failed:
+            log.warning(f"cannot write the run's history to {self.path} ({e}); training goes on, the history has a "
+                        f"gap from here, tried again every {RETRY:.0f} s")
+        self.failed = True
+        self.retry_at = now + RETRY
+        self.close()
+
+
+def thin(db: sqlite3.Connection, now: float) -> None:
+    """Keep the first sample of each bucket past each age, then at most MAX_ROWS rows."""
+    with db:
+        for older_than, bucket in THIN:
+            cut = now - older_than
+            db.execute("DELETE FROM samples WHERE t < ? AND rowid NOT IN (SELECT MIN(rowid) FROM samples WHERE t < ? "
+                       "GROUP BY CAST(t / ? AS INTEGER))", (cut, cut, bucket))
+        db.execute("DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples ORDER BY t LIMIT "
+                   "max(0, (SELECT COUNT(*) FROM samples) - ?))", (MAX_ROWS,))
+
+
+def gpu_readings(readers: list) -> list[dict[str, Any]]:
+    """One reading of each GPU (none on a CPU-only machine): what a sample keeps of them."""
+    if not readers:
+        return []
+    from supervisor.host.gpu_metrics import sample_all
+
+    try:
+        samples = sample_all(readers)
+    except Exception:  # noqa: BLE001  (a reader's failure costs the sample its GPU columns, nothing more)
+        return []
+    return [{k: getattr(g, k) for k in GPU_FIELDS} for g in samples]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.4g}") if abs(value) < 1e4 else round(value, 1)
+    return value if value is None or isinstance(value, (int, str)) else json.dumps(value)
+
+
+def read(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """Every sample, oldest first, and what could not be read (None when all was): for ``yolo-train report``.
+    Read-only; a file another user's supervisor writes is read as it is on disk (``immutable``) if need be."""
+    path = Path(state_dir) / FILE
+    if not path.exists():
+        return [], f"no {FILE} (a state directory of a version before the history, or no sample written yet)"
+    best: list[dict[str, Any]] = []
+    error = "empty"
+    for mode in ("ro", "ro&immutable=1"):
+        rows: list[dict[str, Any]] = []
+        try:
+            db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True)
+            try:
+                db.row_factory = sqlite3.Row
+                for r in db.execute("SELECT * FROM samples"):  # file order: a damaged page ends it, not the rest
+                    rows.append(dict(r))
+            finally:
+                db.close()
+            return sorted(rows, key=lambda r: r["t"]), None
+        except sqlite3.Error as e:
+            error = str(e)
+            best = max(best, rows, key=len)
+    shown = f"only {len(best)} samples of it could be read" if best else "none of it could be read"
+    return sorted(best, key=lambda r: r["t"]), f"{FILE} is damaged ({error}): {shown}; the timeline has gaps"

@@ -1,0 +1,65 @@
+"""The incidents in the state directory: ``STATE_DIR/incidents.jsonl`` (one JSON line per incident, appended by the
+supervisor) and ``STATE_DIR/incidents/<id>/stacks.json`` (the hung tree's stacks, supervisor/host/stacks.py); each
+incident read back with its stacks, and its one-line form for the journal and the metrics' info.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from supervisor.host.stacks import STACKS_FILE
+
+INCIDENTS_FILE = "incidents.jsonl"
+INCIDENTS_DIR = "incidents"
+LATEST_TIME = 32503680000.0  # 3000-01-01: a later "time" is no wall time a clock can show
+
+
+def stacks_path(state_dir: Path, incident_id: str) -> Path:
+    """Where the stacks of an incident live: the agent writes them there, this module reads them."""
+    return Path(state_dir) / INCIDENTS_DIR / incident_id / STACKS_FILE
+
+
+def load_incidents(state_dir: Path) -> list[dict[str, Any]]:
+    """Every readable incident, oldest first, with ``where``, ``summary`` and ``culprit`` from its stacks file
+    when the line itself lacks them. A torn line (the supervisor killed mid-write) is skipped."""
+    try:
+        text = (Path(state_dir) / INCIDENTS_FILE).read_text(errors="replace")
+    except OSError:
+        return []
+    incidents = []
+    for line in text.splitlines():
+        try:
+            incident = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(incident, dict):
+            incidents.append(_with_stacks(Path(state_dir), incident))
+    return incidents
+
+
+def _with_stacks(state_dir: Path, incident: dict[str, Any]) -> dict[str, Any]:
+    if incident.get("where") and incident.get("summary") or not incident.get("id"):
+        return incident
+    path = stacks_path(state_dir, str(incident["id"]))
+    try:
+        stacks = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return incident
+    return {**incident, "where": incident.get("where") or stacks.get("where"),
+            "summary": incident.get("summary") or stacks.get("summary", []),
+            "culprit": incident.get("culprit") or stacks.get("culprit"), "stacks": str(path)}
+
+
+def where_of(incident: dict[str, Any]) -> str:
+    return incident.get("where") or f"{incident.get('reason', '?')} in {incident.get('phase', '?')} (no stacks)"
+
+
+def one_line(incident: dict[str, Any]) -> str:
+    """For the journal and the dashboard's annotations: what happened, at which rung, and where it hung."""
+    head = f"{incident.get('reason', '?')} in {incident.get('phase', '?')} at rung {incident.get('rung', '?')}"
+    culprit = incident.get("culprit")
+    return f"{head}: {culprit or where_of(incident)}"
+
+

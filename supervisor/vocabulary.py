@@ -1,0 +1,70 @@
+"""The supervisor's words: the one spelling of every state, reason, kind and phase that is shown or exported.
+
+Metrics, the dashboard builder, status and docs/design.md import these enums instead of copying their values, so a
+new member reaches every label set at once (``tests/test_vocabulary.py`` holds them to it).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from worker.contract import Phase
+
+
+class State(str, Enum):
+    """The supervisor's life cycle; the transitions are told in ``core.py``'s docstring and checked there."""
+    STARTING = "starting"  # a worker is spawned and has not trained a batch yet
+    HEALTHY = "healthy"  # the worker trains and shows progress
+    STOPPING = "stopping"  # the worker's tree is being killed, or asked to save and exit
+    BACKOFF = "backoff"  # after a crash, waiting before the next attempt
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # asked to stop; the next run resumes
+
+
+FINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.STOPPED})
+
+
+class Reason(str, Enum):
+    """Why a worker was stopped: the ``reason`` of an incident and of ``yolo_train_restarts_total``."""
+    HANG = "hang"  # no progress within its phase's timeout
+    CRASH = "crash"  # exited before training finished
+    OOM = "oom"  # out of memory: the kernel's OOM killer or the GPU's
+    KERNEL = "kernel"  # a kernel stall or GPU-fault line, and no progress within the confirm window
+    NAN = "nan"  # non-finite losses batch after batch
+    STOP = "stop"  # asked to stop (SIGTERM, SIGINT)
+    PROBE = "probe"  # a planned stop to try the faster rung below (not a failure: no budget, nothing lost)
+
+
+class KernelKind(str, Enum):
+    """What a classified kernel line or GPU device event means for the worker (see kernel/catalogue.py)."""
+    STALL = "stall"  # the kernel saw a task or workqueue stuck: suspicion, confirmed by a lack of progress
+    GPU_FAULT = "gpu_fault"  # a GPU page fault, ring timeout or reset: suspicion likewise
+    GPU_LOST = "gpu_lost"  # the GPU is gone until a reboot
+    OOM = "oom"  # the OOM killer took a process
+
+
+class After(str, Enum):
+    """What the supervisor does once a stopped worker's tree is gone."""
+    RESTART = "restart"  # a new attempt, maybe one rung safer, maybe after a backoff
+    STOP = "stop"  # exit 0; the next run resumes
+    SUCCEED = "succeed"  # training finished
+    CONFIG_ERROR = "config_error"  # exit 78: restarting cannot help
+    REBOOT = "reboot"  # exit 3: the GPU needs a reboot
+
+
+class Remedy(str, Enum):
+    """What a failure signature asks for (see signatures.py); each is chosen in one place, ``core._remedy``."""
+    CONFIG_ERROR = "config_error"  # restarting cannot help: exit 78 with the signature's advice
+    HALVE_BATCH = "halve_batch"  # GPU out of memory: the next attempt with half the batch
+    CONV_FALLBACK = "conv_fallback"  # a hang before the first batch after MIOpen's warning: the Conv2d fallback on
+
+
+# The phase of an incident before the worker's first training batch (its own phase is setup, or none yet).
+STARTUP_PHASE = "startup"
+# Where a hang can be detected: before the first batch (STARTUP_PHASE), in a phase of training, or after training was
+# done and the worker never exited ("done": killed, the run ends as succeeded).
+HANG_PHASES = (STARTUP_PHASE,) + tuple(p.value for p in Phase if p != Phase.SETUP)
+# The phase label of the metrics: a worker's phase, or "none" while no worker runs.
+NO_PHASE = "none"
+PHASE_LABELS = tuple(p.value for p in Phase) + (NO_PHASE,)
