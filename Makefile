@@ -8,29 +8,41 @@ PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_REQ   ?= torch==2.14.1 torchvision==0.29.1
 SYSTEM_TORCH ?=
-# systemd-python compiles against libsystemd; promtool and prometheus serve the metrics tests;
-# systemd-journal-remote writes real journal files for the journal reader tests; chromium opens the page `report` writes.
-DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev prometheus systemd systemd-journal-remote chromium
+# Running needs what systemd-python compiles against (libsystemd, pkg-config, a compiler and Python's headers).
+RUN_DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev
+# The tests add: promtool and prometheus for the metrics tests, systemd booted in a namespace for the unit's tests,
+# systemd-journal-remote for real journal files, chromium to open the page `report` writes.
+TEST_DEB_PACKAGES = prometheus systemd systemd-journal-remote chromium
 FAULT       ?=
 PYTEST_ARGS ?=
 TEST_JOBS   ?= 2
 
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
+TEST_STAMP = $(VENV)/.installed-test
 
-.PHONY: install deb run test unit bench install-service clean
+.PHONY: install install-test deb run test unit bench install-service clean
 
+# What `make run` needs: the venv with torch and yolo-train.
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	@$(MAKE) --no-print-directory deb
+	@$(MAKE) --no-print-directory deb DEB_PACKAGES="$(RUN_DEB_PACKAGES)"
 	$(PYTHON) -m venv $(if $(SYSTEM_TORCH),--system-site-packages) $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(if $(SYSTEM_TORCH),,$(BIN)/pip install -q $(TORCH_REQ))
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# What `make test` adds: the test packages of Debian and of PyPI.
+install-test: $(TEST_STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	@$(MAKE) --no-print-directory deb DEB_PACKAGES="$(TEST_DEB_PACKAGES)"
 	$(BIN)/pip install -q -e '.[test,dashboards]'
 	touch $@
 
-# Debian packages: installed when root, otherwise the exact command is printed.
+# Debian packages (DEB_PACKAGES): installed when root, otherwise the exact command is printed.
 deb:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
@@ -49,16 +61,16 @@ run: install
 
 # Two at a time (most tests wait on a real hang's detection, half a core each), then the few marked serial alone:
 # they write into the real /dev/kmsg, which a supervisor beside them would read.
-test: install
+test: install-test
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) -m 'not serial' $(PYTEST_ARGS); rc=$$?; \
 	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS); serial=$$?; \
 	if [ $$rc = 5 ] && [ $$serial = 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	if [ $$rc != 0 ] && [ $$rc != 5 ]; then exit $$rc; fi; if [ $$serial != 5 ]; then exit $$serial; fi
 
-unit: install
+unit: install-test
 	$(BIN)/python -m pytest -q -m 'not e2e' $(PYTEST_ARGS)
 
-bench: install
+bench: install-test
 	$(BIN)/python -m bench.recovery
 	$(BIN)/python -m bench.heartbeat
 	$(BIN)/python -m bench.footprint

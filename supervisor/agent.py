@@ -16,6 +16,7 @@ import math
 import os
 import selectors
 import time
+from collections import deque
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +28,6 @@ from supervisor.exit_codes import EXIT_FAILED
 from supervisor.state import checkpoints, state_file
 from supervisor.decision import status_view
 from supervisor.state.history import History, gpu_readings
-from supervisor.state.incidents import one_line
 from supervisor.state.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
 from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
 from supervisor.telemetry.notify_command import NotifyCommand
@@ -76,6 +76,8 @@ class Agent:
         self.status_writer = StatusWriter(config, self.state_dir, self.metrics, self.systemd)
         self.history = History(config.state_dir)
         self.notify = NotifyCommand(config.notify, config.name, config.state_dir)
+        self.pending: deque[Any] = deque()  # events waiting for the decision under way to be carried out
+        self._deciding = False
         self._ready_sent = False
         self._status_written = 0.0
 
@@ -132,15 +134,29 @@ class Agent:
         return core.Now(mono=time.monotonic(), wall=time.time())
 
     def handle(self, event: Any) -> None:
+        """Decide ``event``, then every event that carrying out its actions brings (the tree's evidence, its kill, a
+        spawn), one at a time and in order: each decision's actions finish before the next event is decided."""
+        self.pending.append(event)
+        if self._deciding:
+            return  # an action of the decision under way sent it: it waits its turn
+        self._deciding = True
+        try:
+            while self.pending:
+                self._decide(self.pending.popleft())
+        finally:
+            self._deciding = False
+
+    def _decide(self, event: Any) -> None:
         if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead,
                                                                   core.JobCheckpointRead)):
-            for shared in (self.job_checkpoint, self.job_ladder):  # another host's, before this event is judged
-                read = shared.read_if_changed()
-                if read is not None:
-                    self.handle(read)
+            reads = [r for r in (shared.read_if_changed() for shared in (self.job_checkpoint, self.job_ladder))
+                     if r is not None]
+            if reads:  # another host's decision, judged before this event
+                self.pending.extendleft(reversed([*reads, event]))
+                return
         state_before, rung_before, now = self.s.state, self.s.rung, self.now()
         _, actions = core.decide(self.s, event, now)
-        told = notices.derive(self.s, state_before, rung_before, actions, now.wall)  # before a nested decision
+        told = notices.derive(self.s, state_before, rung_before, actions, now.wall)
         for action in actions:
             self._execute(action)
         for notice in told:
@@ -282,10 +298,7 @@ class Agent:
         clean exit)."""
         worker, self.worker = self.worker, None
         if incident is not None:
-            seen = what_the_tree_shows(self.config, worker, incident, self._spare(), self.metrics.gpu_readers)
-            self.handle(seen)
-            if seen.stacks is not None:  # where it hung, in the journal before the kill's own lines
-                log.info(one_line(self.s.stop.incident.to_dict()), extra={"INCIDENT_ID": incident.id})
+            self.handle(what_the_tree_shows(self.config, worker, incident, self._spare(), self.metrics.gpu_readers))
         w = self.config.watchdog
         if worker is not None:
             for fd in worker.fds:

@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.state.incidents import load_incidents, one_line
+from supervisor.decision.incident import one_line
+from supervisor.state.incidents import load_incidents
 from supervisor.verbs.incidents import group_by_where, render
 from tests.conftest import ROOT, read_incidents, read_state, yolo_train
 from tests.test_e2e import status_of, wait_for

@@ -12,7 +12,8 @@ import pytest
 
 from supervisor.decision.incident import Incident, Kill, Loss
 from supervisor.vocabulary import Reason
-from supervisor.state.incidents import load_incidents, one_line, stacks_path
+from supervisor.decision.incident import one_line
+from supervisor.state.incidents import load_incidents, stacks_path
 from supervisor.verbs.incidents import group_by_where
 from supervisor.host.stacks import capture_tree, find_py_spy
 

@@ -43,6 +43,7 @@ from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriche
                                         StallInspected, StateDirTaken, StopRequested, SupervisorPaused, Tick,
                                         TreeActivity, TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
+from supervisor.decision.incident import one_line
 from supervisor.decision.signatures import scan
 from supervisor.decision.state import Attempt, JobRung, Supervision
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
@@ -391,9 +392,10 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     detail = incident.detail
     if event.output_note and incident.phase == STARTUP_PHASE:
         detail += f"; {event.output_note}"
-    s.amend(incident, processes=event.processes, output_tail=event.output_tail,
-            stacks=event.stacks or incident.stacks, detail=detail, host=event.host)
-    return []
+    enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail,
+                       stacks=event.stacks or incident.stacks, detail=detail, host=event.host)
+    # Where it hung, in the journal before the kill's own lines.
+    return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 
 
 def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:

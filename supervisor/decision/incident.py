@@ -125,3 +125,14 @@ class Incident:
     def from_dict(cls, d: dict[str, Any]) -> Incident:
         """From the state file (``to_dict`` and ``recorded``); a record of an older version was written already."""
         return replace(persistence.construct(cls, d), recorded=bool(d.get("recorded", True)))
+
+
+def where_of(incident: dict[str, Any]) -> str:
+    return incident.get("where") or f"{incident.get('reason', '?')} in {incident.get('phase', '?')} (no stacks)"
+
+
+def one_line(incident: dict[str, Any]) -> str:
+    """For the journal and the dashboard's annotations: what happened, at which rung, and where it hung."""
+    head = f"{incident.get('reason', '?')} in {incident.get('phase', '?')} at rung {incident.get('rung', '?')}"
+    culprit = incident.get("culprit")
+    return f"{head}: {culprit or where_of(incident)}"

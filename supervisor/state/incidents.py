@@ -1,6 +1,6 @@
 """The incidents in the state directory: ``STATE_DIR/incidents.jsonl`` (one JSON line per incident, appended by the
 supervisor) and ``STATE_DIR/incidents/<id>/stacks.json`` (the hung tree's stacks, supervisor/host/stacks.py); each
-incident read back with its stacks, and its one-line form for the journal and the metrics' info.
+incident read back with its stacks.
 """
 
 from __future__ import annotations
@@ -50,16 +50,3 @@ def _with_stacks(state_dir: Path, incident: dict[str, Any]) -> dict[str, Any]:
     return {**incident, "where": incident.get("where") or stacks.get("where"),
             "summary": incident.get("summary") or stacks.get("summary", []),
             "culprit": incident.get("culprit") or stacks.get("culprit"), "stacks": str(path)}
-
-
-def where_of(incident: dict[str, Any]) -> str:
-    return incident.get("where") or f"{incident.get('reason', '?')} in {incident.get('phase', '?')} (no stacks)"
-
-
-def one_line(incident: dict[str, Any]) -> str:
-    """For the journal and the dashboard's annotations: what happened, at which rung, and where it hung."""
-    head = f"{incident.get('reason', '?')} in {incident.get('phase', '?')} at rung {incident.get('rung', '?')}"
-    culprit = incident.get("culprit")
-    return f"{head}: {culprit or where_of(incident)}"
-
-

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from supervisor.decision.incident import Tier
+from supervisor.decision.incident import Tier, one_line
 from supervisor.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
-from supervisor.state.incidents import one_line
 from supervisor.decision.status_view import Heartbeats, Status
 
 if TYPE_CHECKING:

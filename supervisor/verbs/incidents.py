@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor.state.incidents import LATEST_TIME, load_incidents, where_of
+from supervisor.decision.incident import where_of
+from supervisor.state.incidents import LATEST_TIME, load_incidents
 
 
 @dataclass
