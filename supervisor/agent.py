@@ -349,7 +349,7 @@ class Agent:
             heartbeats=status_view.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
             metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
             run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
-            checkpoint=str(checkpoints.weights_dir(self.state_dir.run_dir) / "last.pt")))
+            checkpoint=str(self.state_dir.last_checkpoint)))
 
     def _write_state(self, force: bool, final: bool = False) -> None:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:

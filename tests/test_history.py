@@ -6,7 +6,8 @@ import os
 import sqlite3
 
 from supervisor.state import history
-from supervisor.state.history import FILE, MAX_ROWS, SAMPLE_INTERVAL, History, thin
+from supervisor.state.history import MAX_ROWS, SAMPLE_INTERVAL, History, thin
+from supervisor.state.paths import HISTORY_FILE as FILE
 
 DAY = 86400.0
 MONTH_BOUND_BYTES = 4 * 2**20  # docs/design.md: a month of samples is about 1.9 MB (bounded here at 4 MiB)

@@ -153,6 +153,7 @@ def test_a_supervisor_killed_mid_run_and_its_history_truncated_still_give_a_repo
     try:
         wait_for(lambda: (s := status_of(state_dir)) and s["state"] == "healthy" and s["batch"], 120, "training")
         from supervisor.state import history
+        from supervisor.state.paths import StatePaths
 
         wait_for(lambda: len([r for r in history.read(state_dir)[0] if r["state"] == "healthy"]) >= 2, 120,
                  "two samples of training")
@@ -171,7 +172,7 @@ def test_a_supervisor_killed_mid_run_and_its_history_truncated_still_give_a_repo
     samples, problem = history.read(state_dir)
     assert problem is None and len(samples) >= 2
 
-    db = state_dir / history.FILE
+    db = StatePaths(state_dir).history
     with sqlite3.connect(db) as writer:  # as the next supervisor's first write does: the log into the file
         writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     with open(db, "r+b") as f:

@@ -22,11 +22,9 @@ import time
 import zipfile
 from pathlib import Path
 
+from supervisor.state.paths import weights_in
+
 KEEP_CORRUPT = 2  # moved-aside corrupt checkpoints kept per run, newest first
-
-
-def weights_dir(run_dir: Path) -> Path:
-    return run_dir / "weights"
 
 
 def verify(path: Path) -> str | None:
@@ -51,7 +49,7 @@ def verify(path: Path) -> str | None:
 def keep_verified_copy(run_dir: Path) -> str | None:
     """After a completed save: make ``last.good.pt`` a verified copy of ``last.pt``. None when done (or nothing to
     do), else one line on what is wrong; the previous ``last.good.pt`` then stays."""
-    weights = weights_dir(run_dir)
+    weights = weights_in(run_dir)
     last, good = weights / "last.pt", weights / "last.good.pt"
     if not last.exists():
         return None
@@ -67,7 +65,7 @@ def keep_verified_copy(run_dir: Path) -> str | None:
 
 def choose_resume(run_dir: Path) -> tuple[Path | None, list[str]]:
     """The checkpoint to resume from (None: start from scratch) and one-line notes on anything found wrong."""
-    weights = weights_dir(run_dir)
+    weights = weights_in(run_dir)
     last = weights / "last.pt"
     notes: list[str] = []
     if last.exists():

@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from supervisor.state.paths import StatePaths
+
 log = logging.getLogger("yolo-train")
 
-FILE = "history.db"
 SCHEMA_VERSION = 1
 SAMPLE_INTERVAL = 5.0  # seconds between samples while nothing but progress changes
 THIN = ((6 * 3600.0, 60.0), (2 * 86400.0, 300.0), (14 * 86400.0, 1800.0))  # (older than, seconds per kept sample)
@@ -43,7 +44,7 @@ class History:
     """The writer, fed by the agent with each status it writes (``record``); ``clock`` is the wall clock."""
 
     def __init__(self, state_dir: Path, clock=time.time):
-        self.path = Path(state_dir) / FILE
+        self.path = StatePaths(state_dir).history
         self.clock = clock
         self.db: sqlite3.Connection | None = None
         self.last: tuple[float, Any, Any, Any] | None = None  # time, state, phase, rung of the last sample
@@ -150,9 +151,9 @@ def _plain(value: Any) -> Any:
 def read(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
     """Every sample, oldest first, and what could not be read (None when all was): for ``yolo-train report``.
     Read-only; a file another user's supervisor writes is read as it is on disk (``immutable``) if need be."""
-    path = Path(state_dir) / FILE
+    path = StatePaths(state_dir).history
     if not path.exists():
-        return [], f"no {FILE} (a state directory of a version before the history, or no sample written yet)"
+        return [], f"no {path.name} (a state directory of a version before the history, or no sample written yet)"
     best: list[dict[str, Any]] = []
     error = "empty"
     for mode in ("ro", "ro&immutable=1"):
@@ -170,4 +171,4 @@ def read(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
             error = str(e)
             best = max(best, rows, key=len)
     shown = f"only {len(best)} samples of it could be read" if best else "none of it could be read"
-    return sorted(best, key=lambda r: r["t"]), f"{FILE} is damaged ({error}): {shown}; the timeline has gaps"
+    return sorted(best, key=lambda r: r["t"]), f"{path.name} is damaged ({error}): {shown}; the timeline has gaps"

@@ -9,23 +9,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from supervisor.host.stacks import STACKS_FILE
+from supervisor.state.paths import StatePaths
 
-INCIDENTS_FILE = "incidents.jsonl"
-INCIDENTS_DIR = "incidents"
 LATEST_TIME = 32503680000.0  # 3000-01-01: a later "time" is no wall time a clock can show
 
 
 def stacks_path(state_dir: Path, incident_id: str) -> Path:
     """Where the stacks of an incident live: the agent writes them there, this module reads them."""
-    return Path(state_dir) / INCIDENTS_DIR / incident_id / STACKS_FILE
+    return StatePaths(state_dir).stacks(incident_id)
 
 
 def load_incidents(state_dir: Path) -> list[dict[str, Any]]:
     """Every readable incident, oldest first, with ``where``, ``summary`` and ``culprit`` from its stacks file
     when the line itself lacks them. A torn line (the supervisor killed mid-write) is skipped."""
     try:
-        text = (Path(state_dir) / INCIDENTS_FILE).read_text(errors="replace")
+        text = StatePaths(state_dir).incidents.read_text(errors="replace")
     except OSError:
         return []
     incidents = []

@@ -17,10 +17,9 @@ from pathlib import Path
 
 from supervisor.decision.actions import PublishCheckpoint, PublishLadder
 from supervisor.decision.events import JobCheckpointRead, JobLadderRead
+from supervisor.state.paths import job_checkpoint_in, job_ladder_in
 from worker.durable_file import write_durably
 
-NAME = "job-ladder.json"
-CHECKPOINT_NAME = "job-checkpoint.json"
 
 
 class SharedFile:
@@ -54,7 +53,7 @@ class SharedFile:
 
 class JobLadderFile(SharedFile):
     def __init__(self, run_dir: Path, node_rank: int):
-        super().__init__(run_dir / NAME, node_rank)
+        super().__init__(job_ladder_in(run_dir), node_rank)
 
     def publish(self, decision: PublishLadder) -> None:
         self.write({"seq": decision.seq, "rung": decision.rung, "remedies": decision.remedies,
@@ -68,7 +67,7 @@ class JobLadderFile(SharedFile):
 
 class JobCheckpointFile(SharedFile):
     def __init__(self, run_dir: Path, node_rank: int):
-        super().__init__(run_dir / CHECKPOINT_NAME, node_rank)
+        super().__init__(job_checkpoint_in(run_dir), node_rank)
 
     def publish(self, mark: PublishCheckpoint) -> None:
         self.write({"path": mark.path, "epoch": mark.epoch, "batch": mark.batch, "seconds": mark.seconds,

@@ -1,12 +1,6 @@
 """The state directory: what one training leaves on disk, and the lock that makes it one supervisor's.
 
-    STATE_DIR/supervisor.lock       flock held while a supervisor runs; holds its pid
-    STATE_DIR/supervisor.json       the state file (state_file.py): restarts, rung, incidents, live status
-    STATE_DIR/supervisor.reserve    space kept for the last state write: on a full disk, how the run ended still lands
-    STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
-    STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
-    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
-    STATE_DIR/train/                Ultralytics' save_dir: weights/last.pt, results.csv
+Its paths are named in paths.py (``StatePaths``), which ``StateDir`` is.
 
 A lock file inside the directory dies with the directory: delete STATE_DIR mid-run and a second supervisor
 would find no lock and train beside the first, both writing last.pt. So the lock is also an abstract Unix
@@ -31,12 +25,10 @@ from typing import Any, Callable
 from supervisor.config import ConfigError
 from supervisor.decision import persistence
 from supervisor.state import state_file
+from supervisor.state.paths import LOCK_FILE, StatePaths
 
 log = logging.getLogger("yolo-train")
 
-OLD_LAUNCH_RECORD = "worker-settings.json"  # the launch record's name in earlier versions
-LOCK_FILE = "supervisor.lock"
-RESERVE_FILE = "supervisor.reserve"
 RESERVE_BYTES = 1 << 20  # several state files' worth: the last write on a full disk frees it first
 
 
@@ -51,40 +43,22 @@ def lock_address(path: Path) -> bytes:
     return b"\0yolo-train-state-dir:" + digest.encode()
 
 
-class StateDir:
+class StateDir(StatePaths):
+    """The state directory of the running supervisor: its lock, its state file's writes, its incidents' lines."""
+
     def __init__(self, path: Path, config_source: str, run_dir: Path | None = None):
-        self.path = path
-        self._run_dir = run_dir  # [distributed] run_dir: on storage the hosts share
+        super().__init__(path, run_dir)  # run_dir: [distributed] run_dir, on storage the hosts share
         self.config_source = config_source
         self._lock_fd: int | None = None
         self._lock_socket: socket.socket | None = None
         self._write_failed = False
         self.taken: str | None = None  # why the directory is no longer this supervisor's: nothing is written to it
 
-    @property
-    def run_dir(self) -> Path:
-        return self._run_dir or self.path / "train"  # Ultralytics' save_dir: weights/last.pt lives here
-
-    @property
-    def launch_record(self) -> Path:
-        return self.path / "launch-record.json"
-
     def write_launch_record(self, text: str) -> None:
         """The current attempt's launch record. The name it had before (worker-settings.json) is removed where an
         earlier version left one: nothing reads it, and an older attempt's settings would mislead a reader."""
         self.launch_record.write_text(text)
-        (self.path / OLD_LAUNCH_RECORD).unlink(missing_ok=True)
-
-    @property
-    def incidents(self) -> Path:
-        return self.path / "incidents.jsonl"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.path / LOCK_FILE
-
-    def fault_flag(self, attempt: int) -> Path:
-        return self.path / f"attempt-{attempt}.fault"
+        self.old_launch_record.unlink(missing_ok=True)
 
     def lock(self) -> None:
         """Take the directory for this supervisor, or say in one line who has it (ConfigError)."""
@@ -105,7 +79,7 @@ class StateDir:
 
     def _keep_reserve(self) -> None:
         """Set space aside for the final state write; none on a disk already full (said by the writes that fail)."""
-        reserve = self.path / RESERVE_FILE
+        reserve = self.reserve
         try:
             fd = os.open(reserve, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
@@ -184,11 +158,11 @@ class StateDir:
                 try:
                     restore(record)
                 except persistence.Unreadable as e:
-                    raise state_file.CorruptStateFile(f"{state_file.path_in(self.path)}: corrupt state file: "
+                    raise state_file.CorruptStateFile(f"{self.state_file}: corrupt state file: "
                                                       f"{e}") from None
             return record
         except state_file.CorruptStateFile as e:
-            target = state_file.path_in(self.path)
+            target = self.state_file
             aside = target.with_name(f"{target.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
             try:
                 os.replace(target, aside)
@@ -211,7 +185,7 @@ class StateDir:
             try:
                 state_file.write(self.path, record)
             except OSError as e:
-                reserve = self.path / RESERVE_FILE
+                reserve = self.reserve
                 if not (final and e.errno in (errno.ENOSPC, errno.EDQUOT) and reserve.exists()):
                     raise
                 reserve.unlink()
@@ -222,7 +196,7 @@ class StateDir:
         except (OSError, ConfigError) as e:
             if not self._write_failed:
                 why = e.strerror if isinstance(e, OSError) else str(e)
-                log.error(f"{state_file.path_in(self.path)}: cannot write state ({why}); free disk space in "
+                log.error(f"{self.state_file}: cannot write state ({why}); free disk space in "
                           f"{self.path}")
             self._write_failed = True
 

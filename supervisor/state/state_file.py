@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from supervisor.state.paths import StatePaths
 from worker.durable_file import write_durably
 
-STATE_FILE = "supervisor.json"
 VERSION = 1
 
 
@@ -26,7 +26,7 @@ class CorruptStateFile(StateFileError):
 
 
 def path_in(state_dir: Path) -> Path:
-    return state_dir / STATE_FILE
+    return StatePaths(state_dir).state_file
 
 
 def write(state_dir: Path, record: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from supervisor.config import Config
 from supervisor.state import history, state_file
 from supervisor.verbs import report_plot
 from supervisor.state.incidents import load_incidents
+from supervisor.state.paths import StatePaths
 from supervisor.verbs.report_html import is_number, render
 from supervisor.verbs.status import gather
 
@@ -145,10 +146,10 @@ def gather_night(config: Config) -> Night:
     last = status.get("last_incident")
     if isinstance(last, dict) and last.get("id") not in {i.get("id") for i in incidents}:
         incidents.append({**last, "pending": True})  # not complete yet: written once training goes on
-    run_dir = config.distributed.run_dir or state_dir / "train"
-    epochs = read_results(run_dir / "results.csv")
+    results = StatePaths(state_dir, config.distributed.run_dir).results
+    epochs = read_results(results)
     if not epochs:
-        missing.append(f"no per-epoch metrics yet ({run_dir / 'results.csv'} is missing or empty)")
+        missing.append(f"no per-epoch metrics yet ({results} is missing or empty)")
     return Night(config.name, state_dir, status, samples, incidents, epochs, config.deadline_at,
                  record.get("run_seconds"), missing)
 
