@@ -64,6 +64,7 @@ class MessageKind(str, Enum):
     CHECKPOINT = "checkpoint"  # a checkpoint was written completely (atomically) at a position
     LOADER = "loader"  # a training or validation loader started its worker processes (``pids``, ``seconds``)
     STEP = "step"  # before the first batch: entered a startup step (``step``), or progressed in it (``done``)
+    WAIT = "wait"  # the witness: where the main thread waits while it makes no progress (a ``WaitReport``)
 
 
 class StartupStep(str, Enum):
@@ -288,6 +289,50 @@ class InForce:
                    versions=_dict(m.get("versions")))
 
 
+class WaitKind(str, Enum):
+    """Where the training process's main thread waits, as its witness reads it from the process's own frames and
+    the objects on them (worker/witness.py). The supervisor judges a stall by it (supervisor/decision/witness.py)."""
+    LOADER = "loader"  # for a batch from one DataLoader worker process (``worker_pid``, ``worker``, ``batch_index``)
+    COLLECTIVE = "collective"  # in a torch.distributed collective or its work's wait (``function``)
+    DEVICE = "device"  # for the device: a synchronisation, a copy to the host, work queued on a stream not done
+    LOCK = "lock"  # on a lock, a condition, an event or a queue of its own process
+    IO = "io"  # on a socket, a pipe, a file, a subprocess: something outside its own processes
+    SLEEP = "sleep"  # in time.sleep: a wait it chose
+    ELSEWHERE = "elsewhere"  # none of these (a native call, a loop in Python): ``where`` says where
+
+
+@dataclass(frozen=True)
+class WaitReport:
+    """What the witness says, about twice a second while the main thread makes no progress."""
+
+    kind: WaitKind
+    where: str  # "file:line in function" of the innermost frame of the main thread
+    stalled: float  # seconds since the main thread last made progress, by the witness's clock
+    function: str | None = None  # the waiting call: "all_reduce", "synchronize", "_try_get_data", "recv_into"...
+    loader: str | None = None  # LOADER: "train" or "val", where the worker knows it
+    worker: int | None = None  # LOADER: the DataLoader worker's index K
+    worker_pid: int | None = None  # LOADER: its process
+    batch_index: int | None = None  # LOADER: the index of the batch awaited (the iterator's ``_rcvd_idx``)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_wire(cls, m: Any) -> "WaitReport | None":
+        if not isinstance(m, dict):
+            return None
+        try:
+            kind = WaitKind(m.get("kind"))
+        except ValueError:
+            return None
+        where, stalled = _str(m.get("where")), _float(m.get("stalled"))
+        if where is None or stalled is None:
+            return None
+        return cls(kind=kind, where=where[:300], stalled=stalled, function=_str(m.get("function")),
+                   loader=_str(m.get("loader")), worker=_int(m.get("worker")), worker_pid=_int(m.get("worker_pid")),
+                   batch_index=_int(m.get("batch_index")))
+
+
 @dataclass(frozen=True)
 class HeartbeatMessage:
     """One heartbeat as the supervisor reads it; every field but the first four is optional."""
@@ -316,6 +361,7 @@ class HeartbeatMessage:
     step: StartupStep | None = None  # kind STEP: the startup step entered or progressing
     done: int | None = None  # kind STEP: items of the step's current pass done (labels scanned, images cached) ...
     total: int | None = None  # ... of how many
+    wait: WaitReport | None = None  # kind WAIT: where the main thread waits
 
     @classmethod
     def from_wire(cls, m: dict[str, Any]) -> "HeartbeatMessage | None":
@@ -343,10 +389,14 @@ class HeartbeatMessage:
             step = None
         if kind == MessageKind.STEP and step is None:
             return None
+        wait = WaitReport.from_wire(m.get("wait")) if kind == MessageKind.WAIT else None
+        if kind == MessageKind.WAIT and wait is None:
+            return None
         return cls(pid=pid, kind=kind, phase=phase, progress=progress, epoch=_int(m.get("epoch")),
                    epochs=_int(m.get("epochs")), batch=_int(m.get("batch")), batches=_int(m.get("batches")),
                    samples=_int(m.get("samples")), losses=losses, lr=lr,
                    in_force=in_force, error=error, path=m.get("path") if isinstance(m.get("path"), str) else None,
                    seconds=seconds, dropped=_int(m.get("dropped")), rank=_int(m.get("rank")),
                    sent=_float(m.get("sent")), local_rank=_int(m.get("local_rank")), pids=pids,
-                   loader=_str(m.get("loader")), step=step, done=_int(m.get("done")), total=_int(m.get("total")))
+                   loader=_str(m.get("loader")), step=step, done=_int(m.get("done")), total=_int(m.get("total")),
+                   wait=wait)

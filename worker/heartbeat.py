@@ -18,7 +18,8 @@ Every message has:
   the worker entered the startup step ``step``, one of ``contract.StartupStep``, or progressed in it: ``done`` of
   ``total`` items, labels scanned or images cached; a step message is not progress, its step's clock is),
   ``"loader"`` (a loader's worker processes ``pids`` gave their first batch ``seconds`` after its iterator was
-  made; ``loader``: train or val).
+  made; ``loader``: train or val), ``"wait"`` (the witness, worker/witness.py: while the main thread makes no
+  progress, about twice a second, where it waits: ``wait``, a ``contract.WaitReport``; never progress).
 - ``progress``: a counter of completed work that never decreases within one process. The supervisor
   counts a message as progress only if this counter grew: a beat without progress is not progress,
   so a keep-alive thread cannot mask a hung loop.
@@ -55,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitReport
 
 PROTOCOL_VERSION = 1
 ENV_FD = "YOLO_TRAIN_HEARTBEAT_FD"
@@ -156,6 +157,10 @@ class Heartbeat:
         a loader takes to start."""
         fields = {"loader": loader, "pids": pids, **({} if seconds is None else {"seconds": round(seconds, 4)})}
         return self._send("loader", fields)
+
+    def wait(self, report: WaitReport) -> bool:
+        """Where the main thread waits (the witness's report; the progress counter is the main thread's, unchanged)."""
+        return self._send("wait", {"wait": report.to_wire()})
 
     def _send(self, kind: str, fields: dict[str, Any]) -> bool:
         if self.fd is None:
