@@ -1,0 +1,73 @@
+"""The witness's word: where the training process's main thread waits while it makes no progress (worker/witness.py
+reads it from the process's own frames and sends a ``WaitReport`` about twice a second), and what the watchdog and
+the tiers make of it. Pure.
+
+The witness is judged first; the tree's activity and the stacks come after it:
+
+- a batch awaited from a loader worker this attempt reported: that worker's hang whatever its state (blocked,
+  spinning, stopped): its stall is bounded as an idle tree's (``idle_floor``) and the in-place tier replaces that
+  worker without reading the stacks;
+- a device wait in training or validation (not before the first batch: a first step, a cuDNN or MIOpen search keep
+  their own bound): bounded as an idle tree's too, over the phase's own intervals, whether the host spins or
+  sleeps; the restart, since no loader is to blame;
+- a wait on something outside the worker's processes (a socket, a file, a subprocess) or a sleep it chose: the
+  phase's own bound, never the idle floor, whatever the tree does;
+- a lock, a collective, anything else: the tree's activity decides the floor, as without a witness; the restart;
+- no word in this stall (a plain script, a native call that holds the GIL, a stopped process): as without a witness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from supervisor.vocabulary import State
+from worker.contract import WaitKind, WaitReport
+
+OUTSIDE = frozenset({WaitKind.IO, WaitKind.SLEEP})  # waits on the world, or chosen: never an idle tree's bound
+
+
+@dataclass(frozen=True)
+class WaitSeen:
+    """A report as the supervisor received it: from which rank (None outside DDP), and when (monotonic)."""
+    report: WaitReport
+    at: float
+    rank: int | None = None
+
+
+def said(seen: WaitSeen | None, stall_since: float | None) -> WaitReport | None:
+    """What the witness said in this stall; None: nothing since the stall began (progress forgets it)."""
+    if seen is None or stall_since is None or seen.at < stall_since:
+        return None
+    return seen.report
+
+
+def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | None, str]]) -> int | None:
+    """The loader worker process the main thread waits for, where this attempt reported it; None otherwise."""
+    if report is None or report.kind != WaitKind.LOADER or report.worker_pid not in loaders:
+        return None
+    return report.worker_pid
+
+
+def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: float | None, state: State,
+               culprit: int | None) -> float | None:
+    """From when the stall counts as an idle tree's for the idle floor (None: never in this stall)."""
+    if report is None:
+        return tree_idle_since
+    if report.kind in OUTSIDE:
+        return None
+    if culprit is not None or report.kind == WaitKind.DEVICE and state == State.HEALTHY:
+        return stall_since
+    return tree_idle_since
+
+
+def describe(report: WaitReport) -> str:
+    """One phrase for logs, status and incidents: "waits for a batch from loader worker 3 (pid 1234, batch 57)"."""
+    if report.kind == WaitKind.LOADER:
+        which = f"{report.loader} " if report.loader else ""
+        return (f"waits for a batch from {which}loader worker {report.worker} (pid {report.worker_pid}, batch "
+                f"{report.batch_index}) at {report.where}")
+    what = {WaitKind.COLLECTIVE: "in a collective", WaitKind.DEVICE: "for the device", WaitKind.LOCK: "on a lock",
+            WaitKind.IO: "on I/O outside its processes", WaitKind.SLEEP: "in a sleep",
+            WaitKind.ELSEWHERE: "in no known wait"}[report.kind]
+    call = f" ({report.function})" if report.function else ""
+    return f"waits {what}{call} at {report.where}"
