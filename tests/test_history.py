@@ -10,8 +10,8 @@ from supervisor.state.history import MAX_ROWS, SAMPLE_INTERVAL, History, thin
 from supervisor.state.paths import HISTORY_FILE as FILE
 
 DAY = 86400.0
-MONTH_BOUND_BYTES = 4 * 2**20  # docs/design.md: a month of samples is about 1.9 MB (bounded here at 4 MiB)
-MAX_BYTES = 12 * 2**20  # docs/design.md: no history grows past 12 MiB
+MONTH_BOUND_BYTES = 4 * 2**20  # bench/RESULTS.md: a month of samples is about 1.9 MB (bounded here at 4 MiB)
+MAX_BYTES = 12 * 2**20  # docs/design.md (state/): no history grows past 12 MiB
 STATUS = {"state": "healthy", "phase": "train", "rung": 0, "rung_label": "as configured", "attempt": 1, "epoch": 3,
           "epochs": 300, "batch": 120, "batches": 3665, "progress": 0.0081, "it_s": 15.1, "samples_s": 483.2,
           "eta_seconds": 71234.5, "goodput": 0.93, "trained_seconds": 7012.3, "lost_seconds": 12.1, "restarts": 2,

@@ -8,7 +8,7 @@ goes on without history until a write succeeds again (tried every RETRY seconds)
 A sample is taken at most every SAMPLE_INTERVAL seconds, and at once when the state, phase or rung changes. Older
 samples are thinned (THIN): past 6 hours one a minute is kept, past 2 days one per 5 minutes, past 2 weeks one per
 half hour, and never more than MAX_ROWS rows in all (the oldest go): a month is about 11 000 rows, under 4 MiB, and
-no run's history exceeds 12 MiB (docs/design.md: "History and the report").
+no run's history exceeds 12 MiB (docs/design.md: "state/").
 """
 
 from __future__ import annotations
