@@ -12,9 +12,9 @@ amends the same incident. Every tier answers the same questions::
     escalate(s, r, now, why)     what it leaves behind when it gives up (its log line); the walk goes on
 
 A tier under way keeps one ``state.Recovery`` in the attempt (``Attempt.recovery``): the hang's one incident,
-where it sat, and the clock of its action. A new tier is its module here, its events and actions, the shell's part of its
-actions and the worker's side; the core, the watchdog, the status and the metrics take it from ``recovery.TIERS``
-and ``incident.Tier``.
+where it sat, and the clock of its action. A new tier is its module here, its events and actions, the shell's part
+of its actions and the worker's side; the core, the watchdog, the status and the metrics take it from
+``recovery.TIERS`` and ``incident.Tier``.
 """
 
 from __future__ import annotations
