@@ -5,8 +5,8 @@ wake-up pipe) and on the watchdog's next deadline; it never polls with sleeps an
 Everything it decides, it asks ``core.decide``. What it reads and what it carries out are modules of their own,
 which the agent owns and wires to the core: the worker's spawn (``worker_spawn``), the standby worker, the read
 throttle on the worker's pipes, whether its tree does anything (``tree_activity``), what a killed tree shows
-(``incident_evidence``), the kernel sources, the signals; the state directory, the metrics endpoint and where the
-status goes (``status_writer``).
+(``incident_evidence``), the in-place recovery tier's actions (``attempt.in_place``), the kernel sources, the
+signals; the state directory, the metrics endpoint and where the status goes (``status_writer``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from supervisor.state.state_dir import StateDir
 from supervisor.telemetry.status_writer import StatusWriter
 from supervisor.telemetry.systemd_notify import Notifier
 from supervisor.host import process_tree
-from supervisor.attempt.incident_evidence import inspect_stall, what_the_tree_shows
+from supervisor.attempt import in_place
+from supervisor.attempt.incident_evidence import what_the_tree_shows
 from supervisor.kernel.reader import KernelLogSource
 from supervisor.kernel.sources import KernelSources
 from supervisor.attempt.read_throttle import ReadThrottle
@@ -45,7 +46,7 @@ from supervisor.attempt.tree_activity import ActivitySampler
 from supervisor.host.torch_build import ladder_for
 from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.attempt.worker_spawn import WorkerSpawner
-from worker.contract import Command, CommandKind, split_rung
+from worker.contract import split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -177,11 +178,9 @@ class Agent:
             self.standby.prepare(self.spawner.env(split_rung(action.rung_settings)))
         elif isinstance(action, core.KillTree):
             self._kill(action.incident)
-        elif isinstance(action, core.InspectStall):
-            self.handle(inspect_stall(self.config, self.worker, action.incident, action.loader_pids,
-                                      self._spare(), self.metrics.gpu_readers))
-        elif isinstance(action, core.ReplaceLoaderWorkers):
-            self._replace_loader_workers(action)
+        elif isinstance(action, in_place.ACTIONS):  # a recovery tier's own actions, carried out by its shell module
+            self.handle(in_place.carry_out(action, self.config, self.worker, self._spare(), self.metrics.gpu_readers,
+                                           self.systemd.keepalive))
         elif isinstance(action, core.RecordIncident):
             self.state_dir.append_incident(action.incident.to_dict())
         elif isinstance(action, core.RequestCheckpoint):
@@ -313,14 +312,6 @@ class Agent:
                      extra={"INCIDENT_ID": incident.id, "RUNG": incident.rung, "EPOCH": incident.epoch,
                             "BATCH": incident.batch})
         self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, time.time()))
-
-    def _replace_loader_workers(self, action: core.ReplaceLoaderWorkers) -> None:
-        """The in-place tier's action: the command first (the worker must know the deaths are ours), then SIGKILL."""
-        started = time.monotonic()
-        sent = self.worker.send(Command(CommandKind.REPLACE_LOADER_WORKERS, action.rank, action.pids))
-        survivors = process_tree.kill_processes(action.pids, self.config.watchdog.kill_timeout,
-                                                keepalive=self.systemd.keepalive) if sent else []
-        self.handle(core.LoaderWorkersKilled(action.pids, tuple(survivors), time.monotonic() - started, sent))
 
     def _spare(self) -> tuple[int, ...]:
         """Children of the supervisor a kill of the worker's tree leaves alone: the standby, the notify commands."""

@@ -7,14 +7,17 @@ import subprocess
 import sys
 import threading
 import time
+from enum import Enum
 from functools import partial
 from pathlib import Path
 
 import psutil
 import pytest
 
-from supervisor.decision import choices, core
-from supervisor.decision.incident import Stacks
+from supervisor.decision import choices, core, in_place, recovery, restart, status_view
+from supervisor.decision.incident import Stacks, Tier
+from supervisor.decision.tier import Escalate
+from supervisor.telemetry import metric_table
 from tests.conftest import ROOT, demo_train, read_incidents, read_state
 from tests.test_core import PID, Driver, kinds, make
 from worker.exact_resume import EpochOrderSampler
@@ -130,6 +133,87 @@ def test_no_loader_reported_means_no_in_place_tier():
     d.beat("train", kind="phase")
     d.train_until(1010, 0.5)
     assert kinds(d.at(d.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
+
+
+class Declines:
+    """A tier ahead of the in-place one for the walk's tests: it applies (or not) and declines at once."""
+    events: tuple = ()
+
+    def __init__(self, calls: list, applies: bool):
+        self.name, self.calls, self.applicable = Tier.IN_PLACE, calls, applies
+
+    def applies(self, s, phase):
+        self.calls.append(("applies", self.applicable))
+        return self.applicable
+
+    def begin(self, s, now, verdict):
+        self.calls.append(("begin", verdict.phase))
+        return Escalate("not this one's hang")
+
+
+def test_the_tiers_are_walked_cheapest_first_and_an_escalation_goes_on_from_the_tier_under_way(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(recovery, "TIERS", (Declines(calls, False), Declines(calls, True), in_place.TIER,
+                                            restart.TIER))
+    d = loading()
+    inspect = stall(d)  # the first does not apply, the second declines: the in-place tier takes the hang
+    assert calls == [("applies", False), ("applies", True), ("begin", "train")]
+    assert inspect.incident.escalation == "not this one's hang" and d.s.current.recovery.tier is in_place.TIER
+    actions = d(core.StallInspected(inspect.incident.id, False, (), "no loader worker process is stuck", None, STACKS))
+    assert calls == [("applies", False), ("applies", True), ("begin", "train")]  # the walk went on, not over again
+    incident = escalated(d, actions, "no loader worker")
+    assert incident["tiers"] == ["in_place", "restart"]
+
+
+def test_an_escalation_amends_the_hangs_one_incident():
+    """One hang, one incident: the restart amends what the in-place tier opened (its id, its verdict's time and
+    stall, its stacks), adds what the stop knows, and records the way it went; it is written once, when complete."""
+    d = loading()
+    inspect = stall(d)
+    opened = inspect.incident
+    d.at(d.t + 0.3)(core.StallInspected(opened.id, True, (5001,), "waits", None, STACKS))
+    actions = d.at(d.t + 0.2)(core.LoaderWorkersKilled((5001,), (), 0.1))
+    assert "RecordIncident" not in kinds(actions)
+    actions = d.at(d.t + 10.01)(core.Tick())  # no batch within the bound: the restart takes the same incident
+    assert "RecordIncident" not in kinds(actions)  # still open: the kill and the next first batch are to come
+    [incident] = d.s.incidents
+    assert [a.incident for a in actions if isinstance(a, core.KillTree)] == [incident]
+    assert (incident.id, incident.time, incident.seconds_since_progress) == \
+        (opened.id, opened.time, opened.seconds_since_progress)
+    assert incident.stacks == STACKS and incident.loss is not None and incident.tier == Tier.RESTART
+    assert incident.tiers == (Tier.IN_PLACE, Tier.RESTART) and "no batch within 10 s" in incident.escalation
+    d(core.TreeKilled(killed=3))
+    d.progress = 0
+    d.at(d.t + 1)(core.Spawned(PID, None))
+    d.beat("train", kind="phase")
+    written = [a.incident for a in d.at(d.t + 2).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
+               if isinstance(a, core.RecordIncident)]
+    assert [i.id for i in written] == [opened.id] and written[0].restart_seconds > 10
+    assert d.s.recoveries == {"restart": 1}
+    plain = Driver(make())  # a hang no cheaper tier takes: the restart alone, on the record too
+    plain.boot_and_spawn()
+    plain.beat("train", kind="phase")
+    plain.train_until(1010, 0.5)
+    plain.at(plain.t + 10.01)(core.Tick())
+    record = plain.s.incidents[-1].to_dict()
+    assert record["tiers"] == ["restart"] and "escalation" not in record
+
+
+def test_recoveries_are_keyed_by_every_tier_of_the_enum_not_a_hard_coded_pair(monkeypatch):
+    """status --json's recoveries and the metric's series follow incident.Tier: a tier added there is counted, at 0
+    before its first, with no field to add."""
+    more = Enum("Tier", {"IN_PLACE": "in_place", "RESTART": "restart", "RELOAD": "reload"}, type=str)
+    monkeypatch.setattr(status_view, "Tier", more)
+    d = loading()
+    d.s.recoveries = {"restart": 1, "reload": 2}
+    status = status_view.snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
+    assert status.to_dict()["recoveries"] == {"in_place": 0, "restart": 1, "reload": 2}
+    assert status_view.Status.from_dict(status.to_dict()).recoveries == status.recoveries
+    [row] = [row for row in metric_table.METRICS if row.name == "yolo_train_recoveries"]
+    assert dict(row.read(metric_table.Scrape(status, 1_700_000_000 + d.t))) == \
+        {("in_place",): 0, ("restart",): 1, ("reload",): 2}
+    monkeypatch.undo()
+    assert list(status_view.Status().to_dict()["recoveries"]) == [tier.value for tier in Tier]
 
 
 def expected_order(fed: list[tuple[int, int, str]], disturbed: int, undisturbed: int) -> list[str]:

@@ -1,8 +1,8 @@
 """Floor 5, one attempt's worker: its spawn and launch record (``worker_spawn``), the running process and its pipes
 (``worker_process``, ``read_throttle``), a command's output read as progress (``worker_command``,
 ``progress_lines``), the standby that holds the next attempt's imports ready, the rendezvous of several hosts, whether
-the tree does anything (``tree_activity``) and what it shows before a kill (``incident_evidence``). Each turns what it
-reads into the core's typed events.
+the tree does anything (``tree_activity``), what it shows before a kill (``incident_evidence``) and the in-place
+recovery tier's actions (``in_place``). Each turns what it reads into the core's typed events.
 May import: the floors below (ground, configuration, ``decision``, ``host``, ``state``); not ``kernel`` or
 ``telemetry`` beside it.
 """

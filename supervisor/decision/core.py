@@ -22,7 +22,8 @@ counts against the restart budget; a worker that survives SIGKILL ends the super
 
 This module dispatches each event and judges the verdicts of the clock and of an exit; the rest is by concern:
 events.py and actions.py (what comes in and goes out), state.py (the records, and what persists), heartbeats.py
-(a heartbeat, step by step), kernel.py (kernel messages), stopping.py (the one way into STOPPING, and the end of
+(a heartbeat, step by step), kernel.py (kernel messages), recovery.py (a hang's recovery tiers, walked cheapest
+first: tier.py says what a tier is), stopping.py (the one way into STOPPING, and the end of
 the run), restart.py (what follows a stop), probe.py (probing back down the ladder), goodput.py (work kept and
 lost). The shell reads events, actions and records through this module alone.
 """
@@ -34,7 +35,7 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, in_place, kernel, restart, stopping, watchdog
+from supervisor.decision import heartbeats, kernel, recovery, restart, stopping, watchdog
 from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
                                          PublishCheckpoint, PublishLadder, RecordIncident, ReplaceLoaderWorkers,
                                          RequestCheckpoint, Spawn)
@@ -119,10 +120,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return heartbeats.job_checkpoint(s, event, now)
     if isinstance(event, TreeActivity):
         return _tree_activity(s, event)
-    if isinstance(event, StallInspected):
-        return in_place.inspected(s, event, now)
-    if isinstance(event, LoaderWorkersKilled):
-        return in_place.killed(s, event, now)
+    if isinstance(event, recovery.EVENTS):  # a recovery tier's own (StallInspected, LoaderWorkersKilled)
+        return recovery.on_event(s, event, now)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -183,9 +182,8 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
                 *stopping.save_failed(s, f"asked to save, the worker {why}", Reason.HANG)]
     a = s.current
-    if due.kind == DeadlineKind.IN_PLACE:
-        return in_place.escalate(s, now, f"no batch within {a.in_place.bound:.0f} s after the loader workers were "
-                                         f"replaced")
+    if due.kind == DeadlineKind.RECOVERY:
+        return recovery.overdue(s, now)
     phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         return kernel.unconfirmed(s, now, phase)
@@ -203,9 +201,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         seen, change = remedy
         return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}", remedy=change,
                               detail=f"{detail} after {seen.name}: {seen.advice}")
-    if in_place.applies(s, phase):  # the cheaper tier first: its stacks say whether it can serve
-        return in_place.begin(s, now, phase, detail)
-    return stopping.begin(s, now, Reason.HANG, phase, detail=detail, climb=True, failure=f"hang:{phase}")
+    return recovery.hang(s, now, phase, detail)  # the cheapest tier that applies first, the restart last
 
 
 def _remedy(s: Supervision, reason: Reason, phase: str, ending: SignatureSeen | None = None
@@ -243,8 +239,8 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if code == 0 and (a.progress.phase == Phase.DONE.value or a.exit_0_finishes):
         return stopping.trained_to_the_end(s)
     how = describe_exit(code)
-    if a.in_place is not None:  # the hang's incident is open: the exit ends its in-place tier
-        return in_place.escalate(s, now, f"the worker {how} during the in-place recovery"
+    if a.recovery is not None:  # the hang's incident is open: the exit ends its tier, the next takes it
+        return recovery.escalate(s, now, f"the worker {how} during the {a.recovery.tier.name.label} recovery"
                                          + (f": {a.last_error}" if a.last_error else ""))
     if code == EXIT_CONFIG:  # the worker's own verdict: restarting cannot help (a checkpoint of another training)
         return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure="worker:config",
@@ -340,10 +336,8 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
     a.idle_since = None  # the tree's idleness over the pause is unknown: the sampler starts again
     if a.suspicion is not None:
         a.suspicion.since += gap
-    if a.in_place is not None:
-        a.in_place.verdict_at += gap
-        if a.in_place.acted_at is not None:
-            a.in_place.acted_at += gap
+    if a.recovery is not None:
+        a.recovery.shift(gap)
     if s.backoff_until is not None:
         s.backoff_until += gap
     if s.stop is not None and s.stop.save_until is not None:

@@ -21,7 +21,7 @@ import math
 from collections import deque
 from typing import Any
 
-from supervisor.decision import goodput, in_place, kernel, probe, standby, stopping, watchdog
+from supervisor.decision import goodput, in_place, kernel, probe, recovery, standby, stopping, watchdog
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
@@ -42,7 +42,7 @@ def received(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bo
         return []  # a beat without progress is not progress
     _time_gap(s, m, now)
     _progressed(s, m, now)
-    actions = kernel.progress_seen(s) + in_place.progressed(s, m, now)
+    actions = kernel.progress_seen(s) + recovery.on_event(s, m, now)  # a tier's proof: the next batch
     if not (m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN):
         return actions
     diverged = _diverged(s, now)
@@ -190,9 +190,9 @@ def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
             else:
                 s.epoch_end_seen = max(s.epoch_end_seen or 0.0, a.save_gap)
             a.save_gap, a.save_mid_epoch = 0.0, False
-    elif m.kind == MessageKind.BEAT and gap is not None and s.state == State.HEALTHY and a.in_place is None:
+    elif m.kind == MessageKind.BEAT and gap is not None and s.state == State.HEALTHY and a.recovery is None:
         # (the first batch of an attempt is startup: CUDA's warm-up and the loader's start are no batch interval; nor
-        # is the gap an in-place recovery closes, whose stall would make every later timeout ten times longer)
+        # is the gap a recovery tier closes, whose stall would make every later timeout ten times longer)
         window = a.intervals.setdefault(m.phase.value, deque(maxlen=s.config.watchdog.auto_window))
         window.append(gap)
 

@@ -42,6 +42,11 @@ class Tier(str, Enum):
     IN_PLACE = "in_place"  # only the hung DataLoader worker processes were replaced; the training process went on
     RESTART = "restart"  # the tree was killed and a new worker resumed from the newest checkpoint
 
+    @property
+    def label(self) -> str:
+        """For people: "in-place", "restart"."""
+        return self.value.replace("_", "-")
+
 
 @dataclass(frozen=True)
 class InPlaceCost:
@@ -108,10 +113,11 @@ class Incident:
     settings: dict[str, Any] | None = kept(default=None, with_field="kill")  # what the worker reported in force
     kill: Kill | None = kept(default=None, omitted=True)
     restart_seconds: float | None = kept(default=None, omitted=True)  # from the verdict to the next first batch
-    # -- the recovery tier (in_place.py); None: no recovery (a stop, a probe) --
-    tier: Tier | None = kept(default=None, omitted=True)
+    # -- the recovery tiers (tier.py, recovery.py); None, (): no recovery (a stop, a probe) --
+    tier: Tier | None = kept(default=None, omitted=True)  # the last tier it went to: the one that recovered it
+    tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order
     cost: InPlaceCost | None = kept(default=None, omitted=True, key="in_place")  # tier in_place
-    escalation: str | None = kept(default=None, omitted=True)  # why the in-place tier was not taken, or failed
+    escalation: str | None = kept(default=None, omitted=True)  # why a cheaper tier was not taken, or failed
     recorded: bool = False  # written to incidents.jsonl (kept in the state file only, beside to_dict's keys)
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,9 +16,37 @@ from supervisor.decision.actions import Exit, Log, Spawn
 from supervisor.decision.events import Now, TreeKilled
 from supervisor.decision.incident import Kill, Tier
 from supervisor.decision.rung_choice import Choice
-from supervisor.decision.state import StopPlan, Supervision
+from supervisor.decision.state import Recovery, StopPlan, Supervision
+from supervisor.decision.tier import Escalate, Verdict, recovered
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+
+
+class RestartTier:
+    """The last recovery tier (tier.RecoveryTier): the tree is killed and a new worker resumes from the newest
+    checkpoint, at the rung the hang's record says. It always applies; what follows the kill is ``tree_killed``'s,
+    and the restart budget, not a further tier, bounds it."""
+    name = Tier.RESTART
+    events: tuple[type, ...] = ()
+
+    def applies(self, s: Supervision, phase: str) -> bool:
+        return True
+
+    def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any]:
+        return stopping.begin(s, now, Reason.HANG, verdict.phase, detail=verdict.detail, climb=True,
+                              failure=f"hang:{verdict.phase}", escalation=verdict.why, incident=verdict.incident)
+
+    def on_event(self, s: Supervision, r: Recovery, event: Any, now: Now) -> list[Any] | Escalate:
+        return []
+
+    def deadline(self, r: Recovery) -> tuple[float, str] | None:
+        return None  # the stop's own (watchdog.deadline: the kill, a save)
+
+    def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
+        return []
+
+
+TIER = RestartTier()
 
 
 def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
@@ -59,7 +87,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     s.restarts_by_reason[plan.reason.value] = s.restarts_by_reason.get(plan.reason.value, 0) + 1
     if plan.reason == Reason.PROBE:  # planned, saved first: no budget, no backoff
         return [probe.enter(s), spawn(s)]
-    s.recoveries[Tier.RESTART.value] = s.recoveries.get(Tier.RESTART.value, 0) + 1
+    recovered(s, Tier.RESTART)
     actions: list[Any] = []
     if plan.point is not None:
         s.rung_record(s.rung).hangs += 1

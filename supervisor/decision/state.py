@@ -78,17 +78,23 @@ class JobRung:
 
 
 @dataclass
-class InPlace:
-    """An in-place recovery under way (in_place.py): from the verdict to the next batch."""
-    incident: Incident
+class Recovery:
+    """A recovery under way, from the verdict to its proof (the next batch, for the in-place tier)."""
+    tier: Any  # the tier.RecoveryTier under way (in_place.TIER)
+    incident: Incident  # the hang's one incident, as last amended
     phase: str
     epoch: int
     batch: int  # the last batch trained before the stall
     verdict_at: float  # monotonic
     stall: float  # seconds from the last progress to the verdict
-    stacks: Any = None  # the incident's Stacks, carried to a restart's incident when it escalates
-    acted_at: float | None = None  # the loader workers confirmed dead; None while the stacks are read
-    bound: float | None = None  # seconds from acted_at for the next batch
+    acted_at: float | None = None  # its action confirmed; None while it is being taken (the shell answers at once)
+    bound: float | None = None  # seconds from acted_at for its proof
+
+    def shift(self, gap: float) -> None:
+        """The supervisor itself did not run for ``gap`` seconds: the tier's clock moves by as much."""
+        self.verdict_at += gap
+        if self.acted_at is not None:
+            self.acted_at += gap
 
 
 @dataclass
@@ -169,7 +175,7 @@ class Attempt:
     save_mid_epoch: bool = False  # that stretch is a mid-epoch checkpoint's (entered before the epoch's last batch)
     train_resuming: bool = False  # training re-entered after an epoch end or a save, its first batch still to come
     loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
-    in_place: InPlace | None = None  # an in-place recovery under way
+    recovery: Recovery | None = None  # a hang's recovery under way, by a tier before the restart (tier.py)
     idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)
     standby_reviewed_at: float = 0.0  # monotonic: the last review of them
@@ -275,8 +281,8 @@ class Supervision:
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
     job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
-    # -- the in-place tier (in_place.py) --
-    recoveries: dict[str, int] = kept(default_factory=dict)  # tier -> recoveries (status --json, the metric)
+    # -- the recovery tiers (recovery.py) --
+    recoveries: dict[str, int] = kept(default_factory=dict)  # incident.Tier's value -> recoveries (status, metric)
     in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
     loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
     amp_passed: bool = False  # an attempt trained with AMP on after its check (heartbeats._first_batch)
@@ -322,9 +328,11 @@ class Supervision:
             self.stop.incident = amended
         return amended
 
-    def record_complete(self) -> list[RecordIncident]:
-        """Ask for every incident not written yet to be written: called once nothing more can be learnt of them."""
-        return [RecordIncident(self.amend(i, recorded=True)) for i in [i for i in self.incidents if not i.recorded]]
+    def record_complete(self, still_open: Incident | None = None) -> list[RecordIncident]:
+        """Ask for every incident not written yet to be written: called once nothing more can be learnt of them
+        (``still_open``: a hang's incident that escalates to the next recovery tier, not complete yet)."""
+        return [RecordIncident(self.amend(i, recorded=True))
+                for i in [i for i in self.incidents if not i.recorded and i is not still_open]]
 
     # -- persistence: what a restarted supervisor needs to continue where it was --
     def persistent(self, mono: float) -> dict[str, Any]:

@@ -90,9 +90,21 @@ class IntervalView(View):
 
 @dataclass(frozen=True)
 class Recoveries(View):
-    """Recoveries from a failure by tier (incident.Tier's values): the in-place tier, the restart."""
-    in_place: int = 0
-    restart: int = 0
+    """Recoveries from a failure by tier: one count per incident.Tier member, named by its value ("in_place",
+    "restart"), 0 before its first. Derived from the enum: a tier added there is here, and in the metric."""
+    by_tier: dict[Tier, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {tier.value: self.by_tier.get(tier, 0) for tier in Tier}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Recoveries:
+        return cls({tier: int(d.get(tier.value) or 0) for tier in Tier})
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> Recoveries:
+        """From the core's counts (``Supervision.recoveries``: a tier's value -> recoveries)."""
+        return cls({tier: counts.get(tier.value, 0) for tier in Tier})
 
 
 @dataclass(frozen=True)
@@ -236,7 +248,7 @@ def snapshot(s: Supervision, now: Now) -> Status:
         remedies=dict(s.remedies), restarts=sum(s.restarts_by_reason.values()),
         restarts_by_reason=dict(s.restarts_by_reason), hangs_by_phase=dict(s.hangs_by_phase),
         budget_left=s.budget_left(now.wall),
-        recoveries=Recoveries(s.recoveries.get(Tier.IN_PLACE.value, 0), s.recoveries.get(Tier.RESTART.value, 0)),
+        recoveries=Recoveries.of(s.recoveries),
         kernel_events=dict(s.kernel_events), reboot_needed=s.reboot_needed,
         suspicion=None if a.suspicion is None else a.suspicion.event.message[:200],
         worker_pid=a.worker_pid, resumed_from=a.resumed_from, settings=a.in_force_shown(),

@@ -16,7 +16,7 @@ from supervisor.decision import choices, goodput, rung_choice, watchdog
 from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
-from supervisor.decision.incident import Incident, Stacks, Tier
+from supervisor.decision.incident import Incident, Tier
 from supervisor.decision.state import INCIDENTS_KEPT, StopPlan, Supervision
 from supervisor.vocabulary import After, Reason, State
 
@@ -26,10 +26,12 @@ SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoin
 def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, climb: bool = False,
           failure: str | None = None, then: After | None = None, remedy: dict[str, Any] | None = None,
           advice: str | None = None, kernel_events: list[KernelMessage] | None = None,
-          save_until: float | None = None, escalation: str | None = None, stacks: Stacks | None = None) -> list[Any]:
-    """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save."""
+          save_until: float | None = None, escalation: str | None = None,
+          incident: Incident | None = None) -> list[Any]:
+    """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save.
+    ``incident``: the hang's, opened by a cheaper recovery tier that escalated (recovery.py): amended, not doubled."""
     a = s.current
-    earlier = s.record_complete()  # the one before, if its restart never reached a batch
+    earlier = s.record_complete(still_open=incident)  # the one before, if its restart never reached a batch
     point = HangPoint(phase, a.progress.epoch, a.progress.batch, a.resumed_at) \
         if reason in (Reason.HANG, Reason.KERNEL) else None
     last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds
@@ -42,21 +44,26 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     choice = choices.after_a_hang(s) if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
     starting = s.state == State.STARTING
-    incident = Incident(
-        id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
-        detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
-        epoch=a.progress.epoch, batch=a.progress.batch,
-        seconds_since_progress=None if a.last_progress_at is None else round(now.mono - a.last_progress_at, 3),
-        last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
+    tier = None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART
+    stopped = dict(  # what the stop knows; the verdict's own fields stay an escalated incident's
         kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
         loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
         node_rank=s.config.distributed.node_rank if several_hosts else None,
         caused_by=a.peer_cause if several_hosts else None,
         startup_step=a.startup_step.value if starting else None,
         startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
-        startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, stacks=stacks,
-        tier=None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART)
-    s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
+        startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, tier=tier)
+    if incident is not None:
+        incident = s.amend(incident, **stopped, tiers=incident.tiers + ((tier,) if tier else ()))
+    else:
+        incident = Incident(
+            id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
+            detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
+            epoch=a.progress.epoch, batch=a.progress.batch,
+            seconds_since_progress=None if a.last_progress_at is None else round(now.mono - a.last_progress_at, 3),
+            last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
+            **stopped, tiers=(tier,) if tier else ())
+        s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
                        climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
                        at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice))

@@ -29,7 +29,7 @@ class DeadlineKind(Enum):
     KERNEL_CONFIRM = "kernel confirm"  # a kernel line's confirm window passed without progress
     SAVE = "save"  # a stop's checkpoint did not come within save_timeout
     SAVE_STALLED = "save stalled"  # while asked to save, the worker stopped progressing: it is hung
-    IN_PLACE = "in place"  # no batch within the bound after the loader workers were replaced: escalate
+    RECOVERY = "recovery"  # a recovery tier's deadline for its proof (tier.py) passed: escalate to the next
 
 
 @dataclass(frozen=True)
@@ -103,10 +103,11 @@ def deadline(s: Supervision) -> Deadline:
                 due = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
         return due
     due = Deadline(None)
-    if s.state == State.HEALTHY and a.in_place is not None:
-        if a.in_place.acted_at is None:
-            return due  # the stacks are being read: the shell answers at once
-        return Deadline(a.in_place.acted_at + a.in_place.bound, DeadlineKind.IN_PLACE, "in-place bound")
+    if s.state == State.HEALTHY and a.recovery is not None:
+        bound = a.recovery.tier.deadline(a.recovery)
+        if bound is None:
+            return due  # waiting for the shell, which answers at once
+        return Deadline(bound[0], DeadlineKind.RECOVERY, f"{a.recovery.tier.name.label} bound")
     stall = current_stall(s)
     if stall is not None:
         due = stall.deadline
@@ -129,14 +130,14 @@ class Stall:
 
 
 def current_stall(s: Supervision) -> Stall | None:
-    """None outside a startup step or a phase being watched (a stop, the backoff, an in-place recovery)."""
+    """None outside a startup step or a phase being watched (a stop, the backoff, a recovery tier under way)."""
     a, w = s.current, s.config.watchdog
     if s.state == State.STARTING and a.step_since is not None:
         since = a.step_since
         step, seen = a.startup_step.value, startup_step_seen(s)
         (t, label), idle = startup_step_timeout(w, step, seen), startup_step_timeout(w, step, seen, w.idle_floor)[0]
         kind = DeadlineKind.STARTUP
-    elif s.state == State.HEALTHY and a.last_progress_at is not None and a.in_place is None:
+    elif s.state == State.HEALTHY and a.last_progress_at is not None and a.recovery is None:
         since = a.last_progress_at
         phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
         checkpoint = s.checkpoint_seen if a.save_mid_epoch else None

@@ -1,0 +1,60 @@
+"""The walk over the recovery tiers: a hang's verdict goes to the first that applies, cheapest first; a tier that
+cannot serve escalates to the next, which amends the same incident (one hang, one incident; its ``tiers`` say the
+way it went). The tiers are ``TIERS``, each a tier.RecoveryTier; nothing here knows what any of them does.
+
+The core asks this module at a hang's verdict (``hang``), for an event a tier under way is told (``on_event``),
+when the watchdog's ``DeadlineKind.RECOVERY`` is due (``overdue``) and when the worker exits mid-recovery
+(``escalate``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.decision import in_place, restart
+from supervisor.decision.events import Now
+from supervisor.decision.state import Supervision
+from supervisor.decision.tier import Escalate, RecoveryTier, Verdict
+
+TIERS: tuple[RecoveryTier, ...] = (in_place.TIER, restart.TIER)  # cheapest first; the restart always applies
+EVENTS: tuple[type, ...] = tuple(dict.fromkeys(e for tier in TIERS for e in tier.events))
+
+
+def hang(s: Supervision, now: Now, phase: str, detail: str) -> list[Any]:
+    """A hang's verdict: the first tier that applies takes it."""
+    return _walk(s, now, TIERS, Verdict(phase, detail))
+
+
+def _walk(s: Supervision, now: Now, tiers: tuple[RecoveryTier, ...], verdict: Verdict) -> list[Any]:
+    for tier in tiers:
+        if not tier.applies(s, verdict.phase):
+            continue
+        began = tier.begin(s, now, verdict)
+        if not isinstance(began, Escalate):
+            return began
+        verdict = Verdict(verdict.phase, verdict.detail, verdict.incident, began.why)  # declined at once
+    raise RuntimeError(f"no recovery tier took the hang in {verdict.phase}: the last of TIERS must always apply")
+
+
+def on_event(s: Supervision, event: Any, now: Now) -> list[Any]:
+    """An event for the tier under way, if it is one of its own."""
+    r = s.current.recovery
+    if r is None or not isinstance(event, r.tier.events):
+        return []
+    answer = r.tier.on_event(s, r, event, now)
+    return escalate(s, now, answer.why) if isinstance(answer, Escalate) else answer
+
+
+def overdue(s: Supervision, now: Now) -> list[Any]:
+    """The tier under way did not show its proof by its deadline."""
+    r = s.current.recovery
+    _, why = r.tier.deadline(r)
+    return escalate(s, now, why)
+
+
+def escalate(s: Supervision, now: Now, why: str) -> list[Any]:
+    """The tier under way gives up: the next tiers, from the one after it, take the same hang and its incident."""
+    r, s.current.recovery = s.current.recovery, None  # (r.incident is the incident as last amended)
+    later = TIERS[TIERS.index(r.tier) + 1:]
+    return [*r.tier.escalate(s, r, now, why), *_walk(s, now, later, Verdict(r.phase, r.incident.detail, r.incident,
+                                                                             why))]

@@ -1,0 +1,62 @@
+"""A recovery tier: one small object with one interface, as NVRx's in-process layers (Abort, Finalize, HealthCheck).
+
+A hang's verdict is recovered by the first tier that applies, cheapest first (recovery.py walks them: the in-place
+tier, in_place.py, then the restart, restart.py); a tier that cannot serve escalates to the next, and the next
+amends the same incident. Every tier answers the same questions::
+
+    name                         its incident.Tier: the spelling of incidents, status --json and the metric
+    applies(s, phase)            may it take this hang at all (its configuration, what the worker reported)
+    begin(s, now, verdict)       take the hang: its first actions, or Escalate(why) when it declines at once
+    events, on_event(s, r, e, now)  what it is told while under way, and what it does then (or Escalate)
+    deadline(r)                  when it must have shown its proof, and the escalation's reason if it did not
+    escalate(s, r, now, why)     what it leaves behind when it gives up (its log line); the walk goes on
+
+A tier under way keeps one ``state.Recovery`` in the attempt (``Attempt.recovery``): the hang's one incident,
+where it sat, and the clock of its action. A new tier is its module here, its events and actions, the shell's part
+of its actions and the worker's side; the core, the watchdog, the status and the metrics take it from
+``recovery.TIERS`` and ``incident.Tier``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from supervisor.decision.events import Now
+from supervisor.decision.incident import Incident, Tier
+from supervisor.decision.state import Recovery, Supervision
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The hang a tier is begun with: where, what the watchdog said, and what earlier tiers left of it."""
+    phase: str
+    detail: str
+    incident: Incident | None = None  # the hang's one incident, once a tier opened it: amended, never doubled
+    why: str | None = None  # why the earlier tiers did not serve (the incident's ``escalation``)
+
+
+@dataclass(frozen=True)
+class Escalate:
+    """A tier's answer when it cannot serve (any more): the walk goes on to the next tier, with ``why``."""
+    why: str
+
+
+class RecoveryTier(Protocol):
+    name: Tier  # its one spelling: incidents, status --json's recoveries, the metric's label
+    events: tuple[type, ...]  # the events on_event is told while the tier is under way
+
+    def applies(self, s: Supervision, phase: str) -> bool: ...
+
+    def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate: ...
+
+    def on_event(self, s: Supervision, r: Recovery, event: Any, now: Now) -> list[Any] | Escalate: ...
+
+    def deadline(self, r: Recovery) -> tuple[float, str] | None: ...
+
+    def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]: ...
+
+
+def recovered(s: Supervision, tier: Tier) -> None:
+    """One more recovery by ``tier`` (status --json's ``recoveries``, the metric's series)."""
+    s.recoveries[tier.value] = s.recoveries.get(tier.value, 0) + 1
