@@ -16,7 +16,7 @@ import pytest
 from supervisor.decision import choices, core
 from supervisor.decision.incident import Stacks
 from tests.conftest import ROOT, demo_train, read_incidents, read_state
-from tests.test_core import PID, Driver, kinds, make
+from tests.test_core import COMMAND, PID, Driver, kinds, make
 from worker.exact_resume import EpochOrderSampler
 from worker.trainer import RECORD_FED_ENV
 
@@ -130,6 +130,12 @@ def test_no_loader_reported_means_no_in_place_tier():
     d.beat("train", kind="phase")
     d.train_until(1010, 0.5)
     assert kinds(d.at(d.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
+
+
+def test_a_command_has_no_in_place_tier_even_where_its_script_reports_loader_workers():
+    """A [worker] command reads no command pipe: its loader workers cannot be told of their replacement."""
+    d = loading(worker=COMMAND)
+    assert d.s.current.loaders and kinds(d.at(d.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
 
 
 def expected_order(fed: list[tuple[int, int, str]], disturbed: int, undisturbed: int) -> list[str]:

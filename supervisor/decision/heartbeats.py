@@ -200,7 +200,7 @@ def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
 def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     a, p = s.current, s.current.progress
     a.train_resuming = s.state == State.HEALTHY and m.kind == MessageKind.PHASE and m.phase == Phase.TRAIN
-    if a.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
+    if s.kind.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
             and (p.batch or 0) >= p.batches:
         # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.

@@ -35,8 +35,8 @@ PHASES = (Phase.TRAIN.value, Phase.VAL.value)
 
 def applies(s: Supervision, phase: str) -> bool:
     a = s.current
-    return (s.config.recovery.in_place and s.state == State.HEALTHY and phase in PHASES and bool(a.loaders)
-            and a.in_place is None and s.config.command is None)
+    return (s.config.recovery.in_place and s.kind.reports_loader_workers and s.state == State.HEALTHY
+            and phase in PHASES and bool(a.loaders) and a.in_place is None)
 
 
 def recent(s: Supervision, wall: float) -> int:

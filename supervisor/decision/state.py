@@ -29,6 +29,7 @@ from supervisor.decision.incident import Incident
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
+from supervisor.decision.worker_kind import WorkerKind
 from supervisor.vocabulary import After, Reason, State
 from worker.contract import InForce, Phase, StartupStep
 
@@ -146,7 +147,6 @@ class Attempt:
     step_total: int | None = None  # ... of how many
     resumed_from: str | None = None
     resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
-    exit_0_finishes: bool = False  # the worker is a command: exit 0 means finished
     trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1
     progress_pid: int | None = None  # whose counter progress_counter is: the worker, or rank 0 under DDP
@@ -240,6 +240,7 @@ class Supervision:
     the restart budget, the incidents, the current attempt and the account of the work kept."""
     config: Config
     ladder: Ladder
+    kind: WorkerKind = field(init=False)  # what the worker can do: ours or a [worker] command (worker_kind.py)
     state: State = kept(default=State.STARTING, load=_finished_only)
     rung: int = kept(default=0)
     attempt: int = kept(default=0)  # attempts spawned so far
@@ -280,6 +281,9 @@ class Supervision:
     in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
     loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
     amp_passed: bool = False  # an attempt trained with AMP on after its check (heartbeats._first_batch)
+
+    def __post_init__(self) -> None:
+        self.kind = WorkerKind.of(self.config)
 
     @property
     def progress(self) -> Progress:
