@@ -100,8 +100,8 @@ def progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
                        to_next_batch=round(now.mono - r.acted_at, 3),
                        batches_lost=max(0, m.batch - (r.batch + 1)) if same_pass else 0)
     s.amend(r.incident, cost=cost, restart_seconds=None)
-    s.recoveries[Tier.IN_PLACE.value] = s.recoveries.get(Tier.IN_PLACE.value, 0) + 1
-    s.hangs_by_phase[r.phase] = s.hangs_by_phase.get(r.phase, 0) + 1  # (an escalated one counts as the restart's)
+    s.recoveries[Tier.IN_PLACE] += 1
+    s.hangs_by_phase[r.phase] += 1  # (an escalated one counts as the restart's)
     # The stall lies inside the attempt's trained span (its first batch to its last progress), yet trained nothing.
     s.goodput.lost_seconds += cost.seconds
     s.in_place_times = [t for t in s.in_place_times if now.wall - t <= s.config.recovery.in_place_window] + [now.wall]

@@ -56,10 +56,10 @@ def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
 
 def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     """After a failure: count it against the budget, apply the remedy or climb, then spawn or back off."""
-    s.restarts_by_reason[plan.reason.value] = s.restarts_by_reason.get(plan.reason.value, 0) + 1
+    s.restarts_by_reason[plan.reason] += 1
     if plan.reason == Reason.PROBE:  # planned, saved first: no budget, no backoff
         return [probe.enter(s), spawn(s)]
-    s.recoveries[Tier.RESTART.value] = s.recoveries.get(Tier.RESTART.value, 0) + 1
+    s.recoveries[Tier.RESTART] += 1
     actions: list[Any] = []
     if plan.point is not None:
         s.rung_record(s.rung).hangs += 1

@@ -61,7 +61,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
                        climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
                        at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice))
     if reason == Reason.HANG:
-        s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+        s.hangs_by_phase[phase] += 1
     if reason == Reason.STOP:
         log = Log("info", f"stop requested ({detail})")
     elif reason == Reason.PROBE:
@@ -105,7 +105,7 @@ def save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
         changes["reason"] = reason
         if reason == Reason.HANG:
             phase = plan.incident.phase
-            s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+            s.hangs_by_phase[phase] += 1
         s.move_to(s.rung)
         actions.append(Log("warning", f"the probe is off: rung {s.rung} ({s.ladder.label(s.rung)}) goes on after the "
                                       f"restart, its probation counted again"))
