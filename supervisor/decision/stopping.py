@@ -17,6 +17,7 @@ from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
 from supervisor.decision.incident import Incident, Stacks, Tier
+from supervisor.decision.span import span
 from supervisor.decision.state import INCIDENTS_KEPT, StopPlan, Supervision
 from supervisor.vocabulary import After, Reason, State
 
@@ -46,7 +47,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
         detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
         epoch=a.progress.epoch, batch=a.progress.batch,
-        seconds_since_progress=None if a.last_progress_at is None else round(now.mono - a.last_progress_at, 3),
+        seconds_since_progress=span(a.last_progress_at, now.mono),
         last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
         kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
         loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
