@@ -229,7 +229,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if s.saving():
         if code == 0 and a.progress.phase == Phase.DONE.value:
             s.stop.then = After.SUCCEED  # it finished training before it got to our request
-        elif not (s.stop.saved or code == 0 and not s.kind.saves_on_request):  # then its exit 0 is its word it saved
+        elif not (s.stop.saved or code == 0 and not s.kind.saves_on_request):  # SIGTERMed: exit 0 says it saved
             # Our worker exits 0 after a failed save too (a full disk): only its checkpoint message says it saved.
             how = describe_exit(code)
             return [Log("error", f"the worker {how} without the checkpoint asked for")] + stopping.save_failed(

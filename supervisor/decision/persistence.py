@@ -4,12 +4,13 @@ A field added to a kept record is saved and restored without a list to update: `
 all it takes. The state file is one flat JSON object ("rung", "attempt", "lost_seconds", ...): a record marked
 ``kept(flat=True)`` lends its kept fields to its holder's level (an optional one is absent while None, and read
 back where its first key is present). A field's type says how it reads back (``int``, ``float``,
-``dict[str, float]``, ``Counter[Reason]``, ``tuple[str, ...]``, a record with ``from_dict`` or kept fields of its own, an enum); a key
-that is missing or null gives the field its default. ``save``/``load`` spell a field whose form in the file is not
-its type's (the incidents: only the newest and those not yet in incidents.jsonl are kept). A record people read
-(an incident) leaves out what is not known: ``omitted`` fields while at their default, ``with_field`` ones unless
-that field is set. A value not of its field's type, or a field without a default that the file lacks, is
-``Unreadable``, named by its key: the shell treats the file as corrupt rather than run on a half-read record.
+``dict[str, float]``, ``Counter[Reason]``, ``tuple[str, ...]``, a record with ``from_dict`` or kept fields of its
+own, an enum); a key that is missing or null gives the field its default. ``save``/``load`` spell a field whose
+form in the file is not its type's (the incidents: only the newest and those not yet in incidents.jsonl are kept).
+A record people read (an incident) leaves out what is not known: ``omitted`` fields while at their default,
+``with_field`` ones unless that field is set. A value not of its field's type, or a field without a default that the
+file lacks, is ``Unreadable``, named by its key: the shell treats the file as corrupt rather than run on a half-read
+record.
 """
 
 from __future__ import annotations
