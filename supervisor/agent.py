@@ -46,7 +46,6 @@ from supervisor.attempt.tree_activity import ActivitySampler
 from supervisor.host.torch_build import ladder_for
 from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.attempt.worker_spawn import WorkerSpawner
-from worker.contract import split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -68,7 +67,7 @@ class Agent:
         self.worker: WorkerProcess | None = None
         self.systemd = Notifier()
         self.reads = ReadThrottle(self.selector)
-        self.spawner = WorkerSpawner(config, self.state_dir)
+        self.spawner = WorkerSpawner(config, self.state_dir, self.s.kind)
         self.standby = Standby(self.selector, self.reads, self.spawner, keepalive=self.systemd.keepalive)
         self.heartbeats = HeartbeatCounts()
         self.kernel = KernelSources(config.kernel_log)
@@ -175,7 +174,7 @@ class Agent:
         elif isinstance(action, core.Spawn):
             self._spawn(action)
         elif isinstance(action, core.PrepareStandby):
-            self.standby.prepare(self.spawner.env(split_rung(action.rung_settings)))
+            self.standby.prepare(self.spawner.env(action.rung_settings))
         elif isinstance(action, core.KillTree):
             self._kill(action.incident)
         elif isinstance(action, in_place.ACTIONS):  # a recovery tier's own actions, carried out by its shell module
@@ -216,7 +215,7 @@ class Agent:
         self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
         self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
         self.selector.register(worker.pidfd, selectors.EVENT_READ, self._on_exit)
-        self.handle(core.Spawned(worker.pid, resume, exit_0_finishes=self.config.command is not None))
+        self.handle(core.Spawned(worker.pid, resume))
         if not self._ready_sent:
             self._ready_sent = self.systemd.ready(f"worker pid {worker.pid} started, rung {action.rung}")
 

@@ -1,5 +1,6 @@
 """The decision core on its own: events in, actions out, no processes, no clock."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,9 @@ from supervisor.decision.status_view import snapshot
 from worker.contract import HeartbeatMessage
 
 PID = 4242
+
+
+COMMAND = {"command": ["python", "train.py"]}  # [worker] command: a user's script as the worker
 
 
 def make(extra: str = "", workers: int = 8, **sections) -> core.Supervision:
@@ -849,9 +853,9 @@ def test_a_probe_keeps_the_attempts_training_time_and_the_probed_rung_is_kept_af
 
 
 def test_a_finished_command_whose_exit_hangs_ends_succeeded():
-    d = Driver(make(watchdog={"save_timeout": 20}))
+    d = Driver(make(watchdog={"save_timeout": 20}, worker=COMMAND))
     d(core.Boot())
-    d(core.Spawned(PID, None, exit_0_finishes=True))
+    d(core.Spawned(PID, None))
     for batch in range(1, 41):
         d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=batch, batches=40)  # its bar read from its output
     assert watchdog.deadline(d.s).at == d.t + 20  # its exit is due: watched as our worker's after "done"
@@ -898,9 +902,9 @@ def test_under_ddp_rank_0_is_the_progress_every_rank_its_own_liveness_and_a_stra
 
 
 def test_a_command_that_exits_0_has_finished_and_ours_must_say_done_first():
-    command = Driver(make())
+    command = Driver(make(worker=COMMAND))
     command(core.Boot())
-    command(core.Spawned(PID, None, exit_0_finishes=True))
+    command(core.Spawned(PID, None))
     command.beat(epoch=3, epochs=3, batch=40, batches=40)
     command(core.WorkerExited(0))
     command(core.TreeKilled(killed=0))
@@ -910,6 +914,33 @@ def test_a_command_that_exits_0_has_finished_and_ours_must_say_done_first():
     ours.beat(epoch=3, epochs=3, batch=40, batches=40)
     ours(core.WorkerExited(0))
     assert ours.s.incidents[-1].detail == "exited with status 0 before training finished"
+
+
+def test_the_worker_kind_is_decided_once_from_the_config_and_says_what_the_worker_can_do():
+    ours, command, no_standby = make().kind, make(worker=COMMAND).kind, make(worker={"standby": False}).kind
+    assert (ours.name, command.name) == ("ultralytics", "command")
+    assert not ours.exit_0_finishes and command.exit_0_finishes
+    assert ours.saves_on_request and not command.saves_on_request
+    assert ours.reports_loader_workers and not command.reports_loader_workers
+    assert ours.reports_checkpoints and not command.reports_checkpoints
+    assert ours.standby and not no_standby.standby and not command.standby
+    assert not ours.progress_from_output and command.progress_from_output
+    assert ours.default_ladder and not command.default_ladder
+    assert ours.reads_launch_record and not command.reads_launch_record
+    assert no_standby == replace(ours, standby=False)
+
+
+def test_a_commands_exit_0_when_asked_to_save_is_its_word_it_saved_and_it_gets_no_standby():
+    d = Driver(make(worker=COMMAND))
+    d(core.Boot())
+    d(core.Spawned(PID, None))
+    assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step="first_batch"))
+    d.beat("train", kind="phase")
+    d.train_until(1010, 0.5)
+    assert kinds(d(core.StopRequested("SIGTERM")))[-1] == "RequestCheckpoint"  # the shell sends it SIGTERM
+    assert d(core.WorkerExited(0)) == [core.KillTree(None)] and d.s.stop.saved  # ours must say it saved first
+    exit = d(core.TreeKilled(killed=0))[-1]
+    assert exit.code == EXIT_OK and d.s.state == core.State.STOPPED and d.s.goodput.lost_batches == 0
 
 
 def test_an_epochs_slow_first_batch_and_a_save_stretch_no_batch_interval():
@@ -1098,15 +1129,15 @@ def test_an_incident_not_written_yet_is_written_by_the_next_supervisor_or_at_the
 
 
 def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_or_unknown():
-    d = Driver(make())
+    d = Driver(make(worker=COMMAND))
     d(core.Boot())
-    d(core.Spawned(PID, None, exit_0_finishes=True))  # a command: its checkpoints are its own
+    d(core.Spawned(PID, None))  # a command: its checkpoints are its own
     for batch in range(1, 47):  # 46 batches, the last checkpoint (unseen by us) after batch 44
         d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=batch, batches=50)
     [kill] = [a for a in d.at(d.t + 20)(core.Tick()) if isinstance(a, core.KillTree)]
     assert kill.incident.loss == Loss(None, None) and kill.incident.to_dict()["lost_batches"] is None  # unknown yet
     d(core.TreeKilled(killed=1))
-    d(core.Spawned(PID + 1, "/run/ck/step-94.ckpt", exit_0_finishes=True))
+    d(core.Spawned(PID + 1, "/run/ck/step-94.ckpt"))
     [record] = [a for a in d.at(d.t + 2).beat(pid=PID + 1, progress=1, epoch=2, epochs=3, batch=44, batches=50)
                 if isinstance(a, core.RecordIncident)]
     assert record.incident.loss == Loss(seconds=1.0, batches=2)  # 2 batches at the measured 2 it/s
@@ -1114,7 +1145,7 @@ def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_
     # the next attempt never shows a position: its loss stays unknown, counted nowhere
     d.at(d.t + 20)(core.Tick())
     d(core.TreeKilled(killed=1))
-    d(core.Spawned(PID + 2, None, exit_0_finishes=True))
+    d(core.Spawned(PID + 2, None))
     actions = d.at(d.t + 2).beat(pid=PID + 2, progress=1, epoch=None, batch=None)
     assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, core.RecordIncident)] == [None]
     assert d.s.goodput.lost_batches == 2

@@ -1,6 +1,7 @@
 """Recovery in place (supervisor/decision/in_place.py, worker/loader_recovery.py): a hung DataLoader worker is
 replaced without restarting training, and nothing is lost; whatever else happens escalates to the restart."""
 
+from collections import Counter
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from supervisor.decision.incident import Stacks, Tier
 from supervisor.decision.tier import Escalate
 from supervisor.telemetry import metric_table
 from tests.conftest import ROOT, demo_train, read_incidents, read_state
-from tests.test_core import PID, Driver, kinds, make
+from tests.test_core import COMMAND, PID, Driver, kinds, make
 from worker.exact_resume import EpochOrderSampler
 from worker.trainer import RECORD_FED_ENV
 
@@ -205,7 +206,7 @@ def test_recoveries_are_keyed_by_every_tier_of_the_enum_not_a_hard_coded_pair(mo
     more = Enum("Tier", {"IN_PLACE": "in_place", "RESTART": "restart", "RELOAD": "reload"}, type=str)
     monkeypatch.setattr(status_view, "Tier", more)
     d = loading()
-    d.s.recoveries = {"restart": 1, "reload": 2}
+    d.s.recoveries = Counter({"restart": 1, "reload": 2})
     status = status_view.snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t))
     assert status.to_dict()["recoveries"] == {"in_place": 0, "restart": 1, "reload": 2}
     assert status_view.Status.from_dict(status.to_dict()).recoveries == status.recoveries
@@ -214,6 +215,12 @@ def test_recoveries_are_keyed_by_every_tier_of_the_enum_not_a_hard_coded_pair(mo
         {("in_place",): 0, ("restart",): 1, ("reload",): 2}
     monkeypatch.undo()
     assert list(status_view.Status().to_dict()["recoveries"]) == [tier.value for tier in Tier]
+
+
+def test_a_command_has_no_in_place_tier_even_where_its_script_reports_loader_workers():
+    """A [worker] command reads no command pipe: its loader workers cannot be told of their replacement."""
+    d = loading(worker=COMMAND)
+    assert d.s.current.loaders and kinds(d.at(d.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
 
 
 def expected_order(fed: list[tuple[int, int, str]], disturbed: int, undisturbed: int) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 from supervisor.config import parse
 from supervisor.decision.ladder import ROCM_ENV_RUNGS, build_ladder, default_ladder
 from supervisor.host.torch_build import cuda_version_in, detect, hip_version_in, ladder_for, nvidia_gpu_present
-from worker.contract import split_rung
+from worker.contract import ULTRALYTICS_DEFAULT_WORKERS, loader_workers, split_rung
 
 
 def test_default_ladder_keeps_the_speed_longest_and_ends_without_loader_concurrency():
@@ -63,6 +63,19 @@ def test_the_installed_torch_here_is_no_rocm_build_so_no_env_rungs():
     assert detect().rocm is (torch.version.hip is not None) and detect().cuda is gpu
     config = parse({"train": {"workers": 2}}, "t.toml")
     assert ladder_for(config) == default_ladder(2, rocm=torch.version.hip is not None, cuda=gpu)
+
+
+def test_a_command_unconfigured_gets_rung_0_alone_and_its_own_rungs_when_configured():
+    command = {"worker": {"command": ["python", "train.py"]}}
+    assert ladder_for(parse(command, "t.toml")).rungs == ({},)
+    configured = {**command, "ladder": {"rungs": [{"args": {"--workers": "0"}}]}}
+    assert ladder_for(parse(configured, "t.toml")).rungs == ({}, {"args": {"--workers": "0"}})
+
+
+def test_the_loader_workers_asked_for_are_the_rungs_else_the_train_tables_else_ultralytics_default():
+    assert loader_workers({}) == ULTRALYTICS_DEFAULT_WORKERS == 8
+    assert loader_workers({"workers": 2}) == 2 and loader_workers({"workers": 2}, {"workers": 0}) == 0
+    assert ladder_for(parse({"train": {"data": "coco8.yaml", "device": "cpu"}}, "t.toml")).rungs[1] == {"workers": 4}
 
 
 def test_on_a_cuda_gpu_forkserver_workers_come_first_and_never_for_a_cpu_training(tmp_path):

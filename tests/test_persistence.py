@@ -2,6 +2,7 @@
 file written before persistence was derived from the records, or before a rung's facts were one record, restores as
 it did."""
 
+import collections
 import copy
 import dataclasses
 import enum
@@ -15,10 +16,10 @@ import pytest
 
 from supervisor.decision import core, persistence, probe
 from supervisor.decision.hang_history import HangHistory
-from supervisor.decision.incident import Incident
+from supervisor.decision.incident import Incident, Tier
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.state import CheckpointMark, Supervision
-from supervisor.vocabulary import State
+from supervisor.vocabulary import KernelKind, Reason, State
 from supervisor.decision.status_view import snapshot
 from test_core import Driver, make
 
@@ -44,6 +45,8 @@ def sample(hint: typing.Any) -> typing.Any:
         return (sample(args[0]),) if args[-1] is Ellipsis else tuple(sample(a) for a in args)
     if origin is dict:
         return {{int: 1, str: "1"}[args[0]]: sample(args[1])}  # keys as rungs are: 1 or "1"
+    if origin is collections.Counter:  # counts by a word: Counter[Reason]
+        return collections.Counter({sample(args[0]): 2})
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return list(hint)[-1]
     if dataclasses.is_dataclass(hint):
@@ -196,6 +199,19 @@ def test_a_state_file_of_todays_format_restores_the_same():
     d(core.Boot())
     assert restored.persistent(d.t + 5)["run_seconds"] == pytest.approx(TODAY["run_seconds"] + 5)
     assert restored.rung == 1 and restored.attempt == 4 and probe.probe_in(restored) is not None
+
+
+def test_the_counts_restore_keyed_by_the_vocabularys_words_and_count_on():
+    restored = make()
+    restored.restore(copy.deepcopy(TODAY))
+    assert all(isinstance(k, Reason) for k in restored.restarts_by_reason)
+    assert all(isinstance(k, Tier) for k in restored.recoveries) and restored.recoveries[Tier.IN_PLACE] == 1
+    assert restored.kernel_events == {KernelKind.STALL: 1} and restored.kernel_events[KernelKind.GPU_LOST] == 0
+    restored.restarts_by_reason[Reason.PROBE] += 1  # a word not counted yet: no field, no default to write
+    restored.hangs_by_phase["val"] += 1
+    saved = json.loads(json.dumps(restored.persistent(0.0)))
+    assert saved["restarts_by_reason"] == {"crash": 1, "hang": 1, "probe": 1}
+    assert saved["hangs_by_phase"] == {"train": 1, "val": 1} and saved["kernel_events"] == {"stall": 1}
 
 
 def test_a_state_file_with_a_map_per_rung_fact_restores_into_the_rung_records():

@@ -155,8 +155,8 @@ class WorkerOptions:
     start_method: str | None = None
 
     def forks_from_server(self, workers: Any) -> bool:
-        """Loader workers forked from a forkserver: ``workers`` (the rung's, else [train]'s, else Ultralytics' 8)
-        processes, started "forkserver"."""
+        """Loader workers forked from a forkserver: ``workers`` (``loader_workers``) processes, started
+        "forkserver"."""
         return self.loader == "process" and self.start_method == "forkserver" and workers != 0
 
 
@@ -166,6 +166,12 @@ class RungSplit:
     options: WorkerOptions
     env: dict[str, str]
     args: dict[str, str]  # a [worker] command's arguments to set: {"--workers": "0"}
+
+
+def loader_workers(train: dict[str, Any], trainer_args: dict[str, Any] | None = None) -> Any:
+    """The DataLoader worker processes a training asks for: the rung's ``workers`` (``trainer_args``), else the
+    ``[train]`` table's, else Ultralytics' default. The one place this is computed, by the supervisor and the worker."""
+    return (trainer_args or {}).get("workers", train.get("workers", ULTRALYTICS_DEFAULT_WORKERS))
 
 
 def split_rung(settings: dict[str, Any]) -> RungSplit:

@@ -25,8 +25,8 @@ from worker import ddp, multinode, startup_steps
 from worker.checkpointing import (EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint,
                                   strip_atomically)
 from worker.commands import relay_to_ranks
-from worker.contract import (ENV_FORKSERVER, EXIT_CONFIG, STANDBY_FLAG, ULTRALYTICS_DEFAULT_WORKERS, LaunchRecord,
-                             LaunchRecordError, StartupStep)
+from worker.contract import (ENV_FORKSERVER, EXIT_CONFIG, STANDBY_FLAG, LaunchRecord, LaunchRecordError, StartupStep,
+                             loader_workers)
 from worker.demo_data import ensure_demo_dataset
 from worker.exact_resume import ResumePoint
 from worker.heartbeat import Heartbeat
@@ -85,7 +85,7 @@ def stand_by(parent: int) -> str | None:
 
 def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -> int:
     args = {**record.train, **record.trainer_args}
-    if record.options.forks_from_server(args.get("workers", ULTRALYTICS_DEFAULT_WORKERS)):
+    if record.options.forks_from_server(loader_workers(record.train, record.trainer_args)):
         start_forkserver()  # before the trainer touches a GPU; it imports while this process builds the trainer
     apply_patches(record)
     startup_steps.install()

@@ -12,45 +12,48 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from supervisor.config import Config, ConfigError
 from supervisor.decision import core
+from supervisor.decision.worker_kind import WorkerKind
 from supervisor.state import checkpoints
 from supervisor.state.state_dir import StateDir
 from supervisor.host.child_environ import worker_environ
 from supervisor.attempt.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
 from supervisor.attempt.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.attempt.worker_process import SpawnError, WorkerProcess
-from worker.contract import ENV_FORKSERVER, ULTRALYTICS_DEFAULT_WORKERS, LaunchRecord, Patches, RungSplit, split_rung
+from worker.contract import ENV_FORKSERVER, LaunchRecord, Patches, RungSplit, loader_workers, split_rung
 
 log = logging.getLogger("yolo-train")
 
 
 class WorkerSpawner:
-    def __init__(self, config: Config, state_dir: StateDir):
-        self.config = config
-        self.state_dir = state_dir
+    def __init__(self, config: Config, state_dir: StateDir, kind: WorkerKind):
+        self.config, self.state_dir, self.kind = config, state_dir, kind
 
     def attempt(self, action: core.Spawn, standby: Callable[[dict[str, str], Path], WorkerProcess | None]
                 ) -> tuple[WorkerProcess, str | None]:
         """This attempt's worker, and the checkpoint it resumes from: the command, or our worker, which is the
         standby when ``standby`` (told the environment and the launch record) hands it over, else one started cold."""
         rung = split_rung(action.rung_settings)
-        env = self.env(rung)
-        if self.config.command is not None:
+        env = self._env(rung)
+        if not self.kind.reads_launch_record:
             return self._command(rung.args, env)
         record = self._write_launch_record(action, rung)
         worker = standby(env, self.state_dir.launch_record) or self.worker([str(self.state_dir.launch_record)], env)
         return worker, record.resume
 
-    def env(self, rung: RungSplit) -> dict[str, str]:
+    def env(self, rung_settings: dict[str, Any]) -> dict[str, str]:
+        """The environment of a worker for a rung's settings (a standby's is made ahead of its attempt's)."""
+        return self._env(split_rung(rung_settings))
+
+    def _env(self, rung: RungSplit) -> dict[str, str]:
         bounds = {ENV_COLLECTIVE_TIMEOUT: f"{self.config.distributed.collective_timeout:g}"}
-        workers = rung.trainer_args.get("workers", self.config.train.get("workers", ULTRALYTICS_DEFAULT_WORKERS))
         # A standby made for this rung starts its loader workers' forkserver while it waits (one of another rung is
         # not used: the environments differ).
-        served = {ENV_FORKSERVER: "1"} if self.config.command is None and rung.options.forks_from_server(workers) \
-            else {}
+        served = {ENV_FORKSERVER: "1"} if self.kind.reads_launch_record and rung.options.forks_from_server(
+            loader_workers(self.config.train, rung.trainer_args)) else {}
         return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, **served,
                 "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
 
@@ -67,10 +70,10 @@ class WorkerSpawner:
         except SpawnError as e:
             raise ConfigError(f"{self.config.source}: [worker] command = {list(cfg.argv)!r}: cannot start "
                               f"{argv[0]!r} ({e.strerror}); give an executable on PATH or a path to one") from None
-        worker.output_progress = OutputProgress(worker.pid, cfg.progress_regex)
-        # A command reads no command pipe (and SIGUSR1 would kill it by default): it gets the
-        # conventional SIGTERM and resumes from its own newest checkpoint.
-        worker.checkpoint_signal = signal.SIGTERM
+        if self.kind.progress_from_output:
+            worker.output_progress = OutputProgress(worker.pid, cfg.progress_regex)
+        if not self.kind.saves_on_request:  # it reads no command pipe: the conventional SIGTERM, and it resumes
+            worker.checkpoint_signal = signal.SIGTERM  # from its own newest checkpoint
         return worker, None if checkpoint is None else str(checkpoint)
 
     def _write_launch_record(self, action: core.Spawn, rung: RungSplit) -> LaunchRecord:

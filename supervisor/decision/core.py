@@ -162,7 +162,7 @@ def training_fingerprint(s: Supervision) -> str:
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall, step_since=now.mono,
-                        resumed_from=event.resumed_from, exit_0_finishes=event.exit_0_finishes,
+                        resumed_from=event.resumed_from,
                         resumed_at=(s.checkpoint.epoch, s.checkpoint.batch) if event.resumed_from and s.checkpoint
                         else None)
     s.hang_history.spawned(now.mono)
@@ -226,7 +226,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if s.saving():
         if code == 0 and a.progress.phase == Phase.DONE.value:
             s.stop.then = After.SUCCEED  # it finished training before it got to our request
-        elif not (s.stop.saved or code == 0 and a.exit_0_finishes):  # a command's exit 0 is its word it saved
+        elif not (s.stop.saved or code == 0 and not s.kind.saves_on_request):  # SIGTERMed: exit 0 says it saved
             # Our worker exits 0 after a failed save too (a full disk): only its checkpoint message says it saved.
             how = describe_exit(code)
             return [Log("error", f"the worker {how} without the checkpoint asked for")] + stopping.save_failed(
@@ -236,7 +236,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return [KillTree(None)]
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping
-    if code == 0 and (a.progress.phase == Phase.DONE.value or a.exit_0_finishes):
+    if code == 0 and (a.progress.phase == Phase.DONE.value or s.kind.exit_0_finishes):
         return stopping.trained_to_the_end(s)
     how = describe_exit(code)
     if a.recovery is not None:  # the hang's incident is open: the exit ends its tier, the next takes it

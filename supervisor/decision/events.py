@@ -29,7 +29,6 @@ class Boot:
 class Spawned:
     pid: int
     resumed_from: str | None  # the checkpoint the worker resumes from, None when training from scratch
-    exit_0_finishes: bool = False  # a [worker] command: its exit status 0 is its word that training is done
 
 
 @dataclass(frozen=True)

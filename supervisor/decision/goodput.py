@@ -29,7 +29,7 @@ def close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, An
     if a.train_beats % THROUGHPUT_WINDOW >= 2:  # the attempt's last, partial window counts too
         s.record_rung_speed()
     loss, g.lost_from, unsaved = None, None, (0.0, 0)  # an earlier attempt's loss not resolved by now stays unknown
-    if lost and a.exit_0_finishes and s.checkpoint is None and a.healthy_since is not None:
+    if lost and not s.kind.reports_checkpoints and s.checkpoint is None and a.healthy_since is not None:
         # A command resumes from its own checkpoint, which we do not see: the next attempt's first position tells.
         g.lost_from = a.progress.batches_done()
         loss = Loss(None, None)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT
 from supervisor.decision.persistence import kept
+from supervisor.decision.span import span
 
 COSTS_KEPT = 8
 POINTS_KEPT = 8
@@ -62,7 +63,7 @@ class HangHistory:
     def spawned(self, now_mono: float) -> None:
         """The next worker is up: the newest hang's cost up to here is known."""
         if self.stall_since is not None:
-            self.stalls = (self.stalls + [round(now_mono - self.stall_since, 3)])[-COSTS_KEPT:]
+            self.stalls = (self.stalls + [span(self.stall_since, now_mono)])[-COSTS_KEPT:]
         self.stall_since = None
 
     def checkpoint_hold(self, seconds: float) -> None:

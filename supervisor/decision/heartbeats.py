@@ -24,6 +24,7 @@ from typing import Any
 from supervisor.decision import goodput, in_place, kernel, probe, recovery, standby, stopping, watchdog
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
+from supervisor.decision.span import span
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
@@ -125,7 +126,7 @@ def _close_step_stretch(s: Supervision, at: float) -> None:
     a = s.current
     if a.step_since is not None:
         key = watchdog.step_key(s, a.startup_step)
-        s.startup_steps_seen[key] = round(max(s.startup_steps_seen.get(key, 0.0), at - a.step_since), 3)
+        s.startup_steps_seen[key] = max(s.startup_steps_seen.get(key, 0.0), span(a.step_since, at))
 
 
 def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -200,7 +201,7 @@ def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
 def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     a, p = s.current, s.current.progress
     a.train_resuming = s.state == State.HEALTHY and m.kind == MessageKind.PHASE and m.phase == Phase.TRAIN
-    if a.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
+    if s.kind.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
             and (p.batch or 0) >= p.batches:
         # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
@@ -243,14 +244,14 @@ def _first_batch(s: Supervision, now: Now) -> list[Any]:
     s.consecutive_crashes = 0
     a.healthy_since = now.mono
     s.startup_failure = None
-    a.startup_seconds = now.mono - (a.spawned_at or now.mono)
+    a.startup_seconds = span(a.spawned_at, now.mono) or 0.0
     _close_step_stretch(s, now.mono)
     s.rung_record(s.rung).started(a.startup_seconds)
     if a.in_force is not None and a.in_force.amp:  # its AMP check passed: the next attempts' need not run
         s.amp_passed = True
     last = s.incidents[-1] if s.incidents else None
     if last is not None and not last.recorded and last.reason != Reason.STOP:
-        last = s.amend(last, restart_seconds=round(now.wall - last.time, 3))
+        last = s.amend(last, restart_seconds=span(last.time, now.wall))
     if last is not None and not last.recorded and s.goodput.lost_from is not None:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "

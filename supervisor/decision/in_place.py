@@ -43,7 +43,7 @@ class InPlaceTier:
     def applies(self, s: Supervision, phase: str) -> bool:
         a = s.current
         return (s.config.recovery.in_place and s.state == State.HEALTHY and phase in PHASES and bool(a.loaders)
-                and a.recovery is None and s.config.command is None)
+                and a.recovery is None and s.kind.reports_loader_workers)
 
     def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         return begin(s, now, verdict)
@@ -130,7 +130,7 @@ def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> li
                        batches_lost=max(0, m.batch - (r.batch + 1)) if same_pass else 0)
     s.amend(r.incident, cost=cost, restart_seconds=None)
     recovered(s, Tier.IN_PLACE)
-    s.hangs_by_phase[r.phase] = s.hangs_by_phase.get(r.phase, 0) + 1  # (an escalated one counts as the restart's)
+    s.hangs_by_phase[r.phase] += 1  # (an escalated one counts as the restart's)
     # The stall lies inside the attempt's trained span (its first batch to its last progress), yet trained nothing.
     s.goodput.lost_seconds += cost.seconds
     s.in_place_times = [t for t in s.in_place_times if now.wall - t <= s.config.recovery.in_place_window] + [now.wall]

@@ -20,7 +20,7 @@ from supervisor.vocabulary import After, KernelKind, Reason, State
 
 def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
     a = s.current
-    s.kernel_events[event.kind.value] = s.kernel_events.get(event.kind.value, 0) + 1
+    s.kernel_events[event.kind] += 1
     running = s.state in (State.STARTING, State.HEALTHY)
     if event.kind == KernelKind.GPU_LOST and not event.drill and (not event.trusted or _trains_on_cpu(s)):
         # A line user space wrote, one from before this run, or a GPU this training does not use: it may be

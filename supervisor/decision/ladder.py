@@ -97,13 +97,14 @@ def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladd
     return Ladder(tuple(rungs))
 
 
-def build_ladder(configured: tuple[dict[str, Any], ...] | None, workers: int, command: bool = False,
+def build_ladder(configured: tuple[dict[str, Any], ...] | None, workers: int, default: bool = True,
                  rocm: bool = False, cuda: bool = False) -> Ladder:
-    """The configured rungs after rung 0; unconfigured, the default ladder, or none for a [worker] command (what
-    would make an unknown script safer is for its author to say: env and args rungs). ``rocm``, ``cuda``: the
-    installed build, as ``default_ladder`` takes them (read by the shell: host/torch_build.py)."""
+    """The configured rungs after rung 0; unconfigured, the default ladder, or none where the worker's kind has no
+    ``default`` (a [worker] command: what would make an unknown script safer is for its author to say, as env and args
+    rungs; worker_kind.py). ``rocm``, ``cuda``: the installed build, as ``default_ladder`` takes them (read by the
+    shell: host/torch_build.py)."""
     if configured is None:
-        return Ladder(({},)) if command else default_ladder(workers, rocm, cuda)
+        return default_ladder(workers, rocm, cuda) if default else Ladder(({},))
     return Ladder(({},) + tuple(configured))
 
 

@@ -4,16 +4,18 @@ A field added to a kept record is saved and restored without a list to update: `
 all it takes. The state file is one flat JSON object ("rung", "attempt", "lost_seconds", ...): a record marked
 ``kept(flat=True)`` lends its kept fields to its holder's level (an optional one is absent while None, and read
 back where its first key is present). A field's type says how it reads back (``int``, ``float``,
-``dict[str, float]``, ``tuple[str, ...]``, a record with ``from_dict`` or kept fields of its own, an enum); a key
-that is missing or null gives the field its default. ``save``/``load`` spell a field whose form in the file is not
-its type's (the incidents: only the newest and those not yet in incidents.jsonl are kept). A record people read
-(an incident) leaves out what is not known: ``omitted`` fields while at their default, ``with_field`` ones unless
-that field is set. A value not of its field's type, or a field without a default that the file lacks, is
-``Unreadable``, named by its key: the shell treats the file as corrupt rather than run on a half-read record.
+``dict[str, float]``, ``Counter[Reason]``, ``tuple[str, ...]``, a record with ``from_dict`` or kept fields of its
+own, an enum); a key that is missing or null gives the field its default. ``save``/``load`` spell a field whose
+form in the file is not its type's (the incidents: only the newest and those not yet in incidents.jsonl are kept).
+A record people read (an incident) leaves out what is not known: ``omitted`` fields while at their default,
+``with_field`` ones unless that field is set. A value not of its field's type, or a field without a default that the
+file lacks, is ``Unreadable``, named by its key: the shell treats the file as corrupt rather than run on a half-read
+record.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -169,6 +171,9 @@ def from_json(hint: Any, value: Any) -> Any:
     if origin is dict:
         _expect(value, dict)
         return {_key(args[0], k): from_json(args[1], v) for k, v in value.items()}
+    if origin is collections.Counter:  # counts by their key: Counter[Reason]
+        _expect(value, dict)
+        return collections.Counter({_key(args[0], k): from_json(int, v) for k, v in value.items()})
     if hint is Any:
         return value
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):

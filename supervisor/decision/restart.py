@@ -84,7 +84,7 @@ def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
 
 def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     """After a failure: count it against the budget, apply the remedy or climb, then spawn or back off."""
-    s.restarts_by_reason[plan.reason.value] = s.restarts_by_reason.get(plan.reason.value, 0) + 1
+    s.restarts_by_reason[plan.reason] += 1
     if plan.reason == Reason.PROBE:  # planned, saved first: no budget, no backoff
         return [probe.enter(s), spawn(s)]
     recovered(s, Tier.RESTART)

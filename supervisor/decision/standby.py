@@ -28,7 +28,7 @@ REVIEW_EVERY = 5.0  # seconds of training between two reviews of the standby's r
 def prepared(s: Supervision, mono: float) -> list[Any]:
     """A standby for the rung a hang would move to now, unless the one asked for in this attempt is made for it; the
     next review counts from now (monotonic ``mono``)."""
-    if not s.config.standby or s.config.command is not None:
+    if not s.kind.standby:
         return []
     settings = {**s.ladder.settings(choices.after_a_hang(s).rung), **s.remedies}
     a = s.current

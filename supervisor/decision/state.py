@@ -16,7 +16,7 @@ The fields declared ``kept(...)`` are what a restarted supervisor gets back from
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,11 +25,12 @@ from supervisor.decision import checkpoint_interval, persistence, restart_budget
 from supervisor.decision.actions import Exit, RecordIncident
 from supervisor.decision.events import KernelMessage, SignatureSeen
 from supervisor.decision.hang_history import HangHistory, HangPoint
-from supervisor.decision.incident import Incident
+from supervisor.decision.incident import Incident, Tier
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
-from supervisor.vocabulary import After, Reason, State
+from supervisor.decision.worker_kind import WorkerKind
+from supervisor.vocabulary import After, KernelKind, Reason, State
 from worker.contract import InForce, Phase, StartupStep
 
 INCIDENTS_KEPT = 20
@@ -152,7 +153,6 @@ class Attempt:
     step_total: int | None = None  # ... of how many
     resumed_from: str | None = None
     resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
-    exit_0_finishes: bool = False  # the worker is a command: exit 0 means finished
     trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1
     progress_pid: int | None = None  # whose counter progress_counter is: the worker, or rank 0 under DDP
@@ -246,6 +246,7 @@ class Supervision:
     the restart budget, the incidents, the current attempt and the account of the work kept."""
     config: Config
     ladder: Ladder
+    kind: WorkerKind = field(init=False)  # what the worker can do: ours or a [worker] command (worker_kind.py)
     state: State = kept(default=State.STARTING, load=_finished_only)
     rung: int = kept(default=0)
     attempt: int = kept(default=0)  # attempts spawned so far
@@ -256,11 +257,12 @@ class Supervision:
     last_failure: str | None = kept(default=None)
     restart_times: list[float] = kept(default_factory=list)  # wall clock, every restart after a failure
     budget_times: list[float] = kept(default_factory=list)  # wall clock, the restarts that spent the budget
-    restarts_by_reason: dict[str, int] = kept(default_factory=dict)
-    hangs_by_phase: dict[str, int] = kept(default_factory=dict)
+    # -- counts by the vocabulary's words: a new member is counted, saved and shown without a field of its own --
+    restarts_by_reason: Counter[Reason] = kept(default_factory=Counter)
+    hangs_by_phase: Counter[str] = kept(default_factory=Counter)  # vocabulary.HANG_PHASES
     incidents: list[Incident] = kept(default_factory=list, save=_unwritten_and_newest, load=_incidents_from)
     messages_ignored: int = 0  # from pids other than the worker's main process
-    kernel_events: dict[str, int] = kept(default_factory=dict)  # by kind, every classified message
+    kernel_events: Counter[KernelKind] = kept(default_factory=Counter)  # every classified message
     reboot_needed: bool = False
     remedies: dict[str, Any] = kept(default_factory=dict)  # settings signatures added on top of the rung
     exit: Exit | None = None
@@ -282,10 +284,13 @@ class Supervision:
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
     job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
     # -- the recovery tiers (recovery.py) --
-    recoveries: dict[str, int] = kept(default_factory=dict)  # incident.Tier's value -> recoveries (status, metric)
+    recoveries: Counter[Tier] = kept(default_factory=Counter)  # recoveries by tier (status --json, the metric)
     in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
     loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
     amp_passed: bool = False  # an attempt trained with AMP on after its check (heartbeats._first_batch)
+
+    def __post_init__(self) -> None:
+        self.kind = WorkerKind.of(self.config)
 
     @property
     def progress(self) -> Progress:

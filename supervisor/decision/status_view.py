@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,9 +103,9 @@ class Recoveries(View):
         return cls({tier: int(d.get(tier.value) or 0) for tier in Tier})
 
     @classmethod
-    def of(cls, counts: dict[str, int]) -> Recoveries:
-        """From the core's counts (``Supervision.recoveries``: a tier's value -> recoveries)."""
-        return cls({tier: counts.get(tier.value, 0) for tier in Tier})
+    def of(cls, counts: Counter[Tier]) -> Recoveries:
+        """From the core's counts (``Supervision.recoveries``)."""
+        return cls({tier: counts[tier] for tier in Tier})
 
 
 @dataclass(frozen=True)
@@ -246,10 +247,9 @@ def snapshot(s: Supervision, now: Now) -> Status:
         progress=(done_batches / total_batches) if total_batches else None,
         rung=s.rung, rungs=len(s.ladder), rung_label=s.ladder.label(s.rung), attempt=s.attempt,
         remedies=dict(s.remedies), restarts=sum(s.restarts_by_reason.values()),
-        restarts_by_reason=dict(s.restarts_by_reason), hangs_by_phase=dict(s.hangs_by_phase),
-        budget_left=s.budget_left(now.wall),
-        recoveries=Recoveries.of(s.recoveries),
-        kernel_events=dict(s.kernel_events), reboot_needed=s.reboot_needed,
+        restarts_by_reason=_counts(s.restarts_by_reason), hangs_by_phase=_counts(s.hangs_by_phase),
+        budget_left=s.budget_left(now.wall), recoveries=Recoveries.of(s.recoveries),
+        kernel_events=_counts(s.kernel_events), reboot_needed=s.reboot_needed,
         suspicion=None if a.suspicion is None else a.suspicion.event.message[:200],
         worker_pid=a.worker_pid, resumed_from=a.resumed_from, settings=a.in_force_shown(),
         seconds_since_progress=None if a.last_progress_at is None else now.mono - a.last_progress_at,
@@ -278,6 +278,11 @@ def snapshot(s: Supervision, now: Now) -> Status:
                         {str(k): r.hangs for k, r in sorted(s.rungs.items()) if r.hangs},
                         choices.probe_target(s) if s.rung else None),
         ladder=_ladder_view(s))
+
+
+def _counts(counter: Counter[Any]) -> dict[str, int]:
+    """A count by the vocabulary's words, as status --json spells them."""
+    return {persistence.to_json(k): n for k, n in counter.items()}
 
 
 def _startup_step_view(s: Supervision) -> dict[str, Any]:

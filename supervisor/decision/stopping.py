@@ -17,6 +17,7 @@ from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
 from supervisor.decision.incident import Incident, Tier
+from supervisor.decision.span import span
 from supervisor.decision.state import INCIDENTS_KEPT, StopPlan, Supervision
 from supervisor.vocabulary import After, Reason, State
 
@@ -60,7 +61,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
             id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
             detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
             epoch=a.progress.epoch, batch=a.progress.batch,
-            seconds_since_progress=None if a.last_progress_at is None else round(now.mono - a.last_progress_at, 3),
+            seconds_since_progress=span(a.last_progress_at, now.mono),
             last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
             **stopped, tiers=(tier,) if tier else ())
         s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
@@ -68,7 +69,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
                        climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
                        at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice))
     if reason == Reason.HANG:
-        s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+        s.hangs_by_phase[phase] += 1
     if reason == Reason.STOP:
         log = Log("info", f"stop requested ({detail})")
     elif reason == Reason.PROBE:
@@ -112,7 +113,7 @@ def save_failed(s: Supervision, why: str, reason: Reason) -> list[Any]:
         changes["reason"] = reason
         if reason == Reason.HANG:
             phase = plan.incident.phase
-            s.hangs_by_phase[phase] = s.hangs_by_phase.get(phase, 0) + 1
+            s.hangs_by_phase[phase] += 1
         s.move_to(s.rung)
         actions.append(Log("warning", f"the probe is off: rung {s.rung} ({s.ladder.label(s.rung)}) goes on after the "
                                       f"restart, its probation counted again"))

@@ -59,4 +59,4 @@ class RecoveryTier(Protocol):
 
 def recovered(s: Supervision, tier: Tier) -> None:
     """One more recovery by ``tier`` (status --json's ``recoveries``, the metric's series)."""
-    s.recoveries[tier.value] = s.recoveries.get(tier.value, 0) + 1
+    s.recoveries[tier] += 1

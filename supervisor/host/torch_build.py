@@ -13,6 +13,8 @@ from typing import Any
 
 from supervisor.config import Config
 from supervisor.decision.ladder import Ladder, build_ladder
+from supervisor.decision.worker_kind import WorkerKind
+from worker.contract import loader_workers
 
 
 @dataclass(frozen=True)
@@ -23,9 +25,9 @@ class TorchBuild:
 
 def ladder_for(config: Config) -> Ladder:
     """The ladder this configuration gets on this machine; the build is read only where the default ladder is used."""
-    workers, command = int(config.train.get("workers", 8)), config.command is not None
-    if config.ladder is not None or command:
-        return build_ladder(config.ladder, workers, command=command)
+    workers, kind = int(loader_workers(config.train)), WorkerKind.of(config)
+    if config.ladder is not None or not kind.default_ladder:
+        return build_ladder(config.ladder, workers, default=kind.default_ladder)
     build = detect(config.train.get("device"))
     return build_ladder(None, workers, rocm=build.rocm, cuda=build.cuda)
 
