@@ -14,7 +14,7 @@ within an epoch: data, forward, backward, optimizer step, callbacks) and the bea
 
 The witness (worker/witness.py): a loop of batches (a fixed piece of Python work, about 1 ms, then the beat into a
 drained pipe), timed in alternating blocks without and with the witness running, and the ratio of the mean and of
-the median batch time with it to without (goal: 1.00 within the noise); with the witness thread's own CPU time
+the median batch time with it to without (goal: 1.00 within the noise; a first block discarded, then ABBA turns); with the witness thread's own CPU time
 (from /proc/self/task/TID/schedstat) and the reports it sent (0: progress never stopped).
 
     .venv/bin/python -m bench.heartbeat [--beats 20000] [--epochs 10] [--witness-only]
@@ -199,14 +199,17 @@ def witness_overhead(block_seconds: float, blocks: int) -> dict:
     n = max(100, int(n * 0.001 / (time.perf_counter() - started)))  # about 1 ms of work a batch
     times: dict[bool, list[float]] = {False: [], True: []}
     cpu_ns, reports = 0, 0
-    for block in range(2 * blocks):
-        on = block % 2 == 1
+    # A block discarded first (the reader process's start competes with it), then ABBA turns: a drift of the shared
+    # machine's load over the run weighs on both cases alike.
+    order = [False] + [on for pair in range(blocks) for on in ((False, True) if pair % 2 == 0 else (True, False))]
+    for block, on in enumerate(order):
         witness = hb.start_witness() if on else None
         end = time.perf_counter() + block_seconds
         while (start := time.perf_counter_ns()) < end * 1e9:
             batch_work(n)
             hb.beat(**FIELDS)
-            times[on].append((time.perf_counter_ns() - start) / 1000)
+            if block:
+                times[on].append((time.perf_counter_ns() - start) / 1000)
         if witness is not None:
             cpu_ns += thread_cpu_ns(witness._thread.native_id)
             reports += witness.reports + witness.lost
