@@ -12,7 +12,12 @@ prints the beat's cost inside real training, the median training step (from one 
 within an epoch: data, forward, backward, optimizer step, callbacks) and the beat as a fraction of a step
 (goal: under 0.1%). Medians, since the machine is shared.
 
-    .venv/bin/python -m bench.heartbeat [--beats 20000] [--epochs 10]
+The witness (worker/witness.py): a loop of batches (a fixed piece of Python work, about 1 ms, then the beat into a
+drained pipe), timed in alternating blocks without and with the witness running, and the ratio of the mean and of
+the median batch time with it to without (goal: 1.00 within the noise; a first block discarded, then ABBA turns); with the witness thread's own CPU time
+(from /proc/self/task/TID/schedstat) and the reports it sent (0: progress never stopped).
+
+    .venv/bin/python -m bench.heartbeat [--beats 20000] [--epochs 10] [--witness-only]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import shutil
 import statistics
 import subprocess
@@ -166,6 +172,54 @@ def in_training(epochs: int, work: Path) -> dict:
             "encode_cpu_us": statistics.median(records["encodes"]) / 1000}
 
 
+def batch_work(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+def thread_cpu_ns(native_id: int) -> int:
+    """A thread's time on a CPU so far, in ns (0 where the kernel keeps no schedstat)."""
+    try:
+        return int(Path(f"/proc/self/task/{native_id}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def witness_overhead(block_seconds: float, blocks: int) -> dict:
+    """Batches timed without and with the witness, blocks taking turns; per-batch times in us of each case."""
+    r, w = os.pipe()
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(r)], pass_fds=(r,), cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    os.close(r)
+    hb = Heartbeat(w)
+    n, started = 1000, time.perf_counter()
+    batch_work(n)
+    n = max(100, int(n * 0.001 / (time.perf_counter() - started)))  # about 1 ms of work a batch
+    times: dict[bool, list[float]] = {False: [], True: []}
+    cpu_ns, reports = 0, 0
+    # A block discarded first (the reader process's start competes with it), then ABBA turns: a drift of the shared
+    # machine's load over the run weighs on both cases alike.
+    order = [False] + [on for pair in range(blocks) for on in ((False, True) if pair % 2 == 0 else (True, False))]
+    for block, on in enumerate(order):
+        witness = hb.start_witness() if on else None
+        end = time.perf_counter() + block_seconds
+        while (start := time.perf_counter_ns()) < end * 1e9:
+            batch_work(n)
+            hb.beat(**FIELDS)
+            if block:
+                times[on].append((time.perf_counter_ns() - start) / 1000)
+        if witness is not None:
+            cpu_ns += thread_cpu_ns(witness._thread.native_id)
+            reports += witness.reports + witness.lost
+            hb.stop_witness()
+    os.close(w)
+    reader.communicate(timeout=60)
+    return {"times": times, "cpu_ms": cpu_ns / 1e6, "reports": reports, "seconds_on": blocks * block_seconds,
+            "threads": threading.active_count()}
+
+
 def summary(times: tuple[list[float], list[float]]) -> str:
     wall, cpu = times
     p99 = statistics.quantiles(wall, n=100)[98]
@@ -177,7 +231,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--beats", type=int, default=20000, help="beats timed per case (default 20000)")
     parser.add_argument("--epochs", type=int, default=10, help="demo epochs trained for the in-place figures")
+    parser.add_argument("--witness-only", action="store_true", help="only the witness's cost to a loop of batches")
+    parser.add_argument("--witness-blocks", type=int, default=6, help="blocks of 2 s each, without and with")
     args = parser.parse_args()
+
+    o = witness_overhead(2.0, args.witness_blocks)
+    off, on = o["times"][False], o["times"][True]
+    mean_ratio = statistics.fmean(on) / statistics.fmean(off)
+    median_ratio = statistics.median(on) / statistics.median(off)
+    print(f"The witness, {args.witness_blocks} blocks of 2 s without and with it, a batch of about 1 ms of Python "
+          f"work and a beat into a drained pipe ({len(off)} and {len(on)} batches):")
+    print(f"  batch without: mean {statistics.fmean(off):.1f} us, median {statistics.median(off):.1f} us; with: mean "
+          f"{statistics.fmean(on):.1f} us, median {statistics.median(on):.1f} us")
+    print(f"  with/without: mean {mean_ratio:.4f}, median {median_ratio:.4f}; the witness thread's CPU "
+          f"{o['cpu_ms']:.2f} ms in {o['seconds_on']:.0f} s ({o['cpu_ms'] / 10 / o['seconds_on']:.4f}% of a core), "
+          f"{o['reports']} reports")
+    if args.witness_only:
+        return 0
 
     size = len(encode({"v": 1, "pid": os.getpid(), "kind": "beat", "phase": "train", "progress": 12345,
                        "dropped": 0, "t": round(time.time(), 3), **FIELDS}))

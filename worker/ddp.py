@@ -112,7 +112,7 @@ def rank_link() -> SupervisorLink:
     drop_ambient_capabilities()
     record = LaunchRecord.from_json(Path(path).read_text(), source=path)
     apply_patches(record)
-    hb = Heartbeat.from_env()
+    hb = Heartbeat.from_env(witness=True)  # the rank's own witness, on its main thread (worker/witness.py)
     hb.phase("setup")
     return link_from_record(record, hb, rank=rank, resume_point=resume_point_from_env())
 

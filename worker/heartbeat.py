@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitReport
+from worker.witness import INTERVAL, Witness
 
 PROTOCOL_VERSION = 1
 ENV_FD = "YOLO_TRAIN_HEARTBEAT_FD"
@@ -82,7 +83,9 @@ class Heartbeat:
             ...
             hb.beat(epoch=epoch, epochs=epochs, batch=i + 1, batches=len(loader), losses={"loss": loss.item()})
 
-    ``beat()`` and ``phase()`` count as progress; ``ping()`` does not.
+    ``beat()`` and ``phase()`` count as progress; ``ping()`` does not. ``Heartbeat.from_env(witness=True)`` (or
+    ``hb.start_witness()``) also starts the witness (worker/witness.py): while this thread makes no progress, a
+    thread that says where it waits, about twice a second. Off unless asked.
     """
 
     def __init__(self, fd: int | None, rank: int | None = None, local_rank: int | None = None):
@@ -93,13 +96,22 @@ class Heartbeat:
         self.sent = 0
         self.dropped = 0
         self.current_phase = "setup"
+        self.witness: Witness | None = None
         if fd is not None:
             os.set_blocking(fd, False)
 
     @classmethod
-    def from_env(cls) -> "Heartbeat":
+    def from_env(cls, witness: bool = False) -> "Heartbeat":
         """The pipe named by the environment; a no-op client when there is none. A process that torch.distributed.run
-        started with a ``RANK`` says its rank in every message."""
+        started with a ``RANK`` says its rank in every message. ``witness``: start the witness, watching the calling
+        thread (``start_witness``)."""
+        hb = cls._from_env()
+        if witness:
+            hb.start_witness()
+        return hb
+
+    @classmethod
+    def _from_env(cls) -> "Heartbeat":
         rank = os.environ.get("RANK", "")
         rank = int(rank) if rank.isdigit() else None
         local = os.environ.get("LOCAL_RANK", "")
@@ -161,6 +173,20 @@ class Heartbeat:
     def wait(self, report: WaitReport) -> bool:
         """Where the main thread waits (the witness's report; the progress counter is the main thread's, unchanged)."""
         return self._send("wait", {"wait": report.to_wire()})
+
+    def start_witness(self, interval: float = INTERVAL) -> Witness | None:
+        """Start the witness on the calling thread (worker/witness.py); the one running is kept. None when there is
+        no pipe to tell: an unsupervised client starts no thread."""
+        if self.fd is None:
+            return None
+        if self.witness is None or not self.witness.alive:
+            self.witness = Witness(self, interval).start()
+        return self.witness
+
+    def stop_witness(self) -> None:
+        if self.witness is not None:
+            self.witness.stop()
+            self.witness = None
 
     def _send(self, kind: str, fields: dict[str, Any]) -> bool:
         if self.fd is None:

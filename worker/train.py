@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
         return 2
     if record.supervisor_pid and os.getppid() != record.supervisor_pid:
         return 1  # the supervisor died before we armed the parent-death signal
-    hb = Heartbeat.from_env()
+    hb = Heartbeat.from_env(witness=True)  # where this thread waits, while it makes no progress (worker/witness.py)
     hb.phase("setup")
     startup_steps.STEPS.attach(hb)
     try:
@@ -123,6 +123,7 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
     trainer = trainer_cls(overrides=args, supervision=link)
     CLOCK.mark("trainer (checkpoint read, arguments)")
     if trainer.ddp:  # Ultralytics will train in ranks under torch.distributed.run: tell them where we are
+        hb.stop_witness()  # this process only waits for the ranks; each rank has its own witness
         return train_in_ranks(trainer, record_path, hb, record)
     try:
         trainer.train()

@@ -33,6 +33,7 @@ from worker.patches import conv2d
 from worker.startup_clock import CLOCK
 from worker.startup_steps import STEPS
 from worker.thread_loader import ThreadDataLoader, thread_loader_from
+from worker.witness import name_loader
 
 RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch image" per image fed to the model;
 # under DDP each rank writes its own, the path with ".rankN" added
@@ -165,6 +166,7 @@ class SupervisedTrainerMixin:
             exact_resume.install(loader, int(self.args.seed), lambda: self.epoch, self.supervision.resume_point)
         if options.loader != "threads":  # (a thread cannot be killed: a hung loader thread is a restart's)
             loader_recovery.install(loader, mode, self.supervision.commands, self.supervision.hb)
+        name_loader(loader, mode)  # the witness's reports of a wait for its batches say "train" or "val"
         return loader
 
     def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,367 @@
+"""The witness: a thread in the training process that says where its main thread waits, while it makes no progress.
+
+From outside, a hang is judged by guesses (py-spy's frames by name, the tree's CPU share, /proc states). The process
+itself knows: ``sys._current_frames()`` holds the watched thread's frames and, on them, the objects it waits on (the
+DataLoader iterator and the batch it awaits, the lock, the socket). About twice a second (``INTERVAL``), once the
+watched thread has made no progress for that long, the witness reads them, classifies the wait (``RULES``) and sends a
+``contract.WaitReport`` through ``Heartbeat.wait``. The supervisor reads it as no progress.
+
+Progress is the heartbeat client's ``progress`` counter (the watched thread's beats and phases). While it grows, the
+witness wakes every ``INTERVAL``, compares one int and sleeps again: nothing else. ``stalled`` is counted from the
+wake-up that saw the counter change, so it is up to one interval short, never long.
+
+It never stalls training: it shares no lock with the training thread (it sleeps on an Event of its own, reads the
+frames under the GIL alone, and writes through the client's non-blocking ``_send``); an exception inside it loses
+that one report (counted in ``lost``), never the training. It only imports torch's modules that are already loaded
+and never initialises CUDA.
+
+At fork (a loader's workers, forked from the training thread while it holds the GIL): the witness holds the GIL or
+waits without holding anything a child inherits held: on its own Event's private waiter lock, in a write() to the
+pipe, in the read() of a source line. CPython re-creates its own runtime locks in the child, glibc its malloc, stdio
+and loader locks; the one glibc leaves held (``__exit_funcs_lock``, Ultralytics PR #26085) is taken by C++ first-use
+statics, which the witness reaches only in the device query, made with the GIL held by torch's binding (see
+``device_busy``). A forked child has no witness thread (fork copies the calling thread only) and never starts one.
+
+Who gets it: our worker starts it in the training process (``worker/train.py``) and in every DDP rank
+(``worker/ddp.py``) through ``Heartbeat.from_env(witness=True)``; the launching worker of a DDP run stops its own
+once the ranks train (it only waits for them). A command worker's script asks for it the same way, or with
+``hb.start_witness()``; a plain ``Heartbeat.from_env()`` starts no thread (a library that adds a thread to someone's
+process unasked changes what their fork()s inherit), and an unsupervised client (no pipe) never starts one. It
+watches the thread that starts it: the main thread, in our worker.
+"""
+
+from __future__ import annotations
+
+import dis
+import linecache
+import os
+import re
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from worker.contract import WaitKind, WaitReport
+
+INTERVAL = 0.5  # seconds between looks; also the stall after which the first report is sent
+MAX_FRAMES = 200  # frames walked outward from the innermost; a deeper stack is classified by its innermost ones
+_STDLIB = os.path.dirname(os.__file__)
+_TOLERANCE = 0.001  # an Event's timeout ends at its deadline, measured by another call: float rounding, no more
+
+
+class Client(Protocol):
+    """What the witness needs of the heartbeat client (``worker.heartbeat.Heartbeat``)."""
+
+    progress: int
+
+    def wait(self, report: WaitReport) -> bool: ...
+
+
+# Loaders by name ("train", "val"): id -> (weak reference to a DataLoader or an iterator, name). Written by the
+# training thread only (name_loader); the witness reads a copy (tuple() of a dict is one step under the GIL).
+_NAMES: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def name_loader(loader_or_iterator: Any, name: str) -> None:
+    """Tell the witness which loader this is: its reports say ``loader = name`` for a wait on this DataLoader's
+    iterator (``iterator`` as Ultralytics' loaders keep it, ``_iterator`` as torch's persistent ones), rebuilt ones
+    included, or on this very iterator."""
+    for key, (ref, _) in list(_NAMES.items()):
+        if ref() is None:
+            del _NAMES[key]
+    try:
+        _NAMES[id(loader_or_iterator)] = (weakref.ref(loader_or_iterator), name)
+    except TypeError:
+        pass  # not weakly referable (a loader holds no reference to the witness): its waits go unnamed
+
+
+def loader_name(iterator: Any) -> str | None:
+    for ref, name in tuple(_NAMES.values()):
+        named = ref()
+        if named is not None and (named is iterator or getattr(named, "iterator", None) is iterator
+                                  or getattr(named, "_iterator", None) is iterator):
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The watched thread's frames as the rules read them: innermost first, and the innermost frame's line."""
+
+    frames: tuple[Any, ...]  # frame objects, or anything with f_code (co_filename, co_name), f_lineno, f_locals
+    line: str  # the innermost frame's current source line, stripped ("" where the source is not readable)
+    device_busy: Callable[[], bool]  # whether a device of this process has queued work not done
+
+    @classmethod
+    def of(cls, frame: Any, device_busy: Callable[[], bool]) -> "Stack":
+        frames = []
+        while frame is not None and len(frames) < MAX_FRAMES:
+            frames.append(frame)
+            frame = frame.f_back
+        line = linecache.getline(frames[0].f_code.co_filename, frames[0].f_lineno).strip() if frames else ""
+        return cls(tuple(frames), line, device_busy)
+
+    @property
+    def innermost(self) -> Any:
+        return self.frames[0]
+
+    def where(self) -> str:
+        f = self.innermost
+        return f"{short_path(f.f_code.co_filename)}:{f.f_lineno} in {f.f_code.co_name}"
+
+    def first(self, files: tuple[str, ...], functions: tuple[str, ...] | None = None) -> Any:
+        """The innermost frame in one of ``files`` (path suffixes), in one of ``functions`` where given."""
+        for f in self.frames:
+            if f.f_code.co_filename.endswith(files) and (functions is None or f.f_code.co_name in functions):
+                return f
+        return None
+
+    def named_on_line(self) -> dict[str, Any]:
+        """The objects the innermost line names, by their dotted names (``lock`` in ``with lock:``, ``self.work`` in
+        ``self.work.wait()``): from the frame's locals, then its globals, then instance or module dictionaries only,
+        so that no property or ``__getattr__`` runs in the witness."""
+        f, found = self.innermost, {}
+        local, glob = getattr(f, "f_locals", None) or {}, getattr(f, "f_globals", None) or {}
+        for dotted in re.findall(r"[A-Za-z_][\w.]*", self.line):
+            head, *attrs = dotted.split(".")
+            if head in local:
+                value = local[head]
+            elif head in glob:
+                value = glob[head]
+            else:
+                continue
+            found[head], path = value, head
+            for attr in attrs:
+                try:
+                    value = object.__getattribute__(value, "__dict__")[attr]
+                except (AttributeError, KeyError, TypeError):
+                    break
+                path = f"{path}.{attr}"
+                found[path] = value
+        return found
+
+
+@dataclass(frozen=True)
+class Match:
+    function: str | None = None
+    fields: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: WaitKind
+    why: str  # why a match means this kind of wait
+    match: Callable[[Stack], Match | None]
+
+
+def stdlib(*names: str) -> tuple[str, ...]:
+    return tuple(os.path.join(_STDLIB, n) for n in names)
+
+
+def short_path(path: str) -> str:
+    return "/".join(path.replace(os.sep, "/").split("/")[-3:])
+
+
+# --- the rules' matchers, each on the whole stack --------------------------------------------------------------
+
+_DATALOADER = ("torch/utils/data/dataloader.py",)
+_LOADER_WAITS = ("_try_get_data", "_get_data", "_next_data")
+
+
+def loader_wait(stack: Stack) -> Match | None:
+    frame = stack.first(_DATALOADER, _LOADER_WAITS)
+    if frame is None:
+        return None
+    it = frame.f_locals.get("self")
+    module = sys.modules.get("torch.utils.data.dataloader")
+    if module is None or not isinstance(it, module._MultiProcessingDataLoaderIter):
+        return None  # a single-process iterator loads in this very thread: what it does is further in
+    batch = it._rcvd_idx
+    info = it._task_info.get(batch)  # (worker,) while outstanding; (worker, data) once arrived out of order
+    worker = info[0] if info else None
+    workers = it._workers
+    pid = workers[worker].pid if worker is not None and worker < len(workers) else None
+    return Match(frame.f_code.co_name, (("loader", loader_name(it)), ("worker", worker), ("worker_pid", pid),
+                                        ("batch_index", batch)))
+
+
+_C10D = ("torch/distributed/distributed_c10d.py",)
+
+
+def collective_wait(stack: Stack) -> Match | None:
+    frame = stack.first(_C10D)
+    if frame is not None:
+        return Match(frame.f_code.co_name)
+    call = re.search(r"([A-Za-z_][\w.]*)\.wait\(", stack.line)
+    if call and _type_named(stack.named_on_line().get(call.group(1)), "Work"):  # an async collective's Work.wait()
+        return Match("wait")
+    return None
+
+
+_CUDA_SYNC = ("torch/cuda/__init__.py", "torch/cuda/streams.py")
+# The instructions by which a frame is inside a native call (the innermost frame: no Python frame beyond it).
+_NATIVE_OPS = {op for op in dis.opmap if op.startswith("CALL")} | {
+    "BINARY_OP", "BINARY_SUBSCR", "STORE_SUBSCR", "COMPARE_OP", "CONTAINS_OP", "FOR_ITER", "GET_ITER"}
+
+
+def in_native_call(frame: Any) -> bool:
+    lasti = getattr(frame, "f_lasti", None)
+    if lasti is None or lasti < 0:
+        return True  # not a real frame (a test's), or not started: say nothing against it
+    code = frame.f_code.co_code
+    return lasti < len(code) and dis.opname[code[lasti]] in _NATIVE_OPS
+
+
+def device_wait(stack: Stack) -> Match | None:
+    frame = stack.first(_CUDA_SYNC, ("synchronize",))
+    if frame is not None:
+        return Match("synchronize")
+    if in_native_call(stack.innermost) and stack.device_busy():
+        call = re.search(r"\.?(\w+)\(", stack.line)
+        return Match(call.group(1) if call else None)
+    return None
+
+
+_LOCK_FILES = stdlib("threading.py", "queue.py", os.path.join("multiprocessing", "synchronize.py"))
+_LOCK_TYPES = ("lock", "RLock", "_RLock", "Lock", "Semaphore", "BoundedSemaphore", "Condition")
+
+
+def lock_wait(stack: Stack) -> Match | None:
+    frame = stack.first(_LOCK_FILES)
+    if frame is not None:
+        return Match(frame.f_code.co_name)
+    if ".acquire(" in stack.line:
+        return Match("acquire")
+    if stack.line.startswith("with ") and any(_type_named(v, *_LOCK_TYPES) for v in stack.named_on_line().values()):
+        return Match("acquire")
+    return None
+
+
+_IO_FILES = stdlib("socket.py", "ssl.py", "selectors.py", os.path.join("http", "client.py"),
+                   os.path.join("multiprocessing", "connection.py")) + (os.path.join(_STDLIB, "urllib") + os.sep,)
+_SUBPROCESS = stdlib("subprocess.py")
+_IO_CALL = re.compile(r"(?:\.(read|readline|readlines|readinto|write|recv|recv_into|recvfrom|send|sendall|accept|"
+                      r"connect|select|poll)|\b(open|urlopen|select)|\b(requests)\.\w+)\(")
+
+
+def io_wait(stack: Stack) -> Match | None:
+    for f in stack.frames:
+        path = f.f_code.co_filename
+        if path.endswith(_IO_FILES) or path.startswith(_IO_FILES[-1]):
+            return Match(f.f_code.co_name)
+        if path.endswith(_SUBPROCESS) and f.f_code.co_name in ("wait", "communicate", "_wait", "_communicate",
+                                                               "_try_wait"):
+            return Match(f.f_code.co_name)
+    call = _IO_CALL.search(stack.line)
+    if call:
+        return Match(call.group(1) or call.group(2) or call.group(3))
+    return None
+
+
+def sleep_wait(stack: Stack) -> Match | None:
+    return Match("sleep") if re.search(r"\bsleep\(", stack.line) else None
+
+
+# First rule to match wins; each walks the stack from the innermost frame outward. The order matters where one wait
+# is made of another: a loader's and a collective's waits are made of queue, lock and socket waits further in.
+RULES = (
+    Rule(WaitKind.LOADER, "torch's _MultiProcessingDataLoaderIter waits in _next_data/_get_data/_try_get_data for the "
+         "batch _rcvd_idx, which _task_info says one worker owes: its own queue read or the pin thread's, inside",
+         loader_wait),
+    Rule(WaitKind.COLLECTIVE, "every torch.distributed collective is a function of distributed_c10d.py (and waits "
+         "in it, or in the Work it returned)", collective_wait),
+    Rule(WaitKind.DEVICE, "torch.cuda's synchronize, or a native call (item(), cpu(), a copy) while a device's "
+         "stream still has work: the host waits for the device", device_wait),
+    Rule(WaitKind.LOCK, "threading, queue and multiprocessing.synchronize wait on locks of this process, and so "
+         "does a lock's acquire on the innermost line", lock_wait),
+    Rule(WaitKind.IO, "sockets, selectors, HTTP, a subprocess, a pipe to another process, a file: something "
+         "outside this process's own threads", io_wait),
+    Rule(WaitKind.SLEEP, "time.sleep: a wait the code chose", sleep_wait),
+)
+
+
+def classify(stack: Stack, stalled: float) -> WaitReport:
+    for rule in RULES:
+        found = rule.match(stack)
+        if found is not None:
+            return WaitReport(kind=rule.kind, where=stack.where(), stalled=round(stalled, 3),
+                              function=found.function, **dict(found.fields))
+    return WaitReport(kind=WaitKind.ELSEWHERE, where=stack.where(), stalled=round(stalled, 3))
+
+
+def device_busy() -> bool:
+    """Whether a GPU this process uses has work queued on its stream that is not done. Never initialises CUDA and
+    never touches a device without a context of this process (it would make one, and hold its memory). The query is
+    cudaStreamQuery (hipStreamQuery under HIP) on the device's current stream as this thread sees it: the default
+    one. torch's bindings of ``_cuda_getCurrentStream`` and ``Stream.query`` keep the GIL (``synchronize`` is the one
+    that drops it), so no fork by the training thread runs beside them."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    if cuda is None or not cuda.is_initialized():
+        return False
+    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    if has_context is None:
+        return False
+    return any(has_context(i) and not cuda.current_stream(i).query() for i in range(cuda.device_count()))
+
+
+def _type_named(value: Any, *names: str) -> bool:
+    return any(t.__name__ in names for t in type(value).__mro__)
+
+
+class Witness:
+    """The thread. ``start()`` watches the calling thread; ``stop()`` ends it. ``reports`` counts those sent, ``lost``
+    the looks that failed (an exception inside: swallowed)."""
+
+    def __init__(self, client: Client, interval: float = INTERVAL, thread: int | None = None,
+                 device: Callable[[], bool] = device_busy):
+        self.client, self.interval, self.device = client, interval, device
+        self.thread = thread if thread is not None else threading.get_ident()
+        self.reports = self.lost = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> "Witness":
+        self._thread = threading.Thread(target=self._run, name="yolo-train-witness", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def look(self, stalled: float) -> WaitReport | None:
+        """Where the watched thread is now, classified; None when it is gone."""
+        frame = sys._current_frames().get(self.thread)
+        if frame is None:
+            return None
+        try:
+            return classify(Stack.of(frame, self.device), stalled)
+        finally:
+            del frame  # frames hold their locals: keep none beyond the look
+
+    def _run(self) -> None:
+        stop, interval = self._stop, self.interval
+        last, since = self.client.progress, time.monotonic()
+        while not stop.wait(interval):
+            progress, now = self.client.progress, time.monotonic()
+            if progress != last:
+                last, since = progress, now
+                continue
+            stalled = now - since
+            if stalled + _TOLERANCE < interval:
+                continue
+            try:
+                report = self.look(stalled)
+                if report is not None and self.client.progress == last:  # no progress while it looked
+                    self.client.wait(report)
+                    self.reports += 1
+            except Exception:  # a report lost, never the training
+                self.lost += 1
