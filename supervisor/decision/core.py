@@ -35,7 +35,7 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, kernel, recovery, restart, stopping, watchdog
+from supervisor.decision import heartbeats, kernel, recovery, restart, stopping, watchdog, witness
 from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
                                          PublishCheckpoint, PublishLadder, RecordIncident, ReplaceLoaderWorkers,
                                          RequestCheckpoint, Spawn)
@@ -50,7 +50,7 @@ from supervisor.decision.state import Attempt, JobRung, Supervision
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from supervisor.decision.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
-from worker.contract import Phase
+from worker.contract import Phase, WaitKind
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
@@ -386,8 +386,12 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     detail = incident.detail
     if event.output_note and incident.phase == STARTUP_PHASE:
         detail += f"; {event.output_note}"
-    enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail,
-                       stacks=event.stacks or incident.stacks, detail=detail, host=event.host)
+    stacks = event.stacks or incident.stacks
+    said = witness.telling(s.current.waits, s.current.loaders)[0] if incident.witness else None
+    agreed = None if said is None or stacks is None else \
+        (said.report.kind == WaitKind.LOADER) == stacks.in_loader_worker  # both blame a loader worker, or neither
+    enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=stacks,
+                       detail=detail, host=event.host, witness_agreed=agreed)
     # Where it hung, in the journal before the kill's own lines.
     return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 

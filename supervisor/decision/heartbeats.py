@@ -25,6 +25,7 @@ from supervisor.decision import goodput, in_place, kernel, probe, recovery, stan
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.span import span
+from supervisor.decision.witness import WaitSeen
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
@@ -36,7 +37,7 @@ def received(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bo
     if not _accepted(s, m, now, from_worker_tree):
         return []
     if m.kind in (MessageKind.ERROR, MessageKind.IN_FORCE, MessageKind.CHECKPOINT, MessageKind.LOADER,
-                  MessageKind.STEP):
+                  MessageKind.STEP, MessageKind.WAIT):
         return _report(s, m, now)
     _note_position(s.current.progress, m)
     if m.progress <= s.current.progress_counter:
@@ -85,8 +86,12 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
         return False
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
+    if m.kind == MessageKind.WAIT:  # every rank's word is kept: the one that tells the stall is chosen at need
+        s.current.waits[m.rank] = WaitSeen(m.wait, now.mono, m.rank)
+        return False
     if m.progress > view.progress:
         view.progress, view.last_progress_at = m.progress, now.mono
+        s.current.waits.pop(m.rank, None)
     return (m.rank if m.local_rank is None else m.local_rank) == 0
 
 
@@ -101,6 +106,9 @@ def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
         return in_place.loader_started(s, m)
     if m.kind == MessageKind.STEP:
         return _startup_step(s, m, now)
+    if m.kind == MessageKind.WAIT:
+        s.current.waits[None] = WaitSeen(m.wait, now.mono)
+        return []
     return _checkpoint_saved(s, m, now)
 
 
@@ -207,6 +215,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
         a.trained_through = True
     a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
+    a.waits.pop(None, None)  # a word said before this progress is of a stall that is over
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value
 
 

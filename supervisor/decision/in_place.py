@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from supervisor.decision import witness
 from supervisor.decision.actions import InspectStall, Log, ReplaceLoaderWorkers
 from supervisor.decision.events import LoaderWorkersKilled, Now, StallInspected
 from supervisor.decision.incident import Incident, InPlaceCost, Tier
 from supervisor.decision.state import INCIDENTS_KEPT, Recovery, Supervision
 from supervisor.decision.tier import Escalate, Verdict, recovered
 from supervisor.vocabulary import Reason, State
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
 
 BOUND_FLOOR = 10.0  # seconds: the least a rebuilt loader gets for its first batch
 BOUND_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch
@@ -78,6 +79,9 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     if recent(s, now.wall) >= cfg.in_place_max:
         return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries within in_place_window "
                         f"({cfg.in_place_window:g} s)")
+    seen, culprit = witness.telling(a.waits, a.loaders)
+    if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
+        return Escalate(f"the training process {witness.describe(seen)}: not a loader worker's hang")
     stall = now.mono - (a.last_progress_at or now.mono)
     if verdict.incident is None:
         incident = Incident(
@@ -90,7 +94,14 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     else:
         incident = s.amend(verdict.incident, tier=Tier.IN_PLACE, tiers=verdict.incident.tiers + (Tier.IN_PLACE,),
                            escalation=verdict.why)
+    if seen is not None:
+        incident = s.amend(incident, witness=witness.describe(seen))
     a.recovery = Recovery(TIER, incident, phase, a.progress.epoch, a.progress.batch, now.mono, stall)
+    if culprit is not None:  # the training process's own word: no stacks to read, whatever the worker's state
+        rank = a.loaders[culprit][0]
+        return [Log("warning", f"hang in {phase}: {detail}; the training process {witness.describe(seen)}: "
+                               f"replacing loader worker {culprit} in place"),
+                ReplaceLoaderWorkers((culprit,), rank)]
     return [Log("warning", f"hang in {phase}: {detail}; reading the stacks before killing anything (in-place tier)"),
             InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()})]
 

@@ -118,6 +118,9 @@ class Incident:
     tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order
     cost: InPlaceCost | None = kept(default=None, omitted=True, key="in_place")  # tier in_place
     escalation: str | None = kept(default=None, omitted=True)  # why a cheaper tier was not taken, or failed
+    # -- the witness (witness.py): where the training process said it waited, and whether its stacks agree --
+    witness: str | None = kept(default=None, omitted=True)
+    witness_agreed: bool | None = kept(default=None, omitted=True)  # None: no stacks, or no word to hold them to
     recorded: bool = False  # written to incidents.jsonl (kept in the state file only, beside to_dict's keys)
 
     def to_dict(self) -> dict[str, Any]:

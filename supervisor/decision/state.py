@@ -30,6 +30,7 @@ from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.worker_kind import WorkerKind
+from supervisor.decision.witness import WaitSeen
 from supervisor.vocabulary import After, KernelKind, Reason, State
 from worker.contract import InForce, Phase, StartupStep
 
@@ -177,6 +178,8 @@ class Attempt:
     loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
     recovery: Recovery | None = None  # a hang's recovery under way, by a tier before the restart (tier.py)
     idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
+    waits: dict[int | None, WaitSeen] = field(default_factory=dict)  # the witness's word by rank (None: no DDP),
+    # each since that sender's last progress (witness.py)
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)
     standby_reviewed_at: float = 0.0  # monotonic: the last review of them
 

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision import choices, persistence, probe, rung_choice, watchdog
+from supervisor.decision import choices, persistence, probe, rung_choice, watchdog, witness
 from supervisor.decision.actions import Exit
 from supervisor.decision.events import Now
 from supervisor.decision.incident import Tier
@@ -69,6 +69,8 @@ class Watchdog(View):
     timeout: str = ""  # which timeout the next deadline is ("train auto", "startup_timeout", ...)
     fires_in: float | None = None
     tree_idle_seconds: float | None = None  # how long the worker's whole tree has done nothing; None: busy, unknown
+    waiting: str | None = None  # where the training process says it waits in this stall (witness.py); None: no word
+    waiting_kind: str | None = None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere
 
 
 @dataclass(frozen=True)
@@ -256,7 +258,8 @@ def snapshot(s: Supervision, now: Now) -> Status:
         worker_uptime=None if a.spawned_at is None or a.worker_pid is None else now.mono - a.spawned_at,
         worker_spawned=a.spawned_wall, startup_seconds=a.startup_seconds, **_startup_step_view(s),
         watchdog=Watchdog(due.label, None if due.at is None else due.at - now.mono,
-                          None if a.idle_since is None else now.mono - a.idle_since),
+                          None if a.idle_since is None else now.mono - a.idle_since,
+                          *_waiting(a)),
         last_restart=s.restart_times[-1] if s.restart_times else None,
         last_incident=s.incidents[-1].to_dict() if s.incidents else None,
         exit=s.exit,
@@ -278,6 +281,11 @@ def snapshot(s: Supervision, now: Now) -> Status:
                         {str(k): r.hangs for k, r in sorted(s.rungs.items()) if r.hangs},
                         choices.probe_target(s) if s.rung else None),
         ladder=_ladder_view(s))
+
+
+def _waiting(a: Attempt) -> tuple[str | None, str | None]:
+    said = witness.telling(a.waits, a.loaders)[0]
+    return (None, None) if said is None else (witness.describe(said), said.report.kind.value)
 
 
 def _counts(counter: Counter[Any]) -> dict[str, int]:

@@ -5,7 +5,9 @@ timeout is max(auto_floor, auto_factor x the slowest of the recent intervals of 
 tracks the machine and the rung (``workers = 0`` is several times slower per batch than ``workers = 8``)
 without anyone tuning it. Intervals are kept per attempt for that reason. While the worker's whole process tree
 does nothing at all (``TreeActivity``), ``idle_floor`` stands for ``auto_floor`` (``current_stall``): a training that
-works runs, so a stall in which nothing runs is a hang well before 10 s.
+works runs, so a stall in which nothing runs is a hang well before 10 s. The witness's word comes first
+(witness.py): a batch owed by a known loader worker or a device wait is bounded so whatever the tree does, a wait on
+something outside the worker's processes never is.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from enum import Enum
 from typing import Iterable
 
 from supervisor.config import AUTO, WatchdogConfig
+from supervisor.decision import witness
 from supervisor.decision.state import Supervision
 from supervisor.vocabulary import State
 from worker.contract import Phase, StartupStep, split_rung
@@ -111,9 +114,12 @@ def deadline(s: Supervision) -> Deadline:
     stall = current_stall(s)
     if stall is not None:
         due = stall.deadline
-        if stall.idle_bound is not None and a.idle_since is not None:
-            at = max(stall.since + stall.idle_bound, a.idle_since + w.idle_floor)
-            due = Deadline(at, due.kind, f"{due.label}, idle") if at < due.at else due
+        seen, culprit = witness.telling(a.waits, a.loaders)
+        idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit)
+        if stall.idle_bound is not None and idle_since is not None:
+            at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
+            why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
+            due = Deadline(at, due.kind, f"{due.label}, {why}") if at < due.at else due
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
         if due.at is None or confirm < due.at:

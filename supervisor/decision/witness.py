@@ -34,11 +34,23 @@ class WaitSeen:
     rank: int | None = None
 
 
-def said(seen: WaitSeen | None, stall_since: float | None) -> WaitReport | None:
-    """What the witness said in this stall; None: nothing since the stall began (progress forgets it)."""
-    if seen is None or stall_since is None or seen.at < stall_since:
-        return None
-    return seen.report
+# The order in which the ranks' words tell a stall: a batch owed by a known loader worker names the culprit; a
+# device wait the next; a rank in a collective or on a lock is most often waiting for another rank.
+TELLING = (WaitKind.LOADER, WaitKind.DEVICE, WaitKind.ELSEWHERE, WaitKind.LOCK, WaitKind.COLLECTIVE, WaitKind.IO,
+           WaitKind.SLEEP)
+
+
+def telling(waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | None, str]]
+            ) -> tuple[WaitSeen | None, int | None]:
+    """The word that tells this stall best among the senders' (one outside DDP, one a rank under it), and the loader
+    worker it names as the culprit (None: none). ``waits`` holds a sender's word since its last progress only."""
+    best, culprit = None, None
+    for seen in waits.values():
+        named = loader_culprit(seen.report, loaders)
+        rank = (0, 0) if named is not None else (1, TELLING.index(seen.report.kind))
+        if best is None or rank < best[0]:
+            best, culprit = (rank, seen), named
+    return (best[1] if best else None), culprit
 
 
 def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | None, str]]) -> int | None:
@@ -60,8 +72,14 @@ def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: f
     return tree_idle_since
 
 
-def describe(report: WaitReport) -> str:
-    """One phrase for logs, status and incidents: "waits for a batch from loader worker 3 (pid 1234, batch 57)"."""
+def describe(seen: WaitSeen) -> str:
+    """One phrase for logs, status and incidents: "rank 1 waits for a batch from train loader worker 3 (pid 1234,
+    batch 57) at dataloader.py:1300 in _try_get_data"."""
+    who = "" if seen.rank is None else f"rank {seen.rank} "
+    return who + _waits(seen.report)
+
+
+def _waits(report: WaitReport) -> str:
     if report.kind == WaitKind.LOADER:
         which = f"{report.loader} " if report.loader else ""
         return (f"waits for a batch from {which}loader worker {report.worker} (pid {report.worker_pid}, batch "
