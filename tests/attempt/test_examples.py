@@ -16,7 +16,7 @@ import torch
 
 from supervisor.attempt.progress_lines import ProgressCounter, ProgressParser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SHORT = ["--epochs", "2", "--steps", "10", "--save-every", "4"]
 

@@ -14,7 +14,7 @@ from supervisor.attempt.progress_lines import (MAX_LINE_BYTES, ProgressCounter, 
                                                validate_regex)
 from worker.contract import Phase
 
-FIXTURES = Path(__file__).parent / "fixtures" / "progress"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "progress"
 
 
 def read(name: str, regex: str | None = None) -> tuple[ProgressParser, list[ProgressReading]]:

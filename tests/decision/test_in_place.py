@@ -16,7 +16,7 @@ import pytest
 from supervisor.decision import choices, core
 from supervisor.decision.incident import Stacks
 from tests.conftest import ROOT, demo_train, read_incidents, read_state
-from tests.test_core import PID, Driver, kinds, make
+from tests.decision.test_core import PID, Driver, kinds, make
 from worker.exact_resume import EpochOrderSampler
 from worker.trainer import RECORD_FED_ENV
 
@@ -328,7 +328,7 @@ def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
 
 @pytest.mark.e2e
 def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write_config, tmp_path):
-    from tests.test_ddp import CONFIG as DDP_CONFIG
+    from tests.worker.test_ddp import CONFIG as DDP_CONFIG
 
     config = write_config(DDP_CONFIG.format(extra_env="").replace("in_place = false", "in_place = true"))
     state_dir, fed = tmp_path / "state", tmp_path / "fed.txt"

@@ -14,7 +14,7 @@ from supervisor.decision import core
 from supervisor.decision.notices import BURST, WINDOW, Notice, NoticeKind, NoticeLimit, derive
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_REBOOT_NEEDED
 from supervisor.telemetry.notify_command import NotifyCommand
-from tests.test_core import PID, Driver, healthy, make
+from tests.decision.test_core import PID, Driver, healthy, make
 
 
 class Noticing(Driver):
@@ -59,7 +59,7 @@ def test_a_hang_gives_a_rung_change_at_the_verdict_and_hang_recovered_once_the_n
 
 
 def test_a_hang_recovered_in_place_is_a_hang_recovered_once_the_next_batch_comes():
-    from tests.test_in_place import STACKS, loading
+    from tests.decision.test_in_place import STACKS, loading
 
     loaded = loading()
     d = Noticing(loaded.s)

@@ -15,7 +15,7 @@ import pytest
 from supervisor.state.incidents import load_incidents, one_line
 from supervisor.verbs.incidents import group_by_where, render
 from tests.conftest import ROOT, read_incidents, read_state, yolo_train
-from tests.test_e2e import status_of, wait_for
+from tests.e2e.test_e2e import status_of, wait_for
 
 EXAMPLES = ROOT / "examples"
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 # [ladder] prior_between_hangs = "off": rungs judged on their own hangs alone, so one hang a few seconds in climbs
 # whether or not its rung's speed was measured first; these tests are about what a climb does, the choice rule itself
-# is tested in the pure core (tests/test_hang_learning.py).
+# is tested in the pure core (tests/decision/test_hang_learning.py).
 CONFIG = """
 name = "e2e"
 {train}[metrics]

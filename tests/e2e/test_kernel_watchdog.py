@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from tests.conftest import read_incidents, read_state
-from tests.test_e2e import assert_finished, demo_config, start_supervisor, status_of, wait_for  # noqa: F401
+from tests.e2e.test_e2e import assert_finished, demo_config, start_supervisor, status_of, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.serial,
               pytest.mark.skipif(os.geteuid() != 0 or not os.access("/dev/kmsg", os.W_OK),

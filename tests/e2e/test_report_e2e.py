@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, demo_train, read_state, yolo_train
-from tests.headless_chromium import CHROMIUM, load
-from tests.test_command_worker import copy_example
-from tests.test_e2e import status_of, wait_for
+from tests.helpers.headless_chromium import CHROMIUM, load
+from tests.e2e.test_command_worker import copy_example
+from tests.e2e.test_e2e import status_of, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
                                                                            "(make deb installs it)")]

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from tests.conftest import read_incidents, read_state, worker_launcher
-from tests.test_e2e import demo_config, start_supervisor, status_of, wait_for  # noqa: F401  (a fixture)
+from tests.e2e.test_e2e import demo_config, start_supervisor, status_of, wait_for  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ from supervisor.telemetry import metric_table as metrics
 from supervisor.kernel.catalogue import BUILTIN
 from worker.contract import Phase
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_metrics_export_every_member_of_the_vocabulary():
@@ -40,7 +40,7 @@ def test_the_design_kernel_table_is_the_catalogue():
 
 
 def test_every_state_has_a_row_in_the_transition_table_and_a_wrong_move_raises(monkeypatch):
-    from test_core import healthy
+    from tests.decision.test_core import healthy
 
     assert set(core.TRANSITIONS) == set(State)
     for final in (State.SUCCEEDED, State.FAILED, State.STOPPED):

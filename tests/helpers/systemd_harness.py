@@ -176,7 +176,7 @@ def systemd_booted(tmp_path_factory) -> Iterator[BootedSystemd]:
 
 def _boot_script(base: Path, share: Path, hierarchies: list[CgroupHierarchy]) -> str:
     # A checkout under /tmp or /run (a CI clone, say) would vanish under the fresh tmpfs: show it through.
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     checkout = (f'mkdir -p "$R"{shlex.quote(str(here))}; mount --bind {shlex.quote(str(here))} "$R"{shlex.quote(str(here))}\n'
                 if any(here.is_relative_to(p) for p in (Path("/tmp"), Path("/run"))) else "")
     join = "".join(f'echo $$ > "{h.ours}/cgroup.procs"\n' for h in hierarchies)

@@ -22,7 +22,7 @@ from supervisor.host.gpu_metrics import (
     sample_all,
 )
 
-FIXTURE = Path(__file__).parent / "fixtures" / "amdgpu_sysfs"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "amdgpu_sysfs"
 
 RX_7900_XT = GpuSample(
     index=0,

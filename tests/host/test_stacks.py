@@ -16,7 +16,7 @@ import pytest
 from supervisor.decision.stack_reading import ProcessStacks, as_incident_stacks
 from supervisor.host.stacks import STACKS_FILE, _capture_process, capture_tree, find_py_spy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(find_py_spy() is None, reason="py-spy is installed with the project (make install)")
 

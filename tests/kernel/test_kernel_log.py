@@ -29,7 +29,7 @@ from supervisor.kernel.reader import (
 from supervisor.kernel.catalogue import classify
 from tests.conftest import sources_for_nobody
 
-FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "kernel"
 SEEDS_LINE = (
     "workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged CPU for >10000us 4 times, "
     "consider switching to WQ_UNBOUND"

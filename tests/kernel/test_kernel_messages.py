@@ -21,7 +21,7 @@ from supervisor.kernel.catalogue import (
     validate_patterns,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "kernel"
 
 # What each recorded log must produce, in order: (kind, pattern, pid) for every classified line.
 EXPECTED = {

@@ -39,7 +39,7 @@ from supervisor.telemetry.metrics import (
     start_exporter,
 )
 
-FIXTURE = Path(__file__).parent / "fixtures" / "amdgpu_sysfs"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "amdgpu_sysfs"
 DEADLINE = parse_deadline("2030-01-01T00:00:00Z")
 NOW = 1_900_000_000.0
 
@@ -176,7 +176,7 @@ def test_an_empty_status_or_one_with_unknowns_still_scrapes():
             "yolo_train_deadline_timestamp_seconds", "yolo_train_deadline_slack_seconds"}
 
 
-EXPOSITION = Path(__file__).parent / "fixtures" / "exposition"
+EXPOSITION = Path(__file__).parents[1] / "fixtures" / "exposition"
 
 
 @pytest.mark.parametrize("status, deadline, readers, fixture", [

@@ -1,6 +1,6 @@
 """The Notifier against a real AF_UNIX datagram socket standing in for systemd's NOTIFY_SOCKET (the same
 datagrams sd_notify sends to PID 1), and journal_logging's choice of handler. The journal itself is exercised
-inside a booted systemd by tests/test_systemd_unit.py."""
+inside a booted systemd by tests/telemetry/test_systemd_unit.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""units/yolo-train.service under a real systemd booted in a throwaway namespace (tests/systemd_harness.py).
+"""units/yolo-train.service under a real systemd booted in a throwaway namespace (tests/helpers/systemd_harness.py).
 
 Most tests drive a stand-in for the supervisor: a small Python script using supervisor.telemetry.systemd_notify the
 way the daemon does (READY/STATUS/WATCHDOG/STOPPING, journal fields) with one child standing in for the
@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import demo_train
-from tests.systemd_harness import BootedSystemd, systemd_booted  # noqa: F401 (a fixture)
+from tests.helpers.systemd_harness import BootedSystemd, systemd_booted  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.root
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "units" / "yolo-train.service"
 PYTHON = ROOT / ".venv" / "bin" / "python"
 MAX_EXPOSURE = 2.0
@@ -362,7 +362,7 @@ def unit_pids(sd: BootedSystemd) -> list[int]:
 
 
 def test_harness_boots_privately_and_leaves_nothing_behind(tmp_path):
-    from tests.systemd_harness import SystemdUnavailable, booted_systemd
+    from tests.helpers.systemd_harness import SystemdUnavailable, booted_systemd
     marker = Path("/tmp") / f"yolo-train-harness-marker-{tmp_path.name}"
     marker.write_text("the host's /tmp must survive a booted systemd")
     try:

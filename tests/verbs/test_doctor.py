@@ -11,8 +11,8 @@ import pytest
 from supervisor.verbs import doctor
 from supervisor.verbs.doctor import Status, TorchProbe
 
-FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
-REPO = Path(__file__).parents[1]
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
+REPO = Path(__file__).parents[2]
 
 ROCM_62 = TorchProbe(version="2.5.1+rocm6.2", hip="6.2.41133-dd7f95766", gpu_available=True, gpu_names=["AMD Radeon RX 7900 XTX"], gpu_archs=["gfx1100"])
 ROCM_63 = TorchProbe(version="2.5.1+rocm6.3", hip="6.3.42131-fa1d09cbd", gpu_available=True, gpu_names=["AMD Radeon RX 6900 XT"], gpu_archs=["gfx1030"])

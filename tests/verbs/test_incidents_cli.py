@@ -16,7 +16,7 @@ from supervisor.state.incidents import load_incidents, one_line, stacks_path
 from supervisor.verbs.incidents import group_by_where
 from supervisor.host.stacks import capture_tree, find_py_spy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NIGHT = 1_700_000_000.0  # a fixed night: times in the output are checked against it
 
 

@@ -1,5 +1,5 @@
 """install_service into a directory standing for a fresh machine's root (systemd-sysusers --root writes its
-passwd and group there); the same install inside a booted systemd is in tests/test_systemd_unit.py."""
+passwd and group there); the same install inside a booted systemd is in tests/telemetry/test_systemd_unit.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from supervisor.verbs.install_service import InstallError, hidden_by_protect_home, home_dropin, install_service
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "units" / "yolo-train.service"
 
 pytestmark = pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="systemd-sysusers not installed")

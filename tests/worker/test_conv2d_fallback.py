@@ -13,7 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 from worker.patches import conv2d as fallback
 from worker.patches.miopen_db import arch_from_override, arch_from_target_version, kernel_db_names
 
-FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
 
 
 @pytest.fixture(autouse=True)

@@ -156,7 +156,7 @@ def test_each_ranks_epoch_order_is_its_share_dealt_as_distributed_sampler_deals_
 def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an_uninterrupted_run_feeds(tmp_path):
     """Exact resume under DDP: each rank of the resumed run feeds its share of the resumed epoch from the
     checkpoint's batch on, the same images at the same positions as a run that was never killed."""
-    from tests.test_resume_identity import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
+    from tests.worker.test_resume_identity import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
     from worker.contract import MessageKind, Phase
 
     ranks = {"YOLO_TRAIN_CPU_RANKS": "2"}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from tests.test_resume_identity import launch, messages
+from tests.worker.test_resume_identity import launch, messages
 from worker.checkpointing import EXACT_KEY, readable_checkpoint
 from worker.contract import EXIT_CONFIG as IDENTITY_EXIT
 from worker.contract import MessageKind

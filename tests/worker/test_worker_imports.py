@@ -4,7 +4,7 @@ and the two sides import of each other what worker/contract.py's docstring says.
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # What the supervisor may import of worker/ (worker/contract.py's docstring names each and why).
 SUPERVISOR_USES = {"worker.contract", "worker.heartbeat", "worker.faults", "worker.durable_file",
                    "worker.patches.miopen_db"}
