@@ -3,7 +3,8 @@
 import re
 import socket
 
-from tests.conftest import ROOT, read_state, worker_launcher, yolo_train
+from tests.helpers import ROOT
+from tests.helpers.supervised import quiet_config, read_state, worker_launcher, yolo_train
 
 LOOP = """
 import time
@@ -26,12 +27,7 @@ def run_quick_loop(write_config, tmp_path, listen: str):
         epochs = 1
         [worker]
         python = "{worker_launcher(tmp_path, QUICK_LOOP)}"
-        [metrics]
-        listen = "{listen}"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
-    """)
+    """, quiet_config(listen=listen))
     return yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"),
                       env={"PYTHONPATH": str(ROOT)}, timeout=120)
 
@@ -65,12 +61,7 @@ def test_a_supervisor_stopped_for_longer_than_the_stall_timeout_blames_no_one(wr
         epochs = 1
         [worker]
         python = "{worker_launcher(tmp_path, SLOW_LOOP)}"
-        [metrics]
-        listen = "off"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
-    """)
+    """, quiet_config())
     state_dir = tmp_path / "state"
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(state_dir)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
@@ -122,12 +113,7 @@ def test_a_supervisor_started_with_its_standard_streams_closed_trains_to_the_end
         command = ["python", "{tmp_path / 'steps.py'}"]
         [progress]
         regex = 'step (?P<batch>\\d+)/(?P<batches>\\d+)'
-        [metrics]
-        listen = "off"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
-    """)
+    """, quiet_config())
     result = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(tmp_path / "state")], cwd=ROOT, timeout=60,
                             preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])

@@ -15,7 +15,8 @@ import pytest
 from supervisor.decision import core
 from supervisor.host import process_tree
 from supervisor.attempt.tree_activity import ActivitySampler, in_uninterruptible_sleep, state
-from tests.conftest import ROOT, read_incidents, yolo_train
+from tests.helpers import ROOT
+from tests.helpers.supervised import quiet_config, read_incidents, yolo_train
 
 SLEEPER = "import time; print('ready', flush=True); time.sleep(600)"
 SPINNER = "import os, signal; print('ready', flush=True); os.kill(os.getpid(), signal.SIGSTOP)\nwhile True: pass"
@@ -167,8 +168,8 @@ for step in range(1, 201):
 def test_a_supervised_script_that_hangs_asleep_is_found_at_the_idle_floor_a_spinning_one_at_auto_floor(
         hang, write_config, tmp_path):
     (tmp_path / "train.py").write_text(HANGS_ONCE)
-    config = write_config(f'[worker]\ncommand = ["{sys.executable}", "train.py", "{hang}"]\ncwd = "{tmp_path}"\n'
-                          '[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\ngpu_events = "off"\n')
+    config = write_config(f'[worker]\ncommand = ["{sys.executable}", "train.py", "{hang}"]\ncwd = "{tmp_path}"\n',
+                          quiet_config())
     result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     [incident] = read_incidents(tmp_path / "state")

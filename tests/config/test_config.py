@@ -5,7 +5,7 @@ import re
 import pytest
 
 from supervisor.config import AUTO, ConfigError, load
-from tests.conftest import yolo_train
+from tests.helpers.supervised import yolo_train
 
 LISTEN = 'metrics.listen: expected "HOST:PORT" or "off", e.g. "127.0.0.1:10133", '
 
@@ -133,7 +133,7 @@ def test_values_ultralytics_accepts_pass(write_config):
 
 def test_the_kill_bound_is_the_units_watchdog(write_config):
     from supervisor.config import UNIT_WATCHDOG_SEC
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
 
     unit = (ROOT / "units" / "yolo-train.service").read_text()
     assert f"WatchdogSec={UNIT_WATCHDOG_SEC:g}s" in unit.splitlines()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.worker.test_worker_imports import ROOT, imports, module_name
+from tests.helpers.source_imports import ROOT, imports, module_name
 
 SHELL = ("supervisor.agent", "supervisor.attempt", "supervisor.host", "supervisor.kernel", "supervisor.state",
          "supervisor.telemetry", "supervisor.verbs", "supervisor.cli")

@@ -11,7 +11,7 @@ from supervisor.decision.rung_choice import RungFacts
 from supervisor.decision.incident import Stacks
 from supervisor.exit_codes import EXIT_CONFIG
 from supervisor.decision.status_view import snapshot
-from tests.decision.test_core import PID, Driver, make
+from tests.helpers.driver import PID, Driver, make
 
 
 class Night:

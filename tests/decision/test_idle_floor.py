@@ -7,7 +7,7 @@ from supervisor.config import parse
 from supervisor.decision import core, watchdog
 from supervisor.decision.ladder import build_ladder
 from supervisor.decision.status_view import snapshot
-from tests.decision.test_core import PID, Driver, healthy, kinds, make
+from tests.helpers.driver import PID, Driver, healthy, kinds, make
 
 
 def trained_at(interval: float, **sections) -> Driver:

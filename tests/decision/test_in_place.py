@@ -14,14 +14,11 @@ import psutil
 import pytest
 
 from supervisor.decision import choices, core
-from supervisor.decision.incident import Stacks
-from tests.conftest import ROOT, demo_train, read_incidents, read_state
-from tests.decision.test_core import PID, Driver, kinds, make
+from tests.helpers import ROOT
+from tests.helpers.driver import PID, STACKS, Driver, kinds, loading, make
+from tests.helpers.supervised import demo_train, quiet_config, read_incidents, read_state
 from worker.exact_resume import EpochOrderSampler
 from worker.trainer import RECORD_FED_ENV
-
-LOADERS = (5001, 5002)
-STACKS = Stacks("DataLoader worker stopped", ("DataLoader worker 0 (pid 5001) stopped",), None, 0.1, None)
 
 
 def wait_until_fed(path: Path, supervisor: subprocess.Popen, timeout: float, what: str) -> None:
@@ -30,18 +27,6 @@ def wait_until_fed(path: Path, supervisor: subprocess.Popen, timeout: float, wha
     while not (path.exists() and path.read_text().strip()):
         assert time.monotonic() < deadline and supervisor.poll() is None, what
         time.sleep(0.02)
-
-
-def loading(**sections) -> Driver:
-    """Healthy at 0.5 s a batch, its loader workers reported."""
-    d = Driver(make(**sections))
-    d.boot_and_spawn()
-    d.beat("train", kind="phase")
-    d.beat("train", kind="loader", pids=list(LOADERS), seconds=0.4, loader="train")
-    while d.t + 0.5 <= 1010:
-        d.t += 0.5
-        d.beat(epoch=1, epochs=3, batch=3, batches=10, samples=4)
-    return d
 
 
 def stall(d: Driver) -> core.InspectStall:
@@ -143,8 +128,8 @@ def expected_order(fed: list[tuple[int, int, str]], disturbed: int, undisturbed:
 
 @pytest.mark.e2e
 def test_a_loader_worker_frozen_from_outside_is_replaced_and_training_goes_on_losing_nothing(write_config, tmp_path):
-    config = write_config('name = "in-place"\n' + demo_train(epochs=2) + '[metrics]\nlisten = "off"\n'
-                          '[kernel_log]\nsource = "off"\ngpu_events = "off"\n[watchdog]\nstartup_timeout = 90\n')
+    config = write_config('name = "in-place"\n' + demo_train(epochs=2) + quiet_config() +
+                          '[watchdog]\nstartup_timeout = 90\n')
     state_dir, fed_path = tmp_path / "state", tmp_path / "fed.txt"
     supervisor = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                                    str(state_dir)], cwd=ROOT, env={**os.environ, RECORD_FED_ENV: str(fed_path)},
@@ -328,7 +313,7 @@ def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
 
 @pytest.mark.e2e
 def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write_config, tmp_path):
-    from tests.worker.test_ddp import CONFIG as DDP_CONFIG
+    from tests.helpers.supervised import DDP_CONFIG
 
     config = write_config(DDP_CONFIG.format(extra_env="").replace("in_place = false", "in_place = true"))
     state_dir, fed = tmp_path / "state", tmp_path / "fed.txt"

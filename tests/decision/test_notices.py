@@ -14,7 +14,7 @@ from supervisor.decision import core
 from supervisor.decision.notices import BURST, WINDOW, Notice, NoticeKind, NoticeLimit, derive
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_REBOOT_NEEDED
 from supervisor.telemetry.notify_command import NotifyCommand
-from tests.decision.test_core import PID, Driver, healthy, make
+from tests.helpers.driver import PID, Driver, healthy, make
 
 
 class Noticing(Driver):
@@ -59,7 +59,7 @@ def test_a_hang_gives_a_rung_change_at_the_verdict_and_hang_recovered_once_the_n
 
 
 def test_a_hang_recovered_in_place_is_a_hang_recovered_once_the_next_batch_comes():
-    from tests.decision.test_in_place import STACKS, loading
+    from tests.helpers.driver import STACKS, loading
 
     loaded = loading()
     d = Noticing(loaded.s)
@@ -192,7 +192,8 @@ def test_notify_config_takes_an_argv_and_a_timeout_and_refuses_a_shell_string():
 
 def test_a_real_supervisor_whose_worker_refuses_its_configuration_tells_a_person(write_config, tmp_path):
     """Exit 78 under a real supervisor, a stand-in worker, and the recorder as the [notify] command."""
-    from tests.conftest import ROOT, worker_launcher, yolo_train
+    from tests.helpers import ROOT
+    from tests.helpers.supervised import quiet_config, worker_launcher, yolo_train
 
     script, record = tmp_path / "recorder.py", tmp_path / "record.jsonl"
     script.write_text(RECORDER)
@@ -201,14 +202,9 @@ def test_a_real_supervisor_whose_worker_refuses_its_configuration_tells_a_person
         epochs = 1
         [worker]
         python = "{worker_launcher(tmp_path, "import sys; sys.exit(78)")}"
-        [metrics]
-        listen = "off"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
         [notify]
         command = ["{sys.executable}", "{script}", "{record}", "0"]
-    """)
+    """, quiet_config())
     result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"),
                         env={"PYTHONPATH": str(ROOT)}, timeout=120)
     assert result.returncode == EXIT_CONFIG, result.stderr[-2000:]

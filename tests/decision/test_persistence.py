@@ -20,7 +20,7 @@ from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.state import CheckpointMark, Supervision
 from supervisor.vocabulary import State
 from supervisor.decision.status_view import snapshot
-from tests.decision.test_core import Driver, make
+from tests.helpers.driver import Driver, make
 
 # Values unlike the defaults, for the kept types whose reading back is their own (a restarted supervisor starts over
 # unless finished; a checkpoint's monotonic time is not kept). Every other record's sample is made from its fields.

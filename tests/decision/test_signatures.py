@@ -10,7 +10,8 @@ import json
 import pytest
 
 from supervisor.decision.signatures import scan
-from tests.conftest import ROOT, read_incidents, read_state, worker_launcher, yolo_train
+from tests.helpers import ROOT
+from tests.helpers.supervised import quiet_config, read_incidents, read_state, worker_launcher, yolo_train
 
 FAKE_WORKER = r'''
 import json, math, os, sys, time
@@ -57,14 +58,9 @@ def run_fake(write_config, tmp_path):
             batch = 16
             [worker]
             python = "{launcher}"
-            [metrics]
-            listen = "off"
-            [kernel_log]
-            source = "off"
-            gpu_events = "off"
             [restart]
             backoff_initial = 0.1
-        """ + extra)
+        """, quiet_config(), extra)
         state_dir = tmp_path / "state"
         result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
                             env={"PYTHONPATH": str(ROOT), "FAKE_MODE": mode}, timeout=120)

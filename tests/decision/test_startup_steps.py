@@ -8,7 +8,7 @@ import copy
 
 from supervisor.decision import core, watchdog
 from supervisor.decision.status_view import snapshot
-from tests.decision.test_core import PID, Driver, kinds, make
+from tests.helpers.driver import PID, Driver, kinds, make
 from worker.contract import StartupStep
 
 STEPS_OF_A_START = [("checkpoint", 0.5), ("model", 0.4), ("amp_check", 0.2), ("dataset", 2.0), ("loaders", 0.3),

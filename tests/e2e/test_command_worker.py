@@ -1,7 +1,6 @@
 """Any training script as the worker: the examples under the real supervisor, frozen from outside with SIGSTOP,
 detected from their own progress bars, killed, resumed from their own checkpoints, finished."""
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,26 +13,9 @@ import pytest
 
 from supervisor.state.incidents import load_incidents, one_line
 from supervisor.verbs.incidents import group_by_where, render
-from tests.conftest import ROOT, read_incidents, read_state, yolo_train
-from tests.e2e.test_e2e import status_of, wait_for
-
-EXAMPLES = ROOT / "examples"
-
-
-def copy_example(name: str, tmp_path: Path, extra: str = "", step_delay: float = 0.0) -> Path:
-    """The example in a directory of its own (its checkpoints are written beside its config), kernel log off.
-
-    ``step_delay`` slows each step down: unslowed, an example trains its 120 steps in about a second on a quiet
-    machine, so a freeze sent once a checkpoint is seen can land after the last step instead of inside training."""
-    shutil.copytree(EXAMPLES / name, tmp_path / name, ignore=shutil.ignore_patterns("checkpoints"))
-    config = tmp_path / name / "yolo-train.toml"
-    text = config.read_text()
-    if step_delay:
-        assert '"--save-every", "10"' in text
-        text = text.replace('"--save-every", "10"', f'"--save-every", "10", "--step-delay", "{step_delay}"')
-    config.write_text(text + '\n[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\n'
-                      'gpu_events = "off"\n' + extra)
-    return config
+from tests.helpers import ROOT
+from tests.helpers.supervised import (copy_example, quiet_config, read_incidents, read_state, status_of, wait_for,
+                                      yolo_train)
 
 
 def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, argv_extra=(),
@@ -168,12 +150,7 @@ def test_output_that_never_matches_hits_the_startup_timeout_and_the_incident_say
         startup_timeout = 3
         [restart]
         max_restarts = 1
-        [metrics]
-        listen = "off"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
-    """)
+    """, quiet_config())
     result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"), timeout=60)
     assert result.returncode == 1  # the budget of 1 restart is spent
     assert "matches nothing" in result.stderr and "starts from scratch" in result.stderr
@@ -203,8 +180,7 @@ def wrapped_beats(write_config, tmp_path: Path, wrapper: str, **watchdog: float)
     script.chmod(0o755)
     settings = "".join(f"{key} = {value}\n" for key, value in watchdog.items())
     return write_config(f'[worker]\ncommand = ["./run.sh"]\ncwd = "."\n[watchdog]\n{settings}'
-                        '[restart]\nmax_restarts = 1\n[metrics]\nlisten = "off"\n'
-                        '[kernel_log]\nsource = "off"\ngpu_events = "off"\n')
+                        '[restart]\nmax_restarts = 1\n' + quiet_config())
 
 
 def test_a_command_started_through_a_wrapper_is_judged_by_the_beats_of_the_script_it_runs(write_config, tmp_path):

@@ -6,61 +6,21 @@ process tree is gone, training resumed from last.pt at the right rung and finish
 """
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 import psutil
 import pytest
 
-from tests.conftest import ROOT, demo_train, read_incidents, read_state, worker_launcher, yolo_train
+from tests.helpers import ROOT
+from tests.helpers.supervised import (E2E_CONFIG, assert_finished, demo_train, quiet_config, read_incidents,
+                                      read_state, start_supervisor, status_of, wait_for, worker_launcher, yolo_train)
 
 pytestmark = pytest.mark.e2e
-
-# [ladder] prior_between_hangs = "off": rungs judged on their own hangs alone, so one hang a few seconds in climbs
-# whether or not its rung's speed was measured first; these tests are about what a climb does, the choice rule itself
-# is tested in the pure core (tests/decision/test_hang_learning.py).
-CONFIG = """
-name = "e2e"
-{train}[metrics]
-listen = "off"
-[kernel_log]
-source = "{kernel_log}"
-gpu_events = "off"
-[watchdog]
-startup_timeout = {startup}
-[restart]
-{restart}
-[ladder]
-prior_between_hangs = "off"
-"""
-
-
-@pytest.fixture
-def demo_config(write_config):
-    def make(extra: str = "", startup: int = 90, restart: str = "backoff_initial = 0.5", kernel_log: str = "off"):
-        return write_config(CONFIG.format(train=demo_train(), startup=startup, restart=restart,
-                                          kernel_log=kernel_log) + textwrap.dedent(extra))
-    return make
 
 
 def assert_gone(pids):
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert alive == [], f"processes of a killed tree still alive: {alive}"
-
-
-def assert_finished(state_dir, result, epochs=3):
-    assert result.returncode == 0, result.stderr[-3000:]
-    # The last save is verified while Ultralytics strips last.pt at its end: that rewrite must never look torn.
-    assert "not a usable checkpoint" not in result.stderr, result.stderr[-3000:]
-    status = read_state(state_dir)["status"]
-    assert status["state"] == "succeeded"
-    assert (status["epoch"], status["epochs"]) == (epochs, epochs)
-    assert (state_dir / "train" / "weights" / "best.pt").exists()
-    return status
 
 
 # kind -> (reason, phase, rung after the incident, resumed from last.pt?)
@@ -178,7 +138,7 @@ def test_each_rung_is_really_in_force_after_a_resume(demo_config, tmp_path):
 def test_a_worker_that_hangs_after_training_is_done_is_killed_and_the_run_succeeds_at_once(write_config, tmp_path):
     """ROCm processes can hang in the runtime's teardown at exit: the checkpoint is written, nothing is lost."""
     # save_timeout also bounds this one epoch's end (validation, the save): 10 s leaves a slow machine room for it.
-    config = write_config(CONFIG.format(train=demo_train(epochs=1), startup=90, restart="", kernel_log="off")
+    config = write_config(E2E_CONFIG.format(train=demo_train(epochs=1), quiet=quiet_config(), startup=90, restart="")
                           .replace("[watchdog]\n", "[watchdog]\nsave_timeout = 10\n"))
     state_dir = tmp_path / "state"
     result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), "--fault", "exit_hang")
@@ -201,29 +161,6 @@ def test_a_crash_loop_ends_with_a_clear_error(demo_config, tmp_path):
     assert "RuntimeError: injected fault after batch 2" in last_line
     assert read_state(state_dir)["status"]["state"] == "failed"
     assert_gone([p["pid"] for i in read_incidents(state_dir) for p in i["processes"]])
-
-
-def wait_for(predicate, timeout=180, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def status_of(state_dir):
-    try:
-        return read_state(state_dir)["status"]
-    except (FileNotFoundError, ValueError, KeyError):
-        return None
-
-
-def start_supervisor(config, state_dir, *extra, env=None):
-    return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
-                             str(state_dir), *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=None if env is None else {**os.environ, **env})
 
 
 def test_a_supervisor_killed_with_sigkill_leaves_no_orphans_and_its_successor_keeps_the_rung(demo_config, tmp_path):
@@ -252,8 +189,8 @@ def test_a_supervisor_killed_with_sigkill_leaves_no_orphans_and_its_successor_ke
 
 def test_stop_then_corrupt_last_pt_resumes_from_the_verified_copy(write_config, tmp_path):
     # 6 epochs: a stop saves exactly where it is, so the resumed run must have more than a moment left to stop in
-    config = write_config(CONFIG.format(train=demo_train(epochs=6), startup=90, restart="backoff_initial = 0.5",
-                                        kernel_log="off"))
+    config = write_config(E2E_CONFIG.format(train=demo_train(epochs=6), quiet=quiet_config(), startup=90,
+                                            restart="backoff_initial = 0.5"))
     state_dir = tmp_path / "state"
     weights = state_dir / "train" / "weights"
     for run in (1, 2):

@@ -11,8 +11,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import read_incidents, read_state
-from tests.e2e.test_e2e import assert_finished, demo_config, start_supervisor, status_of, wait_for  # noqa: F401
+from tests.helpers.supervised import read_incidents, read_state, start_supervisor, status_of, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.serial,
               pytest.mark.skipif(os.geteuid() != 0 or not os.access("/dev/kmsg", os.W_OK),

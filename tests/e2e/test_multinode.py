@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from supervisor.config import ConfigError, parse
-from tests.conftest import ROOT, read_incidents, read_state
+from tests.helpers import ROOT
+from tests.helpers.supervised import quiet_config, read_incidents, read_state
 
 # 16 batches an epoch at 192 px: an epoch's training outlasts the state file's 1 s updates, which the freeze waits on
 HOST = """
@@ -39,12 +40,7 @@ collective_timeout = 120
 join_timeout = {join_timeout}
 [worker]
 standby = false
-[metrics]
-listen = "off"
-[kernel_log]
-source = "off"
-gpu_events = "off"
-[watchdog]
+""" + quiet_config() + """[watchdog]
 startup_timeout = 240
 stall_timeout = {stall_timeout}
 [restart]

@@ -22,7 +22,8 @@ import pytest
 
 from dashboards.queries import GPU_METRIC_NAMES, RANK_METRIC_NAMES, alert_expressions, dashboard_queries, metric_names
 from supervisor.host.gpu_metrics import discover_gpu_readers, sample_all
-from tests.conftest import ROOT, demo_train, read_incidents, read_state
+from tests.helpers import ROOT
+from tests.helpers.supervised import demo_train, read_incidents, read_state
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,9 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from tests.conftest import ROOT, demo_train, read_state, yolo_train
+from tests.helpers import ROOT
 from tests.helpers.headless_chromium import CHROMIUM, load
-from tests.e2e.test_command_worker import copy_example
-from tests.e2e.test_e2e import status_of, wait_for
+from tests.helpers.supervised import copy_example, demo_train, quiet_config, read_state, status_of, wait_for, yolo_train
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
                                                                            "(make deb installs it)")]
@@ -58,12 +57,7 @@ def night(tmp_path_factory):
     recorder, log, gate = tmp / "recorder.py", tmp / "notices.jsonl", tmp / "gate"
     recorder.write_text(GATED_RECORDER)
     config = tmp / "night.toml"
-    config.write_text(f'name = "night"\n{demo_train(epochs=1)}' + textwrap.dedent(f"""
-        [metrics]
-        listen = "off"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
+    config.write_text(f'name = "night"\n{demo_train(epochs=1)}' + quiet_config() + textwrap.dedent(f"""
         [ladder]
         prior_between_hangs = "off"  # each hang climbs: the rung changes are part of the night told
         [notify]

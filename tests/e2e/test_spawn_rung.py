@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import climb_to_loader_rung
+from tests.helpers.supervised import climb_to_loader_rung
 
 
 @pytest.mark.e2e

@@ -7,8 +7,8 @@ import signal
 import psutil
 import pytest
 
-from tests.conftest import read_incidents, read_state, worker_launcher
-from tests.e2e.test_e2e import demo_config, start_supervisor, status_of, wait_for  # noqa: F401  (a fixture)
+from tests.helpers.supervised import (quiet_config, read_incidents, read_state, start_supervisor, status_of, wait_for,
+                                      worker_launcher)
 
 pytestmark = pytest.mark.e2e
 
@@ -102,14 +102,9 @@ def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
         python = "{launcher}"
         [watchdog]
         auto_floor = 2
-        [metrics]
-        listen = "off"
-        [kernel_log]
-        source = "off"
-        gpu_events = "off"
         [ladder]
         prior_between_hangs = "off"  # the rung's own hangs alone: the one hang climbs, measured or not
-    """)
+    """, quiet_config())
     state_dir = tmp_path / "state"
     proc = start_supervisor(config, state_dir)
     try:

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from tests.conftest import climb_to_loader_rung
+from tests.helpers.supervised import climb_to_loader_rung
 from worker.demo_data import ensure_demo_dataset
 from worker.exact_resume import ResumePoint, install
 from worker.loaders import hook_samples

@@ -40,7 +40,7 @@ def test_the_design_kernel_table_is_the_catalogue():
 
 
 def test_every_state_has_a_row_in_the_transition_table_and_a_wrong_move_raises(monkeypatch):
-    from tests.decision.test_core import healthy
+    from tests.helpers.driver import healthy
 
     assert set(core.TRANSITIONS) == set(State)
     for final in (State.SUCCEEDED, State.FAILED, State.STOPPED):

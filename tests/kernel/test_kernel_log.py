@@ -27,7 +27,7 @@ from supervisor.kernel.reader import (
     split_kmsg_records,
 )
 from supervisor.kernel.catalogue import classify
-from tests.conftest import sources_for_nobody
+from tests.helpers.supervised import sources_for_nobody
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "kernel"
 SEEDS_LINE = (

@@ -135,12 +135,13 @@ Path("/dev/full").write_bytes(b"checkpoint")  # a real ENOSPC: OSError: [Errno 2
 
 
 def test_a_disk_full_save_stops_with_free_space_advice_instead_of_a_safer_rung(tmp_path):
-    from tests.conftest import ROOT, worker_launcher, yolo_train
+    from tests.helpers import ROOT
+    from tests.helpers.supervised import quiet_config, worker_launcher, yolo_train
 
     launcher = worker_launcher(tmp_path, DISK_FULL_WORKER)
     config = tmp_path / "config.toml"
-    config.write_text(f'[train]\ndata = "demo"\n[worker]\npython = "{launcher}"\n[metrics]\nlisten = "off"\n'
-                      f'[kernel_log]\nsource = "off"\ngpu_events = "off"\n[restart]\nbackoff_initial = 0.1\n')
+    config.write_text(f'[train]\ndata = "demo"\n[worker]\npython = "{launcher}"\n' + quiet_config() +
+                      '[restart]\nbackoff_initial = 0.1\n')
     state = tmp_path / "state"
     result = yolo_train("run", "--config", str(config), "--state-dir", str(state), env={"PYTHONPATH": str(ROOT)},
                         timeout=120)

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from supervisor.state.state_dir import StateDir
-from tests.conftest import ROOT, sources_for_nobody, worker_launcher, yolo_train
+from tests.helpers import ROOT
+from tests.helpers.supervised import quiet_config, sources_for_nobody, worker_launcher, yolo_train
 
 SLEEPING_WORKER = "import time\ntime.sleep(120)\n"
 
 
 def config_for(directory: Path, launcher: Path) -> Path:
     path = directory / "config.toml"
-    path.write_text(f'[train]\ndata = "demo"\n[worker]\npython = "{launcher}"\n[metrics]\nlisten = "off"\n'
-                    f'[kernel_log]\nsource = "off"\ngpu_events = "off"\n')
+    path.write_text(f'[train]\ndata = "demo"\n[worker]\npython = "{launcher}"\n' + quiet_config())
     return path
 
 

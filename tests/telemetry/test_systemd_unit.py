@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import demo_train
+from tests.helpers.supervised import demo_train
 from tests.helpers.systemd_harness import BootedSystemd, systemd_booted  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.root

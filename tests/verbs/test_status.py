@@ -102,7 +102,7 @@ def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
     from supervisor.decision.actions import Exit
     from supervisor.decision.status_view import (CheckpointView, LadderView, RankStatus, RungView, Status, StepProgress,
                                                 Supervisor, snapshot)
-    from tests.decision.test_core import healthy
+    from tests.helpers.driver import healthy
 
     d = healthy()
     d.t += 40

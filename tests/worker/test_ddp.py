@@ -13,41 +13,16 @@ import warnings
 import psutil
 import pytest
 
-from tests.conftest import ROOT, read_incidents, read_state, yolo_train
+from tests.helpers import ROOT
+from tests.helpers.supervised import DDP_CONFIG, read_incidents, read_state, yolo_train
 from worker.faults import Fault, FaultError, FaultInjector
 from worker.heartbeat import ENV_PATH, Decoder
-
-CONFIG = """
-name = "ddp"
-[train]
-data = "demo"
-model = "yolov8n.yaml"
-epochs = 3
-imgsz = 64
-batch = 8
-workers = 1
-device = "cpu"
-plots = false
-[worker]
-env = {{ YOLO_TRAIN_CPU_RANKS = "2"{extra_env} }}
-[metrics]
-listen = "off"
-[recovery]
-in_place = false  # this test's point is the restart path
-[kernel_log]
-source = "off"
-gpu_events = "off"
-[watchdog]
-startup_timeout = 120
-[restart]
-backoff_initial = 0.5
-"""
 
 
 @pytest.mark.e2e
 def test_a_hang_in_rank_1_kills_every_rank_and_training_resumes_and_finishes(write_config, tmp_path):
     state_dir = tmp_path / "state"
-    config = write_config(CONFIG.format(extra_env=""))
+    config = write_config(DDP_CONFIG.format(extra_env=""))
     # 4 batches of 8 an epoch over 2 ranks: batch 6 is in epoch 2, after epoch 1's last.pt
     result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
                         "--fault", "dataloader_hang,at_batch=6,attempt=1,rank=1")
@@ -156,7 +131,7 @@ def test_each_ranks_epoch_order_is_its_share_dealt_as_distributed_sampler_deals_
 def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an_uninterrupted_run_feeds(tmp_path):
     """Exact resume under DDP: each rank of the resumed run feeds its share of the resumed epoch from the
     checkpoint's batch on, the same images at the same positions as a run that was never killed."""
-    from tests.worker.test_resume_identity import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
+    from tests.helpers.resume import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
     from worker.contract import MessageKind, Phase
 
     ranks = {"YOLO_TRAIN_CPU_RANKS": "2"}

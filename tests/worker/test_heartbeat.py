@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 from worker.heartbeat import MAX_MESSAGE_BYTES, Decoder, Heartbeat, encode, parse, read_available
 
 

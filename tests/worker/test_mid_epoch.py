@@ -10,8 +10,8 @@ import textwrap
 import pytest
 import torch
 
-from tests.conftest import ROOT
-from tests.worker.test_resume_identity import launch, messages
+from tests.helpers import ROOT
+from tests.helpers.resume import launch, messages
 from worker.checkpointing import EXACT_KEY, readable_checkpoint
 from worker.contract import EXIT_CONFIG as IDENTITY_EXIT
 from worker.contract import MessageKind
