@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness import ROOT, add_training_args, apply_training_defaults, write_config
+from bench.harness import ROOT, add_training_args, apply_training_defaults, quiet_sections, write_config
 from bench.lost_work import BenchError, SupervisedRun
 
 POLL = 0.2  # seconds between looks at the run
@@ -63,7 +63,7 @@ def burst_config(path: Path, args: argparse.Namespace, sections: dict | None = N
     data = str(ensure_demo_dataset(train_images=args.images, val_images=8, size=args.imgsz))
     train = {"data": data, "model": args.model, "epochs": args.epochs, "imgsz": args.imgsz, "batch": args.batch,
              "workers": args.workers, "device": "0" if args.gpu else "cpu", "plots": False}
-    quiet = {"kernel_log": {"source": "off", "gpu_events": "off"}}
+    quiet = {"kernel_log": quiet_sections()["kernel_log"]}  # its metrics are served: write_config's free port
     return write_config(path, train, sections={**quiet, **(sections or {})}, name=path.stem)
 
 

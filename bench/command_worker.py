@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.harness import ROOT
+from bench.harness import ROOT, quiet_config
 
 LOOP = r'''
 import os, sys, time
@@ -50,8 +50,7 @@ def detection(tmp: Path, name: str, steps: int, heartbeat: bool, freeze_after: f
     config = tmp / f"{name}.toml"
     config.write_text(f'[worker]\ncommand = ["python", "{script}", "{steps}"]\n'
                       f'env = {{ BENCH_HEARTBEAT = "{int(heartbeat)}", PYTHONPATH = "{ROOT}" }}\n'
-                      '[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\ngpu_events = "off"\n'
-                      '[restart]\nmax_restarts = 1\n')
+                      '[restart]\nmax_restarts = 1\n' + quiet_config())
     state = tmp / f"state-{name}"
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(state)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -82,8 +81,7 @@ def supervisor_cpu(tmp: Path, seconds: float) -> float:
     script.write_text(LOOP)
     steps = int((seconds + 30) / 0.02)
     config = tmp / "cpu.toml"
-    config.write_text(f'[worker]\ncommand = ["python", "{script}", "{steps}"]\n'
-                      '[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\ngpu_events = "off"\n')
+    config.write_text(f'[worker]\ncommand = ["python", "{script}", "{steps}"]\n' + quiet_config())
     state = tmp / "state-cpu"
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(state)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

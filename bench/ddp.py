@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.harness import ROOT
+from bench.harness import ROOT, quiet_config
 
 
 def train_args(a: argparse.Namespace, data: str, epochs: int) -> dict:
@@ -54,8 +54,7 @@ def config(a: argparse.Namespace, data: str, epochs: int, path: Path) -> Path:
     lines = ['name = "bench-ddp"', "[train]"]
     for k, v in train_args(a, data, epochs).items():
         lines.append(f"{k} = {json.dumps(v) if not isinstance(v, bool) else str(v).lower()}")
-    lines += ["[metrics]", 'listen = "off"', "[kernel_log]", 'source = "off"', 'gpu_events = "off"']
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n" + quiet_config())
     return path
 
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.harness import ROOT, write_config
+from bench.harness import ROOT, quiet_sections, write_config
 
 SHOWN = ("reason", "phase", "attempt", "rung", "startup_step", "startup_step_bound", "startup_step_seen",
          "seconds_since_progress", "restart_seconds")
@@ -40,7 +40,7 @@ def main() -> int:
             data = ensure_demo_dataset(train_images=1024, val_images=8, size=640)
             train.update(data=str(data), model="yolov8n.yaml", imgsz=640, batch=32, workers=8, device="0")
         config = write_config(Path(tmp) / "config.toml", train, name="first-step-hang",
-                              sections={"kernel_log": {"source": "off", "gpu_events": "off"}})
+                              sections={"kernel_log": quiet_sections()["kernel_log"]})
         state = Path(tmp) / "state"
         run = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                               str(state), "--fault", f"main_hang,at_batch={args.hang_at},attempt=1",

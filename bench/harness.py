@@ -1,4 +1,5 @@
-"""What the benchmarks share: the checkout they measure, a free port, and the one way to write a config."""
+"""What the benchmarks share: the checkout they measure, a free port, the one way to write a config, and the quiet
+sections a supervised bench runs with."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ def write_config(path: Path, train: dict | None = None, worker: dict | None = No
         raw.setdefault(section, {}).update(table)
     path.write_text(to_toml(raw))
     return path
+
+
+def quiet_sections(kernel_log: str = "off", **kernel_log_keys) -> dict:
+    """The tables that keep a supervised bench to itself: no metrics endpoint, no kernel log (``kernel_log = "kmsg"``
+    and its ``kernel_log_keys`` for a bench of it) and no udev GPU events."""
+    return {"metrics": {"listen": "off"},
+            "kernel_log": {"source": kernel_log, "gpu_events": "off", **kernel_log_keys}}
+
+
+def quiet_config(kernel_log: str = "off", **kernel_log_keys) -> str:
+    """``quiet_sections`` as TOML, for a config a bench writes as text (after its top-level keys)."""
+    return to_toml(quiet_sections(kernel_log, **kernel_log_keys))
 
 
 def to_toml(raw: dict) -> str:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import ROOT
+from bench.harness import ROOT, quiet_config
 
 SEEDS_LINE = ("workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged CPU for >10000us 4 times, "
               "consider switching to WQ_UNBOUND")
@@ -36,12 +36,7 @@ batch = 4
 workers = 2
 device = "cpu"
 plots = false
-[metrics]
-listen = "off"
-[kernel_log]
-source = "kmsg"
-gpu_events = "off"
-confirm_window = {confirm}
+{quiet}
 [watchdog]
 stall_timeout = 300
 val_timeout = 300
@@ -72,7 +67,7 @@ def wait(predicate, timeout: float):
 
 def supervise(tmp: Path, epochs: int, confirm: float) -> tuple[subprocess.Popen, Path]:
     config = tmp / "config.toml"
-    config.write_text(CONFIG.format(epochs=epochs, confirm=confirm))
+    config.write_text(CONFIG.format(epochs=epochs, quiet=quiet_config("kmsg", confirm_window=confirm)))
     state_dir = tmp / "state"
     proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(state_dir)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -27,7 +27,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from bench.harness import ROOT
+from bench.harness import ROOT, quiet_config
 
 CONFIG = """
 name = "night"
@@ -43,11 +43,7 @@ plots = false
 val = false
 [recovery]
 in_place = false
-[metrics]
-listen = "off"
-[kernel_log]
-source = "off"
-gpu_events = "off"
+""" + quiet_config() + """
 [restart]
 backoff_initial = 0.5
 [checkpoint]

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.harness import ROOT
+from bench.harness import ROOT, quiet_config
 from worker.demo_data import ensure_demo_dataset
 
 
@@ -48,8 +48,7 @@ def run_once(args: argparse.Namespace, data: Path, standby: bool) -> float:
         config = Path(tmp) / "config.toml"
         config.write_text(f'[train]\ndata = "{data}"\nmodel = "yolov8n.yaml"\nepochs = 3\nimgsz = {args.imgsz}\n'
                           f'batch = {args.batch}\nworkers = {args.workers}\ndevice = "{args.device}"\nplots = false\n'
-                          f'[worker]\nstandby = {str(standby).lower()}\n'
-                          '[metrics]\nlisten = "off"\n[kernel_log]\nsource = "off"\ngpu_events = "off"\n')
+                          f'[worker]\nstandby = {str(standby).lower()}\n' + quiet_config())
         state = Path(tmp) / "state"
         result = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                                  str(state), "--fault", f"main_hang,at_batch={args.hang_after},attempt=1"],

@@ -1,5 +1,5 @@
 """docs/configuration.md, the configuration reference, written from the keys' declarations in supervisor/config.py:
-``python -m supervisor.config_reference``. tests/test_config_reference.py fails while the committed file differs,
+``python -m supervisor.config_reference``. tests/config/test_config_reference.py fails while the committed file differs,
 so a key is documented where it is declared, and nowhere by hand."""
 
 from __future__ import annotations

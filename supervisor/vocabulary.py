@@ -1,7 +1,7 @@
 """The supervisor's words: the one spelling of every state, reason, kind and phase that is shown or exported.
 
 Metrics, the dashboard builder, status and docs/design.md import these enums instead of copying their values, so a
-new member reaches every label set at once (``tests/test_vocabulary.py`` holds them to it).
+new member reaches every label set at once (``tests/ground/test_vocabulary.py`` holds them to it).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from test_worker_imports import ROOT, SUPERVISOR_USES, imports
+from tests.helpers.source_imports import ROOT, SUPERVISOR_USES, imports
 
 # wing -> floor; a module belongs to the longest wing that prefixes its name.
 FLOORS = {

@@ -4,7 +4,7 @@ This module is free of torch and of the supervisor. The worker imports nothing o
 imports this module for the contract itself and, besides it, only helpers that are not the worker's training:
 ``worker.heartbeat`` (the wire decoder), ``worker.faults`` (fault specs, checked in the config),
 ``worker.durable_file`` (the state file's durable write) and ``worker.patches.miopen_db`` (``doctor``'s lookup).
-``tests/test_worker_imports.py`` holds both sides to this.
+``tests/worker/test_worker_imports.py`` holds both sides to this.
 
 Launch record (version 1): a JSON file whose path is the worker's one argument (``python -m worker FILE``). It
 says what to train (``train``: the ``[train]`` table plus where to write), how safely (the current rung, split by

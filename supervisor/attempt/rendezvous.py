@@ -13,7 +13,7 @@ from supervisor.config import Config
 from worker.contract import Rendezvous
 
 ENV_COLLECTIVE_TIMEOUT = "YOLO_TRAIN_COLLECTIVE_TIMEOUT"  # worker/ddp.py reads it in every rank (that module imports
-# torch, so its name is repeated here; tests/test_multinode.py checks they agree)
+# torch, so its name is repeated here; tests/e2e/test_multinode.py checks they agree)
 
 
 def rendezvous_of(config: Config) -> Rendezvous | None:

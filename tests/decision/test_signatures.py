@@ -1,0 +1,127 @@
+"""Failure signatures: workers that print the real output of each failure, and the remedy the supervisor picks.
+
+The fake workers are small Python programs launched in place of the Ultralytics worker ([worker] python); they
+print what PyTorch, HIP and MIOpen really print (there is no AMD GPU here to make them say it) and speak the
+real heartbeat protocol.
+"""
+
+import json
+
+import pytest
+
+from supervisor.decision.signatures import scan
+from tests.helpers import ROOT
+from tests.helpers.supervised import quiet_config, read_incidents, read_state, worker_launcher, yolo_train
+
+FAKE_WORKER = r'''
+import json, math, os, sys, time
+from worker.heartbeat import Heartbeat
+settings = json.load(open(sys.argv[-1]))
+attempt, mode = settings["attempt"], os.environ["FAKE_MODE"]
+state_dir = settings["train"]["project"]
+json.dump(settings, open(os.path.join(state_dir, f"seen-{attempt}.json"), "w"))
+hb = Heartbeat.from_env()
+hb.phase("setup")
+if attempt == 1 and mode == "miopen":
+    print("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may degrade. "
+          "Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package",
+          file=sys.stderr, flush=True)
+    time.sleep(3600)
+if attempt == 1 and mode == "optional_logger":  # harmless: an optional logger says why it is off
+    print("wandb: ModuleNotFoundError: No module named 'wandb'", file=sys.stderr, flush=True)
+batch = settings["trainer_args"].get("batch", settings["train"].get("batch", 16))
+hb.settings({"batch": batch, "amp": settings["trainer_args"].get("amp", True), "workers": 0})
+hb.phase("train", epoch=1, epochs=1, batch=0, batches=20)
+for i in range(20):
+    time.sleep(0.05)
+    loss = float("nan") if (attempt == 1 and mode == "nan" and i >= 5) else 1.0 / (i + 1)
+    hb.beat(epoch=1, epochs=1, batch=i + 1, batches=20, samples=batch, losses={"box_loss": loss})
+    if attempt == 1 and i == 8 and mode in ("rocm_mismatch", "gpu_oom", "optional_logger"):
+        print("Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>", file=sys.stderr)
+        print({"rocm_mismatch": "RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`",
+               "optional_logger": "RuntimeError: a crash of its own cause",
+               "gpu_oom": "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
+                          "total capacity of 5.98 GiB of which 0 bytes is free. Of the allocated memory 5.12 GiB "
+                          "is allocated by PyTorch, and 301.66 MiB is reserved by PyTorch but unallocated."}[mode],
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+hb.phase("done")
+'''
+
+
+@pytest.fixture
+def run_fake(write_config, tmp_path):
+    def run(mode: str, extra: str = ""):
+        launcher = worker_launcher(tmp_path, FAKE_WORKER)
+        config = write_config(f"""
+            [train]
+            batch = 16
+            [worker]
+            python = "{launcher}"
+            [restart]
+            backoff_initial = 0.1
+        """, quiet_config(), extra)
+        state_dir = tmp_path / "state"
+        result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
+                            env={"PYTHONPATH": str(ROOT), "FAKE_MODE": mode}, timeout=120)
+        seen = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in state_dir.glob("seen-*.json")}
+        return result, state_dir, seen
+    return run
+
+
+def test_a_rocm_version_mismatch_is_a_configuration_error_not_a_restart_loop(run_fake):
+    result, state_dir, seen = run_fake("rocm_mismatch")
+    assert result.returncode == 78
+    last = result.stderr.strip().splitlines()[-1]
+    assert "HIPBLAS_STATUS_ALLOC_FAILED" in last and "does not fit the installed ROCm" in last
+    assert "not restarting" in last and list(seen) == [1]
+    assert read_state(state_dir)["status"]["state"] == "failed"
+
+
+def test_gpu_out_of_memory_restarts_with_half_the_batch(run_fake):
+    result, state_dir, seen = run_fake("gpu_oom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "batch" not in seen[1]["trainer_args"] and seen[2]["trainer_args"]["batch"] == 8
+    status = read_state(state_dir)["status"]
+    assert status["restarts_by_reason"] == {"oom": 1} and status["rung"] == 0 and status["remedies"] == {"batch": 8}
+    assert read_incidents(state_dir)[0]["reason"] == "oom"
+
+
+def test_a_harmless_signature_line_earlier_does_not_make_a_later_crash_a_configuration_error(run_fake):
+    result, state_dir, seen = run_fake("optional_logger")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "worker output shows missing_module" in result.stderr and sorted(seen) == [1, 2]  # seen and said, then restarted
+    assert read_state(state_dir)["status"]["restarts_by_reason"] == {"crash": 1}
+
+
+def test_nan_losses_restart_from_last_checkpoint_with_amp_off(run_fake):
+    result, state_dir, seen = run_fake("nan")
+    assert result.returncode == 0, result.stderr[-2000:]
+    incident = read_incidents(state_dir)[0]
+    assert incident["reason"] == "nan" and "non-finite losses in 3 batches" in incident["detail"]
+    assert "amp" not in seen[1]["trainer_args"] and seen[2]["trainer_args"]["amp"] is False
+
+
+def test_a_hang_before_the_first_batch_after_the_miopen_warning_turns_the_conv_fallback_on(run_fake):
+    result, state_dir, seen = run_fake("miopen", extra="[watchdog]\nstartup_timeout = 5\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    incident = read_incidents(state_dir)[0]
+    assert (incident["reason"], incident["phase"]) == ("hang", "startup")
+    assert "after miopen_kdb_missing: MIOpen has no kernel database" in incident["detail"]
+    assert seen[2]["options"]["conv_fallback"] == "on"
+    assert read_state(state_dir)["status"]["rung"] == 0  # the remedy instead of a rung: fewer workers would not help
+
+
+@pytest.mark.parametrize("line, name", [
+    ("RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`", "rocm_mismatch"),
+    ("hipErrorNoBinaryForGpu: Unable to find code object for all current devices!", "rocm_mismatch"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "gpu_oom"),
+    ("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1010_18.kdb Performance may degrade.",
+     "miopen_kdb_missing"),
+    ("      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size", None),
+    ("ModuleNotFoundError: No module named 'polars'", "missing_module"),
+    ("Memory usage is fine", None),
+])
+def test_scan_recognises_each_signature_and_nothing_else(line, name):
+    found = scan(line)
+    assert (found.name if found else None) == name

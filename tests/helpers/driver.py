@@ -1,0 +1,82 @@
+"""The decision core on a chosen clock: ``Driver`` feeds it events at the times a test picks and keeps the actions;
+``make`` builds a supervision from config sections, ``healthy`` and ``loading`` one already training."""
+
+from pathlib import Path
+
+from supervisor.config import parse
+from supervisor.decision import core
+from supervisor.decision.incident import Stacks
+from supervisor.decision.ladder import build_ladder
+from worker.contract import HeartbeatMessage
+
+PID = 4242
+COMMAND = {"command": ["python", "train.py"]}  # [worker] command: a user's script as the worker
+
+
+def make(extra: str = "", workers: int = 8, **sections) -> core.Supervision:
+    raw = {"train": {"workers": workers, "epochs": 3}, **sections}
+    config = parse(raw, "<test>", state_dir=Path("/nonexistent"))
+    return core.Supervision(config, build_ladder(config.ladder, workers, rocm=False, cuda=False))
+
+
+class Driver:
+    """Feeds events at chosen times and keeps the actions."""
+
+    def __init__(self, s: core.Supervision):
+        self.s, self.t, self.progress = s, 1000.0, 0
+
+    def at(self, t: float):
+        self.t = t
+        return self
+
+    def __call__(self, event) -> list:
+        _, actions = core.decide(self.s, event, core.Now(mono=self.t, wall=1_700_000_000 + self.t))
+        return actions
+
+    def boot_and_spawn(self) -> core.Spawn:
+        spawn = [a for a in self(core.Boot()) if isinstance(a, core.Spawn)][0]
+        self(core.Spawned(PID, None))
+        return spawn
+
+    def beat(self, phase="train", kind="beat", pid=PID, progress=None, **fields):
+        if progress is None:
+            self.progress += 1
+            progress = self.progress
+        message = HeartbeatMessage.from_wire({"v": 1, "pid": pid, "kind": kind, "phase": phase, "progress": progress,
+                                              **fields})
+        assert message is not None
+        return self(core.HeartbeatReceived(message))
+
+    def train_until(self, t_end: float, interval: float):
+        while self.t + interval <= t_end:
+            self.t += interval
+            self.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4)
+
+
+def kinds(actions):
+    return [type(a).__name__ for a in actions]
+
+
+def healthy(**sections) -> Driver:
+    d = Driver(make(**sections))
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.train_until(1010, 0.5)
+    return d
+
+
+# The in-place tier's world: two loader workers, and the stacks of one of them stopped.
+LOADERS = (5001, 5002)
+STACKS = Stacks("DataLoader worker stopped", ("DataLoader worker 0 (pid 5001) stopped",), None, 0.1, None)
+
+
+def loading(**sections) -> Driver:
+    """Healthy at 0.5 s a batch, its loader workers reported."""
+    d = Driver(make(**sections))
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.beat("train", kind="loader", pids=list(LOADERS), seconds=0.4, loader="train")
+    while d.t + 0.5 <= 1010:
+        d.t += 0.5
+        d.beat(epoch=1, epochs=3, batch=3, batches=10, samples=4)
+    return d

@@ -1,0 +1,33 @@
+"""What a source file imports, read with ast from the file itself: the floors' test (tests/test_floors.py), the
+decision core's (tests/decision/test_decision_imports.py) and the contract's (tests/worker/test_worker_imports.py)."""
+
+import ast
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+# What the supervisor may import of worker/ (worker/contract.py's docstring names each and why).
+SUPERVISOR_USES = {"worker.contract", "worker.heartbeat", "worker.faults", "worker.durable_file",
+                   "worker.patches.miopen_db"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(module imported, inside a function) for every import in ``path``; ``from worker import ddp`` is worker.ddp
+    (a module of a package is named whole)."""
+    tree = ast.parse(path.read_text())
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f) if n is not f}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, id(node) in in_function) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            package = ROOT.joinpath(*node.module.split("."))
+            found += [(f"{node.module}.{a.name}" if (package / f"{a.name}.py").is_file() else node.module,
+                       id(node) in in_function) for a in node.names]
+    return found

@@ -1,0 +1,202 @@
+"""A real supervisor as a user runs it, and what it leaves: the CLI in a subprocess, a stand-in worker, the configs
+the supervised tests write (the demo's [train] table, ``quiet_config``, the end-to-end tests' config), the state file
+and the incidents, waiting on a run's status."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+
+def demo_train(epochs: int = 3, plots: bool = False) -> str:
+    """The [train] table the end-to-end tests train: the embedded demo (8 batches an epoch) at 64 px on the CPU."""
+    return (f'[train]\ndata = "demo"\nmodel = "yolov8n.yaml"\nepochs = {epochs}\nimgsz = 64\nbatch = 4\n'
+            f'workers = 2\ndevice = "cpu"\nplots = {str(plots).lower()}\n')
+
+
+def quiet_config(kernel_log: str = "off", listen: str = "off") -> str:
+    """The sections that keep a supervised test to itself: no metrics endpoint (tests run two at a time and would
+    race for a port), no kernel log (``kernel_log = "kmsg"`` for the tests of it: the machine's /dev/kmsg is shared)
+    and no udev GPU events. TOML text that ends inside [kernel_log]."""
+    return (f'[metrics]\nlisten = "{listen}"\n'
+            f'[kernel_log]\nsource = "{kernel_log}"\ngpu_events = "off"\n')
+
+
+# The end-to-end tests' config (tests/conftest.py's ``demo_config`` writes it).
+# [ladder] prior_between_hangs = "off": rungs judged on their own hangs alone, so one hang a few seconds in climbs
+# whether or not its rung's speed was measured first; these tests are about what a climb does, the choice rule itself
+# is tested in the pure core (tests/decision/test_hang_learning.py).
+E2E_CONFIG = """
+name = "e2e"
+{train}{quiet}[watchdog]
+startup_timeout = {startup}
+[restart]
+{restart}
+[ladder]
+prior_between_hangs = "off"
+"""
+
+
+def worker_launcher(tmp_path: Path, script: str) -> Path:
+    """An executable that runs `script` (Python source) with the arguments the supervisor gives
+    `[worker] python`: a stand-in for the Ultralytics worker. Started as a standby (`-m worker --standby`) it keeps
+    the contract's part: it waits for the launch record's path on stdin, and exits 0 at its end."""
+    source = tmp_path / "stand_in_worker.py"
+    source.write_text(script)
+    launcher = tmp_path / "launcher"
+    launcher.write_text('#!/bin/sh\n'
+                        'if [ "$3" = "--standby" ]; then read -r record || exit 0; set -- "$1" "$2" "$record"; fi\n'
+                        f'exec {sys.executable} {source} "$@"\n')
+    launcher.chmod(0o755)
+    return launcher
+
+
+def yolo_train(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def start_supervisor(config, state_dir, *extra, env=None):
+    """``yolo-train run`` left running, its output on pipes."""
+    return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                             str(state_dir), *extra], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=None if env is None else {**os.environ, **env})
+
+
+def read_state(state_dir: Path) -> dict:
+    return json.loads((state_dir / "supervisor.json").read_text())
+
+
+def read_incidents(state_dir: Path) -> list[dict]:
+    path = state_dir / "incidents.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def status_of(state_dir):
+    """The status of a running supervisor, or None while its state file is missing or being replaced."""
+    try:
+        return read_state(state_dir)["status"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def wait_for(predicate, timeout=180, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def assert_finished(state_dir, result, epochs=3):
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The last save is verified while Ultralytics strips last.pt at its end: that rewrite must never look torn.
+    assert "not a usable checkpoint" not in result.stderr, result.stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded"
+    assert (status["epoch"], status["epochs"]) == (epochs, epochs)
+    assert (state_dir / "train" / "weights" / "best.pt").exists()
+    return status
+
+
+LOADER_RUNG_CONFIG = """
+name = "{name}"
+{train}{quiet}[recovery]
+in_place = false  # this test's point is the restart path
+[watchdog]
+startup_timeout = 90
+[restart]
+backoff_initial = 0.5
+[ladder]
+rungs = [{rung}]
+"""
+
+
+def climb_to_loader_rung(tmp_path: Path, name: str, rung: str) -> tuple[dict, dict, dict]:
+    """The demo (``workers = 2``) with one ladder rung, ``rung`` (TOML): attempt 1's training loop hangs after its
+    first batch (one training beat: rung 0's speed is never measured, so any rule climbs, rung_choice.py), attempt 2's
+    loader hangs at that rung after batch 2 (inside the epoch of 8, never at its end), and attempt 3 finishes there:
+    rung 0, never measured, keeps nothing. The final status and the two incidents, after checking that the run
+    succeeded with two hangs in training at rungs 0 and 1."""
+    config = tmp_path / "config.toml"
+    config.write_text(LOADER_RUNG_CONFIG.format(name=name, train=demo_train(), quiet=quiet_config(), rung=rung))
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir),
+                        "--fault", "main_hang,at_batch=1,attempt=1",
+                        "--fault", "dataloader_hang,at_batch=2,attempt=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded" and (status["epoch"], status["epochs"]) == (3, 3)
+    assert (state_dir / "train" / "weights" / "best.pt").exists()
+    assert status["rung"] == 1 and status["attempt"] == 3
+    first, second = read_incidents(state_dir)
+    assert (first["reason"], first["phase"], first["rung"]) == ("hang", "train", 0)
+    assert (second["reason"], second["phase"], second["rung"]) == ("hang", "train", 1)
+    return status, first, second
+
+
+# Several GPUs on the CPU (worker/ddp.py's CPU drill): two gloo ranks of the demo, as tests/worker/test_ddp.py and
+# the in-place tier under DDP (tests/decision/test_in_place.py) supervise them.
+DDP_CONFIG = """
+name = "ddp"
+[train]
+data = "demo"
+model = "yolov8n.yaml"
+epochs = 3
+imgsz = 64
+batch = 8
+workers = 1
+device = "cpu"
+plots = false
+[worker]
+env = {{ YOLO_TRAIN_CPU_RANKS = "2"{extra_env} }}
+""" + quiet_config() + """[recovery]
+in_place = false  # this test's point is the restart path
+[watchdog]
+startup_timeout = 120
+[restart]
+backoff_initial = 0.5
+"""
+
+EXAMPLES = ROOT / "examples"
+
+
+def copy_example(name: str, tmp_path: Path, extra: str = "", step_delay: float = 0.0) -> Path:
+    """The example in a directory of its own (its checkpoints are written beside its config), kernel log off.
+
+    ``step_delay`` slows each step down: unslowed, an example trains its 120 steps in about a second on a quiet
+    machine, so a freeze sent once a checkpoint is seen can land after the last step instead of inside training."""
+    shutil.copytree(EXAMPLES / name, tmp_path / name, ignore=shutil.ignore_patterns("checkpoints"))
+    config = tmp_path / name / "yolo-train.toml"
+    text = config.read_text()
+    if step_delay:
+        assert '"--save-every", "10"' in text
+        text = text.replace('"--save-every", "10"', f'"--save-every", "10", "--step-delay", "{step_delay}"')
+    config.write_text(text + "\n" + quiet_config() + extra)
+    return config
+
+
+def sources_for_nobody() -> Path:
+    """A world-readable copy of the project's packages and psutil, for a test that runs Python as user nobody: the
+    checkout and its venv may sit where nobody cannot read them (a clone in /root, a 0700 home). The directory is
+    removed at exit; pass it as PYTHONPATH and cwd."""
+    import atexit
+    import tempfile
+
+    import psutil
+
+    copy = Path(tempfile.mkdtemp(prefix="yolo-train-nobody-"))
+    atexit.register(shutil.rmtree, copy, ignore_errors=True)
+    for package in (ROOT / "supervisor", ROOT / "worker", Path(psutil.__file__).parent):
+        shutil.copytree(package, copy / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [copy, *copy.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copy

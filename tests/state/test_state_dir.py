@@ -1,0 +1,211 @@
+"""The state directory: one supervisor per directory even when it is deleted, torn state files said in one line."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from supervisor.state.state_dir import StateDir
+from tests.helpers import ROOT
+from tests.helpers.supervised import quiet_config, sources_for_nobody, worker_launcher, yolo_train
+
+SLEEPING_WORKER = "import time\ntime.sleep(120)\n"
+
+
+def config_for(directory: Path, launcher: Path) -> Path:
+    path = directory / "config.toml"
+    path.write_text(f'[train]\ndata = "demo"\n[worker]\npython = "{launcher}"\n' + quiet_config())
+    return path
+
+
+def wait_for(predicate, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_deleting_the_state_directory_does_not_let_a_second_supervisor_in(tmp_path):
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    first = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                              str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (state / "supervisor.json").exists())
+        shutil.rmtree(state)  # the lock file goes with it
+        second = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
+        assert second.returncode == 78
+        assert f"state_dir {state} is in use by another supervisor" in second.stderr
+        # The first one notices at its next state write and puts its lock file back, saying so.
+        assert wait_for(lambda: (state / "supervisor.lock").exists() and
+                        (state / "supervisor.lock").read_text() == str(first.pid))
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    assert "supervisor.lock was removed while this supervisor ran" in err
+
+
+def test_a_corrupt_state_file_is_moved_aside_with_one_line_and_78(tmp_path):
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "supervisor.json").write_text("")  # torn by a power cut
+    status = yolo_train("status", "--config", str(config), "--state-dir", str(state))
+    assert status.returncode == 1 and "Traceback" not in status.stderr
+    assert status.stdout.startswith(f"unreadable: {state / 'supervisor.json'}: corrupt state file: empty; "
+                                    f"`yolo-train run` moves it aside")
+    as_json = yolo_train("status", "--json", "--config", str(config), "--state-dir", str(state))
+    assert json.loads(as_json.stdout)["state"] == "unreadable"
+    run = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
+    assert run.returncode == 78
+    (aside,) = state.glob("supervisor.json.corrupt-*")
+    assert run.stderr.strip().splitlines() == [
+        f"yolo-train: {state / 'supervisor.json'}: corrupt state file: empty; moved aside to {aside.name}: run again "
+        f"to start the ladder afresh (restart count and rung are lost; checkpoints are kept)"]
+    assert not (state / "supervisor.json").exists()
+
+
+def test_a_wrongly_typed_state_file_is_moved_aside_by_run_with_one_line_and_78(tmp_path):
+    """Issue 30: `"rung": "x"` ended `run` in a traceback and exit 1, which systemd restarts, forever."""
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "supervisor.json").write_text(json.dumps({"version": 1, "rung": "x", "attempt": 3}))
+    run = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
+    assert run.returncode == 78 and "Traceback" not in run.stderr
+    (aside,) = state.glob("supervisor.json.corrupt-*")
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"yolo-train: {state / 'supervisor.json'}: corrupt state file: 'rung' is not int")
+    assert f"moved aside to {aside.name}: run again to start the ladder afresh" in line
+
+
+def test_a_read_only_state_directory_is_one_line_and_78():
+    # Root may write anywhere: run the CLI as nobody, in a directory nobody can read but not write.
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        work.chmod(0o755)
+        state = work / "state"
+        state.mkdir(mode=0o755)
+        config = work / "config.toml"
+        config.write_text('[train]\ndata = "demo"\n[metrics]\nlisten = "off"\n')
+        config.chmod(0o644)
+        sources = sources_for_nobody()
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                                 "supervisor", "run", "--config", str(config), "--state-dir", str(state)],
+                                cwd=sources, capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "HOME": "/", "PYTHONPATH": str(sources)})
+    assert result.returncode == 78 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"yolo-train: {config}: state_dir {state}: cannot write supervisor.lock (Permission denied); make the "
+        f"directory writable by user nobody or choose another state_dir"]
+
+
+def test_an_incident_never_joins_a_torn_last_line(tmp_path):
+    state = StateDir(tmp_path, "test.toml")
+    state.append_incident({"id": 1, "reason": "stall"})
+    with open(state.incidents, "a") as f:
+        f.write('{"id": 2, "reas')  # a supervisor killed mid-append
+    state.append_incident({"id": 3, "reason": "crash"})
+    lines = state.incidents.read_text().splitlines()
+    assert json.loads(lines[0])["id"] == 1 and lines[1] == '{"id": 2, "reas' and json.loads(lines[2])["id"] == 3
+    state.append_incident({"id": 4, "reason": "crash"})
+    assert len(state.incidents.read_text().splitlines()) == 4
+
+
+def test_state_writes_leave_one_complete_file(tmp_path):
+    state = StateDir(tmp_path, "test.toml")
+    state.lock()
+    for i in range(3):
+        state.write_state({"restarts": i})
+    assert state.read_state(lambda record: None)["restarts"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["supervisor.json", "supervisor.lock", "supervisor.reserve"]
+
+
+def test_on_a_full_disk_the_final_state_write_still_lands(tmp_path):
+    """Issue 30: after a full-disk exit the state file showed the run as it was long before (rung 0, no restarts,
+    a standby as current). A real full disk: a small tmpfs, filled."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        state = StateDir(mount, "test.toml")
+        state.lock()
+        state.write_state({"rung": 0, "standby_pid": 42})
+        with open(mount / "filler", "wb") as f:  # training's checkpoints fill the disk
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+        state.write_state({"rung": 2, "standby_pid": 42, "padding": "x" * 100_000})  # said once, the run goes on
+        assert state.read_state(lambda record: None)["rung"] == 0
+        state.write_state({"rung": 3, "standby_pid": None, "padding": "x" * 100_000}, final=True)
+        assert state.read_state(lambda record: None)["rung"] == 3 and not (mount / "supervisor.reserve").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
+def test_the_launch_record_is_named_for_what_it_holds_and_an_old_one_goes(tmp_path):
+    """Earlier versions wrote it as worker-settings.json: a state directory may still hold one, of an older attempt."""
+    (tmp_path / "worker-settings.json").write_text('{"attempt": 1}')
+    state = StateDir(tmp_path, "test.toml")
+    state.write_launch_record('{"attempt": 2}')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["launch-record.json"]
+    assert json.loads(state.launch_record.read_text()) == {"attempt": 2}
+
+
+def other_network_namespace() -> list[str]:
+    """A command prefix that runs in a network namespace of its own, where the lock's abstract socket is not seen."""
+    for prefix in (["unshare", "--net"], ["unshare", "--map-root-user", "--net"]):
+        try:
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
+                return prefix
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    pytest.skip("no network namespace can be made here (unshare --net)")
+
+
+def test_a_supervisor_whose_directory_another_one_took_stops_its_worker_with_one_line(tmp_path):
+    """The lock file removed, a second supervisor in another network namespace locks a new one and trains: the first
+    stops its worker (two would write one last.pt) and says why in one line, exit 78."""
+    import psutil
+
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    command = [sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir", str(state)]
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        assert wait_for(lambda: json.loads((state / "supervisor.json").read_text())["status"]["worker_pid"]
+                        if (state / "supervisor.json").exists() else False)
+        worker = json.loads((state / "supervisor.json").read_text())["status"]["worker_pid"]
+        first.send_signal(signal.SIGSTOP)  # held while the second takes the directory, so it cannot re-lock first
+        (state / "supervisor.lock").unlink()
+        second = subprocess.Popen(other_network_namespace() + command, cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        assert wait_for(lambda: (state / "supervisor.lock").exists() and
+                        (state / "supervisor.lock").read_text() == str(second.pid))
+        first.send_signal(signal.SIGCONT)
+        _, err = first.communicate(timeout=60)
+        assert second.poll() is None  # the second trains on
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.kill()
+        if second is not None:
+            second.send_signal(signal.SIGTERM)
+            second.communicate(timeout=60)
+    assert first.returncode == 78, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert f"state_dir {state} is now in use by another supervisor (pid {second.pid})" in last
+    assert "this one stopped its worker; stop the other, or give each supervisor its own state_dir" in last
+    assert "free disk space" not in err
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
