@@ -81,7 +81,7 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
                         f"({cfg.in_place_window:g} s)")
     seen, culprit = witness.telling(a.waits, a.loaders)
     if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
-        return Escalate(f"the training process {witness.describe(seen)}: not a loader worker's hang")
+        return Escalate(f"the hang is not the loader's: the training process {witness.describe(seen)}")
     stall = now.mono - (a.last_progress_at or now.mono)
     if verdict.incident is None:
         incident = Incident(

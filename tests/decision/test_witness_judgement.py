@@ -1,0 +1,116 @@
+"""The witness judged first, on a chosen clock: where the training process says it waits decides the stall's bound
+and the tier, before the tree's activity and the stacks (supervisor/decision/witness.py). ``loading`` trains at 0.5 s
+a batch: its bound is 10 s over auto_floor, 5 s over idle_floor."""
+
+from supervisor.decision import core, watchdog
+from supervisor.decision.incident import Stacks, Tier
+from tests.helpers.driver import PID, Driver, kinds, loading, make
+
+LAST_BATCH = 1010.0  # loading()'s last progress
+
+
+def word(d: Driver, kind: str, pid: int = PID, rank: int | None = None, **fields) -> list:
+    """The witness's report: where the main thread waits; the sender's progress counter unchanged."""
+    extra = {} if rank is None else {"rank": rank}
+    return d.beat("train", kind="wait", pid=pid, progress=d.progress if rank is None else 0,
+                  wait={"kind": kind, "where": "trainer.py:42 in step", "stalled": 1.0, **fields}, **extra)
+
+
+def loader_word(d: Driver, worker_pid: int, **extra) -> list:
+    return word(d, "loader", worker=0, worker_pid=worker_pid, batch_index=12, loader="train",
+                function="_try_get_data", **extra)
+
+
+def test_a_batch_owed_by_a_known_loader_worker_is_bounded_as_an_idle_tree_and_replaced_without_stacks():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    loader_word(d, 5001)  # spinning or blocked: the tree's activity is not asked (no TreeActivity at all)
+    assert watchdog.deadline(d.s).label == "train auto, witness: loader"
+    assert d.at(LAST_BATCH + 4.99)(core.Tick()) == []
+    actions = d.at(LAST_BATCH + 5.01)(core.Tick())
+    assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"] and actions[1].pids == (5001,) and actions[1].rank is None
+    incident = d.s.incidents[-1].to_dict()
+    assert incident["tier"] == "in_place" and "(pid 5001, batch 12)" in incident["witness"]
+    assert "stacks" not in incident  # no profiler was needed for the decision
+    assert kinds(d.at(d.t + 0.3)(core.LoaderWorkersKilled((5001,), (), 0.05))) == ["Log"]
+    assert "RecordIncident" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
+    assert d.s.recoveries["in_place"] == 1 and d.s.attempt == 1
+
+
+def test_without_a_word_a_busy_tree_keeps_the_auto_floor():
+    d = loading()
+    assert d.at(LAST_BATCH + 5.01)(core.Tick()) == []
+    assert kinds(d.at(LAST_BATCH + 10.01)(core.Tick())) == ["Log", "InspectStall"]  # the stacks decide, as before
+
+
+def test_a_wait_on_io_or_a_sleep_is_never_bounded_by_the_idle_floor_whatever_the_tree_does():
+    for kind, function in (("io", "recv_into"), ("sleep", None)):
+        d = loading()
+        d(core.TreeActivity(idle_since=LAST_BATCH + 0.5))  # nothing of the tree runs: a socket, a FUSE read
+        d.t = LAST_BATCH + 1.0
+        word(d, kind, **({"function": function} if function else {}))
+        assert d.at(LAST_BATCH + 9.99)(core.Tick()) == [], kind  # no idle-floor kill of a healthy wait
+        actions = d.at(LAST_BATCH + 10.01)(core.Tick())
+        assert "KillTree" in kinds(actions), kind  # its own auto bound; and no loader to blame: the restart
+        incident = d.s.incidents[-1].to_dict()
+        assert incident["tiers"] == ["restart"] and "the hang is not the loader's" in incident["escalation"]
+    idle = loading()  # the same idle tree without a word: the idle floor, as before
+    idle(core.TreeActivity(idle_since=LAST_BATCH + 0.5))
+    assert kinds(idle.at(LAST_BATCH + 5.01)(core.Tick())) == ["Log", "InspectStall"]
+
+
+def test_a_device_wait_in_training_is_found_at_the_idle_bound_and_restarts_with_the_witness_in_the_incident():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    word(d, "device", function="synchronize")
+    assert d.at(LAST_BATCH + 4.99)(core.Tick()) == []
+    actions = d.at(LAST_BATCH + 5.01)(core.Tick())
+    assert "KillTree" in kinds(actions) and "InspectStall" not in kinds(actions)
+    incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
+    assert incident.tiers == (Tier.RESTART,) and "the hang is not the loader's" in incident.escalation
+    assert "waits for the device (synchronize)" in incident.witness
+    stacks = Stacks("main (pid 4242) in cudaStreamSynchronize", ("main (pid 4242) ...",), None, 0.2, None)
+    d(core.IncidentEnriched(incident.id, (), stacks=stacks))  # the stacks blame no loader worker either
+    assert d.s.stop.incident.witness_agreed is True
+    in_a_sample = Stacks("DataLoader worker in __getitem__", ("DataLoader worker 0 (pid 5001) ...",),
+                         "DataLoader worker 0 (pid 5001) in __getitem__", 0.2, None, in_loader_worker=True)
+    d(core.IncidentEnriched(incident.id, (), stacks=in_a_sample))
+    assert d.s.stop.incident.witness_agreed is False  # the stacks blame a loader worker the witness did not name
+
+
+def test_before_the_first_batch_a_device_wait_keeps_the_steps_own_bound():
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("setup", kind="step", step="first_step")
+    d.t += 1.0
+    word(d, "device", function="synchronize")  # a cuDNN or MIOpen search: not a hang at 3 s
+    assert d.at(d.t + 30)(core.Tick()) == [] and watchdog.deadline(d.s).label == "startup_timeout"
+
+
+def test_progress_forgets_the_word():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    loader_word(d, 5001)
+    d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)  # the batch came after all
+    since = d.t
+    assert d.s.current.waits == {} and watchdog.deadline(d.s).label == "train auto"
+    assert d.at(since + 5.01)(core.Tick()) == []
+
+
+def test_a_word_that_names_no_reported_loader_worker_leaves_the_stacks_to_decide():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    loader_word(d, 9999)  # a worker this attempt never reported (its loader's start not said yet)
+    assert d.at(LAST_BATCH + 5.01)(core.Tick()) == []
+    assert kinds(d.at(LAST_BATCH + 10.01)(core.Tick())) == ["Log", "InspectStall"]
+
+
+def test_under_ddp_the_rank_whose_loader_worker_owes_the_batch_is_named_and_replaced_in_that_rank():
+    d = loading()
+    d.beat("train", kind="loader", pid=7001, rank=1, progress=0, pids=[5101], seconds=0.4, loader="train")
+    d.t = LAST_BATCH + 1.0
+    word(d, "collective", pid=7002, rank=0, function="all_reduce")  # rank 0 waits for rank 1's gradients
+    loader_word(d, 5101, pid=7001, rank=1)
+    actions = d.at(LAST_BATCH + 5.01)(core.Tick())
+    assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"] and actions[1].pids == (5101,) and actions[1].rank == 1
+    assert d.s.incidents[-1].witness.startswith("rank 1 waits for a batch from train loader worker 0 (pid 5101")
