@@ -98,10 +98,14 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         incident = s.amend(incident, witness=witness.describe(seen))
     a.recovery = Recovery(TIER, incident, phase, a.progress.epoch, a.progress.batch, now.mono, stall)
     if culprit is not None:  # the training process's own word: no stacks to read, whatever the worker's state
-        rank = a.loaders[culprit][0]
+        # Every worker of that loader goes: the rebuilt iterator replaces them all anyway, and a sibling stopped while
+        # it held the result queue's write lock keeps the named worker's batch from coming.
+        owner = a.loaders[culprit]
+        pids = tuple(sorted(pid for pid, o in a.loaders.items() if o == owner))
+        of_rank = f" of rank {owner[0]}" if owner[0] is not None else ""
         return [Log("warning", f"hang in {phase}: {detail}; the training process {witness.describe(seen)}: "
-                               f"replacing loader worker {culprit} in place"),
-                ReplaceLoaderWorkers((culprit,), rank)]
+                               f"replacing loader worker(s){of_rank} {', '.join(map(str, pids))} in place"),
+                ReplaceLoaderWorkers(pids, owner[0])]
     return [Log("warning", f"hang in {phase}: {detail}; reading the stacks before killing anything (in-place tier)"),
             InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()})]
 

@@ -1,0 +1,120 @@
+"""The witness in real supervised runs: a training that waits seconds on a socket is not killed as a hang, and a
+loader worker frozen from outside is recovered in place where py-spy is nowhere to be found (the training process's
+own word decides)."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import ROOT
+from tests.helpers.supervised import demo_train, quiet_config, read_incidents, read_state, yolo_train
+from worker.trainer import RECORD_FED_ENV
+
+WAITS_ON_A_SOCKET = f"""
+import os, socket, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from worker.heartbeat import Heartbeat
+hb = Heartbeat.from_env(witness=True)
+hb.phase("train")
+for step in range(1, 81):
+    until = time.monotonic() + 0.03
+    while time.monotonic() < until:  # a step of work
+        pass
+    hb.beat(epoch=1, epochs=1, batch=step, batches=80)
+    if step == 40:  # a checkpoint's upload, a FUSE blip: seconds on something outside the tree, nothing runs
+        with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
+            s.sendall(b"upload")
+            assert s.recv(16) == b"stored"
+"""
+
+
+def slow_server(seconds: float) -> tuple[int, threading.Event]:
+    """A server outside the worker's tree that answers each request ``seconds`` after it came."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    answered = threading.Event()
+
+    def serve():
+        with listener:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(16)
+                time.sleep(seconds)
+                connection.sendall(b"stored")
+                answered.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], answered
+
+
+def test_seven_seconds_on_a_socket_after_fast_batches_is_no_hang(write_config, tmp_path):
+    """The idle floor's false kill of issue 38: the tree does nothing for 7 s (over idle_floor's 3 s), but the
+    witness says the training waits on I/O outside its processes: the phase's own bound (10 s) holds."""
+    port, answered = slow_server(7.0)
+    (tmp_path / "train.py").write_text(WAITS_ON_A_SOCKET)
+    config = write_config(f'[worker]\ncommand = ["{sys.executable}", "train.py", "{port}"]\ncwd = "{tmp_path}"\n',
+                          quiet_config())
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert answered.is_set()  # the wait happened, whole
+    assert read_incidents(tmp_path / "state") == []
+    status = read_state(tmp_path / "state")["status"]
+    assert status["state"] == "succeeded" and status["attempt"] == 1 and status["restarts"] == 0
+
+
+def python_without_py_spy(tmp_path: Path) -> Path:
+    """This venv's interpreter as a venv of its own with no py-spy beside it (its packages are the same): a machine
+    where py-spy is not installed, or lags the Python."""
+    venv = Path(sys.prefix)
+    fake = tmp_path / "no-py-spy"
+    (fake / "bin").mkdir(parents=True)
+    shutil.copy(venv / "pyvenv.cfg", fake / "pyvenv.cfg")
+    (fake / "lib").symlink_to(venv / "lib")
+    (fake / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    return fake / "bin" / "python"
+
+
+@pytest.mark.e2e
+def test_without_py_spy_a_frozen_loader_worker_is_replaced_in_place_on_the_witness_word(write_config, tmp_path):
+    python = python_without_py_spy(tmp_path)
+    env = {**os.environ, "PATH": "/usr/bin:/bin", RECORD_FED_ENV: str(tmp_path / "fed.txt")}
+    probe = subprocess.run([str(python), "-c", "from supervisor.host.stacks import find_py_spy; "
+                            "import worker.witness; print(find_py_spy())"], cwd=ROOT, env=env, capture_output=True,
+                           text=True)
+    assert probe.stdout.strip() == "None", probe.stderr  # the precondition: nothing to read the stacks with
+    config = write_config('name = "no-py-spy"\n' + demo_train(epochs=2) + quiet_config() +
+                          '[watchdog]\nstartup_timeout = 90\n')
+    state_dir, fed = tmp_path / "state", tmp_path / "fed.txt"
+    supervisor = subprocess.Popen([str(python), "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                                   str(state_dir)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (fed.exists() and fed.read_text().strip()):  # a batch trained: the loader workers are up
+            assert time.monotonic() < deadline and supervisor.poll() is None, "no batch trained"
+            time.sleep(0.02)
+        [trainer] = [p for p in psutil.Process(supervisor.pid).children() if "--standby" not in p.cmdline()]
+        frozen = trainer.children()[0]
+        frozen.send_signal(signal.SIGSTOP)  # the main process waits for a batch this worker owes
+        _, stderr = supervisor.communicate(timeout=240)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    assert supervisor.returncode == 0, stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded" and status["attempt"] == 1
+    assert status["recoveries"] == {"in_place": 1, "restart": 0}
+    [incident] = read_incidents(state_dir)
+    assert incident["tier"] == "in_place" and "escalation" not in incident
+    assert "waits for a batch from train loader worker" in incident["witness"], incident["witness"]
+    assert "stacks" not in incident  # nothing read them: the word decided
+    assert incident["in_place"]["batches_lost"] == 0
+    assert not psutil.pid_exists(frozen.pid)
