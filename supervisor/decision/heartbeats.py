@@ -194,7 +194,9 @@ def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         # length: each bounds the next of its kind (watchdog.phase_timeout), not the batch intervals.
         a.save_gap = max(a.save_gap, gap)
         if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN:  # observed whole, up to the next batch
-            if a.save_mid_epoch:
+            if a.recovery is not None:
+                pass  # a stretch a recovery tier closed holds its stall: no epoch end nor checkpoint is that long
+            elif a.save_mid_epoch:
                 s.checkpoint_seen = max(s.checkpoint_seen or 0.0, a.save_gap)
             else:
                 s.epoch_end_seen = max(s.epoch_end_seen or 0.0, a.save_gap)

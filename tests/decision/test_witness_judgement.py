@@ -118,3 +118,24 @@ def test_under_ddp_the_rank_whose_loader_worker_owes_the_batch_is_named_and_repl
     # rank 1's training loader, not its validation loader nor rank 0's (5001, 5002)
     assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"] and actions[1].pids == (5101, 5102) and actions[1].rank == 1
     assert d.s.incidents[-1].witness.startswith("rank 1 waits for a batch from train loader worker 0 (pid 5101")
+
+
+def test_the_gap_an_in_place_recovery_closes_is_learned_as_no_epoch_end():
+    """Issue 38: after an in-place recovery at an epoch's start, the next epoch end's bound went 3.5 s -> 41.6 s."""
+    d = loading()
+    d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=10, batches=10, samples=4)  # epoch 1's last batch
+    d.at(d.t + 0.5).beat("save", kind="phase")  # a clean epoch end: 0.5 s gaps, up to epoch 2's first batch
+    d.at(d.t + 0.5).beat("train", kind="phase")
+    d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=1, batches=10, samples=4)
+    assert d.s.epoch_end_seen == 0.5
+    d.at(d.t + 0.5).beat(epoch=2, epochs=3, batch=10, batches=10, samples=4)
+    d.at(d.t + 0.5).beat("save", kind="phase")
+    d.at(d.t + 0.5).beat("train", kind="phase")  # epoch 3's loader hangs before its first batch
+    start = d.t
+    d.t += 1.0
+    loader_word(d, 5001)
+    actions = d.at(start + 5.01)(core.Tick())  # the epoch end's own bound (10 x 0.5 s), the word's idle floor
+    assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"]
+    d.at(d.t + 0.3)(core.LoaderWorkersKilled(actions[1].pids, (), 0.05))
+    assert "RecordIncident" in kinds(d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=1, batches=10, samples=4))
+    assert d.s.epoch_end_seen == 0.5 and d.s.checkpoint_seen is None  # the recovered stall taught nothing
