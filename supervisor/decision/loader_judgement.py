@@ -40,10 +40,6 @@ def judge(capture: TreeCapture, loaders: dict[int, int | None]) -> LoaderVerdict
     culprits = [p for p in reported if stuck(p)]
     if not culprits:
         return LoaderVerdict(False, (), "no loader worker process is stuck: the hang is not the loader's")
-    in_kernel = [p for p in culprits if p.state == "D"]
-    if in_kernel:
-        return LoaderVerdict(False, (), f"loader worker pid {in_kernel[0].pid} is in uninterruptible sleep "
-                                         f"({in_kernel[0].wchan or '?'}): SIGKILL cannot take it")
     parents = {p.ppid for p in culprits}
     if len(parents) != 1 or next(iter(parents)) not in by_pid:
         return LoaderVerdict(False, (), "the stuck loader workers belong to more than one training process")
