@@ -14,6 +14,7 @@ from typing import Collection
 
 from supervisor.config import Config
 from supervisor.decision import core
+from supervisor.decision.in_place import StallInspected
 from supervisor.decision.incident import Incident, Stacks
 from supervisor.vocabulary import STARTUP_PHASE, Reason
 from supervisor.state.incidents import stacks_path
@@ -56,7 +57,7 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
 
 
 def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loaders: dict[int, int | None],
-                  spare: Collection[int], gpu_readers: list) -> core.StallInspected:
+                  spare: Collection[int], gpu_readers: list) -> StallInspected:
     """The stacks of the hung tree, left running, and whether the in-place tier applies (loader_evidence.py)."""
     members = process_tree.tree(worker.pid, spare=spare)
     worker.cpu_since = process_tree.cpu_sample(members)  # a kill that follows reads its CPU% from here
@@ -66,7 +67,7 @@ def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loa
                                   gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers
                                   else None)
     verdict = judge(capture, loaders)
-    return core.StallInspected(incident.id, verdict.loader_wait, verdict.culprits, verdict.why, verdict.rank,
+    return StallInspected(incident.id, verdict.loader_wait, verdict.culprits, verdict.why, verdict.rank,
                                as_incident_stacks(capture, config.state_dir))
 
 

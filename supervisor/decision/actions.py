@@ -55,22 +55,6 @@ class RequestCheckpoint:
 
 
 @dataclass(frozen=True)
-class InspectStall:
-    """Take the stacks of the hung tree (it is not killed) and say whether the in-place tier applies
-    (``StallInspected``): ``loader_pids`` are the loader worker processes the worker reported, pid -> rank."""
-    incident: Incident
-    loader_pids: dict[int, int | None]
-
-
-@dataclass(frozen=True)
-class ReplaceLoaderWorkers:
-    """Tell the worker (the rank) that these loader workers are being replaced, then SIGKILL them and confirm them
-    gone (``LoaderWorkersKilled``)."""
-    pids: tuple[int, ...]
-    rank: int | None = None
-
-
-@dataclass(frozen=True)
 class KeepVerifiedCopy:
     """The worker reported a complete checkpoint: verify it and keep it as the fallback (state/checkpoints.py)."""
     path: str

@@ -36,13 +36,11 @@ import signal
 from typing import Any
 
 from supervisor.decision import heartbeats, kernel, recovery, restart, stopping, watchdog, witness
-from supervisor.decision.actions import (Exit, InspectStall, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
-                                         PublishCheckpoint, PublishLadder, RecordIncident, ReplaceLoaderWorkers,
-                                         RequestCheckpoint, Spawn)
+from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishCheckpoint,
+                                         PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
 from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
-                                        KernelMessage, LoaderWorkersKilled, Now, SignatureSeen, Spawned,
-                                        StallInspected, StateDirTaken, StopRequested, SupervisorPaused, Tick,
-                                        TreeActivity, TreeKilled, WorkerExited)
+                                        KernelMessage, Now, SignatureSeen, Spawned, StateDirTaken, StopRequested,
+                                        SupervisorPaused, Tick, TreeActivity, TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import one_line
 from supervisor.decision.signatures import scan
@@ -52,11 +50,11 @@ from supervisor.decision.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from worker.contract import Phase, WaitKind
 
-# The shell's one import: ``core.X`` names every event it sends and every action it carries out.
+# The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
+# are in its module (decision/in_place.py), which its shell part (attempt/in_place.py) imports.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick",
-           "TreeActivity", "TreeKilled", "WorkerExited", "StallInspected", "LoaderWorkersKilled", "InspectStall",
-           "ReplaceLoaderWorkers", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
+           "TreeActivity", "TreeKilled", "WorkerExited", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
            "PublishCheckpoint", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
@@ -120,7 +118,7 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return heartbeats.job_checkpoint(s, event, now)
     if isinstance(event, TreeActivity):
         return _tree_activity(s, event)
-    if isinstance(event, recovery.EVENTS):  # a recovery tier's own (StallInspected, LoaderWorkersKilled)
+    if isinstance(event, recovery.EVENTS):  # a recovery tier's own events (its module defines them)
         return recovery.on_event(s, event, now)
     raise TypeError(f"unknown event {event!r}")
 

@@ -138,24 +138,3 @@ class StateDirTaken:
     """Another supervisor locked the state directory (this one's lock file was removed meanwhile): it trains there
     now, so this one's worker stops at once, without a save that would overwrite the other's last.pt."""
     detail: str  # one line: the config file, state_dir, and who holds it
-
-
-@dataclass(frozen=True)
-class StallInspected:
-    """What the stacks taken for an in-place recovery show (decision/loader_judgement.py): whether the training process
-    waits for a batch from its DataLoader, and which of its loader worker processes are stuck."""
-    incident_id: str
-    loader_wait: bool
-    culprits: tuple[int, ...]  # loader worker pids to replace; () when the tier does not apply
-    why: str  # what the stacks show, in a sentence (the escalation's reason when the tier does not apply)
-    rank: int | None = None  # under DDP: the rank whose loader it is
-    stacks: Stacks | None = None
-
-
-@dataclass(frozen=True)
-class LoaderWorkersKilled:
-    """The shell sent the replacement command and SIGKILLed the loader workers; ``survivors`` did not die (D state)."""
-    pids: tuple[int, ...]
-    survivors: tuple[str, ...] = ()
-    seconds: float = 0.0
-    sent: bool = True  # the command reached the worker's pipe

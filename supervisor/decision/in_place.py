@@ -20,16 +20,59 @@ thread that never joins); more than ``in_place_max`` in-place recoveries within 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from supervisor.decision import witness
-from supervisor.decision.actions import InspectStall, Log, ReplaceLoaderWorkers
-from supervisor.decision.events import LoaderWorkersKilled, Now, StallInspected
-from supervisor.decision.incident import Incident, InPlaceCost, Tier
+from supervisor.decision.actions import Log
+from supervisor.decision.events import Now
+from supervisor.decision.incident import Incident, InPlaceCost, Stacks, Tier
 from supervisor.decision.state import INCIDENTS_KEPT, Recovery, Supervision
 from supervisor.decision.tier import Escalate, Verdict, recovered
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
+
+# The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/in_place.py), and
+# what that part says back.
+
+
+@dataclass(frozen=True)
+class InspectStall:
+    """Take the stacks of the hung tree (it is not killed) and say whether the in-place tier applies
+    (``StallInspected``): ``loader_pids`` are the loader worker processes the worker reported, pid -> rank."""
+    incident: Incident
+    loader_pids: dict[int, int | None]
+
+
+@dataclass(frozen=True)
+class ReplaceLoaderWorkers:
+    """Tell the worker (the rank) that these loader workers are being replaced, then SIGKILL them and confirm them
+    gone (``LoaderWorkersKilled``)."""
+    pids: tuple[int, ...]
+    rank: int | None = None
+
+
+
+@dataclass(frozen=True)
+class StallInspected:
+    """What the stacks taken for an in-place recovery show (decision/loader_judgement.py): whether the training process
+    waits for a batch from its DataLoader, and which of its loader worker processes are stuck."""
+    incident_id: str
+    loader_wait: bool
+    culprits: tuple[int, ...]  # loader worker pids to replace; () when the tier does not apply
+    why: str  # what the stacks show, in a sentence (the escalation's reason when the tier does not apply)
+    rank: int | None = None  # under DDP: the rank whose loader it is
+    stacks: Stacks | None = None
+
+
+@dataclass(frozen=True)
+class LoaderWorkersKilled:
+    """The shell sent the replacement command and SIGKILLed the loader workers; ``survivors`` did not die (D state)."""
+    pids: tuple[int, ...]
+    survivors: tuple[str, ...] = ()
+    seconds: float = 0.0
+    sent: bool = True  # the command reached the worker's pipe
+
 
 BOUND_FLOOR = 10.0  # seconds: the least a rebuilt loader gets for its first batch
 BOUND_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch

@@ -34,7 +34,7 @@ def wait_until_fed(path: Path, supervisor: subprocess.Popen, timeout: float, wha
         time.sleep(0.02)
 
 
-def stall(d: Driver) -> core.InspectStall:
+def stall(d: Driver) -> in_place.InspectStall:
     actions = d.at(d.t + 10.01)(core.Tick())
     assert kinds(actions) == ["Log", "InspectStall"] and d.s.state == core.State.HEALTHY
     return actions[1]
@@ -44,9 +44,9 @@ def test_a_stuck_loader_worker_is_replaced_in_place_and_its_cost_recorded():
     d = loading()
     inspect = stall(d)
     assert inspect.loader_pids == {5001: None, 5002: None}
-    actions = d(core.StallInspected(inspect.incident.id, True, (5001,), "waits for a batch", None, STACKS))
+    actions = d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits for a batch", None, STACKS))
     assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"] and actions[1].pids == (5001,)
-    assert kinds(d.at(d.t + 0.5)(core.LoaderWorkersKilled((5001,), (), 0.05))) == ["Log"]
+    assert kinds(d.at(d.t + 0.5)(in_place.LoaderWorkersKilled((5001,), (), 0.05))) == ["Log"]
     assert d.at(d.t + 9.9)(core.Tick()) == []  # the bound: 10 s floor (the loader started in 0.4 s)
     d.beat("train", kind="loader", pids=[5003], seconds=0.9, loader="train")
     actions = d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
@@ -74,39 +74,39 @@ def escalated(d: Driver, actions: list, why: str, incidents: int = 1) -> dict:
 def test_a_hang_that_is_not_the_loaders_restarts_with_its_stacks_kept():
     d = loading()
     inspect = stall(d)
-    actions = d(core.StallInspected(inspect.incident.id, False, (), "no loader worker process is stuck", None, STACKS))
+    actions = d(in_place.StallInspected(inspect.incident.id, False, (), "no loader worker process is stuck", None, STACKS))
     assert escalated(d, actions, "no loader worker")["where"] == STACKS.where
 
 
 def test_a_loader_worker_that_survives_sigkill_restarts():
     d = loading()
     inspect = stall(d)
-    d(core.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
-    actions = d(core.LoaderWorkersKilled((5001,), ("pid 5001 (python, disk-sleep)",), 10.0))
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
+    actions = d(in_place.LoaderWorkersKilled((5001,), ("pid 5001 (python, disk-sleep)",), 10.0))
     escalated(d, actions, "survived SIGKILL")
 
 
 def test_no_batch_within_the_bound_restarts():
     d = loading()
     inspect = stall(d)
-    d(core.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
-    d(core.LoaderWorkersKilled((5001,), (), 0.1))
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
+    d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
     escalated(d, d.at(d.t + 10.01)(core.Tick()), "no batch within 10 s")
 
 
 def test_a_worker_that_exits_during_the_recovery_restarts():
     d = loading()
     inspect = stall(d)
-    d(core.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
-    d(core.LoaderWorkersKilled((5001,), (), 0.1))
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
+    d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
     escalated(d, d(core.WorkerExited(1)), "exited with status 1 during the in-place recovery")
 
 
 def test_more_than_in_place_max_in_the_window_restarts_and_off_is_todays_restart():
     d = loading(recovery={"in_place_max": 1})
     inspect = stall(d)
-    d(core.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
-    d(core.LoaderWorkersKilled((5001,), (), 0.1))
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
+    d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
     d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
     escalated(d, d.at(d.t + 10.01)(core.Tick()), "more than in_place_max (1)", incidents=2)
     off = loading(recovery={"in_place": False})
@@ -146,7 +146,7 @@ def test_the_tiers_are_walked_cheapest_first_and_an_escalation_goes_on_from_the_
     inspect = stall(d)  # the first does not apply, the second declines: the in-place tier takes the hang
     assert calls == [("applies", False), ("applies", True), ("begin", "train")]
     assert inspect.incident.escalation == "not this one's hang" and d.s.current.recovery.tier is in_place.TIER
-    actions = d(core.StallInspected(inspect.incident.id, False, (), "no loader worker process is stuck", None, STACKS))
+    actions = d(in_place.StallInspected(inspect.incident.id, False, (), "no loader worker process is stuck", None, STACKS))
     assert calls == [("applies", False), ("applies", True), ("begin", "train")]  # the walk went on, not over again
     incident = escalated(d, actions, "no loader worker")
     assert incident["tiers"] == ["in_place", "restart"]
@@ -158,8 +158,8 @@ def test_an_escalation_amends_the_hangs_one_incident():
     d = loading()
     inspect = stall(d)
     opened = inspect.incident
-    d.at(d.t + 0.3)(core.StallInspected(opened.id, True, (5001,), "waits", None, STACKS))
-    actions = d.at(d.t + 0.2)(core.LoaderWorkersKilled((5001,), (), 0.1))
+    d.at(d.t + 0.3)(in_place.StallInspected(opened.id, True, (5001,), "waits", None, STACKS))
+    actions = d.at(d.t + 0.2)(in_place.LoaderWorkersKilled((5001,), (), 0.1))
     assert "RecordIncident" not in kinds(actions)
     actions = d.at(d.t + 10.01)(core.Tick())  # no batch within the bound: the restart takes the same incident
     assert "RecordIncident" not in kinds(actions)  # still open: the kill and the next first batch are to come

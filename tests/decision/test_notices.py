@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import NotifyConfig, parse
-from supervisor.decision import core
+from supervisor.decision import core, in_place
 from supervisor.decision.notices import BURST, WINDOW, Notice, NoticeKind, NoticeLimit, derive
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_REBOOT_NEEDED
 from supervisor.telemetry.notify_command import NotifyCommand
@@ -64,9 +64,9 @@ def test_a_hang_recovered_in_place_is_a_hang_recovered_once_the_next_batch_comes
     loaded = loading()
     d = Noticing(loaded.s)
     d.t, d.progress = loaded.t, loaded.progress
-    inspect = [a for a in d.at(d.t + 10.01)(core.Tick()) if isinstance(a, core.InspectStall)][0]
-    d(core.StallInspected(inspect.incident.id, True, (5001,), "waits for a batch", None, STACKS))
-    d.at(d.t + 0.5)(core.LoaderWorkersKilled((5001,), (), 0.05))
+    inspect = [a for a in d.at(d.t + 10.01)(core.Tick()) if isinstance(a, in_place.InspectStall)][0]
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits for a batch", None, STACKS))
+    d.at(d.t + 0.5)(in_place.LoaderWorkersKilled((5001,), (), 0.05))
     assert d.notices == []  # not trained yet: not recovered
     d.at(d.t + 1.0).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
     assert kinds(d.notices) == [NoticeKind.HANG_RECOVERED]

@@ -2,7 +2,7 @@
 and the tier, before the tree's activity and the stacks (supervisor/decision/witness.py). ``loading`` trains at 0.5 s
 a batch: its bound is 10 s over auto_floor, 5 s over idle_floor."""
 
-from supervisor.decision import core, watchdog
+from supervisor.decision import core, in_place, watchdog
 from supervisor.decision.incident import Stacks, Tier
 from tests.helpers.driver import PID, Driver, kinds, loading, make
 
@@ -34,7 +34,7 @@ def test_a_batch_owed_by_a_known_loader_worker_is_bounded_as_an_idle_tree_and_re
     incident = d.s.incidents[-1].to_dict()
     assert incident["tier"] == "in_place" and "(pid 5001, batch 12)" in incident["witness"]
     assert "stacks" not in incident  # no profiler was needed for the decision
-    assert kinds(d.at(d.t + 0.3)(core.LoaderWorkersKilled((5001, 5002), (), 0.05))) == ["Log"]
+    assert kinds(d.at(d.t + 0.3)(in_place.LoaderWorkersKilled((5001, 5002), (), 0.05))) == ["Log"]
     assert "RecordIncident" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
     assert d.s.recoveries["in_place"] == 1 and d.s.attempt == 1
 
@@ -136,6 +136,6 @@ def test_the_gap_an_in_place_recovery_closes_is_learned_as_no_epoch_end():
     loader_word(d, 5001)
     actions = d.at(start + 5.01)(core.Tick())  # the epoch end's own bound (10 x 0.5 s), the word's idle floor
     assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"]
-    d.at(d.t + 0.3)(core.LoaderWorkersKilled(actions[1].pids, (), 0.05))
+    d.at(d.t + 0.3)(in_place.LoaderWorkersKilled(actions[1].pids, (), 0.05))
     assert "RecordIncident" in kinds(d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=1, batches=10, samples=4))
     assert d.s.epoch_end_seen == 0.5 and d.s.checkpoint_seen is None  # the recovered stall taught nothing
