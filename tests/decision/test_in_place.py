@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from enum import Enum
 from functools import partial
 from pathlib import Path
@@ -21,17 +20,10 @@ from supervisor.decision.tier import Escalate
 from supervisor.telemetry import metric_table
 from tests.helpers import ROOT
 from tests.helpers.driver import COMMAND, PID, STACKS, Driver, kinds, loading, make
-from tests.helpers.supervised import demo_train, quiet_config, read_incidents, read_state
+from tests.helpers.supervised import (demo_train, freeze_a_loader_worker, quiet_config, read_incidents, read_state,
+                                      wait_until_fed)
 from worker.exact_resume import EpochOrderSampler
 from worker.trainer import RECORD_FED_ENV
-
-
-def wait_until_fed(path: Path, supervisor: subprocess.Popen, timeout: float, what: str) -> None:
-    """Until the worker has recorded a batch fed to its model in ``path`` (RECORD_FED_ENV), the supervisor alive."""
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline and supervisor.poll() is None, what
-        time.sleep(0.02)
 
 
 def stall(d: Driver) -> in_place.InspectStall:
@@ -226,15 +218,7 @@ def test_a_loader_worker_frozen_from_outside_is_replaced_and_training_goes_on_lo
     supervisor = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                                    str(state_dir)], cwd=ROOT, env={**os.environ, RECORD_FED_ENV: str(fed_path)},
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until_fed(fed_path, supervisor, 120, "no batch trained")  # the first batch is trained
-        [trainer] = [p for p in psutil.Process(supervisor.pid).children() if "--standby" not in p.cmdline()]
-        frozen = trainer.children()[0]
-        frozen.send_signal(signal.SIGSTOP)  # mid-epoch, no fault flag: the main process waits for its batch
-        _, stderr = supervisor.communicate(timeout=240)
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
+    trainer, frozen, stderr = freeze_a_loader_worker(supervisor, fed_path)  # mid-epoch, no fault flag
     assert supervisor.returncode == 0, stderr[-3000:]
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded" and status["attempt"] == 1  # the same training process throughout

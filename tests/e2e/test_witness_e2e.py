@@ -4,7 +4,6 @@ own word decides)."""
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,8 @@ import psutil
 import pytest
 
 from tests.helpers import ROOT
-from tests.helpers.supervised import demo_train, quiet_config, read_incidents, read_state, yolo_train
+from tests.helpers.supervised import (demo_train, freeze_a_loader_worker, quiet_config, read_incidents, read_state,
+                                      yolo_train)
 from worker.trainer import RECORD_FED_ENV
 
 WAITS_ON_A_SOCKET = f"""
@@ -96,18 +96,7 @@ def test_without_py_spy_a_frozen_loader_worker_is_replaced_in_place_on_the_witne
     supervisor = subprocess.Popen([str(python), "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                                    str(state_dir)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (fed.exists() and fed.read_text().strip()):  # a batch trained: the loader workers are up
-            assert time.monotonic() < deadline and supervisor.poll() is None, "no batch trained"
-            time.sleep(0.02)
-        [trainer] = [p for p in psutil.Process(supervisor.pid).children() if "--standby" not in p.cmdline()]
-        frozen = trainer.children()[0]
-        frozen.send_signal(signal.SIGSTOP)  # the main process waits for a batch this worker owes
-        _, stderr = supervisor.communicate(timeout=240)
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
+    _, frozen, stderr = freeze_a_loader_worker(supervisor, fed)
     assert supervisor.returncode == 0, stderr[-3000:]
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded" and status["attempt"] == 1

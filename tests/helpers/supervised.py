@@ -5,10 +5,13 @@ and the incidents, waiting on a run's status."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 from tests.helpers import ROOT
 
@@ -200,3 +203,27 @@ def sources_for_nobody() -> Path:
     for path in [copy, *copy.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return copy
+
+
+def wait_until_fed(path: Path, supervisor: subprocess.Popen, timeout: float, what: str) -> None:
+    """Until the worker has recorded a batch fed to its model in ``path`` (RECORD_FED_ENV), the supervisor alive."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline and supervisor.poll() is None, what
+        time.sleep(0.02)
+
+
+def freeze_a_loader_worker(supervisor: subprocess.Popen, fed: Path) -> tuple[psutil.Process, psutil.Process, str]:
+    """Once a batch is trained, SIGSTOP one loader worker of the training process (no fault flag: the main process
+    comes to wait for a batch it owes), then the supervisor's run to its end: (trainer, frozen, its stderr)."""
+    try:
+        wait_until_fed(fed, supervisor, 120, "no batch trained")
+        [trainer] = [p for p in psutil.Process(supervisor.pid).children() if "--standby" not in p.cmdline()]
+        frozen = trainer.children()[0]
+        frozen.send_signal(signal.SIGSTOP)
+        _, stderr = supervisor.communicate(timeout=240)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    return trainer, frozen, stderr
+
