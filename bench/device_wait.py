@@ -1,0 +1,108 @@
+"""A GPU kernel that never ends, supervised: found by the witness's word (the training process waits for the device)
+against the tree's activity alone, side by side in one run.
+
+A plain PyTorch loop (a small convolutional net on random data, batches of tens of milliseconds on GPU 0) runs under
+``python -m supervisor run`` as a ``[worker] command`` with our heartbeat client. After batch ``--hang-at`` of its
+first attempt it launches a kernel that spins for ever (``torch.cuda._sleep``) and goes on: the next batch's ``.item()``
+waits for the device, as a lost completion leaves the host (ROCm's ``BusyWaitSignal::WaitRelaxed``, CUDA's spin in
+the runtime). Two modes, alternated: ``witness`` (``Heartbeat.from_env(witness=True)``: the training process says it
+waits for the device) and ``tree`` (no witness: a host that spins in the runtime is busy, so ``auto_floor`` bounds
+it). Printed per run, from the supervisor's incident: the stall (the last batch to the verdict), the restart (the
+verdict to the next attempt's first batch) and their sum; then each mode's min/median/max.
+
+    python3 -m bench.device_wait --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import quiet_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LOOP = """
+import os, sys, time
+import torch
+import torch.nn.functional as F
+sys.path.insert(0, {root!r})
+from worker.heartbeat import Heartbeat
+
+hb = Heartbeat.from_env(witness=sys.argv[1] == "witness")
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1),
+                          torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+net = net.to("cuda")
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+x = torch.randn(64, 3, 128, 128, device="cuda")
+y = torch.randint(0, 10, (64,), device="cuda")
+hang = not os.path.exists("hung-once")
+hb.phase("train")
+for step in range(1, {steps} + 1):
+    loss = F.cross_entropy(net(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    hb.beat(epoch=1, epochs=1, batch=step, batches={steps}, losses={{"loss": loss.item()}})
+    if hang and step == {hang_at}:
+        open("hung-once", "w").close()
+        torch.cuda._sleep(1 << 46)  # a kernel that never ends: the next .item() waits for the device
+hb.phase("done")
+"""
+
+
+def run_once(mode: str, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="device-wait-") as tmp:
+        tmp_path = Path(tmp)
+        (tmp_path / "train.py").write_text(LOOP.format(root=str(ROOT), steps=args.steps, hang_at=args.hang_at))
+        config = tmp_path / "config.toml"
+        config.write_text(f'[worker]\ncommand = ["{sys.executable}", "train.py", "{mode}"]\ncwd = "{tmp_path}"\n'
+                          + quiet_config())
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                               str(tmp_path / "state")], cwd=ROOT, capture_output=True, text=True, timeout=args.limit)
+        wall = time.monotonic() - started
+        lines = (tmp_path / "state" / "incidents.jsonl").read_text().splitlines() \
+            if (tmp_path / "state" / "incidents.jsonl").exists() else []
+        if done.returncode != 0 or len(lines) != 1:
+            raise SystemExit(f"{mode}: exit {done.returncode}, {len(lines)} incidents\n{done.stderr[-3000:]}")
+        incident = json.loads(lines[0])
+        stall, restart = incident["seconds_since_progress"], incident.get("restart_seconds")
+        return {"mode": mode, "stall": stall, "restart": restart,
+                "total": None if restart is None else round(stall + restart, 2), "wall": round(wall, 1),
+                "witness": incident.get("witness"), "detail": incident["detail"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each mode (alternated)")
+    parser.add_argument("--steps", type=int, default=400, help="batches of the loop")
+    parser.add_argument("--hang-at", type=int, default=150, help="the batch after which the kernel never ends")
+    parser.add_argument("--limit", type=float, default=240.0, help="seconds a run may take")
+    args = parser.parse_args()
+    results = []
+    for _ in range(args.repeat):
+        for mode in ("witness", "tree"):
+            r = run_once(mode, args)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    for mode in ("witness", "tree"):
+        mine = [r for r in results if r["mode"] == mode]
+        for key in ("stall", "restart", "total"):
+            values = [r[key] for r in mine if r[key] is not None]
+            if values:
+                print(f"{mode:8s} {key:8s} min {min(values):6.2f}  median {statistics.median(values):6.2f}  "
+                      f"max {max(values):6.2f} s  ({len(values)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
