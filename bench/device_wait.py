@@ -8,16 +8,18 @@ waits for the device, as a lost completion leaves the host (ROCm's ``BusyWaitSig
 the runtime). Two modes, alternated: ``witness`` (``Heartbeat.from_env(witness=True)``: the training process says it
 waits for the device) and ``tree`` (no witness: a host that spins in the runtime is busy, so ``auto_floor`` bounds
 it). Printed per run, from the supervisor's incident: the stall (the last batch to the verdict), the restart (the
-verdict to the next attempt's first batch) and their sum; then each mode's min/median/max.
+verdict to the next attempt's first batch) and their sum; then each mode's min/median/max. ``--ultralytics`` runs our
+worker instead (YOLOv8n at 640 px, batch 32, 8 workers, 1024 images) with the fault ``device_hang`` after batch
+``--hang-at`` of its first attempt: the witness's verdict, then the restart from the standby.
 
     python3 -m bench.device_wait --repeat 3
+    python3 -m bench.device_wait --ultralytics --repeat 2 --hang-at 40
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -59,16 +61,30 @@ hb.phase("done")
 """
 
 
+def ultralytics_config(path: Path) -> str:
+    from worker.demo_data import ensure_demo_dataset
+
+    data = ensure_demo_dataset(train_images=1024, val_images=8, size=640)
+    return (f'[train]\ndata = "{data}"\nmodel = "yolov8n.yaml"\nepochs = 2\nimgsz = 640\nbatch = 32\nworkers = 8\n'
+            f'device = "0"\nplots = false\n' + quiet_config())
+
+
 def run_once(mode: str, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="device-wait-") as tmp:
         tmp_path = Path(tmp)
-        (tmp_path / "train.py").write_text(LOOP.format(root=str(ROOT), steps=args.steps, hang_at=args.hang_at))
         config = tmp_path / "config.toml"
-        config.write_text(f'[worker]\ncommand = ["{sys.executable}", "train.py", "{mode}"]\ncwd = "{tmp_path}"\n'
-                          + quiet_config())
+        extra: list[str] = []
+        if mode == "ultralytics":
+            config.write_text(ultralytics_config(tmp_path))
+            extra = ["--fault", f"device_hang,at_batch={args.hang_at},attempt=1"]
+        else:
+            (tmp_path / "train.py").write_text(LOOP.format(root=str(ROOT), steps=args.steps, hang_at=args.hang_at))
+            config.write_text(f'[worker]\ncommand = ["{sys.executable}", "train.py", "{mode}"]\ncwd = "{tmp_path}"\n'
+                              + quiet_config())
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
-                               str(tmp_path / "state")], cwd=ROOT, capture_output=True, text=True, timeout=args.limit)
+                               str(tmp_path / "state"), *extra], cwd=ROOT, capture_output=True, text=True,
+                              timeout=args.limit)
         wall = time.monotonic() - started
         lines = (tmp_path / "state" / "incidents.jsonl").read_text().splitlines() \
             if (tmp_path / "state" / "incidents.jsonl").exists() else []
@@ -87,14 +103,16 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400, help="batches of the loop")
     parser.add_argument("--hang-at", type=int, default=150, help="the batch after which the kernel never ends")
     parser.add_argument("--limit", type=float, default=240.0, help="seconds a run may take")
+    parser.add_argument("--ultralytics", action="store_true", help="our worker, YOLOv8n 640 px, the device_hang fault")
     args = parser.parse_args()
+    modes = ("ultralytics",) if args.ultralytics else ("witness", "tree")
     results = []
     for _ in range(args.repeat):
-        for mode in ("witness", "tree"):
+        for mode in modes:
             r = run_once(mode, args)
             results.append(r)
             print(json.dumps(r), flush=True)
-    for mode in ("witness", "tree"):
+    for mode in modes:
         mine = [r for r in results if r["mode"] == mode]
         for key in ("stall", "restart", "total"):
             values = [r[key] for r in mine if r[key] is not None]

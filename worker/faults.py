@@ -13,6 +13,9 @@ kinds:
   at the next batch boundary and exits 0 (at_batch one short of an epoch's end: a checkpoint at the end's edge).
 - ``freeze``: the training process stops itself with SIGSTOP after batch ``at_batch``, as a freeze from outside
   does, but at a batch chosen in advance (a test's freeze then never lands at an epoch's end by chance).
+- ``device_hang``: a kernel that never ends is queued on the training's GPU after batch ``at_batch``
+  (``torch.cuda._sleep``, CUDA and HIP builds alike); the next wait for the device never returns, as a lost
+  completion leaves the host. Needs the training on a GPU.
 - ``native_hang``: the training loop blocks inside a C call (libc ``pause()``) after batch ``at_batch``, as a
   loop stuck in the HIP runtime or a driver call does: no Python frame moves.
 - ``before_first_batch``: the attempt's first batch is loaded, and its step never runs (the seeds' post-resume hang:
@@ -37,7 +40,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "freeze", "native_hang", "stop_request", "before_first_batch",
+FAULT_KINDS = ("dataloader_hang", "main_hang", "spin", "freeze", "native_hang", "device_hang", "stop_request", "before_first_batch",
                "val_hang", "exit_hang", "exception", "segfault", "sigkill")
 ENV_FAULT = "YOLO_TRAIN_FAULT"
 
@@ -109,6 +112,14 @@ def block_in_native_code() -> None:
         libc.pause()  # returns only after a signal handler ran (the supervisor's SIGUSR1): block again
 
 
+def queue_a_kernel_that_never_ends() -> None:
+    import torch
+
+    if not torch.cuda.is_initialized():
+        raise RuntimeError("fault device_hang: the training is not on a GPU")
+    torch.cuda._sleep(1 << 46)  # cycles: days at any clock; the batch after it waits for the device for ever
+
+
 def spin_forever() -> None:
     x = 0
     while True:
@@ -151,6 +162,8 @@ class FaultInjector:
                 os.kill(os.getpid(), signal.SIGSTOP)
             elif fault.kind == "native_hang":
                 block_in_native_code()
+            elif fault.kind == "device_hang":
+                queue_a_kernel_that_never_ends()
             elif fault.kind == "stop_request":
                 os.kill(os.getpid(), signal.SIGUSR1)
             elif fault.kind == "exception":

@@ -154,3 +154,15 @@ def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an
     beats = [m for m in after if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN and m.rank == 0]
     assert (beats[0].epoch, beats[0].batch) == (epoch + 1, batch + 1)
     assert [m.batch for m in beats if m.epoch == epoch + 1] == list(range(batch + 1, 9))
+
+
+def test_a_device_hang_fault_needs_the_training_on_a_gpu(tmp_path):
+    """``device_hang`` queues a kernel that never ends on the training's GPU: where torch has no GPU context it says
+    so instead of passing for a hang (bench/device_wait.py measures the real one on a GPU)."""
+    import torch
+
+    injector = FaultInjector([Fault.parse("device_hang,at_batch=1")], attempt=1, flag_path=str(tmp_path / "flag"))
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the fault would hang this test")
+    with pytest.raises(RuntimeError, match="device_hang: the training is not on a GPU"):
+        injector.after_train_batch()
