@@ -120,7 +120,7 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
     link = link_from_record(record, hb, resume_point=resume_point)
     if record.rendezvous is not None:
         multinode.install(record.rendezvous, record_path or ".")
-    trainer = trainer_cls(overrides=args, supervision=link)
+    trainer = trainer_cls(overrides=args, link=link)
     CLOCK.mark("trainer (checkpoint read, arguments)")
     if trainer.ddp:  # Ultralytics will train in ranks under torch.distributed.run: tell them where we are
         hb.stop_witness()  # this process only waits for the ranks; each rank has its own witness
@@ -139,8 +139,8 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
     the supervisor's "save and exit" that is rank 0 stopping as asked."""
     if record_path is None:
         raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
-    ddp.prepare_ranks(record_path, hb.fd, trainer.supervision.resume_point)
-    os.environ.update(relay_to_ranks(trainer.supervision.commands, trainer.world_size,
+    ddp.prepare_ranks(record_path, hb.fd, trainer.link.resume_point)
+    os.environ.update(relay_to_ranks(trainer.link.commands, trainer.world_size,
                                      on_stop=lambda: STOP_REQUESTED.append(True)))
     signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))  # by hand
     began = time.monotonic()
@@ -164,7 +164,7 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
         if record.rendezvous is not None:
             multinode.forget_started()
     hb.phase("done")
-    trainer.supervision.faults.after_done()
+    trainer.link.faults.after_done()
     return 0
 
 

@@ -42,12 +42,12 @@ RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch
 class SupervisedTrainerMixin:
     """Mixed in front of an Ultralytics trainer; each override says which Ultralytics behaviour it corrects."""
 
-    def __init__(self, *args: Any, supervision: SupervisorLink | None = None, **kwargs: Any):
-        if supervision is None:  # a DDP rank: Ultralytics' script rebuilds us with its arguments only
+    def __init__(self, *args: Any, link: SupervisorLink | None = None, **kwargs: Any):
+        if link is None:  # a DDP rank: Ultralytics' script rebuilds us with its arguments only
             mark_rank_started()
-            supervision = rank_link()
+            link = rank_link()
             exact_resume.patch_training_loop_enumerate()
-        self.supervision = supervision  # set first: BaseTrainer.__init__ calls check_resume
+        self.link = link  # set first: BaseTrainer.__init__ calls check_resume
         self._nominal_accumulate = 1
         self._step_offset = 0  # see the accumulate property
         self._last_step_ni = -1  # the iteration of the last optimizer step, -1 before the first
@@ -59,37 +59,37 @@ class SupervisedTrainerMixin:
         adopt_world(self)
         # BaseTrainer.__init__ forces workers=0 on CPU, which would make DataLoader-worker hangs impossible
         # to reproduce there; honour what was asked.
-        requested = supervision.forced.get("workers", kwargs.get("overrides", {}).get("workers"))
+        requested = link.forced.get("workers", kwargs.get("overrides", {}).get("workers"))
         if requested is not None:
             self.args.workers = requested
         # Ultralytics writes checkpoints with Path.write_bytes: these paths make every such write atomic.
         self.wdir, self.last, self.best = AtomicPath(self.wdir), AtomicPath(self.last), AtomicPath(self.best)
         if not self.ddp:  # a DDP launcher trains nothing itself; its callbacks would be pickled into every rank
-            self._add_supervision_callbacks()
+            self._add_link_callbacks()
 
     def train(self) -> None:
         try:
             super().train()
         except BaseException as e:  # a rank's last words (the launching worker says its own in main)
-            if self.supervision.rank is not None and not isinstance(e, (SystemExit, StopForSupervisor)):
-                self.supervision.hb.error(f"{type(e).__name__}: {e}")
+            if self.link.rank is not None and not isinstance(e, (SystemExit, StopForSupervisor)):
+                self.link.hb.error(f"{type(e).__name__}: {e}")
             raise
 
     def _setup_ddp(self) -> None:
         setup_process_group(self, super()._setup_ddp)
-        check_hosts_agree(self.supervision.hb)
+        check_hosts_agree(self.link.hb)
 
     def check_resume(self, overrides: dict[str, Any]) -> None:
         super().check_resume(overrides)
         if self.resume:
             # Resume restores the checkpoint's arguments and lets only a few be overridden (amp, for one,
             # not): the rung's settings must win, or climbing the ladder would change nothing.
-            for key, value in self.supervision.forced.items():
+            for key, value in self.link.forced.items():
                 setattr(self.args, key, value)
             # The checkpoint's save_dir is where it was written, not where this run writes (a copied or moved
             # state directory would rewrite the old one): the supervisor's placement wins, on every resume.
-            if self.supervision.placement:
-                for key, value in self.supervision.placement.items():
+            if self.link.placement:
+                for key, value in self.link.placement.items():
                     setattr(self.args, key, value)
                 self.args.save_dir = None
 
@@ -111,7 +111,7 @@ class SupervisedTrainerMixin:
 
     def _iteration(self) -> int:
         """ni of the batch being trained: its index in the epoch plus the batches of the epochs before."""
-        return self.supervision.batch + self.epoch * len(self.train_loader)
+        return self.link.batch + self.epoch * len(self.train_loader)
 
     def resume_training(self, ckpt: dict[str, Any] | None) -> None:
         exact = (ckpt or {}).get(EXACT_KEY)
@@ -145,7 +145,7 @@ class SupervisedTrainerMixin:
         return dataset
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
-        options = self.supervision.options
+        options = self.link.options
         if mode == "train" and isinstance(getattr(self, "amp", None), bool):
             self._warm_up_device(batch_size, self.amp)  # AMP decided: the training loader, not a calibration one
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
@@ -160,22 +160,22 @@ class SupervisedTrainerMixin:
             if not options.persistent_workers:
                 make_epoch_workers(loader)
         if mode == "train":
-            hook_samples(loader.dataset, self.supervision.faults.in_dataloader_worker)
+            hook_samples(loader.dataset, self.link.faults.in_dataloader_worker)
             # On the thread loader too: its threads draw from the same batch sampler, and its _get_iterator is
             # where the epoch-keyed order learns the epoch.
-            exact_resume.install(loader, int(self.args.seed), lambda: self.epoch, self.supervision.resume_point)
+            exact_resume.install(loader, int(self.args.seed), lambda: self.epoch, self.link.resume_point)
         if options.loader != "threads":  # (a thread cannot be killed: a hung loader thread is a restart's)
-            loader_recovery.install(loader, mode, self.supervision.commands, self.supervision.hb)
+            loader_recovery.install(loader, mode, self.link.commands, self.link.hb)
         name_loader(loader, mode)  # the witness's reports of a wait for its batches say "train" or "val"
         return loader
 
     def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         record = os.environ.get(RECORD_FED_ENV)
         if record:  # test hook: which images were fed at which position (a file per DDP rank)
-            if self.supervision.rank is not None:
-                record = f"{record}.rank{self.supervision.rank}"
+            if self.link.rank is not None:
+                record = f"{record}.rank{self.link.rank}"
             with open(record, "a") as f:
-                f.writelines(f"{self.epoch} {self.supervision.batch} {Path(name).name}\n" for name in batch["im_file"])
+                f.writelines(f"{self.epoch} {self.link.batch} {Path(name).name}\n" for name in batch["im_file"])
         return super().preprocess_batch(batch)
 
     def save_model(self) -> bool:
@@ -189,8 +189,8 @@ class SupervisedTrainerMixin:
             print(f"yolo-train worker: {e}; training goes on", file=sys.stderr, flush=True)
             return False
         if saved and self.epoch >= 0:
-            self.supervision.checkpoint_written()
-            self.supervision.hb.checkpoint(str(self.last), time.monotonic() - started, epoch=self.epoch + 1,
+            self.link.checkpoint_written()
+            self.link.hb.checkpoint(str(self.last), time.monotonic() - started, epoch=self.epoch + 1,
                                            batch=len(self.train_loader))
         return saved
 
@@ -207,7 +207,7 @@ class SupervisedTrainerMixin:
         """Write last.pt at the current batch boundary with all an exact resume needs. The loop waits only for the
         copy to host memory; a thread writes it (``worker/checkpoint_writer.py``), unless ``wait`` (a stop's save:
         the worker exits next). Returns whether the write is complete and good (False while it is still going)."""
-        sup = self.supervision
+        sup = self.link
         self._writer.wait()  # one write at a time, in order
         started = time.monotonic()
         ni = self._iteration() - 1  # the batch just trained
@@ -265,8 +265,8 @@ class SupervisedTrainerMixin:
             # Another batch size (the OOM remedy): the iterations are counted in other batches, so the resumed batch
             # is an optimizer step boundary; gradients accumulated since the last step start over.
             print(f"yolo-train worker: resumed at batch size {batch_size} (the checkpoint's was {saved_batch_size}): "
-                  f"epoch {self.epoch + 1} goes on at batch {self.supervision.batch + 1} of {len(self.train_loader)}, "
-                  f"after the {self.supervision.skipped_samples} samples already trained", flush=True)
+                  f"epoch {self.epoch + 1} goes on at batch {self.link.batch + 1} of {len(self.train_loader)}, "
+                  f"after the {self.link.skipped_samples} samples already trained", flush=True)
             self._last_step_ni = self._iteration() - 1
             self._step_offset = self._last_step_ni + 1
             return
@@ -315,8 +315,8 @@ class SupervisedTrainerMixin:
 
         hook = self.model.register_forward_hook(forward_done)
 
-    def _add_supervision_callbacks(self) -> None:
-        sup, hb = self.supervision, self.supervision.hb
+    def _add_link_callbacks(self) -> None:
+        sup, hb = self.link, self.link.hb
 
         def position() -> dict[str, Any]:
             return {"epoch": self.epoch + 1, "epochs": self.epochs, "batch": sup.batch,
@@ -401,10 +401,10 @@ class SupervisedTrainerMixin:
 
     def save_for_stop(self) -> None:
         """Write an exact mid-epoch checkpoint now, at this batch boundary, and stop (also in the first epoch)."""
-        hb = self.supervision.hb
-        hb.phase("save", epoch=self.epoch + 1, epochs=self.epochs, batch=self.supervision.batch)
+        hb = self.link.hb
+        hb.phase("save", epoch=self.epoch + 1, epochs=self.epochs, batch=self.link.batch)
         if self.save_mid_epoch(wait=True):
-            print(f"yolo-train worker: saved {self.last} at epoch {self.epoch + 1} batch {self.supervision.batch} "
+            print(f"yolo-train worker: saved {self.last} at epoch {self.epoch + 1} batch {self.link.batch} "
                   f"on the supervisor's request", flush=True)
         raise StopForSupervisor()
 
@@ -424,7 +424,7 @@ class SupervisedTrainerMixin:
             device=str(self.device),
             resumed=bool(self.resume),
             start_epoch=self.start_epoch + 1,
-            forced={k: getattr(self.args, k, None) for k in self.supervision.forced},
+            forced={k: getattr(self.args, k, None) for k in self.link.forced},
             conv_fallback=conv2d.is_enabled(),
             versions={"ultralytics": ultralytics.__version__, "torch": torch.__version__,
                       "hip": torch.version.hip, "cuda": torch.version.cuda, "python": sys.version.split()[0]},
