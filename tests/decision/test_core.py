@@ -10,7 +10,7 @@ from supervisor.decision.incident import Loss, Stacks
 from supervisor.decision.signatures import scan
 from supervisor.vocabulary import KernelKind
 from supervisor.decision.status_view import snapshot
-from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, make
+from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make
 from worker.contract import HeartbeatMessage
 
 
@@ -1090,3 +1090,15 @@ def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_
     actions = d.at(d.t + 2).beat(pid=PID + 2, progress=1, epoch=None, batch=None)
     assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, core.RecordIncident)] == [None]
     assert d.s.goodput.lost_batches == 2
+
+
+def test_an_oom_kill_of_a_reported_loader_worker_is_the_workers_though_no_walk_of_the_tree_saw_it():
+    """The kernel names an OOM victim once it is dead; a loader worker killed and reaped between two walks of the tree
+    is in neither (the shell says not the worker's): the worker's own report of its loader workers says it is."""
+    d = loading()
+    oom = core.KernelMessage(KernelKind.OOM, "Out of memory: Killed process 5001 (pt_data_worker)", "kmsg", "oom_killed_process", 5001,
+                             in_worker_tree=False)
+    assert kinds(d(oom)) == ["Log"] and d.s.current.oom is not None
+    actions = d.at(d.t + 1)(core.WorkerExited(1, "RuntimeError: DataLoader worker (pid 5001) is killed by signal"))
+    incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
+    assert incident.reason == core.Reason.OOM and "OOM killer took pid 5001" in incident.detail

@@ -139,3 +139,4 @@ def test_the_gap_an_in_place_recovery_closes_is_learned_as_no_epoch_end():
     d.at(d.t + 0.3)(in_place.LoaderWorkersKilled(actions[1].pids, (), 0.05))
     assert "RecordIncident" in kinds(d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=1, batches=10, samples=4))
     assert d.s.epoch_end_seen == 0.5 and d.s.checkpoint_seen is None  # the recovered stall taught nothing
+
