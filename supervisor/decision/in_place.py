@@ -27,7 +27,7 @@ from supervisor.decision import witness
 from supervisor.decision.actions import Log
 from supervisor.decision.events import Now
 from supervisor.decision.incident import Incident, InPlaceCost, Stacks, Tier
-from supervisor.decision.state import INCIDENTS_KEPT, Recovery, Supervision
+from supervisor.decision.state import Recovery, Supervision
 from supervisor.decision.tier import Escalate, Verdict, recovered
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
@@ -127,13 +127,8 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         return Escalate(f"the hang is not the loader's: the training process {witness.describe(seen)}")
     stall = now.mono - (a.last_progress_at or now.mono)
     if verdict.incident is None:
-        incident = Incident(
-            id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=Reason.HANG, phase=phase,
-            detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung),
-            worker_pid=a.worker_pid, epoch=a.progress.epoch, batch=a.progress.batch,
-            seconds_since_progress=round(stall, 3), last_progress_wall=now.wall - stall, tier=Tier.IN_PLACE,
-            tiers=(Tier.IN_PLACE,), settings=a.in_force_shown(), escalation=verdict.why)
-        s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
+        incident = s.open_incident(now, Reason.HANG, phase, detail, tier=Tier.IN_PLACE, tiers=(Tier.IN_PLACE,),
+                                   settings=a.in_force_shown(), escalation=verdict.why)
     else:
         incident = s.amend(verdict.incident, tier=Tier.IN_PLACE, tiers=verdict.incident.tiers + (Tier.IN_PLACE,),
                            escalation=verdict.why)

@@ -29,6 +29,7 @@ from supervisor.decision.incident import Incident, Tier
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
+from supervisor.decision.span import span
 from supervisor.decision.worker_kind import WorkerKind
 from supervisor.decision.witness import WaitSeen
 from supervisor.vocabulary import After, KernelKind, Reason, State
@@ -335,6 +336,20 @@ class Supervision:
         if self.stop is not None and self.stop.incident is incident:
             self.stop.incident = amended
         return amended
+
+    def open_incident(self, now: Any, reason: Reason, phase: str, detail: str, **fields: Any) -> Incident:
+        """A new incident at the verdict's moment (``now``: events.Now), where the attempt stood; the newest
+        ``INCIDENTS_KEPT`` are kept. Every tier opens its hang's incident here and the later ones amend it."""
+        a = self.current
+        incident = Incident(
+            id=f"{self.attempt}-{len(self.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
+            detail=detail, attempt=self.attempt, rung=self.rung, rung_label=self.ladder.label(self.rung),
+            worker_pid=a.worker_pid, epoch=a.progress.epoch, batch=a.progress.batch,
+            seconds_since_progress=span(a.last_progress_at, now.mono),
+            last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
+            **fields)
+        self.incidents = (self.incidents + [incident])[-INCIDENTS_KEPT:]
+        return incident
 
     def record_complete(self, still_open: Incident | None = None) -> list[RecordIncident]:
         """Ask for every incident not written yet to be written: called once nothing more can be learnt of them

@@ -17,8 +17,7 @@ from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
 from supervisor.decision.incident import Incident, Tier
-from supervisor.decision.span import span
-from supervisor.decision.state import INCIDENTS_KEPT, StopPlan, Supervision
+from supervisor.decision.state import StopPlan, Supervision
 from supervisor.vocabulary import After, Reason, State
 
 SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoint when save_timeout is "off"
@@ -60,14 +59,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     if incident is not None:
         incident = s.amend(incident, **stopped, tiers=incident.tiers + ((tier,) if tier else ()))
     else:
-        incident = Incident(
-            id=f"{s.attempt}-{len(s.incidents) + 1}-{int(now.wall)}", time=now.wall, reason=reason, phase=phase,
-            detail=detail, attempt=s.attempt, rung=s.rung, rung_label=s.ladder.label(s.rung), worker_pid=a.worker_pid,
-            epoch=a.progress.epoch, batch=a.progress.batch,
-            seconds_since_progress=span(a.last_progress_at, now.mono),
-            last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
-            **stopped, tiers=(tier,) if tier else ())
-        s.incidents = (s.incidents + [incident])[-INCIDENTS_KEPT:]
+        incident = s.open_incident(now, reason, phase, detail, **stopped, tiers=(tier,) if tier else ())
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
                        climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
                        at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice))
