@@ -29,9 +29,9 @@ from prometheus_client import generate_latest
 
 from bench.harness import ROOT
 from supervisor.config import Config
+from supervisor.decision.status_view import Status
 from supervisor.host.gpu_metrics import sample_all
 from supervisor.telemetry.metrics import start_exporter
-from supervisor.decision.status_view import Status
 
 TREE = ("import os, time\n"
         "for _ in range(2):\n"

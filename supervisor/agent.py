@@ -20,32 +20,31 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
+from supervisor.attempt import in_place
+from supervisor.attempt.incident_evidence import what_the_tree_shows
+from supervisor.attempt.read_throttle import ReadThrottle
+from supervisor.attempt.standby import Standby
+from supervisor.attempt.tree_activity import ActivitySampler
+from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
+from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import Config
-from supervisor.decision import core, notices, watchdog
+from supervisor.decision import core, notices, status_view, watchdog
 from supervisor.decision.incident import Incident
 from supervisor.decision.signatures import scan
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.state import checkpoints, state_file
-from supervisor.decision import status_view
-from supervisor.state.history import History, gpu_readings
-from supervisor.state.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
-from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
-from supervisor.telemetry.notify_command import NotifyCommand
-from supervisor.state.state_dir import StateDir
-from supervisor.telemetry.status_writer import StatusWriter
-from supervisor.telemetry.systemd_notify import Notifier
 from supervisor.host import process_tree
-from supervisor.attempt import in_place
-from supervisor.attempt.incident_evidence import what_the_tree_shows
+from supervisor.host.signals import catch_signals, stop_requests
+from supervisor.host.torch_build import ladder_for
 from supervisor.kernel.reader import KernelLogSource
 from supervisor.kernel.sources import KernelSources
-from supervisor.attempt.read_throttle import ReadThrottle
-from supervisor.host.signals import catch_signals, stop_requests
-from supervisor.attempt.standby import Standby
-from supervisor.attempt.tree_activity import ActivitySampler
-from supervisor.host.torch_build import ladder_for
-from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
-from supervisor.attempt.worker_spawn import WorkerSpawner
+from supervisor.state import checkpoints, state_file
+from supervisor.state.history import History, gpu_readings
+from supervisor.state.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
+from supervisor.state.state_dir import StateDir
+from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
+from supervisor.telemetry.notify_command import NotifyCommand
+from supervisor.telemetry.status_writer import StatusWriter
+from supervisor.telemetry.systemd_notify import Notifier
 
 log = logging.getLogger("yolo-train")
 

@@ -12,17 +12,17 @@ import time
 from dataclasses import asdict
 from typing import Collection
 
+from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.config import Config
 from supervisor.decision import core
 from supervisor.decision.in_place import StallInspected
 from supervisor.decision.incident import Incident, Stacks
-from supervisor.vocabulary import STARTUP_PHASE, Reason
-from supervisor.state.incidents import stacks_path
+from supervisor.decision.loader_judgement import judge
 from supervisor.decision.stack_reading import as_incident_stacks
 from supervisor.host import process_tree, stacks
 from supervisor.host.gpu_metrics import sample_all
-from supervisor.decision.loader_judgement import judge
-from supervisor.attempt.worker_process import WorkerProcess
+from supervisor.state.incidents import stacks_path
+from supervisor.vocabulary import STARTUP_PHASE, Reason
 
 log = logging.getLogger("yolo-train")
 

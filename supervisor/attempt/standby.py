@@ -13,11 +13,11 @@ import selectors
 from pathlib import Path
 from typing import Callable
 
-from supervisor.config import ConfigError
-from supervisor.host import process_tree
 from supervisor.attempt.read_throttle import ReadThrottle
 from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.attempt.worker_spawn import WorkerSpawner
+from supervisor.config import ConfigError
+from supervisor.host import process_tree
 from worker.contract import ENV_FORKSERVER, STANDBY_FLAG
 
 log = logging.getLogger("yolo-train")

@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from supervisor.config import CommandConfig
 from supervisor.attempt.progress_lines import ProgressCounter, ProgressParser
+from supervisor.config import CommandConfig
 from worker.contract import HeartbeatMessage, MessageKind, Phase
 
 CHECKPOINT_FIELD = "{checkpoint}"

@@ -20,9 +20,9 @@ from typing import Callable, Collection
 
 import psutil
 
-from supervisor.host import process_tree
 from supervisor.attempt.progress_lines import MAX_LINE_BYTES
 from supervisor.attempt.worker_command import OutputProgress
+from supervisor.host import process_tree
 from worker.contract import ENV_COMMAND_FD, Command, CommandKind, HeartbeatMessage
 from worker.heartbeat import ENV_FD, Decoder, read_available
 

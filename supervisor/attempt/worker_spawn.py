@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from supervisor.config import Config, ConfigError
-from supervisor.decision import core
-from supervisor.decision.worker_kind import WorkerKind
-from supervisor.state import checkpoints
-from supervisor.state.state_dir import StateDir
-from supervisor.host.child_environ import worker_environ
 from supervisor.attempt.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
 from supervisor.attempt.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.attempt.worker_process import SpawnError, WorkerProcess
+from supervisor.config import Config, ConfigError
+from supervisor.decision import core
+from supervisor.decision.worker_kind import WorkerKind
+from supervisor.host.child_environ import worker_environ
+from supervisor.state import checkpoints
+from supervisor.state.state_dir import StateDir
 from worker.contract import ENV_FORKSERVER, LaunchRecord, Patches, RungSplit, loader_workers, split_rung
 
 log = logging.getLogger("yolo-train")

@@ -45,9 +45,9 @@ from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import one_line
 from supervisor.decision.signatures import scan
 from supervisor.decision.state import Attempt, JobRung, Supervision
-from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from supervisor.decision.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
+from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from worker.contract import Phase, WaitKind
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own

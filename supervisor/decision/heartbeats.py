@@ -25,8 +25,8 @@ from supervisor.decision import goodput, in_place, kernel, probe, recovery, stan
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.span import span
-from supervisor.decision.witness import WaitSeen
 from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
+from supervisor.decision.witness import WaitSeen
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
 

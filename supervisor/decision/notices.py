@@ -18,8 +18,8 @@ from typing import Any
 from supervisor.decision.actions import Exit, RecordIncident
 from supervisor.decision.incident import Incident, Tier
 from supervisor.decision.state import Supervision
-from supervisor.vocabulary import Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.vocabulary import Reason, State
 
 BURST = 3  # notices sent as they come within WINDOW; later ones wait for one summary
 WINDOW = 3600.0  # seconds

@@ -18,8 +18,8 @@ from supervisor.decision.incident import Kill, Tier
 from supervisor.decision.rung_choice import Choice
 from supervisor.decision.state import Recovery, StopPlan, Supervision
 from supervisor.decision.tier import Escalate, Verdict, recovered
-from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
 
 
 class RestartTier:

@@ -30,8 +30,8 @@ from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.span import span
-from supervisor.decision.worker_kind import WorkerKind
 from supervisor.decision.witness import WaitSeen
+from supervisor.decision.worker_kind import WorkerKind
 from supervisor.vocabulary import After, KernelKind, Reason, State
 from worker.contract import InForce, Phase, StartupStep
 

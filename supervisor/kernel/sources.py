@@ -13,10 +13,10 @@ from typing import Any, Collection
 
 from supervisor.config import KernelLogConfig
 from supervisor.decision import core
-from supervisor.vocabulary import KernelKind
 from supervisor.host import process_tree
-from supervisor.kernel.reader import KernelLogSource
 from supervisor.kernel.catalogue import KernelEvent
+from supervisor.kernel.reader import KernelLogSource
+from supervisor.vocabulary import KernelKind
 
 log = logging.getLogger("yolo-train")
 

@@ -30,10 +30,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from supervisor.config import Config, ConfigError, parse_deadline, parse_listen  # noqa: F401 (re-exported)
-from supervisor.state import hosts
-from supervisor.telemetry.metric_table import COUNTER, GAUGE, INFO, METRICS, UNKNOWN, Row, Scrape, WorkerTreeSample
 from supervisor.decision.status_view import Status
 from supervisor.host.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, sample_all
+from supervisor.state import hosts
+from supervisor.telemetry.metric_table import COUNTER, GAUGE, INFO, METRICS, UNKNOWN, Row, Scrape, WorkerTreeSample
 
 DEFAULT_SAMPLE_INTERVAL = 5.0  # seconds between two GPU samples, however often Prometheus scrapes
 

@@ -9,10 +9,10 @@ import logging
 from typing import Any, Callable
 
 from supervisor.config import Config
-from supervisor.state import hosts
-from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
-from supervisor.state.state_dir import StateDir, StateDirTaken
 from supervisor.decision.status_view import Status
+from supervisor.state import hosts
+from supervisor.state.state_dir import StateDir, StateDirTaken
+from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
 from supervisor.telemetry.systemd_notify import Notifier
 
 log = logging.getLogger("yolo-train")

@@ -17,9 +17,9 @@ from typing import Any
 
 from supervisor.config import Config
 from supervisor.state import history, state_file
-from supervisor.verbs import report_plot
 from supervisor.state.incidents import load_incidents
 from supervisor.state.paths import StatePaths
+from supervisor.verbs import report_plot
 from supervisor.verbs.report_html import is_number, render
 from supervisor.verbs.status import gather
 

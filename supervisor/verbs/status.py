@@ -9,9 +9,9 @@ from typing import Any
 
 import psutil
 
+from supervisor.config import Config
 from supervisor.host import process_tree
 from supervisor.state import hosts, state_file
-from supervisor.config import Config
 from supervisor.vocabulary import FINAL_STATES
 
 STALE_AFTER = 10.0  # seconds without a state write (the supervisor writes every second) before it counts as stuck
