@@ -295,6 +295,13 @@ class InForce:
                    versions=_dict(m.get("versions")))
 
 
+# Where torch's DataLoader iterator waits for the batch one of its worker processes owes: read from the training
+# process's own frames by its witness (worker/witness.py), and from py-spy's stacks by the supervisor
+# (supervisor/decision/loader_judgement.py).
+BATCH_WAIT_FILE = "torch/utils/data/dataloader.py"
+BATCH_WAIT_FUNCTIONS = ("_next_data", "_get_data", "_try_get_data")
+
+
 class WaitKind(str, Enum):
     """Where the training process's main thread waits, as its witness reads it from the process's own frames and
     the objects on them (worker/witness.py). The supervisor judges a stall by it (supervisor/decision/witness.py)."""

@@ -43,7 +43,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from worker.contract import WaitKind, WaitReport
+from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, WaitKind, WaitReport
 
 INTERVAL = 0.5  # seconds between looks; also the stall after which the first report is sent
 MAX_FRAMES = 200  # frames walked outward from the innermost; a deeper stack is classified by its innermost ones
@@ -166,12 +166,10 @@ def short_path(path: str) -> str:
 
 # --- the rules' matchers, each on the whole stack --------------------------------------------------------------
 
-_DATALOADER = ("torch/utils/data/dataloader.py",)
-_LOADER_WAITS = ("_try_get_data", "_get_data", "_next_data")
 
 
 def loader_wait(stack: Stack) -> Match | None:
-    frame = stack.first(_DATALOADER, _LOADER_WAITS)
+    frame = stack.first((BATCH_WAIT_FILE,), BATCH_WAIT_FUNCTIONS)
     if frame is None:
         return None
     it = frame.f_locals.get("self")

@@ -8,10 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from supervisor.decision.stack_reading import ProcessStacks, TreeCapture
-
-# torch's DataLoader iterator, waiting for the next batch of its worker processes.
-BATCH_WAIT_FUNCTIONS = ("_next_data", "_get_data", "_try_get_data")
-BATCH_WAIT_FILE = "torch/utils/data/dataloader.py"
+from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS
 
 
 @dataclass(frozen=True)
