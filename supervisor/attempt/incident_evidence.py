@@ -21,7 +21,7 @@ from supervisor.decision.loader_judgement import judge
 from supervisor.decision.stack_reading import as_incident_stacks
 from supervisor.host import process_tree, stacks
 from supervisor.host.gpu_metrics import sample_all
-from supervisor.state.incidents import stacks_path
+from supervisor.state.paths import StatePaths
 from supervisor.vocabulary import STARTUP_PHASE, Reason
 
 log = logging.getLogger("yolo-train")
@@ -62,7 +62,7 @@ def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loa
     members = process_tree.tree(worker.pid, spare=spare)
     worker.cpu_since = process_tree.cpu_sample(members)  # a kill that follows reads its CPU% from here
     capture = stacks.capture_tree(worker.pid, [p.pid for p in members],
-                                  stacks_path(config.state_dir, incident.id).parent,
+                                  StatePaths(config.state_dir).incident_dir(incident.id),
                                   budget=config.incidents.stacks_budget,
                                   gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers
                                   else None)
@@ -76,7 +76,7 @@ def capture_stacks(config: Config, worker: WorkerProcess, incident: Incident, pi
     """Where each process of the tree waits, before it is killed: bounded by [incidents] stacks_budget, never
     raises."""
     capture = stacks.capture_tree(
-        worker.pid, pids, stacks_path(config.state_dir, incident.id).parent,
+        worker.pid, pids, StatePaths(config.state_dir).incident_dir(incident.id),
         budget=config.incidents.stacks_budget,
         gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers else None)
     return as_incident_stacks(capture, config.state_dir)

@@ -14,11 +14,6 @@ from supervisor.state.paths import StatePaths
 LATEST_TIME = 32503680000.0  # 3000-01-01: a later "time" is no wall time a clock can show
 
 
-def stacks_path(state_dir: Path, incident_id: str) -> Path:
-    """Where the stacks of an incident live: the agent writes them there, this module reads them."""
-    return StatePaths(state_dir).stacks(incident_id)
-
-
 def load_incidents(state_dir: Path) -> list[dict[str, Any]]:
     """Every readable incident, oldest first, with ``where``, ``summary`` and ``culprit`` from its stacks file
     when the line itself lacks them. A torn line (the supervisor killed mid-write) is skipped."""
@@ -40,7 +35,7 @@ def load_incidents(state_dir: Path) -> list[dict[str, Any]]:
 def _with_stacks(state_dir: Path, incident: dict[str, Any]) -> dict[str, Any]:
     if incident.get("where") and incident.get("summary") or not incident.get("id"):
         return incident
-    path = stacks_path(state_dir, str(incident["id"]))
+    path = StatePaths(state_dir).stacks(str(incident["id"]))
     try:
         stacks = json.loads(path.read_text())
     except (OSError, ValueError):

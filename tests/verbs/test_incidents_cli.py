@@ -13,7 +13,8 @@ import pytest
 from supervisor.decision.incident import Incident, Kill, Loss
 from supervisor.vocabulary import Reason
 from supervisor.decision.incident import one_line
-from supervisor.state.incidents import load_incidents, stacks_path
+from supervisor.state.incidents import load_incidents
+from supervisor.state.paths import StatePaths
 from supervisor.verbs.incidents import group_by_where
 from supervisor.host.stacks import capture_tree, find_py_spy
 
@@ -51,7 +52,7 @@ def hung_main_loop(state_dir: Path, record: dict, kind: str) -> None:
     try:
         assert proc.stdout.readline().strip() == "hanging"
         time.sleep(0.2)
-        capture_tree(proc.pid, [proc.pid], stacks_path(state_dir, record["id"]).parent)
+        capture_tree(proc.pid, [proc.pid], StatePaths(state_dir).incident_dir(record["id"]))
     finally:
         proc.kill()
         proc.wait()
@@ -102,7 +103,7 @@ def test_cli_text_shows_groups_and_the_newest_in_full(night):
     assert newest.startswith(f"{records[4]['id']} at 2023-11-15 01:13:20, hang in train (no progress for 30 s), "
                              "rung 2 (workers=2), epoch 2 batch 17, lost 25 batches, training again 41.2 s later")
     assert "\n  main (pid " in newest and ") running on CPU, " in newest and "spin_forever" in newest
-    assert f"stacks: {stacks_path(state_dir, records[4]['id'])}" in newest
+    assert f"stacks: {StatePaths(state_dir).stacks(records[4]['id'])}" in newest
 
 
 def test_cli_json(night):
