@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.harness import quiet_sections, to_toml
 from tests.helpers import ROOT
 
 
@@ -26,8 +27,9 @@ def quiet_config(kernel_log: str = "off", listen: str = "off") -> str:
     """The sections that keep a supervised test to itself: no metrics endpoint (tests run two at a time and would
     race for a port), no kernel log (``kernel_log = "kmsg"`` for the tests of it: the machine's /dev/kmsg is shared)
     and no udev GPU events. TOML text that ends inside [kernel_log]."""
-    return (f'[metrics]\nlisten = "{listen}"\n'
-            f'[kernel_log]\nsource = "{kernel_log}"\ngpu_events = "off"\n')
+    sections = quiet_sections(kernel_log)  # the benches' own (bench/harness.py), with the metrics' listen to choose
+    sections["metrics"]["listen"] = listen
+    return to_toml(sections)
 
 
 # The end-to-end tests' config (tests/conftest.py's ``demo_config`` writes it).
