@@ -18,7 +18,7 @@ from supervisor.config_keys import (AUTO, Address, Argv, Choice, ConfigError, Fl
                                     Reader, Seconds, Strings, Text, Whole, build, declared_keys, key, parse_address,
                                     parse_deadline, read_keys, table)
 from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
-from worker.contract import CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
+from worker.contract import BATCHNORM_FALLBACK_MODES, CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
 from worker.faults import Fault, FaultError
 
 SOURCE_CHOICES = ("auto", "kmsg", "journal", "off")  # [kernel_log] source: auto reads kmsg, else the journal
@@ -378,6 +378,11 @@ class Config:
     conv_fallback: str = key(Choice(CONV_FALLBACK_MODES), "auto", (
         'the Conv2d path that bypasses MIOpen/cuDNN (unfold + matmul); "auto": on under ROCm when MIOpen has no '
         "kernel database for the GPU"), at="patches.conv_fallback")
+    batchnorm_fallback: str = key(Choice(BATCHNORM_FALLBACK_MODES), "auto", (
+        "batch norm by PyTorch's own kernels instead of MIOpen's/cuDNN's (`torch.batch_norm` with `cudnn_enabled` "
+        'off; statistics, momentum and gradients as torch\'s); "auto": on under ROCm when the Conv2d fallback is on, '
+        "on RDNA1 (gfx101x, where MIOpen's batch-norm backward fails) and when MIOpen has no kernel database for the "
+        "GPU"), at="patches.batchnorm_fallback")
     amp_check: str = key(Choice(("local", "off", "ultralytics")), "local", (
         'Ultralytics\' AMP check downloads a model; "local" compares fp32 and fp16 on the model itself, "off" trusts '
         '`amp`, "ultralytics" is theirs. Once an attempt has trained with AMP on, later attempts of the run do not '

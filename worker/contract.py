@@ -123,6 +123,7 @@ class Command:
 # config's validation and ``split_rung`` both read.
 LOADERS = ("process", "threads")
 CONV_FALLBACK_MODES = ("auto", "on", "off")  # a rung's conv_fallback and [patches] conv_fallback
+BATCHNORM_FALLBACK_MODES = ("auto", "on", "off")  # [patches] batchnorm_fallback
 START_METHODS = ("fork", "spawn", "forkserver")  # multiprocessing's own names, as torch's DataLoader takes them
 OPTION_TYPES: dict[str, type] = {"persistent_workers": bool, "conv_fallback": str, "loader": str, "threads": int,
                                  "start_method": str, "env": dict, "args": dict}
@@ -184,6 +185,7 @@ def split_rung(settings: dict[str, Any]) -> RungSplit:
 @dataclass(frozen=True)
 class Patches:
     conv_fallback: str = "auto"  # the Conv2d path that bypasses MIOpen/cuDNN: auto, on, off
+    batchnorm_fallback: str = "auto"  # batch norm by ATen's own kernels, not MIOpen/cuDNN: auto, on, off
     amp_check: str = "local"  # local (no download), off (trust amp), ultralytics
     amp_passed: bool = False  # the check passed in an earlier attempt of this run: not run again
 
@@ -279,6 +281,7 @@ class InForce:
     start_epoch: int | None = None  # 1-based
     forced: dict[str, Any] | None = None  # the rung's Ultralytics arguments as the trainer holds them
     conv_fallback: bool | None = None  # whether the Conv2d fallback is on
+    batchnorm_fallback: bool | None = None  # whether the batch-norm fallback is on
     versions: dict[str, Any] | None = None  # ultralytics, torch, hip, cuda, python
 
     def to_wire(self) -> dict[str, Any]:
@@ -292,6 +295,7 @@ class InForce:
                    batch=_int(m.get("batch")), imgsz=m.get("imgsz"), device=_str(m.get("device")),
                    resumed=_bool(m.get("resumed")), start_epoch=_int(m.get("start_epoch")),
                    forced=_dict(m.get("forced")), conv_fallback=_bool(m.get("conv_fallback")),
+                   batchnorm_fallback=_bool(m.get("batchnorm_fallback")),
                    versions=_dict(m.get("versions")))
 
 

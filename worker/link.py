@@ -17,7 +17,7 @@ from worker.exact_resume import ResumePoint
 from worker.faults import Fault, FaultInjector, faults_from_env
 from worker.heartbeat import Heartbeat
 from worker.patches import amp_check as amp
-from worker.patches import conv2d, offline
+from worker.patches import batchnorm, conv2d, offline
 
 STOP_REQUESTED: list[bool] = []  # appended to by the SIGUSR1 handler (by hand, the stop_request fault)
 
@@ -35,11 +35,16 @@ def link_from_record(record: LaunchRecord, hb: Heartbeat, rank: int | None = Non
 
 
 def apply_patches(record: LaunchRecord) -> None:
-    """Before any model is built, so the model Ultralytics' AMP check builds gets the same Conv2d path."""
-    enable, why = conv2d.should_enable(record.options.conv_fallback or record.patches.conv_fallback, os.environ)
-    if enable:
+    """Before any model is built, so the model Ultralytics' AMP check builds gets the same Conv2d and batch-norm
+    paths."""
+    conv_on, why = conv2d.should_enable(record.options.conv_fallback or record.patches.conv_fallback, os.environ)
+    if conv_on:
         conv2d.enable()
-    print(f"yolo-train worker: conv fallback {'on' if enable else 'off'} ({why})", flush=True)
+    print(f"yolo-train worker: conv fallback {'on' if conv_on else 'off'} ({why})", flush=True)
+    bn_on, why = batchnorm.should_enable(record.patches.batchnorm_fallback, os.environ, conv_fallback=conv_on)
+    if bn_on:
+        batchnorm.enable()
+    print(f"yolo-train worker: batchnorm fallback {'on' if bn_on else 'off'} ({why})", flush=True)
     amp.install(record.patches.amp_check, record.patches.amp_passed)
     offline.install()
 

@@ -29,7 +29,7 @@ from worker.link import StopForSupervisor, SupervisorLink
 from worker.multinode import adopt_world, check_hosts_agree, mark_rank_started
 from worker.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_parent, hook_samples,
                             make_epoch_workers, start_workers_with, worker_start_method)
-from worker.patches import conv2d
+from worker.patches import batchnorm, conv2d
 from worker.startup_clock import CLOCK
 from worker.startup_steps import STEPS
 from worker.thread_loader import ThreadDataLoader, thread_loader_from
@@ -426,6 +426,7 @@ class SupervisedTrainerMixin:
             start_epoch=self.start_epoch + 1,
             forced={k: getattr(self.args, k, None) for k in self.link.forced},
             conv_fallback=conv2d.is_enabled(),
+            batchnorm_fallback=batchnorm.is_enabled(),
             versions={"ultralytics": ultralytics.__version__, "torch": torch.__version__,
                       "hip": torch.version.hip, "cuda": torch.version.cuda, "python": sys.version.split()[0]},
         )

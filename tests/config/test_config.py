@@ -67,10 +67,12 @@ def test_check_config_prints_the_ladder(write_config):
 def test_patches_and_rung_environments_are_validated(write_config):
     from supervisor.config import load
 
-    config = load(write_config('[train]\ndata = "demo"\n[patches]\nconv_fallback = "on"\n[ladder]\nrungs = [{ env = { MIOPEN_FIND_MODE = "FAST" } },'
-                               ' { conv_fallback = "on" }]\n'))
+    config = load(write_config('[train]\ndata = "demo"\n[patches]\nconv_fallback = "on"\nbatchnorm_fallback = "off"\n'
+                               '[ladder]\nrungs = [{ env = { MIOPEN_FIND_MODE = "FAST" } }, { conv_fallback = "on" }]\n'))
     assert config.conv_fallback == "on" and config.ladder[0]["env"] == {"MIOPEN_FIND_MODE": "FAST"}
+    assert config.batchnorm_fallback == "off" and load(write_config('[train]\ndata = "demo"\n')).batchnorm_fallback == "auto"
     for body, message in [('[patches]\nconv_fallback = "yes"\n', 'patches.conv_fallback: expected "auto", "on"'),
+                          ('[patches]\nbatchnorm_fallback = true\n', 'patches.batchnorm_fallback: expected "auto", "on"'),
                           ('[ladder]\nrungs = [{ env = { A = 1 } }]\n', "ladder.rungs[0].env: expected a table"),
                           ('[kernel_log]\npatterns = [["x", "(", "stall"]]\n', "[kernel_log] patterns[0]")]:
         with pytest.raises(ConfigError, match=re.escape(message)):

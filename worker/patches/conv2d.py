@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch.nn.modules.utils import _pair
 
 from worker.contract import CONV_FALLBACK_MODES
-from worker.patches.miopen_db import find_kernel_db, gpu_arch_seen_by_runtime, miopen_db_dirs
+from worker.patches.miopen_db import gpu_arch_seen_by_runtime, kernel_db_lookup
 
 Pads = tuple[int, int, int, int]  # top, bottom, left, right
 
@@ -279,9 +279,8 @@ def should_enable(
     arch = gpu_arch_seen_by_runtime(root, env)
     if arch is None:
         return False, "auto: ROCm build, but no AMD GPU found in the kfd topology; nothing to decide"
-    dirs = miopen_db_dirs(root, env, torch_dir=Path(torch.__file__).parent)
-    found = find_kernel_db(dirs, arch.name, arch.compute_units)
-    if found is not None:
-        return False, f"auto: MIOpen kernel database for {arch.describe()} found: {found}"
-    searched = ", ".join(str(d) for d in dirs) or "(no MIOpen db directory exists)"
-    return True, f"auto: no MIOpen kernel database for {arch.describe()} in {searched}; convolutions use matrix products"
+    lookup = kernel_db_lookup(root, env, torch_dir=Path(torch.__file__).parent, arch=arch)
+    if lookup.found is not None:
+        return False, f"auto: MIOpen kernel database for {arch.describe()} found: {lookup.found}"
+    return True, (f"auto: no MIOpen kernel database for {arch.describe()} in {lookup.searched()}; "
+                  "convolutions use matrix products")

@@ -151,3 +151,19 @@ def find_kernel_db(dirs: list[Path], arch: str, compute_units: int | None) -> Pa
             if (directory / name).is_file():
                 return directory / name
     return None
+
+
+@dataclass(frozen=True)
+class KernelDbLookup:
+    """Where MIOpen's kernel database for one architecture was looked for, and what was found."""
+    dirs: list[Path]
+    found: Path | None
+
+    def searched(self) -> str:
+        return ", ".join(str(d) for d in self.dirs) or "(no MIOpen db directory exists)"
+
+
+def kernel_db_lookup(root: Path, env: Mapping[str, str], *, torch_dir: Path | None, arch: GpuArch) -> KernelDbLookup:
+    """MIOpen's kernel database for the architecture the runtime reports, looked up as MIOpen does."""
+    dirs = miopen_db_dirs(root, env, torch_dir=torch_dir)
+    return KernelDbLookup(dirs, find_kernel_db(dirs, arch.name, arch.compute_units))

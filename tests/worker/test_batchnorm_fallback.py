@@ -1,0 +1,259 @@
+"""The batch-norm fallback: torch's own BatchNorm, module for module, and never cuDNN's or MIOpen's.
+
+On a CPU the fallback and the native path run the same ATen kernel, so outputs, gradients and running statistics
+must be equal exactly (the tolerance here is zero): what these tests check is that the patch passes every argument
+through as torch.nn.functional.batch_norm does and only turns ``cudnn_enabled`` off, which is what keeps ATen's
+dispatcher away from cudnn_batch_norm and miopen_batch_norm. On a GPU (the test at the end, skipped without one)
+native means cuDNN, and the tolerances are stated there.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from worker.patches import batchnorm as fallback
+from worker.patches import conv2d
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
+
+
+@pytest.fixture(autouse=True)
+def restore_native():
+    yield
+    fallback.disable()
+    conv2d.disable()
+
+
+def batch_norm_calls(fn) -> list[bool]:
+    """The ``cudnn_enabled`` argument of every aten::batch_norm the dispatcher saw while fn ran: False means ATen's
+    _batch_norm_impl_index cannot pick cudnn_batch_norm or miopen_batch_norm."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    return [e.concrete_inputs[-1] for e in prof.events() if e.name == "aten::batch_norm"]
+
+
+def run(module: torch.nn.Module, steps: int, dtype=None, seed: int = 0) -> dict[str, list[torch.Tensor]]:
+    """``steps`` training steps (forward, backward) then one in eval mode; every output, gradient and buffer."""
+    g = torch.Generator().manual_seed(seed)
+    seen: dict[str, list[torch.Tensor]] = {}
+
+    def keep(name, t):
+        seen.setdefault(name, []).append(None if t is None else t.detach().clone())
+
+    for step in range(steps + 1):
+        module.train(step < steps)
+        x = (torch.randn(4, module.num_features, 5, 6, generator=g) * 3 + 2).requires_grad_()
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            y = module(x)
+        gy = torch.randn(y.shape, generator=g).to(y.dtype)
+        y.backward(gy)
+        keep("out", y)
+        keep("grad input", x.grad)
+        for name, p in module.named_parameters():
+            keep(f"grad {name}", p.grad)
+            p.grad = None
+        for name, b in module.named_buffers():
+            keep(name, b)
+    return seen
+
+
+CONFIGS = [
+    {},
+    {"momentum": None},  # cumulative moving average, from num_batches_tracked
+    {"momentum": 0.3, "eps": 1e-3},
+    {"affine": False},
+    {"track_running_stats": False},
+    {"affine": False, "track_running_stats": False},
+]
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "default")
+def test_equal_to_torch_batchnorm2d_train_and_eval(kwargs):
+    torch.manual_seed(0)
+    native = torch.nn.BatchNorm2d(3, **kwargs)
+    if native.affine:
+        with torch.no_grad():
+            native.weight.uniform_(0.5, 1.5)
+            native.bias.uniform_(-0.5, 0.5)
+    patched = type(native)(3, **kwargs)
+    patched.load_state_dict(native.state_dict())
+    expected = run(native, steps=3)
+    fallback.enable()
+    got = run(patched, steps=3)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        for step, (e, o) in enumerate(zip(expected[name], got[name])):
+            torch.testing.assert_close(o, e, rtol=0, atol=0, msg=f"{name} at step {step}")
+    if native.track_running_stats:
+        assert int(patched.num_batches_tracked) == 3
+        # The statistics did move: the comparison above is not of untouched buffers.
+        assert not torch.equal(patched.running_mean, torch.zeros(3))
+
+
+def cpu_batch_norm_supports(dtype) -> bool:
+    try:
+        torch.nn.functional.batch_norm(torch.ones(2, 1, 2, 2, dtype=dtype), None, None, training=True)
+        return True
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.parametrize("dtype", [d for d in (torch.bfloat16, torch.float16) if cpu_batch_norm_supports(d)])
+def test_equal_under_cpu_autocast(dtype):
+    torch.manual_seed(0)
+    conv_bn = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3, padding=1), torch.nn.BatchNorm2d(3))
+    conv_bn.num_features = 3  # run() draws inputs of this many channels
+    copy = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3, padding=1), torch.nn.BatchNorm2d(3))
+    copy.num_features = 3
+    copy.load_state_dict(conv_bn.state_dict())
+    expected = run(conv_bn, steps=2, dtype=dtype)
+    fallback.enable()
+    got = run(copy, steps=2, dtype=dtype)
+    assert got["out"][0].dtype == expected["out"][0].dtype == dtype  # the convolution's output dtype, as natively
+    assert got["1.running_mean"][0].dtype == torch.float32
+    for name in expected:
+        for e, o in zip(expected[name], got[name]):
+            torch.testing.assert_close(o, e, rtol=0, atol=0, msg=name)
+
+
+def test_no_cudnn_or_miopen_batch_norm_can_be_chosen_while_enabled():
+    bn = torch.nn.BatchNorm2d(4)
+    sync = torch.nn.SyncBatchNorm(4).eval()  # one process, eval: its F.batch_norm path
+    x = torch.randn(2, 4, 3, 3, requires_grad=True)
+
+    def steps():
+        bn.train()
+        bn(x).sum().backward()
+        bn.eval()
+        bn(x).sum().backward()
+        sync(x).sum().backward()
+
+    # Control: natively torch.backends.cudnn.enabled (True) is passed, and on a GPU cuDNN/MIOpen would be chosen.
+    assert batch_norm_calls(steps) == [True, True, True]
+    fallback.enable()
+    assert fallback.is_enabled()
+    assert batch_norm_calls(steps) == [False, False, False]
+    fallback.disable()
+    assert not fallback.is_enabled() and batch_norm_calls(steps) == [True, True, True]
+
+
+def test_enable_and_disable_are_idempotent_and_errors_are_torchs():
+    native = torch.nn.functional.batch_norm
+    fallback.enable()
+    fallback.enable()
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        torch.nn.BatchNorm2d(3)(torch.randn(1, 3, 1, 1))
+    fallback.disable()
+    fallback.disable()
+    assert torch.nn.functional.batch_norm is native
+
+
+def yolo_losses(steps: int, imgsz: int = 64) -> list[float]:
+    """``steps`` SGD steps of YOLOv8n (Ultralytics' loss, Nesterov momentum) from the same seed, on one batch."""
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+
+    torch.manual_seed(0)
+    model = DetectionModel("yolov8n.yaml", nc=80, verbose=False)
+    model.args = get_cfg()
+    model.train()
+    g = torch.Generator().manual_seed(3)
+    batch = {
+        "img": torch.rand(2, 3, imgsz, imgsz, generator=g),
+        "batch_idx": torch.tensor([0.0, 0.0, 1.0]),
+        "cls": torch.tensor([[1.0], [5.0], [2.0]]),
+        "bboxes": torch.tensor([[0.5, 0.5, 0.3, 0.4], [0.3, 0.6, 0.2, 0.2], [0.6, 0.4, 0.5, 0.3]]),
+    }
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+    losses = []
+    for _ in range(steps):
+        loss, _ = model.loss(batch)
+        loss.sum().backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.sum().item())
+    model.eval()
+    with torch.no_grad():
+        model(batch["img"])  # eval mode runs on the running statistics the steps left
+    return losses
+
+
+def test_yolov8n_trains_to_the_same_loss_with_both_fallbacks():
+    native = yolo_losses(3)
+    conv2d.enable()
+    fallback.enable()
+    both = yolo_losses(3)
+    print(f"losses native {native}, both fallbacks {both}")
+    assert len(set(native)) == 3  # each step moved the weights: later losses compare trained models
+    # The conv fallback's matrix products round differently from the native convolution (1e-4 relative per layer).
+    assert both == pytest.approx(native, rel=1e-3)
+
+
+# -- should_enable -------------------------------------------------------------------------------
+
+def test_should_enable_explicit_modes_and_bad_mode():
+    assert fallback.should_enable("on", {}, conv_fallback=False, hip_version=None)[0] is True
+    assert fallback.should_enable("off", {}, conv_fallback=True, hip_version="6.2.41133")[0] is False
+    with pytest.raises(ValueError, match="batchnorm_fallback = 'maybe'"):
+        fallback.should_enable("maybe", {}, conv_fallback=False)
+
+
+def test_should_enable_auto_is_off_without_rocm():
+    enabled, reason = fallback.should_enable("auto", {}, conv_fallback=True, root=FIXTURES / "rx5700xt", hip_version=None)
+    assert not enabled and "not a ROCm build" in reason
+
+
+def test_should_enable_auto_on_for_rdna1_even_as_gfx1030_with_a_database():
+    # The RX 5700 XT (gfx1010): MIOpen's batch-norm backward fails on it whatever name the runtime reports.
+    enabled, reason = fallback.should_enable("auto", {}, conv_fallback=False, root=FIXTURES / "rx5700xt",
+                                             hip_version="6.3.42131")
+    assert enabled and "gfx1010" in reason and "RDNA1" in reason
+    env = {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}
+    enabled, reason = fallback.should_enable("auto", env, conv_fallback=False, root=FIXTURES / "rx5700xt",
+                                             hip_version="6.3.42131")
+    assert enabled and "the card is gfx1010" in reason
+
+
+def test_should_enable_auto_follows_the_conv_fallback_and_the_database():
+    root, hip = FIXTURES / "rx6900xt", "6.3.42131"  # gfx1030 with its gfx1030_40.kdb
+    enabled, reason = fallback.should_enable("auto", {}, conv_fallback=False, root=root, hip_version=hip)
+    assert not enabled and reason.endswith("gfx1030_40.kdb")
+    enabled, reason = fallback.should_enable("auto", {}, conv_fallback=True, root=root, hip_version=hip)
+    assert enabled and "Conv2d fallback is on" in reason
+    enabled, reason = fallback.should_enable("auto", {}, conv_fallback=False, root=FIXTURES / "rx7900xtx",
+                                             hip_version="6.2.41133")
+    assert enabled and "no MIOpen kernel database for gfx1100" in reason
+
+
+# -- on a GPU: against cuDNN (or MIOpen) ----------------------------------------------------------
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: native there is cuDNN's or MIOpen's")
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "fp16-autocast"])
+def test_on_the_gpu_equal_to_cudnn_within_tolerance(amp):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 32, 3, padding=1).cuda()
+    native_bn, patched_bn = torch.nn.BatchNorm2d(32).cuda(), torch.nn.BatchNorm2d(32).cuda()
+    x = (torch.randn(8, 16, 40, 40, device="cuda") * 2 + 1)
+
+    def step(bn):
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            y = bn(conv(xi))
+        y.float().square().mean().backward()
+        grads = [xi.grad, bn.weight.grad, bn.bias.grad]
+        xi.grad = bn.weight.grad = bn.bias.grad = conv.weight.grad = None
+        return [y.float(), *grads, bn.running_mean.clone(), bn.running_var.clone()]
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        expected = step(native_bn)
+    assert {"aten::cudnn_batch_norm", "aten::miopen_batch_norm"} & {e.name for e in prof.events()}
+    fallback.enable()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        got = step(patched_bn)
+    names = {e.name for e in prof.events()}
+    assert "aten::native_batch_norm" in names and not {"aten::cudnn_batch_norm", "aten::miopen_batch_norm"} & names
+    tol = 2e-3 if amp else 1e-4  # fp16 output rounding (2^-11) against float32 rounding
+    for name, e, o in zip(["out", "grad input", "grad weight", "grad bias", "running_mean", "running_var"], expected, got):
+        torch.testing.assert_close(o, e, rtol=tol, atol=tol, msg=name)
