@@ -241,7 +241,7 @@ def test_on_the_gpu_equal_to_cudnn_within_tolerance(amp):
         xi = x.clone().requires_grad_()
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             y = bn(conv(xi))
-        y.float().square().mean().backward()
+        y.float().square().sum().backward()  # a gradient of order 1: no fp16 underflow
         grads = [xi.grad, bn.weight.grad, bn.bias.grad]
         xi.grad = bn.weight.grad = bn.bias.grad = conv.weight.grad = None
         return [y.float(), *grads, bn.running_mean.clone(), bn.running_var.clone()]
@@ -254,6 +254,8 @@ def test_on_the_gpu_equal_to_cudnn_within_tolerance(amp):
         got = step(patched_bn)
     names = {e.name for e in prof.events()}
     assert "aten::native_batch_norm" in names and not {"aten::cudnn_batch_norm", "aten::miopen_batch_norm"} & names
-    tol = 2e-3 if amp else 1e-4  # fp16 output rounding (2^-11) against float32 rounding
+    # Relative to the norm: float32 rounding apart (cuDNN sums in another order), or fp16 rounding of the output and
+    # of the gradient it sends into the convolution (2^-11 each).
+    tol = 5e-3 if amp else 1e-5
     for name, e, o in zip(["out", "grad input", "grad weight", "grad bias", "running_mean", "running_var"], expected, got):
-        torch.testing.assert_close(o, e, rtol=tol, atol=tol, msg=name)
+        assert ((o - e).norm() / e.norm()).item() < tol, name
