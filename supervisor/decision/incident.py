@@ -104,6 +104,9 @@ class Incident:
     startup_step: str | None = kept(default=None, omitted=True)
     startup_step_bound: float | None = kept(default=None, omitted=True)  # seconds; None: no bound
     startup_step_seen: float | None = kept(default=None, omitted=True)  # the longest stretch seen; None: not yet
+    # a kernel search's last word in that step, where one spoke (kernel_search.py): "MIOpen search, 243 runs left
+    # (12 lines), silent for 600.0 s"
+    kernel_search: str | None = kept(default=None, omitted=True)
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = kept(default=None, omitted=True)
     output_tail: tuple[str, ...] | None = kept(default=None, omitted=True)
