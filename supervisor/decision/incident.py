@@ -73,6 +73,8 @@ class Stacks:
     path: str | None = kept(default=None, key="stacks")  # stacks.json, relative to the state directory; None: unwritten
     # the culprit is a DataLoader worker inside a sample: the loader's rungs change it
     in_loader_worker: bool = kept(default=False)
+    # a known hang a native frame names, with its cause and remedy (stack_reading.NATIVE_SIGNATURES)
+    native_signature: str | None = kept(default=None, omitted=True)
 
 
 @dataclass(frozen=True)
