@@ -63,7 +63,8 @@ NATIVE_SIGNATURES: tuple[NativeSignature, ...] = (
         "copy completion, or a pageable host copy under memory pressure (ROCm/TheRock#7832, rocm-systems#11170, "
         "#7896); with HSA_ENABLE_INTERRUPT=0 every lost completion waits here",
         "HSA_ENABLE_SDMA=0 (copies by blit kernels: the ladder's first ROCm rung), pinned host memory for the "
-        "copies (pin_memory) and free host RAM; HSA_ENABLE_INTERRUPT=0 does not cure it, it makes every wait this one"),
+        "copies (pin_memory) and free host RAM; HSA_ENABLE_INTERRUPT=0 does not cure it, it makes every wait "
+        "this one"),
     NativeSignature(
         "rocr_lost_interrupt", re.compile(r"\bInterruptSignal::WaitRelaxed\b"),
         "the host sleeps on a completion interrupt that was lost: the kernel finished, nothing wakes the waiter "

@@ -10,7 +10,8 @@ import pytest
 from supervisor.decision.stack_reading import ProcessStacks, TreeCapture, as_incident_stacks
 from supervisor.host.stacks import _merge_dump
 
-DUMPS = json.loads((Path(__file__).parent.parent / "fixtures" / "stacks" / "rocr_native_waits.json").read_text())["dumps"]
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "stacks" / "rocr_native_waits.json"
+DUMPS = json.loads(FIXTURE.read_text())["dumps"]
 
 
 def incident_stacks(dump: list[dict], tmp_path: Path):
