@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import replace
 from typing import Any
 
-from supervisor.attempt import in_place
+from supervisor.attempt import in_place, search_lines
 from supervisor.attempt.incident_evidence import what_the_tree_shows
 from supervisor.attempt.read_throttle import ReadThrottle
 from supervisor.attempt.standby import Standby
@@ -258,6 +258,9 @@ class Agent:
             found = scan(line)
             if found is not None:
                 self.handle(core.SignatureSeen(found.name, found.remedy, found.advice, line))
+            news = search_lines.read(line)
+            if news is not None:
+                self.handle(news)
         for message in progress:
             self.handle(core.HeartbeatReceived(message))
             if self.worker is not worker:

@@ -35,12 +35,12 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, kernel, recovery, restart, stopping, watchdog, witness
+from supervisor.decision import heartbeats, kernel, kernel_search, recovery, restart, stopping, watchdog, witness
 from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishCheckpoint,
                                          PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
 from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
-                                        KernelMessage, Now, SignatureSeen, Spawned, StateDirTaken, StopRequested,
-                                        SupervisorPaused, Tick, TreeActivity, TreeKilled, WorkerExited)
+                                        KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StateDirTaken,
+                                        StopRequested, SupervisorPaused, Tick, TreeActivity, TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import one_line
 from supervisor.decision.signatures import scan
@@ -53,9 +53,9 @@ from worker.contract import Phase, WaitKind
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
 # are in its module (decision/in_place.py), which its shell part (attempt/in_place.py) imports.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
-           "Now", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick",
-           "TreeActivity", "TreeKilled", "WorkerExited", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
-           "PublishCheckpoint", "PublishLadder", "RecordIncident",
+           "Now", "SearchNews", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused",
+           "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "Exit", "KeepVerifiedCopy", "KillTree", "Log",
+           "PrepareStandby", "PublishCheckpoint", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
 
@@ -108,6 +108,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return kernel.message(s, event, now)
     if isinstance(event, SignatureSeen):
         return _signature(s, event)
+    if isinstance(event, SearchNews):
+        return kernel_search.news(s, event, now)
     if isinstance(event, SupervisorPaused):
         return _paused(s, event)
     if isinstance(event, StateDirTaken):
@@ -189,6 +191,8 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     quiet = now.mono - (since or now.mono)
     where = f"{phase} step {a.startup_step.value}" if s.state == State.STARTING else phase
     detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - (since or due.at):.1f} s)"
+    if (search := kernel_search.in_step(s)) is not None:
+        detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
     if phase == Phase.DONE.value:
         # Training finished and its last checkpoint is written: a worker that then never exits (stuck in the GPU
         # runtime's teardown) has nothing left to lose. Its tree is killed and the run ends as it would have.

@@ -86,6 +86,16 @@ class SignatureSeen:
 
 
 @dataclass(frozen=True)
+class SearchNews:
+    """A line of MIOpen's kernel search in the worker's output (attempt/search_lines.py): the startup step it is in
+    works, though no step of its own moved. ``runs_left``: the search's own count of candidates still to time; None
+    where the line begins a search without saying its size."""
+    library: str  # "MIOpen"
+    runs_left: int | None
+    line: str
+
+
+@dataclass(frozen=True)
 class StopRequested:
     signal: str = "SIGTERM"
 

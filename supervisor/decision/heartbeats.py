@@ -21,7 +21,7 @@ import math
 from collections import deque
 from typing import Any
 
-from supervisor.decision import goodput, in_place, kernel, probe, recovery, standby, stopping, watchdog
+from supervisor.decision import goodput, in_place, kernel, kernel_search, probe, recovery, standby, stopping, watchdog
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.span import span
@@ -124,6 +124,8 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     _close_step_stretch(s, at)
     entered = m.step != a.startup_step
     a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
+    if entered:
+        a.search = None  # a search's news was the step's it ran in
     a.idle_since = None  # news: a stall's idleness is judged afresh (watchdog.tree_reading_from)
     return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
 
@@ -134,7 +136,11 @@ def _close_step_stretch(s: Supervision, at: float) -> None:
     a = s.current
     if a.step_since is not None:
         key = watchdog.step_key(s, a.startup_step)
-        s.startup_steps_seen[key] = max(s.startup_steps_seen.get(key, 0.0), span(a.step_since, at))
+        # A step that searched is kept whole from before the search's first line (kernel_search.py): an attempt
+        # that finds its results cached goes through it without a word.
+        searched = kernel_search.of_step(a)
+        since = a.step_since if searched is None else searched.stretch_since
+        s.startup_steps_seen[key] = max(s.startup_steps_seen.get(key, 0.0), span(since, at))
 
 
 def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:

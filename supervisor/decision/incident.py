@@ -73,6 +73,8 @@ class Stacks:
     path: str | None = kept(default=None, key="stacks")  # stacks.json, relative to the state directory; None: unwritten
     # the culprit is a DataLoader worker inside a sample: the loader's rungs change it
     in_loader_worker: bool = kept(default=False)
+    # a known hang a native frame names, with its cause and remedy (stack_reading.NATIVE_SIGNATURES)
+    native_signature: str | None = kept(default=None, omitted=True)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,9 @@ class Incident:
     startup_step: str | None = kept(default=None, omitted=True)
     startup_step_bound: float | None = kept(default=None, omitted=True)  # seconds; None: no bound
     startup_step_seen: float | None = kept(default=None, omitted=True)  # the longest stretch seen; None: not yet
+    # a kernel search's last word in that step, where one spoke (kernel_search.py): "MIOpen search, 243 runs left
+    # (12 lines), silent for 600.0 s"
+    kernel_search: str | None = kept(default=None, omitted=True)
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = kept(default=None, omitted=True)
     output_tail: tuple[str, ...] | None = kept(default=None, omitted=True)

@@ -2,11 +2,11 @@
 
 Rung 0 is the configured ``[train]`` as it is. Each later rung adds its settings on top of the rungs
 below it, so rung k is "everything that rungs 1..k changed". The default ladder is what the seeds' users
-did by hand, with the rungs that cost no speed first: under a ROCm build of torch, environment rungs that cure
-known runtime hangs at (almost) no cost, then DataLoader workers forked from a forkserver instead of from the
-training process (first of all under a CUDA build training on a GPU); then halve ``workers`` down to 1,
-``persistent_workers = false``, the thread loader (no worker processes, most of their speed), ``workers = 0`` (no
-loader concurrency at all), then ``val = false``. Each rung's reason is beside it in ``default_ladder``. Which rung
+did by hand, with the rungs that cost no speed first: under a ROCm build of torch, ``HSA_ENABLE_SDMA=0``, then
+DataLoader workers forked from a forkserver instead of from the training process (first of all under a CUDA build
+training on a GPU), then ``HSA_ENABLE_INTERRUPT=0`` (after both: it turns every wait into a busy one); then halve
+``workers`` down to 1, ``persistent_workers = false``, the thread loader (no worker processes, most of their
+speed), ``workers = 0`` (no loader concurrency at all), then ``val = false``. Each rung's reason is beside it in ``default_ladder``. Which rung
 a hang moves to, and which one a probe tries, is ``rung_choice.py``'s: this module only says what the rungs are.
 """
 
@@ -48,18 +48,18 @@ class Ladder:
         return rung >= len(self.rungs) - 1
 
 
-# Cures for ROCm runtime hangs that cost (almost) no throughput: tried first under a ROCm build of torch. Each
-# rung keeps the variables of the one below it.
-ROCM_ENV_RUNGS: tuple[dict[str, Any], ...] = (
-    # A lost completion interrupt in the HIP runtime: the host waits forever in
-    # rocr::core::InterruptSignal::WaitRelaxed on a kernel that finished (ROCm issue 6530). Polling the signals
-    # instead of sleeping on the interrupt cured it in 16 runs of 16; it costs a busy host thread, no GPU time.
-    {"env": {"HSA_ENABLE_INTERRUPT": "0"}},
-    # A lost SDMA copy completion (ROCm/rocm-libraries#8847: hang rate 14.4% -> 2.5% on MI300X; hipMemcpy hangs
-    # on APUs): copies by blit kernels instead of the DMA engines. Training's host-to-device copies are a few MB a
-    # batch, so the cost is small; more than the rung above, hence after it.
-    {"env": {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}},
-)
+# Cures for ROCm runtime hangs, each keeping the variables of the one below it. A lost SDMA copy completion
+# (ROCm/rocm-libraries#8847: hang rate 14.4% -> 2.5% on MI300X; hipMemcpy hangs on APUs; the busy-wait hang of
+# ROCm/TheRock#7832): copies by blit kernels instead of the DMA engines. Training's host-to-device copies are a few MB
+# a batch, so the cost is small, and no wait changes its kind.
+ROCM_SDMA_RUNG: dict[str, Any] = {"env": {"HSA_ENABLE_SDMA": "0"}}
+# A lost completion interrupt in the HIP runtime: the host sleeps forever in rocr::core::InterruptSignal::WaitRelaxed
+# on a kernel that finished (ROCm issue 6530). Polling the signals instead cured it in 16 runs of 16, but it turns
+# every wait into rocr::core::BusyWaitSignal::WaitRelaxed: a core at 100% for as long as a wait lasts, and a
+# completion lost any other way spins there for ever, a tree that never looks idle (the idle floor cannot shorten
+# its bound). Hence after the rungs that change no wait: the SDMA rung and the forkserver.
+ROCM_INTERRUPT_RUNG: dict[str, Any] = {"env": {"HSA_ENABLE_SDMA": "0", "HSA_ENABLE_INTERRUPT": "0"}}
+ROCM_ENV_RUNGS: tuple[dict[str, Any], ...] = (ROCM_SDMA_RUNG, ROCM_INTERRUPT_RUNG)
 
 
 def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladder:
@@ -67,7 +67,7 @@ def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladd
     ``cuda``: a CUDA build training on a GPU (forkserver workers first)."""
     rungs: list[dict[str, Any]] = [{}]
     if rocm:
-        rungs.extend(ROCM_ENV_RUNGS)
+        rungs.append(ROCM_SDMA_RUNG)
     if (rocm or cuda) and workers > 0:
         # The same worker processes forked from a forkserver (a fresh interpreter that imported torch, cv2 and
         # Ultralytics' data modules, started before the trainer touches the GPU; by the standby while it waits)
@@ -78,6 +78,8 @@ def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladd
         # against 0.88-0.91 s for 8 on the H100), where "spawn", each worker importing torch and Ultralytics anew,
         # took 27.6-28.3 s. "spawn" stays available as a rung of one's own.
         rungs.append({"start_method": "forkserver"})
+    if rocm:
+        rungs.append(ROCM_INTERRUPT_RUNG)
     # Fewer DataLoader worker processes: less shared memory and fewer forked HIP/CUDA contexts to deadlock; the
     # seeds' first cure, and cheap while the workers left still outrun the GPU.
     w = workers // 2

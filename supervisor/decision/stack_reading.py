@@ -45,6 +45,51 @@ NATIVE_PLUMBING = re.compile(r"libpython|libffi|_ctypes|lib-dynload|/python3\.\d
 HEX_ADDRESS = re.compile(r"^0x[0-9a-f]+$")
 
 
+@dataclass(frozen=True)
+class NativeSignature:
+    """A native frame that names a known hang: where a thread of the hung tree waits (py-spy's native frames), what
+    causes that wait, and what cures it. Told in the incident (``native_signature``)."""
+    name: str
+    frame: re.Pattern[str]
+    cause: str
+    remedy: str
+
+
+# The GPU runtime's waits a hang was reported in, innermost frames first as py-spy's --native shows them.
+NATIVE_SIGNATURES: tuple[NativeSignature, ...] = (
+    NativeSignature(
+        "rocr_busy_wait", re.compile(r"\bBusyWaitSignal::WaitRelaxed\b"),
+        "the host spins at 100% of a core on a completion signal that never comes while the GPU is idle: a lost SDMA "
+        "copy completion, or a pageable host copy under memory pressure (ROCm/TheRock#7832, rocm-systems#11170, "
+        "#7896); with HSA_ENABLE_INTERRUPT=0 every lost completion waits here",
+        "HSA_ENABLE_SDMA=0 (copies by blit kernels: the ladder's first ROCm rung), pinned host memory for the "
+        "copies (pin_memory) and free host RAM; HSA_ENABLE_INTERRUPT=0 does not cure it, it makes every wait "
+        "this one"),
+    NativeSignature(
+        "rocr_lost_interrupt", re.compile(r"\bInterruptSignal::WaitRelaxed\b"),
+        "the host sleeps on a completion interrupt that was lost: the kernel finished, nothing wakes the waiter "
+        "(ROCm issue 6530)",
+        "HSA_ENABLE_INTERRUPT=0 (the signals polled instead: the ladder's ROCm rung after HSA_ENABLE_SDMA=0), at the "
+        "cost of a busy host thread"),
+    NativeSignature(
+        "hsakmt_va_map", re.compile(r"\bhsaKmtMemoryVaMap\b"),
+        "mapping GPU memory into the process's address space does not return: PyTorch's caching allocator with "
+        "expandable_segments:True on ROCm 7.14 (pytorch/pytorch#192259)",
+        "turn expandable segments off: unset expandable_segments:True in PYTORCH_HIP_ALLOC_CONF (and "
+        "PYTORCH_CUDA_ALLOC_CONF), or set [worker] env PYTORCH_HIP_ALLOC_CONF = \"expandable_segments:False\""),
+)
+
+
+def native_signature(frames: list[Frame]) -> NativeSignature | None:
+    """The first signature any native frame of a thread shows, innermost frame first."""
+    for f in frames:
+        if f.native:
+            for signature in NATIVE_SIGNATURES:
+                if signature.frame.search(f.function):
+                    return signature
+    return None
+
+
 @dataclass
 class Frame:
     function: str
@@ -240,6 +285,19 @@ class TreeCapture:
         return next((p for p in self.processes if p.pid == self.main_pid), self.processes[0] if self.processes
                     else None)
 
+    def native_signature(self) -> str | None:
+        """A known hang named by a native frame (``NATIVE_SIGNATURES``), in the culprit first, then the main process,
+        then any other: ``rocr_busy_wait in pid 123 (rocr::core::BusyWaitSignal::WaitRelaxed): CAUSE; remedy: ...``."""
+        culprit = self.culprit()
+        order = sorted(self.processes, key=lambda p: (p is not culprit, p.pid != self.main_pid))
+        for p in order:
+            for thread in p.threads:
+                found = native_signature(thread.frames)
+                if found is not None:
+                    frame = next(f.function for f in thread.frames if f.native and found.frame.search(f.function))
+                    return f"{found.name} in pid {p.pid} ({frame}): {found.cause}; remedy: {found.remedy}"
+        return None
+
     def where(self) -> str:
         """The grouping key of ``yolo-train incidents``: the same code hanging the same way gives the same key."""
         culprit = self.culprit()
@@ -249,7 +307,8 @@ class TreeCapture:
         culprit = self.culprit()
         return {"main_pid": self.main_pid, "seconds": round(self.seconds, 3), "budget": self.budget,
                 "notes": self.notes, "where": self.where(), "summary": self.summary_lines(),
-                "culprit": culprit.summary_line() if culprit else None, "gpu": self.gpu,
+                "culprit": culprit.summary_line() if culprit else None, "native_signature": self.native_signature(),
+                "gpu": self.gpu,
                 "processes": [{**{k: v for k, v in asdict(p).items() if k != "stage"}, "waited_in": p.waited_in()}
                               for p in self.processes]}
 
@@ -260,4 +319,5 @@ def as_incident_stacks(capture: TreeCapture, state_dir: Path) -> Stacks:
     return Stacks(where=capture.where(), summary=tuple(capture.summary_lines()),
                   culprit=culprit.summary_line() if culprit else None, seconds=round(capture.seconds, 3),
                   in_loader_worker=culprit is not None and culprit.busy_dataloader_worker,
+                  native_signature=capture.native_signature(),
                   path=str(capture.path.relative_to(state_dir)) if capture.path else None)

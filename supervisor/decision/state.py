@@ -141,6 +141,19 @@ class RankView:
     last_progress_at: float | None = None  # monotonic
 
 
+@dataclass(frozen=True)
+class SearchSeen:
+    """The latest news of a kernel search (MIOpen's) in a startup step: which step, from when that step's stretch
+    began before the search's first line (the stretch this run keeps of it is measured from there), the count the
+    search said last, and when it said it (monotonic)."""
+    step: StartupStep
+    stretch_since: float
+    library: str
+    runs_left: int | None
+    at: float
+    lines: int = 1
+
+
 @dataclass
 class Attempt:
     """One worker attempt, from its spawn (``Spawned``) until the next: what its heartbeats, its output and the
@@ -153,6 +166,7 @@ class Attempt:
     step_since: float | None = None  # monotonic: the step's clock, from its entry or its last progress
     step_done: int | None = None  # the step's progress as last said: items done (labels scanned, images cached) ...
     step_total: int | None = None  # ... of how many
+    search: SearchSeen | None = None  # a kernel search's news in the current startup step (kernel_search.py)
     resumed_from: str | None = None
     resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
     trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due

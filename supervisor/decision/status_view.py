@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision import choices, persistence, probe, rung_choice, watchdog, witness
+from supervisor.decision import choices, kernel_search, persistence, probe, rung_choice, watchdog, witness
 from supervisor.decision.actions import Exit
 from supervisor.decision.events import Now
 from supervisor.decision.incident import Tier
@@ -212,6 +212,7 @@ class Status(View):
     startup_step: str | None = None  # before the first batch: the step the worker is in
     startup_step_bound: float | None = None  # seconds that step may go without news
     startup_step_progress: StepProgress | None = None  # a dataset scan's progress
+    startup_step_search: str | None = None  # a kernel search's news in that step: "MIOpen search, 243 runs left"
     startup_steps_seen: dict[str, float] = field(default_factory=dict)  # the longest stretch of each step seen
     watchdog: Watchdog = field(default_factory=Watchdog)
     last_restart: float | None = None
@@ -300,6 +301,8 @@ def _startup_step_view(s: Supervision) -> dict[str, Any]:
             "startup_step_bound": watchdog.startup_step_bound(s)[0] if starting else None,
             "startup_step_progress": StepProgress(a.step_done, a.step_total)
             if starting and a.step_done is not None else None,
+            "startup_step_search": kernel_search.describe(search)
+            if starting and (search := kernel_search.of_step(a)) is not None else None,
             "startup_steps_seen": dict(s.startup_steps_seen)}
 
 

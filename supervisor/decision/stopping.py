@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from supervisor.decision import choices, goodput, rung_choice, watchdog, witness
+from supervisor.decision import choices, goodput, kernel_search, rung_choice, watchdog, witness
 from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
@@ -52,7 +52,8 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         caused_by=a.peer_cause if several_hosts else None,
         startup_step=a.startup_step.value if starting else None,
         startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
-        startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, tier=tier)
+        startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, tier=tier,
+        kernel_search=kernel_search.silent(search, now) if (search := kernel_search.in_step(s)) else None)
     said = witness.telling(a.waits, a.loaders)[0] if point is not None else None
     if said is not None:  # where the training process said it waited
         stopped["witness"] = witness.describe(said)

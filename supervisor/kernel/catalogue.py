@@ -185,6 +185,16 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         IGNORE,
         "NVIDIA Xid catalogue: immediate action IGNORE, informational",
     ),
+    (
+        "amdkfd_queue_evicted",
+        r"Freeing queue vital buffer 0x[0-9a-fA-F]+, queue evicted",
+        IGNORE,
+        'amdkfd kfd_svm.c svm_range_unmap_from_cpu(): "Freeing queue vital buffer 0x%lx, queue evicted" (pr_warn): '
+        "memory a user queue needs was unmapped and the process's queues quiesced. Seen after resets and SVM "
+        "failures (legacy-rocm-build#5952, #6413), whose own lines are acted on, but also printed by every killed or "
+        "crashed GPU process's teardown (the kernel's own fix calls it a false positive there), so the next worker "
+        "of a restart would be suspected by its predecessor's exit: no event",
+    ),
     # --- gpu_fault ------------------------------------------------------------------------------------
     (
         "amdgpu_ring_timeout",
@@ -200,6 +210,21 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         "gpu_fault",
         'amdgpu_job.c amdgpu_job_timedout(): "Starting %s ring reset", "Ring %s reset failed"; '
         "a failed ring reset escalates to a full GPU reset",
+    ),
+    (
+        "amdgpu_ring_reset_succeeded",
+        r"Ring \S+ reset succeeded",
+        "gpu_fault",
+        'amdgpu_job.c amdgpu_job_timedout(): "Ring %s reset succeeded" (a per-queue reset after a ring timeout, '
+        'followed by "device wedged, but recovered through reset"): the GPU lives on, the guilty job was cancelled, '
+        "so a process may survive it; judged by progress (ROCm/legacy-rocm-build#6273, #6658)",
+    ),
+    (
+        "amdgpu_recovery_disabled",
+        r"\bGPU recovery disabled\.",
+        "gpu_fault",
+        'amdgpu_device.c amdgpu_device_should_recover_gpu(): "GPU recovery disabled." (amdgpu.gpu_recovery=0, or -1 '
+        "on an ASIC without default recovery) after a ring timeout: nothing resets the GPU, the hung job stays hung",
     ),
     (
         "amdgpu_page_fault",
@@ -223,6 +248,14 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         "gfxhub_v2_0.c ... gfxhub_v12_0.c gfxhub_v*_print_l2_protection_fault_status(), mmhub_v2_0.c ... "
         'mmhub_v*_print_l2_protection_fault_status(): "GCVM_L2_PROTECTION_FAULT_STATUS:0x%08X", '
         '"MMVM_L2_PROTECTION_FAULT_STATUS:0x%08X" (after a page fault; legacy-rocm-build#5952, #6269, #6374)',
+    ),
+    (
+        "amdgpu_utcl2_client",
+        r"Faulty UTCL2 client ID: ",
+        "gpu_fault",
+        'gfxhub_v2_0.c ... gfxhub_v12_0.c, mmhub_v*.c *_print_l2_protection_fault_status(): "\\t Faulty UTCL2 client '
+        'ID: %s (0x%x)" ("0x%lx" in older kernels) after the L2 protection fault status: the engine that faulted (CPF, '
+        "TCP, SQC, SDMA0 ...; an SDMA client points at HSA_ENABLE_SDMA=0; legacy-rocm-build#5952)",
     ),
     (
         "amdgpu_vm_fault_legacy",

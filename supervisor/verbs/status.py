@@ -136,8 +136,10 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"heartbeats ignored {ignored} (sent by processes other than the worker's main one: not progress)")
     if status.get("startup_step"):
         scan = status.get("startup_step_progress") or {}
+        search = status.get("startup_step_search")
         lines.append(f"startup   step {status['startup_step']}" + (f" {scan['done']}/{scan.get('total') or '?'}"
                                                                   if scan else "")
+                     + (f": {search}" if search else "")
                      + (f", bound {duration(status['startup_step_bound'])} without news"
                         if status.get("startup_step_bound") is not None else ", no bound"))
     incident = status.get("last_incident")

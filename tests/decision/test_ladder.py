@@ -27,21 +27,25 @@ def test_default_ladder_keeps_the_speed_longest_and_ends_without_loader_concurre
     assert ladder.next(len(ladder) - 1) == len(ladder) - 1 and ladder.exhausted(len(ladder) - 1)
 
 
-def test_under_rocm_the_free_env_rungs_then_forkserver_workers_come_first_and_add_up():
+def test_under_rocm_sdma_then_forkserver_then_the_busy_waiting_interrupt_rung_come_first_and_add_up():
+    """HSA_ENABLE_INTERRUPT=0 turns every wait into a busy one (rocr's BusyWaitSignal, issue 40): after the rungs that
+    change no wait, the SDMA rung and the forkserver."""
     ladder = default_ladder(8, rocm=True)
-    assert ladder.rungs[1:3] == ROCM_ENV_RUNGS and ladder.rungs[3] == {"start_method": "forkserver"}
+    assert ladder.rungs[1] == ROCM_ENV_RUNGS[0] == {"env": {"HSA_ENABLE_SDMA": "0"}}
+    assert ladder.rungs[2] == {"start_method": "forkserver"} and ladder.rungs[3] == ROCM_ENV_RUNGS[1]
     assert ladder.rungs[4:] == default_ladder(8).rungs[1:]
-    assert ladder.settings(1) == {"env": {"HSA_ENABLE_INTERRUPT": "0"}}
-    assert ladder.settings(4) == {"env": {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"},
+    assert ladder.settings(1) == {"env": {"HSA_ENABLE_SDMA": "0"}}
+    assert ladder.settings(4) == {"env": {"HSA_ENABLE_SDMA": "0", "HSA_ENABLE_INTERRUPT": "0"},
                                   "start_method": "forkserver", "workers": 4}
-    assert split_rung(ladder.settings(2)).env == {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}
-    assert ladder.label(2) == "env=HSA_ENABLE_INTERRUPT+HSA_ENABLE_SDMA"  # names only, never values
+    assert split_rung(ladder.settings(3)).env == {"HSA_ENABLE_INTERRUPT": "0", "HSA_ENABLE_SDMA": "0"}
+    assert ladder.label(1) == "env=HSA_ENABLE_SDMA"  # names only, never values
     # The forkserver workers are the worker's option; the Ultralytics arguments stay as configured.
-    served = split_rung(ladder.settings(3))
+    served = split_rung(ladder.settings(2))
     assert served.options.start_method == "forkserver" and served.trainer_args == {}
     assert served.options.forks_from_server(8) and not served.options.forks_from_server(0)
     assert ladder.label(3) == "env=HSA_ENABLE_INTERRUPT+HSA_ENABLE_SDMA, start_method=forkserver"
     assert build_ladder(None, 8, rocm=True) == ladder and build_ladder(None, 8, rocm=False) == default_ladder(8)
+    assert default_ladder(0, rocm=True).rungs[1:3] == ROCM_ENV_RUNGS  # no forkserver rung: the two env rungs
     # workers = 0 configured: no worker process to start otherwise, no such rung.
     assert {"start_method": "forkserver"} not in default_ladder(0, rocm=True).rungs
 

@@ -76,7 +76,7 @@ def test_split_records_keeps_continuation_lines_with_their_record():
 
 @pytest.mark.parametrize(
     "name", ["amdgpu_hang", "amdgpu_page_fault", "amdgpu_reset_failed", "stalls", "oom", "nvidia_xid", "harmless",
-             "amdkfd_svm"]
+             "amdkfd_svm", "amdgpu_2026"]
 )
 def test_recorded_kmsg_dump_replays_like_its_dmesg_rendering(name):
     reader = KmsgReader(str(FIXTURES / f"{name}.kmsg"), after_seq=0)

@@ -77,7 +77,9 @@ CORE_KEYS = [
     "hangs_by_phase", "budget_left", "recoveries",  # issue 28
     "kernel_events", "reboot_needed", "suspicion", "worker_pid", "resumed_from", "settings", "seconds_since_progress",
     "worker_uptime", "worker_spawned", "startup_seconds",
-    "startup_step", "startup_step_bound", "startup_step_progress", "startup_steps_seen",  # issue 29
+    "startup_step", "startup_step_bound", "startup_step_progress",  # issue 29
+    "startup_step_search",  # issue 40: MIOpen's search, news of the step
+    "startup_steps_seen",  # issue 29
     "watchdog",
     "last_restart", "last_incident", "exit", "last_checkpoint", "checkpoint_every", "checkpoint_interval",
     "trained_seconds", "lost_seconds", "lost_batches", "goodput", "run_started", "rung_speed", "rung0_speed",

@@ -1,0 +1,56 @@
+"""A kernel search is news of the startup step it runs in: MIOpen's exhaustive search, timing candidate kernels for
+each new convolution, prints as it goes and may take many minutes (16 searches took 23 minutes in unsloth#11636), and
+on gfx1100 its results are not cached (TheRock#7958), so every attempt searches again. Bounded as any step, a search
+longer than ``startup_timeout`` would be killed in every attempt, a loop; so each of its lines restarts the step's
+clock, as a dataset scan's progress does, and a search that goes silent for the step's bound is judged as any step
+that does. The lines are read from the worker's output by the shell (``attempt/search_lines.py``): ``SearchNews``.
+
+The stretch of a step that searched is kept from before the search's first line to the step's end, whole: a later
+attempt that finds the search's results cached goes through the same step without a word, and must not be bounded by
+the gaps between one search's lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from supervisor.decision.events import Now, SearchNews
+from supervisor.decision.state import Attempt, SearchSeen, Supervision
+from supervisor.vocabulary import State
+
+
+def news(s: Supervision, event: SearchNews, now: Now) -> list[Any]:
+    """Before the first batch: the step's clock starts again, unless the line says nothing new (the same count)."""
+    a = s.current
+    if s.state != State.STARTING or a.step_since is None:
+        return []  # in training a batch is the news; a search there is bounded by its phase (not judged here)
+    seen = of_step(a)
+    if seen is not None and event.runs_left is not None and event.runs_left == seen.runs_left:
+        return []  # the same word again is no news
+    stretch_since = seen.stretch_since if seen is not None else a.step_since
+    a.search = SearchSeen(a.startup_step, stretch_since, event.library, event.runs_left, now.mono,
+                          (seen.lines + 1) if seen is not None else 1)
+    a.step_since = now.mono
+    a.idle_since = None  # news: a stall's idleness is judged afresh (watchdog.tree_reading_from)
+    return []
+
+
+def in_step(s: Supervision) -> SearchSeen | None:
+    """Before the first batch: the search of the startup step the worker is in, if one said anything in it."""
+    return of_step(s.current) if s.state == State.STARTING else None
+
+
+def of_step(a: Attempt) -> SearchSeen | None:
+    """The search that said something in the attempt's current (or last) startup step."""
+    return a.search if a.search is not None and a.search.step == a.startup_step else None
+
+
+def describe(seen: SearchSeen) -> str:
+    """``MIOpen search, 243 runs left`` (status, incidents)."""
+    left = f", {seen.runs_left} runs left" if seen.runs_left is not None else ""
+    return f"{seen.library} search{left}"
+
+
+def silent(seen: SearchSeen, now: Now) -> str:
+    """For a startup hang's incident: the search the worker was in, and how long it had said nothing."""
+    return f"{describe(seen)} ({seen.lines} lines), silent for {now.mono - seen.at:.1f} s"
