@@ -17,7 +17,7 @@ wake-up pipe), so a fork copies no lock held by another thread.
 
 What an import fixed before the rank's environment existed is put right in the child (``adopt_rank``): Ultralytics'
 ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` (module constants read at import, copied into every module that imported
-them) and its logger's level (ERROR off rank 0).
+them), its logger's level (ERROR off rank 0), and torch's intra-op threads (``OMP_NUM_THREADS``, 1 for the ranks).
 
 A rank's /proc/PID/environ is the server's (the kernel keeps the environment a process was exec'd with): the rank's
 RANK is in its stub's, and the supervisor knows each rank's pid from its heartbeats.
@@ -265,6 +265,10 @@ def adopt_rank() -> None:
     values = {"WORLD_SIZE": world,
               "RANK": int(os.environ.get("RANK", "-1")) if world > 1 else -1,
               "LOCAL_RANK": int(os.environ.get("LOCAL_RANK", "-1")) if world > 1 else -1}
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch = sys.modules.get("torch")
+    if threads.isdigit() and int(threads) > 0 and torch is not None:
+        torch.set_num_threads(int(threads))  # read by torch at its import, which was the server's (without it)
     utils = sys.modules.get("ultralytics.utils")
     if utils is None:
         return
