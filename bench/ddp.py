@@ -1,16 +1,28 @@
-"""Several GPUs: supervised DDP against plain Ultralytics DDP, and a rank frozen from outside, in one run.
+"""Several GPUs: supervised DDP against plain Ultralytics DDP, and the hangs of a rank, recovered, with their cost.
 
-1. Throughput: the same training (a generated demo dataset, the same arguments, ``device = "0,1"``) run by plain
-   Ultralytics (``YOLO(...).train(...)``) and under ``yolo-train run``, one after the other. Each run's steady
-   epoch time is read from its own results.csv (``time`` is Ultralytics' elapsed seconds at each epoch's end):
-   (last - first) / (epochs - 1), so startup is left out of both. Ratio = plain epoch time / supervised epoch time
-   (goal >= 0.99).
-2. Freeze: a supervised run; once epoch 2 trains, rank 1 (pid from the state file's ``ranks``) gets SIGSTOP.
-   Measured: SIGSTOP -> the supervisor's "attempt 2: first training batch" line (goal <= 30 s, default
-   watchdog settings), then the run must finish and leave no process of its tree (worker, torch.distributed.run,
-   ranks, DataLoader workers) behind.
+Cases (``--cases``, comma-separated; each a supervised run of its own, printed as it ends, then one ``BENCH`` line):
 
-    python -m bench.ddp [--devices 0,1] [--images 2048] [--imgsz 320] [--batch 64] [--epochs 4]
+- ``throughput`` (GPU): plain Ultralytics DDP against the same training under ``yolo-train run``; each run's steady
+  epoch time from its own results.csv ((last - first) / (epochs - 1)). Ratio = plain / supervised (goal >= 0.99).
+- ``standby``: a rank's hang (``--standby-fault``: ``device_hang`` on GPUs, ``main_hang`` on the CPU) recovered by
+  the restart, with ``[worker] standby = false`` (every process of the next attempt starts cold) and then ``true``
+  (the launching worker and the ranks' server imported ahead: worker/rank_server.py), side by side: the verdict ->
+  the next first batch (the incident's ``restart_seconds``; goal <= 6 s on 2 H100s), and the ratio.
+- ``device``: a rank's GPU kernel that never ends (fault ``device_hang`` in rank 1; GPU only).
+- ``loader``: a loader worker of rank 1 hung (fault ``dataloader_hang``): replaced in place in that rank alone.
+- ``tree``: every process of the worker's tree SIGSTOPped from outside once epoch 2 trains (the whole tree frozen).
+- ``rank``: rank 1 alone SIGSTOPped from outside (the earlier ``freeze``).
+- ``hosts``: two supervisors on this machine, one device each (``CUDA_VISIBLE_DEVICES`` per host on GPUs; the CPU
+  on the CPU), NCCL (gloo) across them, torch's c10d rendezvous as ``[distributed]`` makes it; three runs: host 1's
+  rank in a device hang (GPU; ``main_hang`` on the CPU), host 1's tree frozen, host 1's supervisor SIGKILLed (and
+  started again, as systemd would): each from the hang to both hosts' next first batch (goal <= 2 x one host's).
+
+For every recovered hang: the stall (last progress -> verdict), the recovery (verdict -> next first batch for a
+restart; the in-place cost), the batches lost, the rank named (``stopped_first_rank``, the witness's word), and the
+run's goodput (status ``goodput``: the share of the wall time whose training was kept).
+
+    python -m bench.ddp --gpu --cases standby,device,loader,tree,hosts     # 2 GPUs
+    python -m bench.ddp --cases standby,loader,tree,hosts                  # the CPU drill: 2 gloo ranks
 """
 
 from __future__ import annotations
@@ -23,13 +35,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import psutil
 
-from bench.harness import ROOT, quiet_config
+from bench.harness import ROOT, free_port, quiet_config
 
 
 def train_args(a: argparse.Namespace, data: str, epochs: int) -> dict:
@@ -50,11 +61,19 @@ def run_plain(a: argparse.Namespace, data: str, out: Path) -> float:
     return steady_epoch_seconds(out / "plain" / "results.csv")
 
 
-def config(a: argparse.Namespace, data: str, epochs: int, path: Path) -> Path:
+def config(a: argparse.Namespace, data: str, epochs: int, path: Path, extra: str = "", standby: bool = True,
+           in_place: bool = True) -> Path:
+    train = train_args(a, data, epochs)
+    if not a.gpu:
+        train["device"] = "cpu"
     lines = ['name = "bench-ddp"', "[train]"]
-    for k, v in train_args(a, data, epochs).items():
+    for k, v in train.items():
         lines.append(f"{k} = {json.dumps(v) if not isinstance(v, bool) else str(v).lower()}")
-    path.write_text("\n".join(lines) + "\n" + quiet_config())
+    lines += ["[worker]", f"standby = {str(standby).lower()}"]
+    if not a.gpu:
+        lines.append('env = { YOLO_TRAIN_CPU_RANKS = "2" }')
+    lines += ["[recovery]", f"in_place = {str(in_place).lower()}"]
+    path.write_text("\n".join(lines) + "\n" + quiet_config() + extra)
     return path
 
 
@@ -66,66 +85,256 @@ def run_supervised(a: argparse.Namespace, data: str, out: Path) -> float:
     return steady_epoch_seconds(state / "train" / "results.csv")
 
 
-def run_freeze(a: argparse.Namespace, data: str, out: Path) -> dict:
-    state = out / "freeze"
-    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config",
-                             str(config(a, data, a.epochs + 2, out / "freeze.toml")), "--state-dir", str(state)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    resumed: list[float] = []
+def read_status(state: Path) -> dict | None:
+    try:
+        return json.loads((state / "supervisor.json").read_text())["status"]
+    except (OSError, ValueError, KeyError):
+        return None
 
-    def read() -> None:
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            if "attempt 2: first training batch" in line:
-                resumed.append(time.monotonic())
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    stopped_at = None
-    tree: set[int] = set()
-    while stopped_at is None and proc.poll() is None:
+def read_incidents(state: Path) -> list[dict]:
+    path = state / "incidents.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def tree_of(pid: int) -> list[int]:
+    try:
+        root = psutil.Process(pid)
+        return [root.pid, *(p.pid for p in root.children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+def training(state: Path, epoch: int = 2) -> dict | None:
+    """The status once attempt 1 trains epoch ``epoch`` with every rank known; None before."""
+    status = read_status(state)
+    if status and status.get("attempt") == 1 and (status.get("epoch") or 0) >= epoch \
+            and status.get("state") == "healthy" and len(status.get("ranks") or []) >= 2:
+        return status
+    return None
+
+
+def supervise(cfg: Path, state: Path, faults: tuple[str, ...] = (), inject=None, log: Path | None = None,
+              env: dict | None = None) -> dict:
+    """One supervised run to its end; ``inject(status)`` is called once ``training`` says so, with the status."""
+    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(cfg), "--state-dir",
+                             str(state), *(f"--fault={f}" for f in faults)], cwd=ROOT, env={**os.environ, **(env or {})},
+                            stdout=open(log or state.with_suffix(".log"), "w"), stderr=subprocess.STDOUT)
+    began, injected = time.monotonic(), None
+    while proc.poll() is None:
         time.sleep(0.2)
+        if inject is not None and injected is None:
+            status = training(state)
+            if status is not None:
+                injected = inject(status)
+    return {"exit": proc.returncode, "wall_s": round(time.monotonic() - began, 1), "injected": injected,
+            "incidents": read_incidents(state), "status": read_status(state) or {}}
+
+
+def summary(run: dict) -> dict:
+    """Each recovered hang's cost, the ranks named, and the run's goodput."""
+    hangs = []
+    for i in run["incidents"]:
+        cost = i.get("in_place") or {}
+        hangs.append({"tier": i.get("tier"), "stall_s": i.get("seconds_since_progress"),
+                      "restart_s": i.get("restart_seconds"), "in_place_s": cost.get("seconds") or (
+                          round(cost["stall"] + cost["action"] + (cost.get("to_next_batch") or 0), 2) if cost else None),
+                      "batches_lost": cost.get("batches_lost"), "hung_rank": i.get("hung_rank"),
+                      "stopped_first_rank": i.get("stopped_first_rank"),
+                      "ranks": i.get("ranks"), "witness": i.get("witness"), "escalation": i.get("escalation")})
+    status = run["status"]
+    return {"exit": run["exit"], "wall_s": run["wall_s"], "attempts": status.get("attempt"),
+            "goodput": status.get("goodput"), "hangs": hangs}
+
+
+def stop_tree(status: dict) -> str:
+    pids = tree_of(status["worker_pid"])
+    for pid in pids:
         try:
-            status = json.loads((state / "supervisor.json").read_text())["status"]
-        except (OSError, ValueError, KeyError):
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+    return f"SIGSTOP to the {len(pids)} processes of the worker's tree at epoch {status['epoch']}"
+
+
+def stop_rank_1(status: dict) -> str:
+    pid = {r["rank"]: r["pid"] for r in status["ranks"]}[1]
+    os.kill(pid, signal.SIGSTOP)
+    return f"SIGSTOP to rank 1 (pid {pid}) at epoch {status['epoch']}"
+
+
+def case(a: argparse.Namespace, data: str, out: Path, name: str, **kwargs) -> dict:
+    faults = kwargs.pop("faults", ())
+    inject = kwargs.pop("inject", None)
+    cfg = config(a, data, a.epochs, out / f"{name}.toml", **kwargs)
+    result = summary(supervise(cfg, out / name, faults, inject))
+    print(f"bench: {name}: {json.dumps(result)}", flush=True)
+    return result
+
+
+def hang_fault(a: argparse.Namespace) -> str:
+    return a.standby_fault or ("device_hang" if a.gpu else "main_hang")
+
+
+def at_batch(a: argparse.Namespace) -> int:
+    return a.hang_at
+
+
+def run_standby(a: argparse.Namespace, data: str, out: Path) -> dict:
+    fault = f"{hang_fault(a)},at_batch={at_batch(a)},attempt=1,rank=1"
+    cold = case(a, data, out, "standby-off", faults=(fault,), standby=False, in_place=False)
+    warm = case(a, data, out, "standby-on", faults=(fault,), standby=True, in_place=False)
+
+    def restart(r: dict) -> float | None:
+        return next((h["restart_s"] for h in r["hangs"] if h["restart_s"] is not None), None)
+
+    c, w = restart(cold), restart(warm)
+    return {"fault": fault, "cold": cold, "standby": warm, "cold_restart_s": c, "standby_restart_s": w,
+            "ratio": round(c / w, 2) if c and w else None, "goal": "standby verdict -> next batch <= 6 s (2 H100)"}
+
+
+# --- several hosts: two supervisors on this machine -------------------------------------------------------------
+
+HOST = """name = "host-{node_rank}"
+[train]
+{train}
+[distributed]
+nnodes = 2
+node_rank = {node_rank}
+rdzv_endpoint = "127.0.0.1:{port}"
+rdzv_id = "{rdzv_id}"
+run_dir = "{run_dir}"
+collective_timeout = {collective_timeout}
+join_timeout = 180
+[worker]
+{worker_env}
+""" + quiet_config()
+
+
+def host_config(a: argparse.Namespace, data: str, out: Path, node_rank: int, port: int, rdzv_id: str) -> Path:
+    train = {**train_args(a, data, a.epochs), "device": "0" if a.gpu else "cpu"}
+    if not a.gpu:
+        train["workers"] = 0
+    lines = "\n".join(f"{k} = {json.dumps(v) if not isinstance(v, bool) else str(v).lower()}"
+                      for k, v in train.items())
+    # one GPU a host: the same [train] device "0" (the hosts must agree on [train]), each its own card
+    worker_env = f'env = {{ CUDA_VISIBLE_DEVICES = "{node_rank}" }}' if a.gpu else ""
+    path = out / f"{rdzv_id}-host-{node_rank}.toml"
+    path.write_text(HOST.format(node_rank=node_rank, train=lines, port=port, rdzv_id=rdzv_id,
+                                run_dir=out / f"{rdzv_id}-shared", collective_timeout=a.collective_timeout,
+                                worker_env=worker_env))
+    return path
+
+
+def run_hosts_case(a: argparse.Namespace, data: str, out: Path, what: str) -> dict:
+    """Two hosts; once both train epoch 2, ``what`` happens to host 1: the cost is from then to both hosts' next
+    first batch (each host's status shows attempt 2 healthy)."""
+    rdzv_id = f"bench-{what}-{os.getpid()}"
+    port = free_port()
+    states = [out / f"{rdzv_id}-state-{n}" for n in (0, 1)]
+    cfgs = [host_config(a, data, out, n, port, rdzv_id) for n in (0, 1)]
+    faults = {1: (f"{hang_fault(a)},at_batch={at_batch(a) + 8},attempt=1",)} if what == "device" else {}
+
+    def start(n: int) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(cfgs[n]), "--state-dir",
+                                 str(states[n]), *(f"--fault={f}" for f in faults.get(n, ()))], cwd=ROOT,
+                                stdout=open(out / f"{rdzv_id}-host-{n}.log", "a"), stderr=subprocess.STDOUT)
+
+    hosts = [start(0), start(1)]
+    began, injected, hang_at, resumed = time.monotonic(), None, None, {}
+    deadline = began + a.host_limit
+    while any(h.poll() is None for h in hosts) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        statuses = [read_status(s) or {} for s in states]
+        if hang_at is None:
+            if what == "device":
+                if any((s.get("attempt") or 1) > 1 or s.get("state") == "stopping" for s in statuses):
+                    hang_at = time.monotonic()  # the fault fired unseen: counted from the verdict at the latest
+                    injected = "device hang fault in host 1's rank (counted from the first verdict)"
+                continue
+            if not all((s.get("epoch") or 0) >= 2 and s.get("state") == "healthy" for s in statuses):
+                continue
+            hang_at = time.monotonic()
+            if what == "tree":
+                injected = stop_tree(statuses[1])
+            elif what == "supervisor":
+                os.kill(hosts[1].pid, signal.SIGKILL)
+                hosts[1].wait()
+                injected = "SIGKILL to host 1's supervisor, started again at once"
+                hosts[1] = start(1)
             continue
-        ranks = {r["rank"]: r["pid"] for r in status.get("ranks") or []}
-        if (status.get("epoch") or 0) >= 2 and status.get("state") == "healthy" and 1 in ranks:
-            worker = psutil.Process(status["worker_pid"])
-            tree = {worker.pid, *(p.pid for p in worker.children(recursive=True))}
-            os.kill(ranks[1], signal.SIGSTOP)
-            stopped_at = time.monotonic()
-            print(f"bench: SIGSTOP to rank 1 (pid {ranks[1]}) at epoch {status['epoch']}", flush=True)
-    code = proc.wait()
-    reader.join(timeout=5)
-    left = [p for p in tree if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    return {"exit": code, "stop_to_resumed_batch_s": round(resumed[0] - stopped_at, 2) if resumed and stopped_at
-            else None, "tree": len(tree), "left": left}
+        for n, s in enumerate(statuses):
+            if n not in resumed and (s.get("attempt") or 1) > 1 and s.get("state") == "healthy":
+                resumed[n] = round(time.monotonic() - hang_at, 2)
+    for h in hosts:
+        if h.poll() is None:
+            h.kill()
+        h.wait()
+    incidents = [read_incidents(s) for s in states]
+    return {"what": what, "injected": injected, "exits": [h.returncode for h in hosts],
+            "hang_to_both_training_s": max(resumed.values()) if len(resumed) == 2 else None, "per_host_s": resumed,
+            "incidents": [[{"reason": i.get("reason"), "detail": i.get("detail"), "hung_rank": i.get("hung_rank"),
+                            "restart_s": i.get("restart_seconds")} for i in host] for host in incidents],
+            "goodput": [(read_status(s) or {}).get("goodput") for s in states]}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--gpu", action="store_true", help="GPUs (--devices); without it the CPU drill: 2 gloo ranks")
     p.add_argument("--devices", default="0,1")
-    p.add_argument("--images", type=int, default=2048)
-    p.add_argument("--imgsz", type=int, default=320)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--skip", default="", help="comma list of: throughput, freeze")
+    p.add_argument("--images", type=int)
+    p.add_argument("--imgsz", type=int)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--workers", type=int)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--hang-at", type=int, default=None, help="rank 1's training batch of the faults")
+    p.add_argument("--standby-fault", default=None, help="the hang of the standby case (a fault kind)")
+    p.add_argument("--collective-timeout", type=float, default=120)
+    p.add_argument("--host-limit", type=float, default=900, help="seconds a hosts case may run")
+    p.add_argument("--cases", default="throughput,rank", help="throughput, standby, device, loader, tree, rank, hosts")
     a = p.parse_args()
+    defaults = dict(images=2048, imgsz=640, batch=32, workers=8, epochs=4, hang_at=40) if a.gpu else \
+        dict(images=64, imgsz=64, batch=8, workers=1, epochs=3, hang_at=6)
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
     from worker.demo_data import ensure_demo_dataset
 
-    data = str(ensure_demo_dataset(train_images=a.images, val_images=64, size=a.imgsz))
+    data = str(ensure_demo_dataset(train_images=a.images, val_images=64 if a.gpu else 16, size=a.imgsz))
     out = Path(tempfile.mkdtemp(prefix="bench-ddp-"))
-    results = {}
-    if "throughput" not in a.skip:
-        plain = run_plain(a, data, out)
-        supervised = run_supervised(a, data, out)
-        results["throughput"] = {"plain_epoch_s": round(plain, 3), "supervised_epoch_s": round(supervised, 3),
-                                 "ratio": round(plain / supervised, 4), "goal": ">= 0.99"}
-    if "freeze" not in a.skip:
-        freeze = run_freeze(a, data, out)
-        results["freeze"] = {**freeze, "goal": "<= 30 s, exit 0, nothing left"}
+    print(f"bench: logs and state under {out}", flush=True)
+    cases = [c for c in a.cases.split(",") if c]
+    results: dict = {"device": "gpu " + a.devices if a.gpu else "cpu (2 gloo ranks)"}
+    for name in cases:
+        if name == "throughput":
+            if not a.gpu:
+                print("bench: throughput needs --gpu (plain Ultralytics has no CPU DDP); skipped", flush=True)
+                continue
+            plain = run_plain(a, data, out)
+            supervised = run_supervised(a, data, out)
+            results["throughput"] = {"plain_epoch_s": round(plain, 3), "supervised_epoch_s": round(supervised, 3),
+                                     "ratio": round(plain / supervised, 4), "goal": ">= 0.99"}
+        elif name == "standby":
+            results["standby"] = run_standby(a, data, out)
+        elif name == "device":
+            if not a.gpu:
+                print("bench: device needs --gpu; skipped", flush=True)
+                continue
+            fault = f"device_hang,at_batch={a.hang_at},attempt=1,rank=1"
+            results["device"] = case(a, data, out, "device", faults=(fault,))
+        elif name == "loader":
+            results["loader"] = case(a, data, out, "loader",
+                                     faults=(f"dataloader_hang,at_batch={a.hang_at},attempt=1,rank=1",))
+        elif name == "tree":
+            results["tree"] = case(a, data, out, "tree", inject=stop_tree)
+        elif name == "rank":
+            results["rank"] = case(a, data, out, "rank", inject=stop_rank_1)
+        elif name == "hosts":
+            results["hosts"] = [run_hosts_case(a, data, out, what) for what in ("device", "tree", "supervisor")]
+            for r in results["hosts"]:
+                print(f"bench: hosts {r['what']}: {json.dumps(r)}", flush=True)
+        else:
+            p.error(f"--cases: unknown case {name!r}")
     print("BENCH " + json.dumps(results), flush=True)
     return 0
 

@@ -43,6 +43,10 @@ STANDBY_FLAG = "--standby"
 # "1" in a standby's environment: the rung it is made for forks its loader workers from a forkserver, which it starts
 # and preloads while it waits (the supervisor sets it for a cold worker of that rung too, so either serves it)
 ENV_FORKSERVER = "YOLO_TRAIN_FORKSERVER"
+# "1" in a standby's environment: its training runs DDP ranks, so it forks their server (worker/rank_server.py) once
+# its imports are done, and the next launch's torch.distributed.run and ranks are forks of it, not cold interpreters
+ENV_RANK_STANDBY = "YOLO_TRAIN_RANK_STANDBY"
+ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu" (worker/ddp.py)
 ULTRALYTICS_DEFAULT_WORKERS = 8
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h: the configuration is wrong; restarting cannot help
 
@@ -417,3 +421,11 @@ class HeartbeatMessage:
                    sent=_float(m.get("sent")), local_rank=_int(m.get("local_rank")), pids=pids,
                    loader=_str(m.get("loader")), step=step, done=_int(m.get("done")), total=_int(m.get("total")),
                    wait=wait)
+
+
+def trains_ranks(train: dict[str, Any], env: dict[str, str], several_hosts: bool = False) -> bool:
+    """Whether our worker trains in DDP ranks under torch.distributed.run: several devices (``device = "0,1"`` or a
+    list), the CPU drill's ranks, or several hosts."""
+    device = train.get("device")
+    several = len(device) > 1 if isinstance(device, (list, tuple)) else "," in str(device or "").strip(", ")
+    return several or several_hosts or env.get(ENV_CPU_RANKS, "").isdigit() and int(env[ENV_CPU_RANKS]) >= 2

@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ultralytics.engine import validator
 from ultralytics.utils import LOCAL_RANK, RANK
 
-from worker.contract import ENV_COMMAND_FD, LaunchRecord
+from worker.contract import ENV_COMMAND_FD, ENV_CPU_RANKS, LaunchRecord
 from worker.exact_resume import ResumePoint
 from worker.heartbeat import ENV_FD, ENV_PATH, Heartbeat
 from worker.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
@@ -48,7 +48,6 @@ from worker.loaders import die_with_parent, drop_ambient_capabilities
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
 ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES:SAMPLES" of a mid-epoch checkpoint, for the ranks
 ENV_COLLECTIVE_TIMEOUT = "YOLO_TRAIN_COLLECTIVE_TIMEOUT"  # seconds a rank may wait in one collective
-ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu"
 COLLECTIVE_TIMEOUT = 600.0  # default: longer than a validation pass (the other ranks wait for rank 0's)
 
 # For NCCL ranks, set unless the user's [worker] env says otherwise: a timed-out collective tears the process down
@@ -156,20 +155,24 @@ def setup_process_group(trainer: Any, ultralytics_setup: Callable[[], None]) -> 
 
 
 def forward_stop() -> bool:
-    """In the launching worker, on the supervisor's SIGUSR1: pass it to rank 0 (a grandchild, through
-    torch.distributed.run), which saves at its next batch boundary and stops; False when no rank 0 runs."""
-    for child in _children(os.getpid()):
-        for rank in _children(child):
+    """In the launching worker, on the supervisor's SIGUSR1: pass it to rank 0 (through torch.distributed.run), which
+    saves at its next batch boundary and stops; False when no rank 0 runs. Rank 0 is the shallowest descendant
+    started with RANK=0: the rank itself, or the stub that stands for a rank forked by the rank server
+    (worker/rank_server.py), which passes the signal on (a rank's loader workers, deeper, inherit its RANK)."""
+    level = _children(os.getpid())
+    while level:
+        for pid in level:
             try:
-                environ = Path(f"/proc/{rank}/environ").read_bytes().split(b"\0")
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
             if b"RANK=0" in environ:
                 try:
-                    os.kill(rank, signal.SIGUSR1)
+                    os.kill(pid, signal.SIGUSR1)
                     return True
                 except ProcessLookupError:
                     return False
+        level = [child for pid in level for child in _children(pid)]
     return False
 
 

@@ -21,12 +21,12 @@ from typing import Any
 
 from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-from worker import ddp, multinode, startup_steps
+from worker import ddp, multinode, rank_server, startup_steps
 from worker.checkpointing import (EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint,
                                   strip_atomically)
 from worker.commands import relay_to_ranks
-from worker.contract import (ENV_FORKSERVER, EXIT_CONFIG, STANDBY_FLAG, LaunchRecord, LaunchRecordError, StartupStep,
-                             loader_workers)
+from worker.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, EXIT_CONFIG, STANDBY_FLAG, LaunchRecord,
+                             LaunchRecordError, StartupStep, loader_workers)
 from worker.demo_data import ensure_demo_dataset
 from worker.exact_resume import ResumePoint
 from worker.heartbeat import Heartbeat
@@ -75,6 +75,8 @@ def stand_by(parent: int) -> str | None:
     import torch._inductor  # noqa: F401  (init_seeds' use_deterministic_algorithms imports it: 1.9 s on a CPU)
     from matplotlib import font_manager  # noqa: F401  (the dataset check's font lookup, worker/patches/offline.py)
 
+    if os.environ.get(ENV_RANK_STANDBY) == "1":
+        rank_server.start()  # before the forkserver and any thread: the ranks are forks of this interpreter
     if os.environ.get(ENV_FORKSERVER) == "1":
         start_forkserver()  # its imports are paid while we wait, too
 
@@ -140,6 +142,7 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
     if record_path is None:
         raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
     ddp.prepare_ranks(record_path, hb.fd, trainer.link.resume_point)
+    launch_through_rank_server()
     os.environ.update(relay_to_ranks(trainer.link.commands, trainer.world_size,
                                      on_stop=lambda: STOP_REQUESTED.append(True)))
     signal.signal(signal.SIGUSR1, lambda *_: (STOP_REQUESTED.append(True), ddp.forward_stop()))  # by hand
@@ -166,6 +169,22 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
     hb.phase("done")
     trainer.link.faults.after_done()
     return 0
+
+
+def launch_through_rank_server() -> None:
+    """With the ranks' server running (a standby made for DDP: worker/rank_server.py), torch.distributed.run and every
+    rank are forked from it: Ultralytics' command (or the rendezvous's, worker/multinode.py) goes through its stubs."""
+    if not os.environ.get(rank_server.ENV_ADDRESS):
+        return
+    from ultralytics.engine import trainer as engine
+
+    command = engine.generate_ddp_command
+
+    def through_the_server(trainer: Any) -> tuple[list[str], str]:
+        cmd, file = command(trainer)
+        return rank_server.through_server(cmd), file
+
+    engine.generate_ddp_command = through_the_server
 
 
 def strip_finished(last: Path) -> None:

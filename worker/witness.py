@@ -188,14 +188,31 @@ def loader_wait(stack: Stack) -> Match | None:
 _C10D = ("torch/distributed/distributed_c10d.py",)
 
 
+_BACKWARD = ("torch/autograd/graph.py",)
+
+
 def collective_wait(stack: Stack) -> Match | None:
     frame = stack.first(_C10D)
     if frame is not None:
         return Match(frame.f_code.co_name)
+    if stack.first(_BACKWARD, ("_engine_run_backward",)) is not None and in_process_group() \
+            and not stack.device_busy():
+        # DDP's reducer all-reduces the gradients from inside the autograd engine; on the CPU (gloo) backward
+        # returns only when its peers sent theirs (on a GPU it only queues them: a wait there is the device's)
+        return Match("backward (DDP's gradient all-reduce)")
     call = re.search(r"([A-Za-z_][\w.]*)\.wait\(", stack.line)
     if call and _type_named(stack.named_on_line().get(call.group(1)), "Work"):  # an async collective's Work.wait()
         return Match("wait")
     return None
+
+
+def in_process_group() -> bool:
+    """A torch.distributed process group of several ranks is up in this process (never imports it)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    except Exception:  # noqa: BLE001  (a group being torn down: no word on it)
+        return False
 
 
 _CUDA_SYNC = ("torch/cuda/__init__.py", "torch/cuda/streams.py")

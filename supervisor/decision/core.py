@@ -250,6 +250,13 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
                                                               "run again",
                               detail=f"{how}: {(event.last_words or 'the worker refused its configuration')[:300]}")
     ending = _ending_signature(s, event.last_words)
+    timed_out = ending if ending is not None and ending.remedy == Remedy.COLLECTIVE_HANG else \
+        next((seen for seen in a.signatures.values() if seen.remedy == Remedy.COLLECTIVE_HANG), None)
+    if timed_out is not None:  # torch's own collective bound ended a rank before our verdict: the same hang
+        phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
+        return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}",
+                              detail=f"{how} after torch's collective timeout ended a rank "
+                                     f"({timed_out.line.strip()[:240]}): {timed_out.advice}")
     if ending is not None and ending.remedy == Remedy.CONFIG_ERROR:
         return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure=ending.name, then=After.CONFIG_ERROR,
                               advice=ending.advice, detail=f"{how}: {ending.line.strip()[:200]}")

@@ -98,6 +98,10 @@ class Incident:
     loss: Loss | None = kept(default=None, flat=True)  # None: the attempt never trained
     resumes_from: dict[str, Any] | None = kept(default=None, omitted=True)  # the checkpoint the core knew of
     stopped_first_rank: int | None = kept(default=None, omitted=True)  # under DDP: the rank whose progress is oldest
+    # under DDP, from the ranks' witnesses (witness.py): the rank the others waited for, and where each rank waited
+    # ({rank, pid, waiting, waiting_kind}, as status --json's watchdog.ranks)
+    hung_rank: int | None = kept(default=None, omitted=True)
+    ranks: tuple[dict[str, Any], ...] = kept(default=(), omitted=True)
     # -- several hosts ([distributed]) --
     node_rank: int | None = kept(default=None, omitted=True)  # this host's
     host: str | None = kept(default=None, omitted=True)  # this host's name (from the shell)

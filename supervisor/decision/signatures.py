@@ -74,6 +74,23 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature("hosts_disagree", re.compile(r"yolo-train: the hosts' configurations differ"), Remedy.CONFIG_ERROR,
               "the hosts of this job run different configs: give every host the same [train], [ladder] and "
               "[distributed] (all but node_rank), then run again"),
+    # torch's own bound on a collective ended a rank: the hang of a peer, not a crash of another cause.
+    # ProcessGroupNCCL.cpp's watchdog (TORCH_NCCL_ASYNC_ERROR_HANDLING): "[rank0]:[E1218 20:27:21.426415540
+    # ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1,
+    # OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran for 600081 milliseconds before
+    # timing out.", then "Some NCCL operations have failed or timed out. ... we are taking the entire process down."
+    # and SIGABRT; its heartbeat monitor: "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making
+    # progress in monitoring enqueued collectives." / "Heartbeat monitor timed out! Process will be terminated after
+    # dumping debug info." (the Flight Recorder's dump, where TORCH_NCCL_TRACE_BUFFER_SIZE is set). Gloo raises in
+    # the waiting rank: "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out
+    # waiting 3000ms for recv operation to complete" (seen here with torch 2.14's gloo at a 3 s timeout).
+    Signature("collective_timeout", re.compile(
+        r"Watchdog caught collective operation timeout|Some NCCL operations have failed or timed out|"
+        r"ProcessGroupNCCL's watchdog got stuck|Heartbeat monitor timed out|"
+        r"gloo/transport/tcp/unbound_buffer\.cc:\d+\] Timed out waiting \d+ms for (?:recv|send) operation"),
+        Remedy.COLLECTIVE_HANG,
+        "torch's collective timeout ended a rank that waited for a hung peer: the hang, restarted from the newest "
+        "checkpoint as one"),
     # MIOpen: "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may
     # degrade. Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package"
     Signature("miopen_kdb_missing", re.compile(r"MIOpen\(HIP\): Warning \[SQLiteBase\] Missing system database file"),

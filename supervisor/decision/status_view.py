@@ -65,12 +65,24 @@ def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 
 
 @dataclass(frozen=True)
+class RankWaitView(View):
+    rank: int = 0
+    pid: int | None = None
+    waiting: str | None = None
+    waiting_kind: str | None = None
+
+
+@dataclass(frozen=True)
 class Watchdog(View):
     timeout: str = ""  # which timeout the next deadline is ("train auto", "startup_timeout", ...)
     fires_in: float | None = None
     tree_idle_seconds: float | None = None  # how long the worker's whole tree has done nothing; None: busy, unknown
     waiting: str | None = None  # where the training process says it waits in this stall (witness.py); None: no word
     waiting_kind: str | None = None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere
+    # under DDP: where each rank waits in this stall ({rank, pid, waiting, waiting_kind}; waiting None: no word) and
+    # the rank the others wait for (witness.hung_rank); [] and None on one process
+    ranks: list[RankWaitView] = field(default_factory=list)
+    hung_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -260,7 +272,7 @@ def snapshot(s: Supervision, now: Now) -> Status:
         worker_spawned=a.spawned_wall, startup_seconds=a.startup_seconds, **_startup_step_view(s),
         watchdog=Watchdog(due.label, None if due.at is None else due.at - now.mono,
                           None if a.idle_since is None else now.mono - a.idle_since,
-                          *_waiting(a)),
+                          *_waiting(a), *_ranks_waiting(a)),
         last_restart=s.restart_times[-1] if s.restart_times else None,
         last_incident=s.incidents[-1].to_dict() if s.incidents else None,
         exit=s.exit,
@@ -287,6 +299,14 @@ def snapshot(s: Supervision, now: Now) -> Status:
 def _waiting(a: Attempt) -> tuple[str | None, str | None]:
     said = witness.telling(a.waits, a.loaders)[0]
     return (None, None) if said is None else (witness.describe(said), said.report.kind.value)
+
+
+def _ranks_waiting(a: Attempt) -> tuple[list[RankWaitView], int | None]:
+    if not a.ranks:
+        return [], None
+    stalled = bool(a.waits)
+    return ([RankWaitView(w.rank, w.pid, w.waiting, w.waiting_kind) for w in witness.by_rank(a.ranks, a.waits)],
+            witness.hung_rank(a.ranks, a.waits, a.loaders) if stalled else None)
 
 
 def _counts(counter: Counter[Any]) -> dict[str, int]:

@@ -19,6 +19,7 @@ The witness is judged first; the tree's activity and the stacks come after it:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from supervisor.vocabulary import State
 from worker.contract import WaitKind, WaitReport
@@ -70,6 +71,86 @@ def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: f
     if culprit is not None or report.kind == WaitKind.DEVICE and state == State.HEALTHY:
         return stall_since
     return tree_idle_since
+
+
+class Rank(Protocol):
+    """What the ranks' naming reads of a rank (decision/state.py's RankView)."""
+    pid: int
+    last_progress_at: float | None
+
+
+@dataclass(frozen=True)
+class RankWait:
+    """Where one rank waits in this stall, as status --json (``watchdog.ranks``) and the incident (``ranks``) say."""
+    rank: int
+    pid: int | None
+    waiting: str | None  # its witness's word since its last progress (``describe``); None: it said nothing
+    waiting_kind: str | None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere
+
+
+def by_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen]) -> list[RankWait]:
+    """Every rank that spoke in this attempt, in rank order, with its word in this stall."""
+    out = []
+    for r, view in sorted(ranks.items()):
+        seen = waits.get(r)
+        out.append(RankWait(r, view.pid, None if seen is None else describe(seen),
+                            None if seen is None else seen.report.kind.value))
+    return out
+
+
+# The order in which a rank's word makes it the hung one: a rank in a collective waits for its peers and is never it.
+HUNG_ORDER = ("loader", WaitKind.DEVICE, None, WaitKind.ELSEWHERE, WaitKind.LOCK, WaitKind.IO, WaitKind.SLEEP)
+
+
+def hung_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
+              loaders: dict[int, tuple[int | None, str]]) -> int | None:
+    """The rank the others wait for. A rank in a collective waits for its peers, so the hung one is among the others:
+    first a rank whose loader worker owes its batch, then a device wait, then a rank that says nothing while another
+    spoke (stopped, or in native code that holds the GIL: its witness cannot run), then elsewhere, a lock, I/O, a
+    sleep; between ranks alike, the one whose progress is the oldest. When every rank waits in a collective: the one
+    whose progress is the oldest. None outside DDP."""
+    if not ranks:
+        return None
+    said = {r: w for r, w in waits.items() if r is not None and r in ranks}
+
+    def oldest(r: int) -> float:
+        at = ranks[r].last_progress_at
+        return float("-inf") if at is None else at
+
+    candidates = []
+    for r in ranks:
+        seen = said.get(r)
+        if seen is None:
+            order = HUNG_ORDER.index(None) if said else None
+        elif seen.report.kind == WaitKind.COLLECTIVE:
+            order = None
+        elif loader_culprit(seen.report, loaders) is not None:
+            order = 0
+        else:
+            order = HUNG_ORDER.index(seen.report.kind)
+        if order is not None:
+            candidates.append((order, oldest(r), r))
+    if candidates:
+        return min(candidates)[2]
+    return min(ranks, key=lambda r: (oldest(r), r))
+
+
+def ranks_phrase(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
+                 loaders: dict[int, tuple[int | None, str]]) -> str | None:
+    """The ranks named, the hung one first: "rank 1 waits for the device (synchronize) at ...; rank 0 waits in a
+    collective (all_reduce) at ... for rank 1". None without DDP, or when no rank said anything."""
+    hung = hung_rank(ranks, waits, loaders)
+    if hung is None or not any(r in ranks for r in waits if r is not None):
+        return None
+    parts = []
+    for r in [hung, *(r for r in sorted(ranks) if r != hung)]:
+        seen = waits.get(r)
+        if seen is None:
+            parts.append(f"rank {r} (pid {ranks[r].pid}) says nothing: stopped, or in native code that holds the GIL")
+            continue
+        waiting_for = f" for rank {hung}" if r != hung and seen.report.kind == WaitKind.COLLECTIVE else ""
+        parts.append(describe(seen) + waiting_for)
+    return "; ".join(parts)
 
 
 def describe(seen: WaitSeen) -> str:

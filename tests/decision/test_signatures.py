@@ -45,6 +45,11 @@ for i in range(20):
                           "is allocated by PyTorch, and 301.66 MiB is reserved by PyTorch but unallocated."}[mode],
               file=sys.stderr, flush=True)
         sys.exit(1)
+    if attempt == 1 and i == 8 and mode == "nccl_timeout":  # torch's own bound on a collective ends the rank
+        print("[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=3, NumelOut=3, Timeout(ms)=5000) ran "
+              "for 5081 milliseconds before timing out.", file=sys.stderr, flush=True)
+        os.abort()  # as ProcessGroupNCCL takes the process down: SIGABRT
 hb.phase("done")
 '''
 
@@ -112,7 +117,24 @@ def test_a_hang_before_the_first_batch_after_the_miopen_warning_turns_the_conv_f
     assert read_state(state_dir)["status"]["rung"] == 0  # the remedy instead of a rung: fewer workers would not help
 
 
+def test_a_rank_ended_by_torchs_collective_watchdog_is_the_hang_restarted_from_the_checkpoint_not_a_crash(run_fake):
+    result, state_dir, _ = run_fake("nccl_timeout")
+    assert result.returncode == 0, result.stderr[-2000:]
+    incident = read_incidents(state_dir)[0]
+    assert (incident["reason"], incident["phase"], incident["tiers"]) == ("hang", "train", ["restart"])
+    assert "after torch's collective timeout ended a rank" in incident["detail"]
+    assert "Watchdog caught collective operation timeout" in incident["detail"]
+    assert read_state(state_dir)["status"]["attempt"] == 2
+
+
 @pytest.mark.parametrize("line, name", [
+    (("[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran "
+      "for 600081 milliseconds before timing out."), "collective_timeout"),
+    (("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed "
+      "out waiting 3000ms for recv operation to complete"), "collective_timeout"),
+    (("[rank1]:[E1126 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank 1] ProcessGroupNCCL's watchdog "
+      "got stuck for 480 seconds without making progress in monitoring enqueued collectives."), "collective_timeout"),
     ("RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`", "rocm_mismatch"),
     ("hipErrorNoBinaryForGpu: Unable to find code object for all current devices!", "rocm_mismatch"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "gpu_oom"),

@@ -88,7 +88,7 @@ AGENT_KEYS = ["supervisor_pid", "config", "state_dir", "updated", "heartbeats", 
               "standby_pid", "run_dir", "checkpoint"]  # run_dir: several hosts' shared directory (issue 30)
 NESTED_KEYS = {
     "watchdog": ["timeout", "fires_in", "tree_idle_seconds",  # tree_idle_seconds: issue 29, the idle floor
-                 "waiting", "waiting_kind"],  # issue 38: where the training process says it waits
+                 "waiting", "waiting_kind", "ranks", "hung_rank"],  # issue 38: where the training process says it waits
     "last_checkpoint": ["path", "epoch", "batch", "age_seconds", "seconds"],
     "checkpoint_interval": ["auto", "max", "hold_seconds", "mean_time_between_hangs"],
     "probe": ["in_seconds", "from", "probation", "hangs_by_rung", "target"],

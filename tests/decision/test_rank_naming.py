@@ -1,0 +1,76 @@
+"""The ranks named (issue 39): under DDP each rank's witness says where it waits; the status and the incident say
+which rank the others wait for and where each one waited (supervisor/decision/witness.py's ``hung_rank``,
+``by_rank``, ``ranks_phrase``). On a chosen clock: ``loading`` trains at 0.5 s a batch until LAST_BATCH."""
+
+from supervisor.decision import core, status_view
+from tests.decision.test_witness_judgement import LAST_BATCH, word
+from tests.helpers.driver import kinds, loading
+
+RANK_0, RANK_1 = 7002, 7001
+
+
+def status(d) -> dict:
+    return status_view.snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()
+
+
+def test_a_rank_in_a_device_wait_is_named_and_the_rank_in_all_reduce_waits_for_it():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")  # rank 0 waits for rank 1's gradients
+    word(d, "device", pid=RANK_1, rank=1, function="synchronize")
+    watchdog = status(d)["watchdog"]
+    assert watchdog["hung_rank"] == 1
+    assert [(r["rank"], r["pid"], r["waiting_kind"]) for r in watchdog["ranks"]] == \
+        [(0, RANK_0, "collective"), (1, RANK_1, "device")]
+    assert watchdog["ranks"][1]["waiting"].startswith("rank 1 waits for the device (synchronize)")
+    actions = d.at(LAST_BATCH + 5.01)(core.Tick())  # a device wait in training: the idle bound, then the restart
+    assert "KillTree" in kinds(actions)
+    incident = d.s.incidents[-1].to_dict()
+    assert incident["hung_rank"] == 1
+    assert [(r["rank"], r["waiting_kind"]) for r in incident["ranks"]] == [(0, "collective"), (1, "device")]
+    first, second = incident["witness"].split("; ")
+    assert first.startswith("rank 1 waits for the device (synchronize)")
+    assert second.startswith("rank 0 waits in a collective (all_reduce)") and second.endswith("for rank 1")
+
+
+def test_a_rank_that_says_nothing_while_another_waits_in_a_collective_is_the_hung_one():
+    d = loading()
+    d.beat("train", kind="loader", pid=RANK_1, rank=1, progress=0, pids=[5101], seconds=0.4, loader="train")
+    d.t = LAST_BATCH + 1.0
+    word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")  # rank 1 is stopped: its witness is silent
+    watchdog = status(d)["watchdog"]
+    assert watchdog["hung_rank"] == 1
+    assert watchdog["ranks"][1] == {"rank": 1, "pid": RANK_1, "waiting": None, "waiting_kind": None}
+    d.at(LAST_BATCH + 10.01)(core.Tick())
+    incident = d.s.incidents[-1].to_dict()
+    assert incident["hung_rank"] == 1
+    assert incident["witness"].startswith(f"rank 1 (pid {RANK_1}) says nothing")
+    assert incident["witness"].endswith("for rank 1")
+
+
+def test_one_process_has_no_ranks_in_its_status_nor_its_incident():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    word(d, "device", function="synchronize")
+    assert (status(d)["watchdog"]["ranks"], status(d)["watchdog"]["hung_rank"]) == ([], None)
+    d.at(LAST_BATCH + 5.01)(core.Tick())
+    incident = d.s.incidents[-1].to_dict()
+    assert "hung_rank" not in incident and "ranks" not in incident
+    assert incident["witness"].startswith("waits for the device")
+
+
+def test_a_rank_asleep_is_the_hung_one_beside_a_rank_in_backwards_all_reduce_and_of_two_device_waits_the_older():
+    from supervisor.decision import witness
+    from supervisor.decision.state import RankView
+    from supervisor.decision.witness import WaitSeen
+    from worker.contract import WaitKind, WaitReport
+
+    def seen(rank: int, kind: WaitKind) -> WaitSeen:
+        return WaitSeen(WaitReport(kind=kind, where="x.py:1 in f", stalled=1.0), 100.0, rank)
+
+    ranks = {0: RankView(RANK_0, last_progress_at=90.0), 1: RankView(RANK_1, last_progress_at=91.0)}
+    # gloo: rank 0 in backward's all-reduce (a collective, worker/witness.py), rank 1 in the fault's sleep
+    assert witness.hung_rank(ranks, {0: seen(0, WaitKind.COLLECTIVE), 1: seen(1, WaitKind.SLEEP)}, {}) == 1
+    # NCCL: both wait for their device (rank 0's all-reduce kernel waits for rank 1's): the older progress hung
+    assert witness.hung_rank(ranks, {0: seen(0, WaitKind.DEVICE), 1: seen(1, WaitKind.DEVICE)}, {}) == 0
+    assert witness.hung_rank({}, {None: seen(0, WaitKind.DEVICE)}, {}) is None
