@@ -21,8 +21,11 @@ from typing import Any
 
 from supervisor.config import NotifyConfig
 from supervisor.decision.notices import Notice, NoticeLimit
+from supervisor.host import process_tree
 
 log = logging.getLogger("yolo-train")
+
+MARK = "YOLO_TRAIN_NOTIFY_OF"  # in each command's environment, the supervisor's pid: what it leaves behind is its own
 
 
 def payload(notice: Notice, name: str, state_dir: Path) -> dict[str, Any]:
@@ -62,6 +65,8 @@ class NotifyCommand:
         self.limit = NoticeLimit()
         self.running: list[_Running] = []
         self.failed = False  # said once; the next failures are not
+        self.started = False  # a command has been started: children of the supervisor may be its leftovers
+        self.mark = str(os.getpid())
 
     def tell(self, notice: Notice) -> None:
         if self.config.command:
@@ -88,8 +93,13 @@ class NotifyCommand:
             self.running.remove(r)
 
     def pids(self) -> tuple[int, ...]:
-        """Children a kill of the worker's tree must leave alone."""
-        return tuple(r.process.pid for r in self.running)
+        """Children a kill of the worker's tree must leave alone, and whose activity is not the worker's: the
+        commands running, and what they left behind (a daemon, ``setsid ... &``, re-parented to the supervisor once
+        its command ended), found by the mark in its environment."""
+        running = tuple(r.process.pid for r in self.running)
+        if not self.started:
+            return running
+        return running + tuple(p for p in process_tree.children_marked(MARK, self.mark) if p not in running)
 
     def close(self, keepalive=lambda: None) -> None:
         """At the supervisor's exit: the last notices get their time (each its timeout), then are killed;
@@ -104,11 +114,12 @@ class NotifyCommand:
         d = payload(notice, self.name, self.state_dir)
         try:
             process = subprocess.Popen(list(self.config.command), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL, env={**os.environ, **environment(d)},
+                                       stderr=subprocess.DEVNULL, env={**os.environ, **environment(d), MARK: self.mark},
                                        start_new_session=True, close_fds=True)
         except OSError as e:
             self._failure(f"cannot be started ({e.strerror or e})")
             return
+        self.started = True
         data = json.dumps(d).encode() + b"\n"
         try:
             os.set_blocking(process.stdin.fileno(), False)
