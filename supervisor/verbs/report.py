@@ -157,8 +157,16 @@ def gather_night(config: Config) -> Night:
 def read_results(path: Path) -> list[dict[str, float]]:
     """Ultralytics' results.csv, one dict per epoch (its headers are padded with spaces in older versions)."""
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        # Bytes that are not UTF-8 become U+FFFD; a row the reader refuses (a field over csv's 128 KiB) is skipped.
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            reader, rows = csv.DictReader(f), []
+            while True:
+                try:
+                    rows.append(next(reader))
+                except StopIteration:
+                    break
+                except csv.Error:
+                    continue
     except OSError:
         return []
     out = []
@@ -176,6 +184,10 @@ def read_results(path: Path) -> list[dict[str, float]]:
 def report_main(config: Config, out: Path, png: bool) -> int:
     if not config.state_dir.is_dir():
         print(f"yolo-train: {config.state_dir}: no such state directory; pass the run's --config or --state-dir",
+              file=sys.stderr)
+        return 1
+    if out.name in ("", ".", "..") or out.is_dir():
+        print(f"yolo-train: -o {str(out)!r} is a directory, not a file; name the page to write (-o night.html)",
               file=sys.stderr)
         return 1
     night = gather_night(config)

@@ -47,3 +47,21 @@ def test_gpu_readings_get_a_panel_and_the_png_keeps_its_size(tmp_path):
     assert "GPU 0 busy %" in svg and "rung 1" in svg
     png = report.report_plot.timeline(night, "png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == report.report_plot.PNG_SIZE[0]
+
+
+def test_an_output_that_is_a_directory_is_one_line_and_a_strange_results_csv_is_read_as_far_as_it_goes(tmp_path,
+                                                                                                       capsys):
+    """Issue 41: `-o ""`, `-o .`, `-o /` and a results.csv with a field over csv's 128 KiB or bytes that are not
+    UTF-8 gave tracebacks."""
+    (tmp_path / "incidents.jsonl").write_text(json.dumps(INCIDENT) + "\n")
+    config = config_for(tmp_path)
+    for out in (Path(""), Path("."), Path("/"), tmp_path):
+        assert report.report_main(config, out, png=False) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is a directory, not a file; name the page to write (-o night.html)" in err
+    results = tmp_path / "train" / "results.csv"
+    results.parent.mkdir()
+    results.write_bytes(b"epoch,loss\n1,0.5\n2,\xff\xfe\n3," + b"x" * 200_000 + b"\n4,0.25\n")
+    assert [r.get("loss") for r in report.read_results(results)] == [0.5, None, 0.25]
+    assert report.report_main(config, tmp_path / "night.html", png=False) == 0
+    assert '<table id="results">' in (tmp_path / "night.html").read_text()
