@@ -23,6 +23,8 @@ from supervisor.verbs import report_plot
 from supervisor.verbs.report_html import is_number, render
 from supervisor.verbs.status import gather
 
+DEMO_SOURCE = "<demo>"  # config.source of the embedded demo (config.load without a file)
+
 
 @dataclass
 class Night:
@@ -150,7 +152,9 @@ def gather_night(config: Config) -> Night:
     epochs = read_results(results)
     if not epochs:
         missing.append(f"no per-epoch metrics yet ({results} is missing or empty)")
-    return Night(config.name, state_dir, status, samples, incidents, epochs, config.deadline_at,
+    # Without --config the config is the demo's, whatever trained here: the directory names the run, not "demo".
+    name = state_dir.resolve().name or config.name if config.source == DEMO_SOURCE else config.name
+    return Night(name, state_dir, status, samples, incidents, epochs, config.deadline_at,
                  record.get("run_seconds"), missing)
 
 
