@@ -298,7 +298,8 @@ class Agent:
         clean exit)."""
         worker, self.worker = self.worker, None
         if incident is not None:
-            self.handle(what_the_tree_shows(self.config, worker, incident, self._spare(), self.metrics.gpu_readers))
+            self.handle(what_the_tree_shows(self.config, worker, incident, self._spare(), self.metrics.gpu_readers,
+                                            tuple(self.s.current.loaders)))
         w = self.config.watchdog
         if worker is not None:
             for fd in worker.fds:

@@ -117,7 +117,12 @@ def _main(argv: list[str]) -> int:
             return report_main(config, args.output, png=args.png)
         if args.command == "check-config":
             from supervisor.host.torch_build import ladder_for
+            from supervisor.telemetry.notify_command import not_found
 
+            missing = not_found(config.notify.command)
+            if missing:
+                raise ConfigError(f"{config.source}: notify.command: {missing}; give the program's full path or "
+                                  f"install it")
             ladder = ladder_for(config)
             print(f"{config.source}: ok; state_dir {config.state_dir}")
             for i in range(len(ladder)):

@@ -33,11 +33,11 @@ CPU_WINDOW_KEPT = 5.0
 
 
 def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: Incident, spare: Collection[int],
-                        gpu_readers: list) -> core.IncidentEnriched:
+                        gpu_readers: list, loader_pids: Collection[int] = ()) -> core.IncidentEnriched:
     """The processes, the output tail and, for a hung tree, the stacks (``gpu_readers`` sampled alongside). With
     no worker (it is gone already), only the orphans left behind; ``spare``: the standby, not part of the tree.
     The processes' CPU% is taken over the stacks' capture (or the stall inspection's just before), not a wait of
-    its own."""
+    its own. ``loader_pids``: the loader worker processes the worker reported, named so in the stacks."""
     members = worker.tree_members(spare) if worker else process_tree.tree(spare=spare)
     if worker is None:
         return core.IncidentEnriched(incident.id, tuple(process_tree.snapshot(members)))
@@ -50,7 +50,7 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
     found = None
     if config.incidents.stacks and incident.reason in (Reason.HANG, Reason.KERNEL) and incident.stacks is None:
         # (an escalated in-place recovery's were taken already, moments ago)
-        found = capture_stacks(config, worker, incident, [p.pid for p in members], gpu_readers)
+        found = capture_stacks(config, worker, incident, [p.pid for p in members], gpu_readers, loader_pids)
     processes = process_tree.snapshot(members, since=since)
     host = socket.gethostname() if config.distributed.several_hosts else None
     return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host)
@@ -65,18 +65,19 @@ def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loa
                                   StatePaths(config.state_dir).incident_dir(incident.id),
                                   budget=config.incidents.stacks_budget,
                                   gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers
-                                  else None)
+                                  else None, loader_pids=loaders)
     verdict = judge(capture, loaders)
     return StallInspected(incident.id, verdict.loader_wait, verdict.culprits, verdict.why, verdict.rank,
                                as_incident_stacks(capture, config.state_dir))
 
 
-def capture_stacks(config: Config, worker: WorkerProcess, incident: Incident, pids: list[int], gpu_readers: list
-                   ) -> Stacks:
+def capture_stacks(config: Config, worker: WorkerProcess, incident: Incident, pids: list[int], gpu_readers: list,
+                   loader_pids: Collection[int] = ()) -> Stacks:
     """Where each process of the tree waits, before it is killed: bounded by [incidents] stacks_budget, never
     raises."""
     capture = stacks.capture_tree(
         worker.pid, pids, StatePaths(config.state_dir).incident_dir(incident.id),
         budget=config.incidents.stacks_budget,
-        gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers else None)
+        gpu_sample=(lambda: [asdict(s) for s in sample_all(gpu_readers)]) if gpu_readers else None,
+        loader_pids=loader_pids)
     return as_incident_stacks(capture, config.state_dir)

@@ -149,11 +149,16 @@ def _checkpoint_saved(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any
         return []
     if s.saving():
         s.stop.saved = True
-    s.checkpoint = CheckpointMark(m.path, m.epoch or s.current.progress.epoch, m.batch or 0, now.wall, now.mono,
-                                  m.seconds or 0.0)
+    a, epoch, batch = s.current, m.epoch or s.current.progress.epoch, m.batch or 0
+    # Written in the background, it is said a few batches after the position it holds: those batches follow it,
+    # and the training it keeps ends at its own batch's beat (the throughput window's times), not at this message.
+    behind = _batches_after(a.progress, epoch, batch) if m.epoch is not None and m.batch is not None else 0
+    at = a.throughput[-1 - behind][0] if 0 < behind < len(a.throughput) else now.mono
+    at = min(at, now.mono)
+    s.checkpoint = CheckpointMark(m.path, epoch, batch, now.wall - (now.mono - at), at, m.seconds or 0.0)
     if m.seconds is not None:
         s.hang_history.checkpoint_hold(m.seconds)
-    s.current.batches_since_checkpoint = 0
+    a.batches_since_checkpoint = behind
     mark = s.checkpoint
     shared = [PublishCheckpoint(mark.path, mark.epoch, mark.batch, mark.seconds)] \
         if s.config.distributed.several_hosts else []
@@ -171,10 +176,13 @@ def job_checkpoint(s: Supervision, event: JobCheckpointRead, now: Now) -> list[A
     s.checkpoint = CheckpointMark(event.path, event.epoch, event.batch, event.wall,
                                   now.mono - max(0.0, now.wall - event.wall), event.seconds)
     s.hang_history.checkpoint_hold(event.seconds)
-    p = s.current.progress
-    s.current.batches_since_checkpoint = max(0, (p.epoch - event.epoch) * p.batches + p.batch - event.batch) \
-        if p.batches else 0
+    s.current.batches_since_checkpoint = _batches_after(s.current.progress, event.epoch, event.batch)
     return []
+
+
+def _batches_after(p: Progress, epoch: int, batch: int) -> int:
+    """Training batches done after the position (epoch, batch): 0 where the worker has not said an epoch's length."""
+    return max(0, (p.epoch - epoch) * p.batches + p.batch - batch) if p.batches else 0
 
 
 def _note_position(p: Progress, m: HeartbeatMessage) -> None:

@@ -105,6 +105,14 @@ class InPlaceTier:
         return r.acted_at + r.bound, f"no batch within {r.bound:.0f} s after the loader workers were replaced"
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
+        if r.acted_at is not None:
+            # The loader workers the first look blamed are gone and the hang is still there: what that look saw is
+            # said in the detail, and the restart reads the tree as it is now (its stacks, its culprit).
+            stacks = r.incident.stacks
+            first = (stacks.culprit or stacks.where) if stacks else r.incident.witness
+            r.incident = s.amend(r.incident, stacks=None, detail=(
+                f"{r.incident.detail}; its loader worker(s) were replaced in place"
+                + (f" (the first look: {first})" if first else "") + f", then {why}"))
         return [Log("warning", f"in-place recovery not possible: {why}; restarting")]
 
 

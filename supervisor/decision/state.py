@@ -121,7 +121,7 @@ class CheckpointMark:
     epoch: int  # resumes at this epoch (1-based) ...
     batch: int  # ... after this many of its batches
     wall: float
-    mono: float
+    mono: float  # when the training it holds was done (its batch's beat), not when its write was said
     seconds: float  # how long the training loop waited for the save
 
     @classmethod

@@ -59,6 +59,26 @@ def tree(root_pid: int | None = None, spare: Collection[int] = ()) -> list[psuti
     return [p for p in members if _alive(p)]
 
 
+def children_marked(variable: str, value: str) -> list[int]:
+    """The supervisor's children started with ``variable=value`` in their environment: a notify command's daemon
+    (``setsid ... &``) re-parented to the supervisor, the subreaper, is found by its mark, not mistaken for an orphan
+    of the worker's tree. Read from /proc/PID/environ (the environment it was started with)."""
+    mark = f"{variable}={value}".encode()
+    found = []
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return []
+    for c in children:
+        try:
+            with open(f"/proc/{c.pid}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    found.append(c.pid)
+        except OSError:
+            continue
+    return found
+
+
 def stopped(pid: int) -> bool:
     """Whether ``pid`` is stopped (SIGSTOP, a debugger): alive, yet it would run nothing it is given."""
     try:

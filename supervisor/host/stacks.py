@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from supervisor.decision.stack_reading import UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture
 
@@ -41,8 +41,11 @@ def find_py_spy() -> str | None:
 
 
 def capture_tree(main_pid: int, pids: list[int], dest: Path, budget: float = 3.0,
-                 gpu_sample: Callable[[], Any] | None = None, py_spy: str | None = None) -> TreeCapture:
+                 gpu_sample: Callable[[], Any] | None = None, py_spy: str | None = None,
+                 loader_pids: Collection[int] = ()) -> TreeCapture:
     """Stacks of ``pids`` (``main_pid`` among them) within ``budget`` seconds, written to ``dest/stacks.json``.
+    ``loader_pids``: the loader worker processes the worker reported, so named even where no Python stack says so
+    (a stopped or D-state process is read from /proc only).
 
     Never raises; what failed or ran out of time is in the notes of the capture and of each process."""
     start = time.monotonic()
@@ -79,7 +82,7 @@ def capture_tree(main_pid: int, pids: list[int], dest: Path, budget: float = 3.0
                 p.add_note(f"abandoned at the {budget:g} s budget while {step}")
         if gpu_sample is not None and "sample" not in gpu and "error" not in gpu:
             notes.append(f"GPU sample abandoned at the {budget:g} s budget")
-        _assign_roles(main_pid, processes)
+        _assign_roles(main_pid, processes, set(loader_pids))
         capture = TreeCapture(main_pid, list(processes.values()), time.monotonic() - start, budget, notes,
                               gpu.get("sample", gpu.get("error")))
     except Exception as e:  # never into the caller: it has a tree to kill
@@ -254,12 +257,13 @@ def _local_int(local_vars: list[dict] | None, name: str) -> int | None:
     return None
 
 
-def _assign_roles(main_pid: int, processes: dict[int, ProcessStacks]) -> None:
-    """"main" or "rank R"; "DataLoader worker N" for a process running torch's _worker_loop (N from its
-    locals, else its place among its parent's workers by pid); "child of PID" otherwise."""
+def _assign_roles(main_pid: int, processes: dict[int, ProcessStacks], loader_pids: Collection[int] = ()) -> None:
+    """"main" or "rank R"; "DataLoader worker N" for a process running torch's _worker_loop or one the worker
+    reported as its loader's (N from its locals, else its place among its parent's workers by pid); "child of PID"
+    otherwise."""
     workers_by_parent: dict[int | None, list[ProcessStacks]] = {}
     for p in processes.values():
-        if p.pid != main_pid and p.is_dataloader_worker:
+        if p.pid != main_pid and (p.is_dataloader_worker or p.pid in loader_pids):
             workers_by_parent.setdefault(p.ppid, []).append(p)
     for siblings in workers_by_parent.values():
         for n, p in enumerate(sorted(siblings, key=lambda s: s.pid)):

@@ -4,6 +4,8 @@ SQLite from the standard library: one file a user can query (``sqlite3 history.d
 in WAL mode, where a commit is one append to the log and a SIGKILL at any moment leaves the last committed sample
 readable; a full disk fails the write (SQLITE_FULL), never the file. A failed write is said once and the supervisor
 goes on without history until a write succeeds again (tried every RETRY seconds); training never waits for it.
+The log is moved into the file every CHECKPOINT_EVERY seconds, so a copy of history.db alone holds all but the last
+minute; a file copied without the log it needed says so, not "damaged".
 
 A sample is taken at most every SAMPLE_INTERVAL seconds, and at once when the state, phase or rung changes. Older
 samples are thinned (THIN): past 6 hours one a minute is kept, past 2 days one per 5 minutes, past 2 weeks one per
@@ -30,6 +32,7 @@ THIN = ((6 * 3600.0, 60.0), (2 * 86400.0, 300.0), (14 * 86400.0, 1800.0))  # (ol
 MAX_ROWS = 30_000  # a year and a half of samples thinned so
 THIN_EVERY = 600.0  # seconds of samples between thinning passes
 RETRY = 60.0  # seconds between tries after a failed write
+CHECKPOINT_EVERY = 60.0  # seconds between moves of the log (history.db-wal) into history.db
 
 # The status's own JSON names (status --json), one column each, rounded to what a picture shows; gpus is a JSON list
 # of [utilization_ratio, memory_used_bytes, temperature_celsius, power_watts] per GPU, in the readers' order.
@@ -49,6 +52,7 @@ class History:
         self.db: sqlite3.Connection | None = None
         self.last: tuple[float, Any, Any, Any] | None = None  # time, state, phase, rung of the last sample
         self.thinned_at: float | None = None
+        self.checkpointed_at: float | None = None
         self.retry_at = 0.0
         self.failed = False  # said once
 
@@ -76,6 +80,11 @@ class History:
             if self.thinned_at is None or now - self.thinned_at >= THIN_EVERY:
                 self.thinned_at = now
                 thin(db, now)
+            if self.checkpointed_at is None or now - self.checkpointed_at >= CHECKPOINT_EVERY:
+                # The samples move from history.db-wal into history.db itself: a copy of the file alone holds them
+                # (SQLite's own checkpoint waits for 1000 pages, days of samples). PASSIVE: never waits for a reader.
+                self.checkpointed_at = now
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except (sqlite3.Error, OSError) as e:
             self._failed(e, now)
             return False
@@ -154,6 +163,7 @@ def read(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
     path = StatePaths(state_dir).history
     if not path.exists():
         return [], f"no {path.name} (a state directory of a version before the history, or no sample written yet)"
+    left_behind = _wal_left_behind(path)  # (before reading: a reader may make an empty log beside it)
     best: list[dict[str, Any]] = []
     error = "empty"
     for mode in ("ro", "ro&immutable=1"):
@@ -171,4 +181,25 @@ def read(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
             error = str(e)
             best = max(best, rows, key=len)
     shown = f"only {len(best)} samples of it could be read" if best else "none of it could be read"
+    if left_behind:
+        return sorted(best, key=lambda r: r["t"]), (
+            f"{path.name} is in WAL mode and its log {path.name}-wal is not beside it (copied without it?): the "
+            f"samples since its last checkpoint are in that log; {shown}; copy {path.name}-wal with it")
     return sorted(best, key=lambda r: r["t"]), f"{path.name} is damaged ({error}): {shown}; the timeline has gaps"
+
+
+def _wal_left_behind(path: Path) -> bool:
+    """The file is whole (as many pages as its header says), in WAL mode (header bytes 18-19: 2, 2), and has no log
+    beside it: what a file copied without its -wal looks like; a truncated one is not whole."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(32)
+        size = path.stat().st_size
+    except OSError:
+        return False
+    if len(header) < 32 or header[:16] != b"SQLite format 3\0" or header[18:20] != b"\2\2":
+        return False
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    whole = size == page_size * int.from_bytes(header[28:32], "big")
+    return whole and not path.with_name(path.name + "-wal").exists()

@@ -199,6 +199,10 @@ class StateDir(StatePaths):
                 log.error(f"{self.state_file}: cannot write state ({why}); free disk space in "
                           f"{self.path}")
             self._write_failed = True
+            try:  # the file's time alone needs no space: `status` tells a loop that runs from one that hangs
+                os.utime(self.state_file)
+            except OSError:
+                pass
 
     def append_incident(self, incident: dict[str, Any]) -> None:
         """One line, written by one write() and fsynced; after a torn last line (a crash mid-append) it starts on

@@ -23,6 +23,8 @@ from supervisor.verbs import report_plot
 from supervisor.verbs.report_html import is_number, render
 from supervisor.verbs.status import gather
 
+DEMO_SOURCE = "<demo>"  # config.source of the embedded demo (config.load without a file)
+
 
 @dataclass
 class Night:
@@ -150,15 +152,25 @@ def gather_night(config: Config) -> Night:
     epochs = read_results(results)
     if not epochs:
         missing.append(f"no per-epoch metrics yet ({results} is missing or empty)")
-    return Night(config.name, state_dir, status, samples, incidents, epochs, config.deadline_at,
+    # Without --config the config is the demo's, whatever trained here: the directory names the run, not "demo".
+    name = state_dir.resolve().name or config.name if config.source == DEMO_SOURCE else config.name
+    return Night(name, state_dir, status, samples, incidents, epochs, config.deadline_at,
                  record.get("run_seconds"), missing)
 
 
 def read_results(path: Path) -> list[dict[str, float]]:
     """Ultralytics' results.csv, one dict per epoch (its headers are padded with spaces in older versions)."""
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        # Bytes that are not UTF-8 become U+FFFD; a row the reader refuses (a field over csv's 128 KiB) is skipped.
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            reader, rows = csv.DictReader(f), []
+            while True:
+                try:
+                    rows.append(next(reader))
+                except StopIteration:
+                    break
+                except csv.Error:
+                    continue
     except OSError:
         return []
     out = []
@@ -176,6 +188,10 @@ def read_results(path: Path) -> list[dict[str, float]]:
 def report_main(config: Config, out: Path, png: bool) -> int:
     if not config.state_dir.is_dir():
         print(f"yolo-train: {config.state_dir}: no such state directory; pass the run's --config or --state-dir",
+              file=sys.stderr)
+        return 1
+    if out.name in ("", ".", "..") or out.is_dir():
+        print(f"yolo-train: -o {str(out)!r} is a directory, not a file; name the page to write (-o night.html)",
               file=sys.stderr)
         return 1
     night = gather_night(config)

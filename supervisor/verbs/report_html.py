@@ -10,6 +10,8 @@ from typing import Any
 
 from supervisor.verbs import report_plot
 
+INCIDENTS_IN_FULL = 200  # the newest incidents the page shows one a row; the earlier ones are counted by kind
+
 
 def render(night: Any) -> str:
     s = night.status
@@ -73,9 +75,13 @@ def _rungs_html(night: Any) -> str:
 def _incidents_html(night: Any) -> str:
     if not night.incidents:
         return "<h2>Incidents</h2><p>None.</p>"
-    out = ['<h2>Incidents</h2><table id="incidents"><tr><th>#</th><th>when</th><th>cause</th><th>phase</th>'
-           '<th>position</th><th>rung</th><th>where each process sat</th><th>cost</th><th>remedy</th></tr>']
-    for n, i in enumerate(night.incidents, 1):
+    out = ["<h2>Incidents</h2>"]
+    first = max(0, len(night.incidents) - INCIDENTS_IN_FULL)
+    if first:
+        out.append(_earlier_incidents_html(night.incidents[:first]))
+    out.append('<table id="incidents"><tr><th>#</th><th>when</th><th>cause</th><th>phase</th>'
+               '<th>position</th><th>rung</th><th>where each process sat</th><th>cost</th><th>remedy</th></tr>')
+    for n, i in enumerate(night.incidents[first:], first + 1):
         tier = f" (tier {_e(i['tier'])})" if i.get("tier") is not None else ""
         frames = i.get("summary") or ([i["culprit"]] if i.get("culprit") else [])
         where = "<ul>" + "".join(f"<li><code>{_e(line)}</code></li>" for line in frames) + "</ul>" if frames else \
@@ -97,6 +103,28 @@ def _incidents_html(night: Any) -> str:
                    f'<td>{_e("; ".join(cost))}</td><td>{_e(_remedy(night, n - 1))}</td></tr>')
     out.append("</table>")
     return "".join(out)
+
+
+def _earlier_incidents_html(incidents: list[dict[str, Any]]) -> str:
+    """The incidents before the newest INCIDENTS_IN_FULL, one row per kind (cause, phase, where it hung): how many,
+    when the first and the last, and what they cost together."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for i in incidents:
+        key = (str(i.get("reason")), str(i.get("phase")), str(i.get("where") or i.get("culprit") or "not recorded"))
+        groups.setdefault(key, []).append(i)
+    rows = []
+    for (reason, phase, where), group in sorted(groups.items(), key=lambda g: -len(g[1])):
+        times = [i["time"] for i in group if is_number(i.get("time"))]
+        stall = sum(i["seconds_since_progress"] for i in group if is_number(i.get("seconds_since_progress")))
+        lost = sum(i["lost_seconds"] for i in group if is_number(i.get("lost_seconds")))
+        span = f"{_clock(min(times), True)} to {_clock(max(times), True)}" if times else "?"
+        rows.append(f'<tr class="incident-group"><td>{len(group)}</td><td>{_e(reason)}</td><td>{_e(phase)}</td>'
+                    f'<td><code>{_e(where)}</code></td><td>{span}</td><td>stall {_duration(stall)}, lost '
+                    f'{_duration(lost)}</td></tr>')
+    return (f'<p id="incidents-earlier">The {len(incidents)} incidents before the newest {INCIDENTS_IN_FULL}, by '
+            f'kind (<code>yolo-train incidents</code> has each):</p><table id="incident-groups"><tr><th>count</th>'
+            f'<th>cause</th><th>phase</th><th>where it hung</th><th>first to last</th><th>cost</th></tr>'
+            + "".join(rows) + "</table><p>The newest, each in full:</p>")
 
 
 def _remedy(night: Any, k: int) -> str:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 PNG_SIZE = (1400, 600)  # pixels of `report --png`
+LABELLED = 40  # incidents up to this many are labelled on the timeline; more are drawn as thin lines alone
 DPI = 100
 RUNG_COLOURS = ("#f1f5fb", "#edf7ed", "#fbf5e6", "#f5eef9", "#ebf7f7", "#f7f7f7", "#fafae4", "#f9eef2")
 
@@ -43,17 +44,23 @@ def timeline(night: Any, fmt: str = "svg") -> bytes:
                              dpi=DPI)
     speed, progress = axes[0], axes[-1]
     t0, t1 = night.span
+    pixel = max(1e-3, (t1 - t0) / PNG_SIZE[0])  # seconds a pixel of the plot spans, about
+    times = [(n, i["time"]) for n, i in enumerate(night.incidents, 1) if isinstance(i.get("time"), (int, float))]
+    many = len(times) > LABELLED
     if gpus:
         _gpu_panel(axes[1], gpus)
     for ax in axes:
         for start, end, rung in night.rung_bands:
             ax.axvspan(_when(start), _when(end), color=RUNG_COLOURS[rung % len(RUNG_COLOURS)], zorder=0, lw=0)
-        for start, end, kind in night.lost_spans:
-            if kind == "down":
-                ax.axvspan(_when(start), _when(end), color="#d62728", alpha=0.13, zorder=1, lw=0)
-            else:
-                ax.axvspan(_when(start), _when(end), facecolor="none", edgecolor="#ff7f0e", hatch="///", zorder=1,
-                           lw=0)
+        # Spans closer than a pixel are one: a month of incidents is then a few hundred shapes, not thousands.
+        down = _bars(merged([(a, b) for a, b, kind in night.lost_spans if kind == "down"], pixel))
+        lost = _bars(merged([(a, b) for a, b, kind in night.lost_spans if kind != "down"], pixel))
+        if down:
+            ax.broken_barh(down, (0, 1), transform=ax.get_xaxis_transform(), color="#d62728", alpha=0.13, zorder=1,
+                           lw=0, rasterized=many)
+        if lost:
+            ax.broken_barh(lost, (0, 1), transform=ax.get_xaxis_transform(), facecolor="none", edgecolor="#ff7f0e",
+                           hatch="///", zorder=1, lw=0, rasterized=many)
     for start, end, rung in night.rung_bands:
         speed.text(_when((start + end) / 2), 1.02, f"rung {rung}", transform=speed.get_xaxis_transform(),
                    ha="center", va="bottom", fontsize=8, color="#444")
@@ -75,15 +82,16 @@ def timeline(night: Any, fmt: str = "svg") -> bytes:
         progress.plot([_when(t) for t, _ in night.checkpoints], [100 * p if p is not None else 0
                                                                 for _, p in night.checkpoints],
                       "v", color="#555", ms=4, ls="none", label="checkpoint")
-    for n, incident in enumerate(night.incidents, 1):
-        when = incident.get("time")
-        if not isinstance(when, (int, float)):
-            continue
-        for ax in axes:
-            ax.axvline(_when(when), color="#d62728", lw=1.2)
-        speed.annotate(f"#{n} {incident.get('reason', '?')} in {incident.get('phase', '?')}", (_when(when), 1.0),
-                       xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=8,
-                       color="#d62728")
+    for ax in axes:  # one collection an axis, drawn as a picture when there are many
+        if times:
+            ax.vlines([_when(t) for t in sorted({round(t / pixel) * pixel for _, t in times})], 0, 1,
+                      transform=ax.get_xaxis_transform(), color="#d62728", lw=0.5 if many else 1.2, rasterized=many)
+    if len(times) <= LABELLED:
+        for n, when in times:
+            incident = night.incidents[n - 1]
+            speed.annotate(f"#{n} {incident.get('reason', '?')} in {incident.get('phase', '?')}", (_when(when), 1.0),
+                           xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=8,
+                           color="#d62728")
     speed.set_ylabel("it/s")
     progress.set_ylabel("progress %")
     progress.set_ylim(0, 105)
@@ -91,13 +99,39 @@ def timeline(night: Any, fmt: str = "svg") -> bytes:
     end = max(t1, night.eta_end or t1) if night.eta_end and night.eta_end - t1 < 2 * max(t1 - t0, 60) else t1
     pad = max(1.0, (end - t0) * 0.02)
     progress.set_xlim(_when(t0 - pad), _when(end + pad))
-    progress.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M" if t1 - t0 > 600 else "%H:%M:%S"))
+    progress.xaxis.set_major_formatter(mdates.DateFormatter(tick_format(end - t0)))
     if progress.get_legend_handles_labels()[0]:
         progress.legend(loc="upper left", fontsize=8, frameon=False)
     with warnings.catch_warnings():  # an incident's label at the very edge may not fit: drawn clipped, no matter
         warnings.simplefilter("ignore")
         fig.tight_layout()
     return _save(plt, fig, fmt)
+
+
+def merged(spans: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    """The spans, those apart by less than ``gap`` joined into one."""
+    out: list[list[float]] = []
+    for a, b in sorted(spans):
+        if out and a - out[-1][1] < gap:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _bars(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    import matplotlib.dates as mdates
+
+    return [(mdates.date2num(_when(a)), mdates.date2num(_when(b)) - mdates.date2num(_when(a))) for a, b in spans]
+
+
+def tick_format(seconds: float) -> str:
+    """The time axis's labels for a span: dates once it is longer than a day (its ticks fall on midnights)."""
+    if seconds > 3 * 86400:
+        return "%b %d"
+    if seconds > 20 * 3600:
+        return "%b %d %H:%M"
+    return "%H:%M" if seconds > 600 else "%H:%M:%S"
 
 
 def _gpu_panel(ax, gpus: list[tuple[float, list]]) -> None:

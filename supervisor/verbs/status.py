@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from supervisor.vocabulary import FINAL_STATES
 
 STALE_AFTER = 10.0  # seconds without a state write (the supervisor writes every second) before it counts as stuck
 LIVE_FIGURES = ("it_s", "samples_s", "eta_seconds")  # what only a live supervisor can vouch for
+CANNOT_WRITE = "cannot write state"  # its loop runs, its state file is old: a full disk (StateDir.write_state)
+FULL_BELOW = 1 << 20  # bytes free under which a failing write is put down to a full disk
 
 
 def deadline_slack(config: Config, status: dict[str, Any], now: float) -> float | None:
@@ -48,13 +51,33 @@ def gather(config: Config) -> dict[str, Any]:
     elif running and _stopped(supervisor_pid):
         status["state"] = "supervisor stopped"  # SIGSTOP or a debugger: nobody watches the worker now
     elif running and time.time() - (status.get("updated") or 0) > STALE_AFTER:
-        status["state"] = "not responding"  # alive but its loop has not written for a while
-    if status["state"] in ("not running", "supervisor stopped", "not responding"):
+        unwritten = _unwritten(config.state_dir, status.get("updated"))
+        if unwritten:  # its loop runs (it touched the file it cannot replace): say so, and why
+            status.update(state=CANNOT_WRITE, problem=unwritten)
+        else:
+            status["state"] = "not responding"  # alive but its loop has not written for a while
+    if status["state"] in ("not running", "supervisor stopped", "not responding", CANNOT_WRITE):
         status.update({key: None for key in LIVE_FIGURES})
     run_dir = config.distributed.run_dir if config.distributed.several_hosts else status.get("run_dir")
     if run_dir:  # several hosts: the config's, or the one the state file names (status --state-dir alone)
         status["hosts"] = hosts.read_all(Path(run_dir))
     return status
+
+
+def _unwritten(state_dir: Path, updated: Any) -> str | None:
+    """Why a running supervisor's state is old although its loop runs, or None when its loop does not: the loop
+    touches the state file whenever its write fails (a full disk), so a fresh time on an old record says it runs."""
+    try:
+        touched = state_file.path_in(state_dir).stat().st_mtime
+        free = shutil.disk_usage(state_dir).free
+    except OSError:
+        return None
+    if time.time() - touched > STALE_AFTER:
+        return None
+    since = time.strftime("%H:%M:%S", time.localtime(updated)) if isinstance(updated, (int, float)) else "?"
+    why = f"the disk is full ({free // 1024} KiB free)" if free < FULL_BELOW else "its write fails"
+    return (f"{state_dir}: {why}: the supervisor runs but has written no state since {since}, so what follows is "
+            f"as of then; free disk space there")
 
 
 def _stopped(pid: int) -> bool:
@@ -114,6 +137,7 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         return f"not started (no state in {status['state_dir']})"
     if status["state"] == "unreadable":
         return f"unreadable: {status['problem']}"
+    head = [f"{status['state']}: {status['problem']}"] if status["state"] == CANNOT_WRITE else []
     epoch, epochs = status.get("epoch", 0), status.get("epochs", 0)
     batch, batches = status.get("batch", 0), status.get("batches", 0)
     it_s = status.get("it_s")
@@ -131,6 +155,7 @@ def render(status: dict[str, Any], now: float | None = None) -> str:
         + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(status.get("restarts_by_reason", {}).items())) + ")"
            if status.get("restarts") else "") + f", budget {status.get('budget_left', '?')} left",
     ]
+    lines = head + lines
     ignored = (status.get("heartbeats") or {}).get("ignored")
     if ignored:
         lines.append(f"heartbeats ignored {ignored} (sent by processes other than the worker's main one: not progress)")

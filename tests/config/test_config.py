@@ -188,3 +188,17 @@ def test_what_is_not_seconds_is_refused_by_it(value, words, durations):
 
     with pytest.raises(ValueError):
         parse_seconds(value, words, durations)
+
+
+def test_check_config_refuses_a_notify_command_that_is_not_there(write_config, tmp_path):
+    """Issue 41: it was accepted, and the run said so only at its first notice, hours later."""
+    path = write_config('[train]\ndata = "demo"\n[notify]\ncommand = ["no-such-notifier", "hi"]\n')
+    result = yolo_train("check-config", "--config", str(path))
+    assert result.returncode == 78 and result.stderr.strip().splitlines() == [
+        f"yolo-train: {path}: notify.command: 'no-such-notifier' is not found on PATH; give the program's full path "
+        f"or install it"]
+    path = write_config(f'[train]\ndata = "demo"\n[notify]\ncommand = ["{tmp_path}"]\n')
+    result = yolo_train("check-config", "--config", str(path))
+    assert result.returncode == 78 and f"notify.command: '{tmp_path}' is not an executable file" in result.stderr
+    assert yolo_train("check-config", "--config", str(write_config(
+        '[train]\ndata = "demo"\n[notify]\ncommand = ["sh", "-c", "true"]\n'))).returncode == 0

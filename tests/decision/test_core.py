@@ -279,6 +279,22 @@ def test_a_stop_whose_save_failed_says_no_checkpoint_was_written_and_counts_the_
     assert d.s.incidents[-1].loss.seconds == pytest.approx(9.5)
 
 
+def test_a_checkpoint_written_in_the_background_loses_the_batches_after_its_position_not_after_its_message():
+    """The worker copies the model at batch 20 and a thread writes it: "checkpoint written" comes two batches later.
+    A hang then throws away batches 21-30 (the next worker resumes at 20), and the time since batch 20's beat."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    for batch in range(1, 23):
+        d.at(1000 + 0.5 * batch).beat(epoch=1, epochs=3, batch=batch, batches=40, samples=4)
+    d.beat("train", kind="checkpoint", path="/s/last.pt", seconds=0.05, epoch=1, batch=20, progress=d.progress)
+    for batch in range(23, 31):
+        d.at(1000 + 0.5 * batch).beat(epoch=1, epochs=3, batch=batch, batches=40, samples=4)
+    incident = [a for a in d.at(d.t + 10.01)(core.Tick()) if hasattr(a, "incident")][0].incident
+    assert incident.loss == Loss(seconds=5.0, batches=10)
+    assert d.s.goodput.lost_batches == 10
+
+
 def test_a_worker_that_finishes_while_asked_to_save_has_succeeded():
     d = healthy()
     d(core.StopRequested("SIGTERM"))

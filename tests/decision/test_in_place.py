@@ -159,8 +159,13 @@ def test_an_escalation_amends_the_hangs_one_incident():
     assert [a.incident for a in actions if isinstance(a, core.KillTree)] == [incident]
     assert (incident.id, incident.time, incident.seconds_since_progress) == \
         (opened.id, opened.time, opened.seconds_since_progress)
-    assert incident.stacks == STACKS and incident.loss is not None and incident.tier == Tier.RESTART
+    assert incident.loss is not None and incident.tier == Tier.RESTART
     assert incident.tiers == (Tier.IN_PLACE, Tier.RESTART) and "no batch within 10 s" in incident.escalation
+    # The workers the first look blamed are gone: the restart reads the tree anew (no stacks kept to stand for it),
+    # and the detail says what the first look saw and what followed (issue 41: it kept the first look's culprit).
+    assert incident.stacks is None and incident.detail.startswith(opened.detail)
+    assert f"its loader worker(s) were replaced in place (the first look: {STACKS.where}), then no batch within " \
+        "10 s" in incident.detail
     d(core.TreeKilled(killed=3))
     d.progress = 0
     d.at(d.t + 1)(core.Spawned(PID, None))

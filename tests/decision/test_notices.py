@@ -180,6 +180,29 @@ def test_a_command_that_never_ends_is_killed_at_its_timeout_and_one_that_cannot_
     assert caplog.text.count("cannot be started") == 1
 
 
+def test_failures_after_the_first_are_counted_and_said_once_an_hour_with_the_last_one(tmp_path, caplog):
+    """Issue 41: after its first failure a command's later failures were never said (one that broke later went
+    unheard); one failing at every notice must not fill the log either."""
+    clock = Clock()
+    notify = NotifyCommand(NotifyConfig(("false",)), "night", tmp_path, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="yolo-train"):
+        for k in range(3):
+            clock.t = 60.0 * k
+            notify.tell(notice(NoticeKind.FINISHED, f"done {k}"))
+            run_until_done(notify)
+        assert caplog.text.count("[notify] command") == 1 and "exited with status 1" in caplog.text
+        clock.t = 3600.0
+        notify.poll()
+    said = [r.message for r in caplog.records if "[notify] command" in r.message]
+    assert len(said) == 2 and "failed 2 time(s) in the last 60 min, the last: exited with status 1" in said[1], said
+
+
+def test_a_notify_command_that_is_not_there_is_said_when_the_supervisor_starts(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="yolo-train"):
+        NotifyCommand(NotifyConfig(("no-such-notifier",)), "night", tmp_path, clock=Clock())
+    assert "'no-such-notifier' is not found on PATH" in caplog.text
+
+
 def test_notify_config_takes_an_argv_and_a_timeout_and_refuses_a_shell_string():
     config = parse({"train": {"data": "demo"}, "notify": {"command": ["notify-send", "yolo-train"], "timeout": 3}},
                    "<test>", state_dir=Path("/nonexistent"))

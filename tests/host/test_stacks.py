@@ -276,3 +276,29 @@ def test_a_stopped_rank_is_the_culprit_not_the_launcher_that_waits_for_it(start,
     assert cap.culprit().pid == rank_1.pid, cap.summary_lines()
     assert cap.culprit().summary_line().startswith(f"rank 1 (pid {rank_1.pid}) stopped"), cap.summary_lines()
     assert cap.where().startswith("rank stopped")
+
+
+def test_a_stopped_loader_worker_the_worker_reported_is_named_so_though_no_python_stack_says_it(tmp_path):
+    """Issue 41: a stopped loader worker is read from /proc only (no frames), and was labelled "child of PID"."""
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '60']); "
+                                                     "time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(parent.pid).children():
+            assert time.monotonic() < deadline, "the child never started"
+            time.sleep(0.02)
+        [child] = [c.pid for c in psutil.Process(parent.pid).children()]
+        os.kill(child, signal.SIGSTOP)
+        while psutil.Process(child).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "the child never stopped"
+            time.sleep(0.01)
+        unreported = capture_tree(parent.pid, [parent.pid, child], tmp_path / "a", budget=5.0)
+        assert next(p for p in unreported.processes if p.pid == child).role == f"child of {parent.pid}"
+        reported = capture_tree(parent.pid, [parent.pid, child], tmp_path / "b", budget=5.0, loader_pids=[child])
+        named = next(p for p in reported.processes if p.pid == child)
+        assert named.role == "DataLoader worker 0" and named.state == "T"
+        assert reported.culprit().pid == child and reported.where().startswith("DataLoader worker stopped")
+    finally:
+        for p in tree(parent.pid):
+            p.kill()
+        parent.wait()

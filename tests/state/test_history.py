@@ -129,3 +129,35 @@ def test_a_truncated_file_is_read_as_far_as_it_goes_and_says_so(tmp_path):
     (path).unlink()
     assert history.read(tmp_path) == ([], "no history.db (a state directory of a version before the history, or no "
                                           "sample written yet)")
+
+
+def test_a_copy_of_history_db_without_its_wal_holds_the_samples_up_to_a_minute_ago_and_says_what_it_lacks(tmp_path):
+    """Issue 41: history.db copied without history.db-wal was "damaged" while its samples were in the log: the
+    writer now moves the log into the file every minute, and a file whose log is missing says so."""
+    import shutil
+
+    clock = Clock()
+    h = History(tmp_path / "live", clock=clock)
+    (tmp_path / "live").mkdir()
+    (tmp_path / "copy").mkdir()
+    for _ in range(40):  # 200 s of samples, the writer still running
+        clock.t += SAMPLE_INTERVAL
+        assert h.record(STATUS)
+    shutil.copy(tmp_path / "live" / FILE, tmp_path / "copy" / FILE)
+    samples, problem = history.read(tmp_path / "copy")
+    assert problem is None and len(samples) >= 40 - history.CHECKPOINT_EVERY / SAMPLE_INTERVAL, len(samples)
+    h.close()
+
+    # A file whose samples are all in its log (a writer that never moved them), copied alone.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "bare").mkdir()
+    db = sqlite3.connect(tmp_path / "old" / FILE, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA wal_autocheckpoint = 0")
+    for statement in history.SCHEMA:
+        db.execute(statement)
+    shutil.copy(tmp_path / "old" / FILE, tmp_path / "bare" / FILE)
+    db.close()
+    samples, problem = history.read(tmp_path / "bare")
+    assert samples == [] and "history.db is in WAL mode and its log history.db-wal is not beside it" in problem
+    assert "copy history.db-wal with it" in problem and "damaged" not in problem

@@ -47,3 +47,72 @@ def test_gpu_readings_get_a_panel_and_the_png_keeps_its_size(tmp_path):
     assert "GPU 0 busy %" in svg and "rung 1" in svg
     png = report.report_plot.timeline(night, "png")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == report.report_plot.PNG_SIZE[0]
+
+
+def test_an_output_that_is_a_directory_is_one_line_and_a_strange_results_csv_is_read_as_far_as_it_goes(tmp_path,
+                                                                                                       capsys):
+    """Issue 41: `-o ""`, `-o .`, `-o /` and a results.csv with a field over csv's 128 KiB or bytes that are not
+    UTF-8 gave tracebacks."""
+    (tmp_path / "incidents.jsonl").write_text(json.dumps(INCIDENT) + "\n")
+    config = config_for(tmp_path)
+    for out in (Path(""), Path("."), Path("/"), tmp_path):
+        assert report.report_main(config, out, png=False) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is a directory, not a file; name the page to write (-o night.html)" in err
+    results = tmp_path / "train" / "results.csv"
+    results.parent.mkdir()
+    results.write_bytes(b"epoch,loss\n1,0.5\n2,\xff\xfe\n3," + b"x" * 200_000 + b"\n4,0.25\n")
+    assert [r.get("loss") for r in report.read_results(results)] == [0.5, None, 0.25]
+    assert report.report_main(config, tmp_path / "night.html", png=False) == 0
+    assert '<table id="results">' in (tmp_path / "night.html").read_text()
+
+
+def test_a_month_with_3000_incidents_has_dated_ticks_a_bounded_page_and_the_directorys_name(tmp_path):
+    """Issue 41: a month-long report showed every tick as "00:00" with no dates, 3,000 incidents made an 11.6 MB page
+    in 40 s, and `--state-dir` without `--config` titled it "demo". Looked at in headless Chromium where it can."""
+    import sqlite3
+    import time
+
+    from supervisor.config import load
+    from supervisor.state import history
+    from tests.helpers.headless_chromium import CHROMIUM
+    from tests.helpers.headless_chromium import load as chromium_load
+
+    state = tmp_path / "coco-night"
+    state.mkdir()
+    start = 1_800_000_000.0
+    db = sqlite3.connect(state / "history.db")  # a month, a sample each half hour (what thinning leaves of it)
+    with db:
+        for statement in history.SCHEMA:
+            db.execute(statement)
+        db.executemany(f"INSERT INTO samples (t, {', '.join(history.COLUMNS)}) VALUES "
+                       f"({', '.join('?' * (1 + len(history.COLUMNS)))})",
+                       [(start + 1800 * k, "healthy", "train", 0, 1, 1 + k // 48, 31, k % 48, 48, k / 1440, 10.0,
+                         1800.0 * (1440 - k), None, None, None, 0) for k in range(30 * 48)])
+    db.close()
+    with open(state / "incidents.jsonl", "w") as f:
+        for k in range(3000):  # one every 15 minutes
+            when = start + 900 * k
+            f.write(json.dumps({**INCIDENT, "id": f"1-{k}-{int(when)}", "time": when,
+                                "last_progress_wall": when - 10, "phase": "train" if k % 3 else "val"}) + "\n")
+    config = load(None, state)  # `yolo-train report --state-dir coco-night`: no --config
+    began = time.monotonic()
+    assert report.report_main(config, tmp_path / "night.html", png=False) == 0
+    took = time.monotonic() - began
+    page = (tmp_path / "night.html").read_text()
+    assert "<title>yolo-train report: coco-night</title>" in page
+    assert page.count('<tr class="incident"') == 200 and page.count('<tr class="incident-group"') == 2
+    assert "The 2800 incidents before the newest 200, by kind" in page
+    assert len(page) < 2_000_000, len(page)
+    print(f"report of a month with 3000 incidents: {len(page) / 1e6:.2f} MB in {took:.1f} s")
+    if CHROMIUM is None:  # the page's text as written (make test installs Chromium)
+        texts = re.findall(r"<text[^>]*>([^<]*)</text>", page.split('id="timeline"')[1].split("</figure>")[0])
+    else:  # as the browser shows it
+        seen = chromium_load(tmp_path / "night.html", "JSON.stringify([...document.querySelectorAll('#timeline "
+                                                      "svg text')].map(t => t.textContent))")
+        fetched = [r for r in seen.requests if not r.startswith("data:")]  # (the many lines, drawn as a picture)
+        assert seen.errors == [] and fetched == [(tmp_path / "night.html").resolve().as_uri()]
+        texts = json.loads(seen.value)
+    months = [t for t in texts if re.fullmatch(r"[A-Z][a-z]{2} \d\d", t.strip())]
+    assert len(months) >= 3, texts
+    assert not any(t.strip() == "00:00" for t in texts), texts
