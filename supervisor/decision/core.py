@@ -109,7 +109,7 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
     if isinstance(event, SignatureSeen):
         return _signature(s, event)
     if isinstance(event, SupervisorPaused):
-        return _paused(s, event)
+        return _paused(s, event, now)
     if isinstance(event, StateDirTaken):
         return _state_dir_taken(s, event, now)
     if isinstance(event, JobLadderRead):
@@ -320,7 +320,7 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
     return []
 
 
-def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
+def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
     """Every deadline moves by the pause: the worker may well have progressed while nobody read its beats."""
     gap, a = event.seconds, s.current
     if a.last_progress_at is not None:
@@ -329,8 +329,8 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         a.spawned_at += gap
     if a.step_since is not None:
         a.step_since += gap
-    if a.healthy_since is not None:
-        a.healthy_since += gap
+    if a.training is not None:  # not a deadline: the training is timed by the beats, which say whether it went on
+        a.training.pause = (now.mono - gap, now.mono)
     a.idle_since = None  # the tree's idleness over the pause is unknown: the sampler starts again
     if a.suspicion is not None:
         a.suspicion.since += gap

@@ -1011,6 +1011,40 @@ def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervi
     assert snapshot(again.s, core.Now(15.0, 0)).to_dict()["goodput"] == pytest.approx(9.5 / 30)
 
 
+def test_a_paused_supervisor_keeps_the_training_its_worker_did_meanwhile_in_goodput():
+    """Ctrl-Z stops the supervisor alone: the worker trains on and its beats wait in the pipe. Only the deadlines
+    move by the pause; the training is timed by the beats (their ``sent``), so goodput stays ~1 (it was 0.11)."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase", sent=d.t)
+    while d.t + 0.5 <= 1010:
+        d.t += 0.5
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=d.t)
+    woke = d.t + 60  # stopped for 60 s; the worker beat every 0.5 s meanwhile, read at once on waking
+    d.at(woke)(core.SupervisorPaused(60.0))
+    for i in range(1, 121):
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=woke - 60 + i * 0.5)
+    d.train_until(woke + 10, 0.5)  # and on, read as sent
+    snap = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()
+    assert d.s.trained() == pytest.approx(d.t - 1000.5)
+    assert snap["goodput"] == pytest.approx((d.t - 1000.5) / (d.t - 1000.0))
+
+
+def test_a_pause_of_the_supervisor_and_its_worker_together_is_no_training():
+    """Ctrl-Z of the whole job: no beat was sent during the pause, so the pause is not counted as trained."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase", sent=d.t)
+    while d.t + 0.5 <= 1010:
+        d.t += 0.5
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=d.t)
+    d.at(d.t + 60)(core.SupervisorPaused(60.0))
+    while d.t + 0.5 <= 1080:
+        d.t += 0.5
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=d.t)
+    assert d.s.trained() == pytest.approx(1080 - 1000.5 - 60)
+
+
 def test_a_signature_acts_only_on_the_failure_that_ended_the_worker():
     for line in ("ModuleNotFoundError: No module named 'wandb'", "OSError: [Errno 28] No space left on device: 'x'"):
         d = healthy()
