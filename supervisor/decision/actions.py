@@ -68,6 +68,13 @@ class KillTree:
 
 
 @dataclass(frozen=True)
+class AwaitSurvivors:
+    """Watch these survivors of SIGKILL (not held by a driver) and say ``SurvivorsGone`` once none is left; the
+    core bounds the wait (``[watchdog] survivor_timeout``)."""
+    pids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class RecordIncident:
     """The incident is complete: append it to incidents.jsonl."""
     incident: Incident

@@ -9,7 +9,8 @@ Life cycle (``State``)::
 
     STARTING --first training batch--> HEALTHY
     STARTING | HEALTHY --stall timeout, worker exit, stop request--> STOPPING (the tree is killed)
-    STOPPING --tree gone--> STARTING (a hang restarts at once, at the rung its record says: rung_choice.py)
+    STOPPING --tree gone--> STARTING (a hang restarts at once, at the rung its record says: rung_choice.py;
+                                      survivors of SIGKILL in a file system's wait: once they are gone)
                           | BACKOFF  (a crash waits, then restarts at the same rung)
                           | SUCCEEDED (training finished) | FAILED (budget spent, reboot needed)
                           | STOPPED (asked to stop; the next run resumes)
@@ -35,12 +36,13 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, kernel, recovery, restart, stopping, watchdog, witness
-from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishCheckpoint,
-                                         PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
+from supervisor.decision import heartbeats, kernel, recovery, restart, stopping, survivors, watchdog, witness
+from supervisor.decision.actions import (AwaitSurvivors, Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
+                                         PublishCheckpoint, PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
 from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SignatureSeen, Spawned, StateDirTaken, StopRequested,
-                                        SupervisorPaused, Tick, TreeActivity, TreeKilled, WorkerExited)
+                                        SupervisorPaused, SurvivorsGone, Tick, TreeActivity, TreeKilled,
+                                        WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import one_line
 from supervisor.decision.signatures import scan
@@ -54,8 +56,8 @@ from worker.contract import Phase, WaitKind
 # are in its module (decision/in_place.py), which its shell part (attempt/in_place.py) imports.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused", "Tick",
-           "TreeActivity", "TreeKilled", "WorkerExited", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
-           "PublishCheckpoint", "PublishLadder", "RecordIncident",
+           "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone", "AwaitSurvivors", "Exit", "KeepVerifiedCopy",
+           "KillTree", "Log", "PrepareStandby", "PublishCheckpoint", "PublishLadder", "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
 
@@ -98,6 +100,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _spawned(s, event, now)
     if isinstance(event, WorkerExited):
         return _exited(s, event, now)
+    if isinstance(event, SurvivorsGone):
+        return restart.survivors_gone(s, event, now)
     if isinstance(event, TreeKilled):
         return restart.tree_killed(s, event, now)
     if isinstance(event, IncidentEnriched):
@@ -175,6 +179,8 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return []
     if due.kind == DeadlineKind.BACKOFF:
         return [restart.spawn(s)]
+    if due.kind == DeadlineKind.SURVIVORS:
+        return restart.survivors_overdue(s, now)
     if due.kind in (DeadlineKind.SAVE, DeadlineKind.SAVE_STALLED):
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
@@ -303,6 +309,10 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         actions = stopping.begin(s, now, Reason.STOP, s.current.progress.phase, detail=detail, then=After.STOP,
                                  save_until=stopping.save_deadline(s, now))
         return actions + [Log("info", "asking the worker to save a checkpoint and exit"), RequestCheckpoint()]
+    if s.state == State.STOPPING and s.stop is not None and s.stop.survivors:  # nothing left to save or wait for
+        return stopping.end_run(s, State.STOPPED, Exit(
+            EXIT_OK, f"stopped on {event.signal} while {len(s.stop.survivors)} survivor(s) of SIGKILL still wait in "
+                     f"the kernel ({survivors.describe(s.stop.survivors)}); run again to resume"))
     if s.state == State.STOPPING and s.stop is not None:
         s.stop.then = After.STOP
         if s.stop.reason == Reason.PROBE and s.stop.save_until is not None:

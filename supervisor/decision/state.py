@@ -30,6 +30,7 @@ from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.span import span
+from supervisor.decision.survivors import Survivor
 from supervisor.decision.witness import WaitSeen
 from supervisor.decision.worker_kind import WorkerKind
 from supervisor.vocabulary import After, KernelKind, Reason, State
@@ -70,6 +71,8 @@ class StopPlan:
     at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
     point: HangPoint | None = None  # a hang: where it sat
     choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
+    survivors: tuple[Survivor, ...] = ()  # survivors of SIGKILL waited for before what follows (survivors.py)
+    survivors_until: float | None = None  # monotonic: ... until then (survivor_timeout)
 
 
 @dataclass(frozen=True)

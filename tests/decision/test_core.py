@@ -8,6 +8,7 @@ from supervisor.decision import core, probe, watchdog
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.decision.incident import Loss, Stacks
 from supervisor.decision.signatures import scan
+from supervisor.decision.survivors import Survivor
 from supervisor.vocabulary import KernelKind
 from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make
@@ -211,11 +212,11 @@ def test_restart_budget_window_forgets_old_restarts():
     assert any(isinstance(a, core.Spawn) for a in actions)
 
 
-def test_survivors_of_sigkill_mean_reboot_and_no_new_worker():
+def test_survivors_of_sigkill_in_the_gpu_driver_mean_reboot_and_no_new_worker():
     d = Driver(make(watchdog={"startup_timeout": 5}))
     d.boot_and_spawn()
     d.at(d.t + 6)(core.Tick())
-    actions = d(core.TreeKilled(killed=2, survivors=("pid 77 (python, disk-sleep)",)))
+    actions = d(core.TreeKilled(killed=2, survivors=(Survivor(77, "python", "disk-sleep", ("kfd_wait_on_events",)),)))
     assert kinds(actions) == ["RecordIncident", "Exit"]
     assert actions[1].code == EXIT_REBOOT_NEEDED and "reboot" in actions[1].text and "pid 77" in actions[1].text
 
