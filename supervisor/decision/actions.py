@@ -19,6 +19,7 @@ class Spawn:
     rung_settings: dict[str, Any]  # the rung's changes and the remedies in force, as the ladder spells them
     checkpoint_every: float | None = None  # seconds of training between the worker's checkpoints; None: per epoch
     amp_passed: bool = False  # an earlier attempt of this run trained with AMP on: its check need not run again
+    rung_keys: tuple[str, ...] = ()  # every key some rung or remedy sets: each is this attempt's, never a checkpoint's
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from supervisor.decision.state import Recovery, StopPlan, Supervision
 from supervisor.decision.tier import Escalate, Verdict, recovered
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
+from worker.contract import split_rung
 
 
 class RestartTier:
@@ -213,7 +214,9 @@ def spawn(s: Supervision) -> Spawn:
     s.stop = None
     s.checkpoint_interval = choices.next_interval(s)
     return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
-                 checkpoint_every=s.checkpoint_interval.seconds, amp_passed=s.amp_passed)
+                 checkpoint_every=s.checkpoint_interval.seconds, amp_passed=s.amp_passed,
+                 rung_keys=tuple(sorted({*s.remedies, *(k for r in range(len(s.ladder))
+                                                         for k in split_rung(s.ladder.settings(r)).trainer_args)})))
 
 
 def follow_job(s: Supervision) -> None:
