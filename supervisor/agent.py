@@ -66,6 +66,7 @@ class Agent:
         self.worker: WorkerProcess | None = None
         self.systemd = Notifier()
         self.reads = ReadThrottle(self.selector)
+        self.survivors: dict[int, int] = {}  # pidfd -> pid: survivors of SIGKILL the core waits for (AwaitSurvivors)
         self.spawner = WorkerSpawner(config, self.state_dir, self.s.kind)
         self.standby = Standby(self.selector, self.reads, self.spawner, keepalive=self.systemd.keepalive)
         self.heartbeats = HeartbeatCounts()
@@ -179,6 +180,8 @@ class Agent:
         elif isinstance(action, in_place.ACTIONS):  # a recovery tier's own actions, carried out by its shell module
             self.handle(in_place.carry_out(action, self.config, self.worker, self._spare(), self.metrics.gpu_readers,
                                            self.systemd.keepalive))
+        elif isinstance(action, core.AwaitSurvivors):
+            self._await_survivors(action.pids)
         elif isinstance(action, core.RecordIncident):
             self.state_dir.append_incident(action.incident.to_dict())
         elif isinstance(action, core.RequestCheckpoint):
@@ -314,6 +317,22 @@ class Agent:
                      extra={"INCIDENT_ID": incident.id, "RUNG": incident.rung, "EPOCH": incident.epoch,
                             "BATCH": incident.batch})
         self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, time.time()))
+
+    def _await_survivors(self, pids: tuple[int, ...]) -> None:
+        """Survivors of SIGKILL the core waits for: each one's exit is read from its pidfd; none left, it is told."""
+        self.survivors = process_tree.exit_fds(pids)
+        for fd in self.survivors:
+            self.selector.register(fd, selectors.EVENT_READ, self._on_survivor_exit)
+        if not self.survivors:
+            self.handle(core.SurvivorsGone())
+
+    def _on_survivor_exit(self, fd: int) -> None:
+        self.selector.unregister(fd)
+        os.close(fd)
+        self.survivors.pop(fd, None)
+        process_tree.reap()  # re-parented to us (the subreaper): no zombie left
+        if not self.survivors:
+            self.handle(core.SurvivorsGone())
 
     def _spare(self) -> tuple[int, ...]:
         """Children of the supervisor a kill of the worker's tree leaves alone: the standby, the notify commands."""

@@ -168,8 +168,13 @@ class WatchdogConfig:
     auto_window: int = key(Whole(), 100, 'the number of recent intervals an "auto" timeout is taken over')
     kill_grace: float = key(Seconds(), 3.0, "seconds from SIGTERM to SIGKILL when a tree is killed")
     kill_timeout: float = key(Seconds(), 10.0, (
-        'seconds after SIGKILL before a surviving process means "reboot needed"; kill_grace + kill_timeout is at '
+        "seconds after SIGKILL before a process still there is a survivor: held by the GPU driver (its wchan), "
+        '"reboot needed"; by a file system, waited for (survivor_timeout); kill_grace + kill_timeout is at '
         "most 30 (the unit's WatchdogSec: killing a tree holds the supervisor's loop that long)"))
+    survivor_timeout: float = key(Seconds(), 120.0, (
+        "seconds to wait, after kill_timeout, for processes that survived SIGKILL in a file system's wait (a FUSE "
+        "request, NFS, RPC: their wchan) to go before the next worker starts; still there then, the run ends with exit "
+        "1. A survivor held by the GPU driver ends the run at once with exit 3"))
 
 
 @dataclass(frozen=True)

@@ -211,6 +211,9 @@ class LaunchRecord:
     rung: int
     train: dict[str, Any]  # the [train] table, with project/name/exist_ok set to where this run writes
     trainer_args: dict[str, Any]  # the rung's Ultralytics arguments (and remedies such as a halved batch)
+    # Every Ultralytics argument some rung of the ladder (or a remedy) sets: on a resume each is forced to this
+    # attempt's value (its rung's, else the [train] table's, else Ultralytics' default), never the checkpoint's.
+    rung_keys: tuple[str, ...] = ()
     options: WorkerOptions = field(default_factory=WorkerOptions)
     patches: Patches = field(default_factory=Patches)
     resume: str | None = None  # a checkpoint path, None to train from scratch
@@ -239,6 +242,7 @@ class LaunchRecord:
         raw["options"] = WorkerOptions(**raw.get("options", {}))
         raw["patches"] = Patches(**raw.get("patches", {}))
         raw["faults"] = tuple(raw.get("faults", ()))
+        raw["rung_keys"] = tuple(raw.get("rung_keys", ()))
         if raw.get("rendezvous") is not None:
             raw["rendezvous"] = Rendezvous(**raw["rendezvous"])
         return cls(**raw)

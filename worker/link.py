@@ -29,9 +29,22 @@ def link_from_record(record: LaunchRecord, hb: Heartbeat, rank: int | None = Non
     injector = FaultInjector(faults, record.attempt, record.fault_flag or f"/tmp/yolo-train-fault-{os.getpid()}",
                              rank=rank)
     placement = {k: record.train[k] for k in ("project", "name", "exist_ok") if k in record.train}
-    return SupervisorLink(hb, injector, record.options, record.trainer_args, placement=placement,
+    return SupervisorLink(hb, injector, record.options, record.trainer_args, on_resume=forced_on_resume(record),
+                          placement=placement,
                           checkpoint_every=record.checkpoint_every, resume_point=resume_point, rank=rank,
                           checkpoint_in_thread=record.checkpoint_in_thread, commands=CommandChannel.from_env(rank))
+
+
+def forced_on_resume(record: LaunchRecord) -> dict[str, Any]:
+    """What a resume sets over the checkpoint's arguments: the rung's own, and every other key some rung sets at
+    this attempt's value, the [train] table's where the rung says nothing, else Ultralytics' default. Ultralytics
+    restores its arguments from the checkpoint: after a last.pt written at the ``val = false`` rung, an attempt at
+    rung 0 trained with val=False."""
+    from ultralytics.cfg import DEFAULT_CFG_DICT  # the worker has imported Ultralytics by now
+
+    configured = {k: record.train.get(k, DEFAULT_CFG_DICT.get(k)) for k in record.rung_keys
+                  if k in record.train or k in DEFAULT_CFG_DICT}
+    return {**configured, **record.trainer_args}
 
 
 def apply_patches(record: LaunchRecord) -> None:
@@ -59,12 +72,15 @@ class SupervisorLink:
     def __init__(self, hb: Heartbeat, faults: FaultInjector, options: WorkerOptions, forced: dict[str, Any],
                  placement: dict[str, Any] | None = None, checkpoint_every: float | None = None,
                  resume_point: ResumePoint | None = None, rank: int | None = None, checkpoint_in_thread: bool = True,
-                 commands: CommandChannel | None = None):
+                 commands: CommandChannel | None = None, on_resume: dict[str, Any] | None = None):
         self.hb = hb
         self.commands = commands or CommandChannel(None)
         self.faults = faults
         self.options = options
-        self.forced = forced  # the rung's Ultralytics arguments: they win over a checkpoint's on resume
+        self.forced = forced  # the rung's Ultralytics arguments
+        # ... and on a resume, every key some rung sets at this attempt's value (forced_on_resume): none is the
+        # checkpoint's
+        self.on_resume = {**forced, **(on_resume or {})}
         self.placement = placement or {}  # project/name/exist_ok: where this run writes, whatever a checkpoint says
         self.checkpoint_every = checkpoint_every  # seconds of training between mid-epoch checkpoints; None: never
         self.checkpoint_in_thread = checkpoint_in_thread  # mid-epoch writes off the training step

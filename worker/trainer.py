@@ -84,7 +84,7 @@ class SupervisedTrainerMixin:
         if self.resume:
             # Resume restores the checkpoint's arguments and lets only a few be overridden (amp, for one,
             # not): the rung's settings must win, or climbing the ladder would change nothing.
-            for key, value in self.link.forced.items():
+            for key, value in self.link.on_resume.items():
                 setattr(self.args, key, value)
             # The checkpoint's save_dir is where it was written, not where this run writes (a copied or moved
             # state directory would rewrite the old one): the supervisor's placement wins, on every resume.
@@ -194,12 +194,28 @@ class SupervisedTrainerMixin:
                                            batch=len(self.train_loader))
         return saved
 
+    def validate(self) -> tuple[Any, Any]:
+        """``val = false`` validates nothing: Ultralytics validates the final epoch (and before an early stop)
+        whatever ``val`` says, and a validation that hangs is what the ``val = false`` rung is there to avoid. The
+        metrics stay as they were (zeros), the fitness None: best.pt is the last epoch's weights."""
+        if not self.args.val:
+            return self.metrics, self.fitness
+        return super().validate()
+
     def final_eval(self) -> None:
-        """Ultralytics' final strip of last.pt and best.pt, each written beside and renamed over (strip_atomically)."""
+        """Ultralytics' final strip of last.pt and best.pt, each written beside and renamed over (strip_atomically);
+        with ``val = false``, the strip alone: Ultralytics would validate best.pt here too."""
         strip = ultralytics_trainer.strip_optimizer
         ultralytics_trainer.strip_optimizer = strip_atomically(strip)
         try:
-            super().final_eval()
+            if self.args.val:
+                super().final_eval()
+            elif self.link.rank in (None, 0):
+                ckpt = ultralytics_trainer.strip_optimizer(self.last) if self.last.exists() else {}
+                if self.best.exists():
+                    ultralytics_trainer.strip_optimizer(self.best, updates={"train_results": ckpt.get("train_results")})
+                print(f"yolo-train worker: val = false: nothing was validated; to validate the weights: yolo val "
+                      f"model={self.best} data={self.args.data}", flush=True)
         finally:
             ultralytics_trainer.strip_optimizer = strip
 

@@ -90,7 +90,7 @@ class WorkerSpawner:
         record = LaunchRecord(
             attempt=action.attempt, rung=action.rung,
             train={**self.config.train, "project": str(run_dir.parent), "name": run_dir.name, "exist_ok": True},
-            trainer_args=rung.trainer_args, options=rung.options,
+            trainer_args=rung.trainer_args, rung_keys=action.rung_keys, options=rung.options,
             patches=Patches(conv_fallback=self.config.conv_fallback, batchnorm_fallback=self.config.batchnorm_fallback,
                             amp_check=self.config.amp_check, amp_passed=action.amp_passed),
             resume=str(resume) if resume else None, checkpoint_every=action.checkpoint_every,

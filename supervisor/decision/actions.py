@@ -19,6 +19,7 @@ class Spawn:
     rung_settings: dict[str, Any]  # the rung's changes and the remedies in force, as the ladder spells them
     checkpoint_every: float | None = None  # seconds of training between the worker's checkpoints; None: per epoch
     amp_passed: bool = False  # an earlier attempt of this run trained with AMP on: its check need not run again
+    rung_keys: tuple[str, ...] = ()  # every key some rung or remedy sets: each is this attempt's, never a checkpoint's
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,13 @@ class KillTree:
     """Kill the worker's tree. For an incident, the shell first says what it sees of the tree
     (``IncidentEnriched``); the core learns the kill's outcome from ``TreeKilled``."""
     incident: Incident | None  # None: cleaning up after a normal exit
+
+
+@dataclass(frozen=True)
+class AwaitSurvivors:
+    """Watch these survivors of SIGKILL (not held by a driver) and say ``SurvivorsGone`` once none is left; the
+    core bounds the wait (``[watchdog] survivor_timeout``)."""
+    pids: tuple[int, ...]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ def after_a_hang(s: Supervision) -> Choice:
     facts = rung_facts(s)
     here = facts[s.rung]
     facts[s.rung] = replace(here, hangs=here.hangs + 1)
-    return rung_choice.after_hang(s.rung, facts, stall_cost(s), s.config.probe.prior_between_hangs)
+    points = s.hang_history.points
+    passed = s.hang_history.passed(points[-1]) if points else frozenset()
+    return rung_choice.after_hang(s.rung, facts, stall_cost(s), s.config.probe.prior_between_hangs, passed)
 
 
 def stall_cost(s: Supervision) -> float | None:

@@ -9,7 +9,8 @@ Life cycle (``State``)::
 
     STARTING --first training batch--> HEALTHY
     STARTING | HEALTHY --stall timeout, worker exit, stop request--> STOPPING (the tree is killed)
-    STOPPING --tree gone--> STARTING (a hang restarts at once, at the rung its record says: rung_choice.py)
+    STOPPING --tree gone--> STARTING (a hang restarts at once, at the rung its record says: rung_choice.py;
+                                      survivors of SIGKILL in a file system's wait: once they are gone)
                           | BACKOFF  (a crash waits, then restarts at the same rung)
                           | SUCCEEDED (training finished) | FAILED (budget spent, reboot needed)
                           | STOPPED (asked to stop; the next run resumes)
@@ -35,12 +36,14 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import heartbeats, kernel, kernel_search, recovery, restart, stopping, watchdog, witness
-from supervisor.decision.actions import (Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PublishCheckpoint,
-                                         PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
+from supervisor.decision import (heartbeats, kernel, kernel_search, recovery, restart, stopping, survivors, watchdog,
+                                 witness)
+from supervisor.decision.actions import (AwaitSurvivors, Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
+                                         PublishCheckpoint, PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
 from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StateDirTaken,
-                                        StopRequested, SupervisorPaused, Tick, TreeActivity, TreeKilled, WorkerExited)
+                                        StopRequested, SupervisorPaused, SurvivorsGone, Tick, TreeActivity, TreeKilled,
+                                        WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import one_line
 from supervisor.decision.signatures import scan
@@ -54,8 +57,9 @@ from worker.contract import Phase, WaitKind
 # are in its module (decision/in_place.py), which its shell part (attempt/in_place.py) imports.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SearchNews", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused",
-           "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "Exit", "KeepVerifiedCopy", "KillTree", "Log",
-           "PrepareStandby", "PublishCheckpoint", "PublishLadder", "RecordIncident",
+           "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone", "AwaitSurvivors", "Exit",
+           "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby", "PublishCheckpoint", "PublishLadder",
+           "RecordIncident",
            "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
            "describe_exit", "training_fingerprint"]
 
@@ -98,6 +102,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return _spawned(s, event, now)
     if isinstance(event, WorkerExited):
         return _exited(s, event, now)
+    if isinstance(event, SurvivorsGone):
+        return restart.survivors_gone(s, event, now)
     if isinstance(event, TreeKilled):
         return restart.tree_killed(s, event, now)
     if isinstance(event, IncidentEnriched):
@@ -111,7 +117,7 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
     if isinstance(event, SearchNews):
         return kernel_search.news(s, event, now)
     if isinstance(event, SupervisorPaused):
-        return _paused(s, event)
+        return _paused(s, event, now)
     if isinstance(event, StateDirTaken):
         return _state_dir_taken(s, event, now)
     if isinstance(event, JobLadderRead):
@@ -177,6 +183,8 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return []
     if due.kind == DeadlineKind.BACKOFF:
         return [restart.spawn(s)]
+    if due.kind == DeadlineKind.SURVIVORS:
+        return restart.survivors_overdue(s, now)
     if due.kind in (DeadlineKind.SAVE, DeadlineKind.SAVE_STALLED):
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
@@ -314,6 +322,10 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
         actions = stopping.begin(s, now, Reason.STOP, s.current.progress.phase, detail=detail, then=After.STOP,
                                  save_until=stopping.save_deadline(s, now))
         return actions + [Log("info", "asking the worker to save a checkpoint and exit"), RequestCheckpoint()]
+    if s.state == State.STOPPING and s.stop is not None and s.stop.survivors:  # nothing left to save or wait for
+        return stopping.end_run(s, State.STOPPED, Exit(
+            EXIT_OK, f"stopped on {event.signal} while {len(s.stop.survivors)} survivor(s) of SIGKILL still wait in "
+                     f"the kernel ({survivors.describe(s.stop.survivors)}); run again to resume"))
     if s.state == State.STOPPING and s.stop is not None:
         s.stop.then = After.STOP
         if s.stop.reason == Reason.PROBE and s.stop.save_until is not None:
@@ -331,7 +343,7 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
     return []
 
 
-def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
+def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
     """Every deadline moves by the pause: the worker may well have progressed while nobody read its beats."""
     gap, a = event.seconds, s.current
     if a.last_progress_at is not None:
@@ -340,8 +352,8 @@ def _paused(s: Supervision, event: SupervisorPaused) -> list[Any]:
         a.spawned_at += gap
     if a.step_since is not None:
         a.step_since += gap
-    if a.healthy_since is not None:
-        a.healthy_since += gap
+    if a.training is not None:  # not a deadline: the training is timed by the beats, which say whether it went on
+        a.training.pause = (now.mono - gap, now.mono)
     a.idle_since = None  # the tree's idleness over the pause is unknown: the sampler starts again
     if a.suspicion is not None:
         a.suspicion.since += gap

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from supervisor.decision.incident import Stacks
+from supervisor.decision.survivors import Survivor
 from supervisor.vocabulary import KernelKind, Remedy
 from worker.contract import HeartbeatMessage
 
@@ -47,9 +48,14 @@ class WorkerExited:
 @dataclass(frozen=True)
 class TreeKilled:
     killed: int
-    survivors: tuple[str, ...] = ()  # "pid 123 (python, disk-sleep)" for each process SIGKILL did not end
+    survivors: tuple[Survivor, ...] = ()  # each process SIGKILL did not end within kill_timeout, and its wait
     seconds: float = 0.0  # from the first signal to the tree confirmed gone
     confirmed_wall: float | None = None
+
+
+@dataclass(frozen=True)
+class SurvivorsGone:
+    """The survivors of SIGKILL the core waits for (``AwaitSurvivors``) are all gone: their file system answered."""
 
 
 @dataclass(frozen=True)

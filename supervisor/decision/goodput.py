@@ -40,7 +40,7 @@ def close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, An
         g.lost_seconds += lost_seconds
         g.lost_batches += lost_batches
         loss = Loss(round(lost_seconds, 3), lost_batches)
-    a.healthy_since = None
+    a.healthy_since, a.training = None, None
     resumes_from = None if s.checkpoint is None else {"epoch": s.checkpoint.epoch, "batch": s.checkpoint.batch,
                                                         "path": s.checkpoint.path}
     return loss, resumes_from, unsaved

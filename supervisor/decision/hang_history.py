@@ -36,6 +36,7 @@ class HangPoint:
     batch: int = kept()
     # the checkpoint's (epoch, batch); None (left out of the file): from scratch or unknown
     resumed_at: tuple[int, int] | None = kept(default=None, omitted=True)
+    rung: int | None = kept(default=None, omitted=True)  # the rung it hung at; None: recorded before rungs were kept
 
     def same_place(self, other: HangPoint) -> bool:
         return (self.phase, self.epoch, self.batch) == (other.phase, other.epoch, other.batch)
@@ -88,6 +89,19 @@ class HangHistory:
                 break
             run.insert(0, point)
         return run
+
+    def passed(self, newest: HangPoint) -> frozenset[int]:
+        """The rungs whose hang the newest one moved later: each hung twice or more at one point, in the newest's
+        phase but earlier in the training, and the newest hang's rung got past that point. Its hang there is tied to
+        the point (a validation that hangs whenever it comes), not to chance: going back to that rung would hang
+        there again. One hang at a point proves nothing (a driver's bad night hangs anywhere, later and later)."""
+        counts: dict[tuple[int, tuple[str, int, int]], int] = {}
+        for p in self.points:
+            if p.rung is not None and p.rung != newest.rung and p.phase == newest.phase \
+                    and (p.epoch, p.batch) < (newest.epoch, newest.batch):
+                place = (p.rung, (p.phase, p.epoch, p.batch))
+                counts[place] = counts.get(place, 0) + 1
+        return frozenset(rung for (rung, _), n in counts.items() if n >= 2)
 
     def repeated_point(self) -> HangPoint | None:
         """The newest hang's point, when the hangs in a row there resumed from ``REPEATS`` different points: a hang

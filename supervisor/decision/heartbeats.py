@@ -25,7 +25,8 @@ from supervisor.decision import goodput, in_place, kernel, kernel_search, probe,
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.span import span
-from supervisor.decision.state import THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision
+from supervisor.decision.state import (THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision,
+                                      TrainingClock)
 from supervisor.decision.witness import WaitSeen
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
@@ -231,8 +232,16 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
         a.trained_through = True
     a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
+    if a.training is not None:
+        a.training.progressed(sent_at(m, now))
     a.waits.pop(None, None)  # a word said before this progress is of a stall that is over
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value
+
+
+def sent_at(m: HeartbeatMessage, now: Now) -> float:
+    """When the message was sent (the sender's monotonic clock, the supervisor's too on one host), or read where
+    it does not say: never later than now."""
+    return now.mono if m.sent is None else min(now.mono, m.sent)
 
 
 def _diverged(s: Supervision, now: Now) -> list[Any]:
@@ -250,24 +259,24 @@ def _diverged(s: Supervision, now: Now) -> list[Any]:
 def _trained_batch(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     a = s.current
     # Timed when sent: beats read in a burst (a backlog, the pipe's rests) arrive together but were not made so.
-    a.throughput.append((now.mono if m.sent is None else m.sent, m.samples or 0))
+    a.throughput.append((sent_at(m, now), m.samples or 0))
     a.batches_since_checkpoint += 1
     a.train_beats += 1
     if a.train_beats % THROUGHPUT_WINDOW == 0:  # a fresh window of this rung's speed
         s.record_rung_speed()
     if s.state == State.STARTING:
-        return _first_batch(s, now)
+        return _first_batch(s, now, sent_at(m, now))
     if s.state == State.HEALTHY:
         return probe.check(s, now) or standby.reviewed(s, now.mono)
     return []
 
 
-def _first_batch(s: Supervision, now: Now) -> list[Any]:
+def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     """The attempt trains: its start is measured, and the incident that restarted it is complete."""
     a = s.current
     s.state = State.HEALTHY
     s.consecutive_crashes = 0
-    a.healthy_since = now.mono
+    a.healthy_since, a.training = now.mono, TrainingClock(sent, sent)
     s.startup_failure = None
     a.startup_seconds = span(a.spawned_at, now.mono) or 0.0
     _close_step_stretch(s, now.mono)

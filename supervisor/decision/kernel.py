@@ -23,11 +23,11 @@ def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
     a = s.current
     s.kernel_events[event.kind] += 1
     running = s.state in (State.STARTING, State.HEALTHY)
-    if event.kind == KernelKind.GPU_LOST and not event.drill and (not event.trusted or _trains_on_cpu(s)):
+    if event.kind == KernelKind.GPU_LOST and not event.drill and (not event.trusted or trains_on_cpu(s)):
         # A line user space wrote, one from before this run, or a GPU this training does not use: it may be
         # worth a look, but "reboot needed" ends the run and needs the kernel's own word about our GPU.
         why = "not the kernel's own record of this run" if not event.trusted else "this training uses no GPU"
-        if not running or _trains_on_cpu(s):
+        if not running or trains_on_cpu(s):
             return [Log("warning", f"GPU-lost line ignored ({why}): {event.message[:200]}")]
         event = KernelMessage(KernelKind.GPU_FAULT, event.message, event.source, event.pattern, event.pid,
                               event.in_worker_tree, trusted=False)
@@ -78,5 +78,6 @@ def unconfirmed(s: Supervision, now: Now, phase: str) -> list[Any]:
                           failure=f"kernel:{event.kind.value}", kernel_events=[event])
 
 
-def _trains_on_cpu(s: Supervision) -> bool:
+def trains_on_cpu(s: Supervision) -> bool:
+    """The run has no GPU (``device = \"cpu\"``): no GPU of its can be lost, nor hold a process."""
     return str(s.config.train.get("device", "")).strip().lower() in ("cpu", "mps")

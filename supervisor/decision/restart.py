@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import choices, goodput, probe, restart_budget, same_point, stopping
-from supervisor.decision.actions import Exit, Log, Spawn
-from supervisor.decision.events import Now, TreeKilled
+from supervisor.decision import choices, goodput, kernel, probe, restart_budget, same_point, stopping, survivors
+from supervisor.decision.actions import AwaitSurvivors, Exit, Log, Spawn
+from supervisor.decision.events import Now, SurvivorsGone, TreeKilled
 from supervisor.decision.incident import Kill, Tier
 from supervisor.decision.rung_choice import Choice
 from supervisor.decision.state import Recovery, StopPlan, Supervision
 from supervisor.decision.tier import Escalate, Verdict, recovered
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
+from worker.contract import split_rung
 
 
 class RestartTier:
@@ -56,13 +57,64 @@ def tree_killed(s: Supervision, event: TreeKilled, now: Now) -> list[Any]:
     s.current.worker_pid = None
     if plan.incident is not None:
         s.amend(plan.incident, last_error=s.current.last_error, settings=s.current.in_force_shown(),
-                kill=Kill(event.killed, round(event.seconds, 3), tuple(event.survivors), event.confirmed_wall))
+                kill=Kill(event.killed, round(event.seconds, 3), tuple(x.describe() for x in event.survivors),
+                          event.confirmed_wall))
     if event.survivors:
-        s.reboot_needed = True
-        return stopping.end_run(s, State.FAILED, Exit(
-            EXIT_REBOOT_NEEDED,
-            f"{len(event.survivors)} worker process(es) survived SIGKILL ({'; '.join(event.survivors)}): stuck in the "
-            f"GPU driver; no new worker is started on this GPU; reboot the machine, then run again to resume"))
+        return _survived(s, plan, event.survivors, now)
+    return _tree_gone(s, plan, now)
+
+
+def _survived(s: Supervision, plan: StopPlan, found: tuple[survivors.Survivor, ...], now: Now) -> list[Any]:
+    """Survivors of SIGKILL: held by a driver, only a reboot frees them; held by a file system (or a wait nobody
+    named), they go when it answers: the next worker waits for that, within survivor_timeout (survivors.py)."""
+    if not survivors.waits_out(found):
+        return _reboot_needed(s, found)
+    bound = s.config.watchdog.survivor_timeout
+    plan.survivors, plan.survivors_until = found, now.mono + bound
+    where = "a file system's wait" if all(x.wait == survivors.KernelWait.FILE_SYSTEM for x in found) \
+        else "the kernel"
+    return [Log("warning", f"{len(found)} worker process(es) survived SIGKILL in {where} ({survivors.describe(found)}): "
+                           f"the next worker starts once they are gone (watchdog.survivor_timeout = {bound:g} s)"),
+            AwaitSurvivors(tuple(x.pid for x in found))]
+
+
+def survivors_gone(s: Supervision, event: SurvivorsGone, now: Now) -> list[Any]:
+    """The survivors waited for are gone (their file system answered): what the kill was for follows."""
+    plan = s.stop
+    if s.state != State.STOPPING or plan is None or not plan.survivors:
+        return []
+    waited = now.mono - (plan.survivors_until - s.config.watchdog.survivor_timeout)
+    gone = [Log("info", f"the {len(plan.survivors)} survivor(s) of SIGKILL are gone after {waited:.1f} s: going on")]
+    plan.survivors, plan.survivors_until = (), None
+    return gone + _tree_gone(s, plan, now)
+
+
+def survivors_overdue(s: Supervision, now: Now) -> list[Any]:
+    """survivor_timeout passed with survivors left: a driver's (a reboot), or a file system that does not answer."""
+    found = s.stop.survivors
+    if survivors.driver_bound(found, on_gpu=not kernel.trains_on_cpu(s)):
+        return _reboot_needed(s, found)
+    waits = sorted({w for x in found for w in x.waits}) or ["an unnamed kernel wait"]
+    return stopping.end_run(s, State.FAILED, Exit(
+        EXIT_FAILED,
+        f"{len(found)} worker process(es) still wait in {', '.join(waits)} "
+        f"{s.config.watchdog.survivor_timeout:g} s after SIGKILL ({survivors.describe(found)}): a file system the "
+        f"training reads (a FUSE or NFS mount) does not answer; no new worker is started beside them; fix the mount "
+        f"(or raise watchdog.survivor_timeout), then run again to resume"))
+
+
+def _reboot_needed(s: Supervision, found: tuple[survivors.Survivor, ...]) -> list[Any]:
+    s.reboot_needed = True
+    held = "the GPU driver; no new worker is started on this GPU" if not kernel.trains_on_cpu(s) else \
+        "a driver; no new worker is started"
+    return stopping.end_run(s, State.FAILED, Exit(
+        EXIT_REBOOT_NEEDED,
+        f"{len(found)} worker process(es) survived SIGKILL ({survivors.describe(found)}): stuck in {held}; reboot "
+        f"the machine, then run again to resume"))
+
+
+def _tree_gone(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
+    """The worker's tree is gone: the run ends, or the next attempt follows."""
     if plan.then == After.REBOOT:
         return stopping.end_run(s, State.FAILED, Exit(
             EXIT_REBOOT_NEEDED, f"the GPU is lost ({plan.incident.detail}); no new worker is "
@@ -162,7 +214,9 @@ def spawn(s: Supervision) -> Spawn:
     s.stop = None
     s.checkpoint_interval = choices.next_interval(s)
     return Spawn(attempt=s.attempt, rung=s.rung, rung_settings={**s.ladder.settings(s.rung), **s.remedies},
-                 checkpoint_every=s.checkpoint_interval.seconds, amp_passed=s.amp_passed)
+                 checkpoint_every=s.checkpoint_interval.seconds, amp_passed=s.amp_passed,
+                 rung_keys=tuple(sorted({*s.remedies, *(k for r in range(len(s.ladder))
+                                                         for k in split_rung(s.ladder.settings(r)).trainer_args)})))
 
 
 def follow_job(s: Supervision) -> None:

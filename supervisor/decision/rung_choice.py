@@ -124,10 +124,12 @@ def basis(facts: RungFacts, prior: float | None) -> str:
 
 
 def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
-               prior: float | None = None) -> Choice:
+               prior: float | None = None, passed: frozenset[int] = frozenset()) -> Choice:
     """The rung to restart at after a hang at ``current``; ``rungs[k]`` is rung k's record, the hang included;
     ``stall_cost``: the measured mean seconds from a hang to the next spawn (None: not measured yet); ``prior``:
-    ``[ladder] prior_between_hangs`` (None: each rung judged on its own evidence alone)."""
+    ``[ladder] prior_between_hangs`` (None: each rung judged on its own evidence alone); ``passed``: rungs whose
+    hang, tied to a point of the training, ``current`` got past (hang_history.passed): progress, no rung to go back
+    to, whatever their speed."""
     stall = DEFAULT_STALL_COST if stall_cost is None else stall_cost
     top = len(rungs) - 1
     below = [k for k in range(current) if rungs[k].speed is not None]
@@ -142,17 +144,19 @@ def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
         rungs = list(rungs)
         rungs[current] = replace(rungs[current], speed=rungs[below[-1]].speed)
         assumed = f" (rung {current} unmeasured: at rung {below[-1]}'s speed)"
-    tried = [k for k, facts in enumerate(rungs) if facts.tried]
+    tried = [k for k, facts in enumerate(rungs) if facts.tried and (k not in passed or k == current)]
     priors = {k: prior_of(k, rungs, prior) for k in tried}
     goodput = {k: expected_goodput(rungs[k], hang_cost(rungs[k], stall, rungs), priors[k]) for k in tried}
     best = max(tried, key=lambda k: (goodput[k], -k))
-    untried = max(tried) + 1
+    untried = max(k for k, facts in enumerate(rungs) if facts.tried) + 1
     measured = [rungs[k].speed for k in tried if rungs[k].speed is not None]
     if untried <= top and measured and measured[-1] > EXPLORE_GAIN * goodput[best]:
         return Choice(untried, f"rung {best} keeps {goodput[best]:.2f} it/s of {rungs[best].speed:.2f} once its "
                                f"hangs are paid for ({basis(rungs[best], priors[best])}); rung {untried} is untried "
                                f"and could keep up to {measured[-1]:.2f}{assumed}")
     why = "the best known" if best != current else "still the best known"
+    if passed:
+        why += f" (rung {', '.join(map(str, sorted(passed)))} left: it hung at a point rung {current} got past)"
     return Choice(best, f"rung {best} is {why}: it keeps {goodput[best]:.2f} it/s once its hangs are paid for "
                         f"({basis(rungs[best], priors[best])}); "
                         + ", ".join(f"rung {k} {goodput[k]:.2f}" for k in tried) + assumed)

@@ -30,6 +30,7 @@ from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.span import span
+from supervisor.decision.survivors import Survivor
 from supervisor.decision.witness import WaitSeen
 from supervisor.decision.worker_kind import WorkerKind
 from supervisor.vocabulary import After, KernelKind, Reason, State
@@ -70,6 +71,8 @@ class StopPlan:
     at_risk: tuple[float, int] = (0.0, 0)  # seconds and batches after the newest checkpoint: lost if the save fails
     point: HangPoint | None = None  # a hang: where it sat
     choice: rung_choice.Choice | None = None  # a hang that climbs: the rung it moves to, decided at the verdict
+    survivors: tuple[Survivor, ...] = ()  # survivors of SIGKILL waited for before what follows (survivors.py)
+    survivors_until: float | None = None  # monotonic: ... until then (survivor_timeout)
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,29 @@ class SearchSeen:
 
 
 @dataclass
+class TrainingClock:
+    """An attempt's training, timed by its beats (when each was sent, on the sender's monotonic clock), not by when the
+    supervisor read them: a supervisor stopped alone (Ctrl-Z in its terminal) reads its worker's beats late, and the
+    training they tell of was done all the same. Only a pause of the supervisor in which nothing was sent (the worker
+    stopped with it) is taken out, judged by the first progress after it."""
+    first: float  # the first training batch
+    last: float  # the last progress
+    untrained: float = 0.0  # pauses the worker sat through too
+    pause: tuple[float, float] | None = None  # the supervisor's last pause (from, to), until the next progress
+
+    def progressed(self, sent: float) -> None:
+        if self.pause is not None:
+            start, end = self.pause
+            if sent >= end:  # nothing sent while the supervisor was away: the worker was stopped too
+                self.untrained += max(0.0, min(sent, end) - max(self.last, start))
+            self.pause = None
+        self.last = max(self.last, sent)
+
+    def seconds(self) -> float:
+        return max(0.0, self.last - self.first - self.untrained)
+
+
+@dataclass
 class Attempt:
     """One worker attempt, from its spawn (``Spawned``) until the next: what its heartbeats, its output and the
     kernel said of it. Nothing here outlives the attempt."""
@@ -185,6 +211,7 @@ class Attempt:
     signatures: dict[str, SignatureSeen] = field(default_factory=dict)  # seen in this attempt's output
     nan_beats: int = 0  # consecutive training beats with a NaN or inf loss
     healthy_since: float | None = None  # monotonic: the first training batch
+    training: TrainingClock | None = None  # from the first training batch: its training, timed by the beats
     batches_since_checkpoint: int = 0  # training batches after the newest checkpoint
     train_beats: int = 0  # training batches
     save_gap: float = 0.0  # the longest gap between two progress events of the save stretch in progress
@@ -322,10 +349,8 @@ class Supervision:
 
     def trained(self) -> float:
         """Seconds of progress so far: earlier attempts plus this one up to its last progress."""
-        a, current = self.current, 0.0
-        if a.healthy_since is not None and a.last_progress_at is not None:
-            current = max(0.0, a.last_progress_at - a.healthy_since)
-        return self.goodput.trained_seconds + current
+        training = self.current.training
+        return self.goodput.trained_seconds + (training.seconds() if training is not None else 0.0)
 
     def budget_left(self, wall: float) -> int:
         return restart_budget.budget_left(self.budget_times, wall, self.config.restart)

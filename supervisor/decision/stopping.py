@@ -32,7 +32,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     ``incident``: the hang's, opened by a cheaper recovery tier that escalated (recovery.py): amended, not doubled."""
     a = s.current
     earlier = s.record_complete(still_open=incident)  # the one before, if its restart never reached a batch
-    point = HangPoint(phase, a.progress.epoch, a.progress.batch, a.resumed_at) \
+    point = HangPoint(phase, a.progress.epoch, a.progress.batch, a.resumed_at, s.rung) \
         if reason in (Reason.HANG, Reason.KERNEL) else None
     last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds
     # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.

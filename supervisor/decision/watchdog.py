@@ -33,6 +33,7 @@ class DeadlineKind(Enum):
     SAVE = "save"  # a stop's checkpoint did not come within save_timeout
     SAVE_STALLED = "save stalled"  # while asked to save, the worker stopped progressing: it is hung
     RECOVERY = "recovery"  # a recovery tier's deadline for its proof (tier.py) passed: escalate to the next
+    SURVIVORS = "survivors"  # survivors of SIGKILL waited for (survivors.py) are still there: the run ends
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def deadline(s: Supervision) -> Deadline:
     a, w = s.current, s.config.watchdog
     if s.state == State.BACKOFF:
         return Deadline(s.backoff_until, DeadlineKind.BACKOFF, "backoff")
+    if s.state == State.STOPPING and s.stop is not None and s.stop.survivors_until is not None:
+        return Deadline(s.stop.survivors_until, DeadlineKind.SURVIVORS, "survivor_timeout")
     if s.saving():
         # Waiting for the checkpoint asked for; a worker that stalls meanwhile is hung and cannot save.
         due = Deadline(s.stop.save_until, DeadlineKind.SAVE, "stop save_timeout")

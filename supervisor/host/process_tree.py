@@ -17,6 +17,8 @@ from typing import Callable, Collection
 
 import psutil
 
+from supervisor.decision.survivors import Survivor
+
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 
@@ -156,7 +158,7 @@ def snapshot(processes: list[psutil.Process], sample_seconds: float = 0.2, since
 @dataclass
 class KillReport:
     killed: list[int] = field(default_factory=list)
-    survivors: list[str] = field(default_factory=list)  # "pid 123 (python, disk-sleep)"
+    survivors: list[Survivor] = field(default_factory=list)  # each with where the kernel holds it (its wchan)
     seconds: float = 0.0
 
 
@@ -222,13 +224,33 @@ def kill_tree(root_pid: int | None, grace: float, timeout: float, adopt_orphans:
         if time.monotonic() >= deadline:
             for p in members():
                 try:
-                    report.survivors.append(f"pid {p.pid} ({p.name()}, {p.status()})")
+                    report.survivors.append(Survivor(p.pid, p.name(), p.status(), kernel_waits(p.pid)))
                 except psutil.Error:
                     continue
             break
     report.killed = sorted(seen)
     report.seconds = time.monotonic() - start
     return report
+
+
+def kernel_waits(pid: int) -> tuple[str, ...]:
+    """The kernel functions the threads of ``pid`` sleep in (/proc/PID/task/TID/wchan), each once, in thread order:
+    ("request_wait_answer",) for a FUSE request its daemon holds. A thread that runs or has exited shows "0" and
+    is left out; () where none sleeps or /proc says nothing (another user's process without the right to read)."""
+    waits: list[str] = []
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return ()
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                wchan = f.read().strip()
+        except OSError:
+            continue
+        if wchan and wchan != "0" and wchan not in waits:
+            waits.append(wchan)
+    return tuple(waits)
 
 
 def kill_processes(pids: Collection[int], timeout: float, keepalive: Callable[[], None] | None = None
@@ -256,6 +278,19 @@ def kill_processes(pids: Collection[int], timeout: float, keepalive: Callable[[]
 
 def _describe(p: psutil.Process) -> str:
     try:
-        return f"{p.name()}, {p.status()}"
+        waits = kernel_waits(p.pid)
+        return f"{p.name()}, {p.status()}" + (f", in {', '.join(waits)}" if waits else "")
     except psutil.Error:
         return "gone"
+
+
+def exit_fds(pids: Collection[int]) -> dict[int, int]:
+    """fd -> pid: a pidfd for each of ``pids`` still there, readable once it exits (pidfd_open(2)); the loop waits
+    on them as on any descriptor, so survivors of SIGKILL are awaited without polling."""
+    fds = {}
+    for pid in pids:
+        try:
+            fds[os.pidfd_open(pid)] = pid
+        except ProcessLookupError:
+            pass
+    return fds

@@ -8,6 +8,7 @@ from supervisor.decision import core, probe, watchdog
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.decision.incident import Loss, Stacks
 from supervisor.decision.signatures import scan
+from supervisor.decision.survivors import Survivor
 from supervisor.vocabulary import KernelKind
 from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make
@@ -211,11 +212,11 @@ def test_restart_budget_window_forgets_old_restarts():
     assert any(isinstance(a, core.Spawn) for a in actions)
 
 
-def test_survivors_of_sigkill_mean_reboot_and_no_new_worker():
+def test_survivors_of_sigkill_in_the_gpu_driver_mean_reboot_and_no_new_worker():
     d = Driver(make(watchdog={"startup_timeout": 5}))
     d.boot_and_spawn()
     d.at(d.t + 6)(core.Tick())
-    actions = d(core.TreeKilled(killed=2, survivors=("pid 77 (python, disk-sleep)",)))
+    actions = d(core.TreeKilled(killed=2, survivors=(Survivor(77, "python", "disk-sleep", ("kfd_wait_on_events",)),)))
     assert kinds(actions) == ["RecordIncident", "Exit"]
     assert actions[1].code == EXIT_REBOOT_NEEDED and "reboot" in actions[1].text and "pid 77" in actions[1].text
 
@@ -1025,6 +1026,40 @@ def test_goodput_is_timed_by_the_monotonic_clock_and_its_time_survives_a_supervi
     again.s.restore(record)
     again.at(5.0)(core.Boot())  # a new supervisor after a reboot: another monotonic origin
     assert snapshot(again.s, core.Now(15.0, 0)).to_dict()["goodput"] == pytest.approx(9.5 / 30)
+
+
+def test_a_paused_supervisor_keeps_the_training_its_worker_did_meanwhile_in_goodput():
+    """Ctrl-Z stops the supervisor alone: the worker trains on and its beats wait in the pipe. Only the deadlines
+    move by the pause; the training is timed by the beats (their ``sent``), so goodput stays ~1 (it was 0.11)."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase", sent=d.t)
+    while d.t + 0.5 <= 1010:
+        d.t += 0.5
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=d.t)
+    woke = d.t + 60  # stopped for 60 s; the worker beat every 0.5 s meanwhile, read at once on waking
+    d.at(woke)(core.SupervisorPaused(60.0))
+    for i in range(1, 121):
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=woke - 60 + i * 0.5)
+    d.train_until(woke + 10, 0.5)  # and on, read as sent
+    snap = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()
+    assert d.s.trained() == pytest.approx(d.t - 1000.5)
+    assert snap["goodput"] == pytest.approx((d.t - 1000.5) / (d.t - 1000.0))
+
+
+def test_a_pause_of_the_supervisor_and_its_worker_together_is_no_training():
+    """Ctrl-Z of the whole job: no beat was sent during the pause, so the pause is not counted as trained."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase", sent=d.t)
+    while d.t + 0.5 <= 1010:
+        d.t += 0.5
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=d.t)
+    d.at(d.t + 60)(core.SupervisorPaused(60.0))
+    while d.t + 0.5 <= 1080:
+        d.t += 0.5
+        d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, sent=d.t)
+    assert d.s.trained() == pytest.approx(1080 - 1000.5 - 60)
 
 
 def test_a_signature_acts_only_on_the_failure_that_ended_the_worker():

@@ -411,3 +411,28 @@ def test_a_hangs_cost_is_the_measured_stall_and_the_loss_the_interval_now_in_for
     history.spawned(112.0)  # 10 s to detect, 2 s to kill and spawn
     assert history.stall_cost(None) == pytest.approx(12.0 + 30.0)
     assert history.stall_cost(10.0) == pytest.approx(12.0 + 5.0)  # at a 10 s interval, 5 s are lost on average
+
+
+def test_a_rung_that_moved_a_hang_tied_to_a_point_later_is_not_left_for_the_rung_that_hung_there():
+    """Issue 41: rung 0 hung twice in the validation after epoch 1; rung 5 (val = false) trained all 3 epochs and hung
+    in the final validation; the chooser went "faster: rung 0" (rung 5 had hung too), which hung there again and
+    again. A rung that moved the hang later is progress: rung 0 is not gone back to."""
+    h = HangHistory()
+    for _ in range(2):
+        h.hang(HangPoint("val", 1, 8, None, 0), 10.0, None, 0.0)
+    newest = HangPoint("val", 3, 8, (2, 8), 5)
+    h.hang(newest, 40.0, None, 0.0)
+    assert h.passed(newest) == frozenset({0})
+    rungs = [RungFacts(10.0, 30, 2), *[RungFacts(None, 0, 0)] * 4, RungFacts(9.0, 30, 1)]
+    assert rung_choice.after_hang(5, rungs, 15.0, prior=300.0).rung == 0  # what it did: rung 0 is faster
+    choice = rung_choice.after_hang(5, rungs, 15.0, prior=300.0, passed=h.passed(newest))
+    assert choice.rung == 5 and "rung 0 left" in choice.why
+    # One hang at a point is chance (a bad night hangs later and later whatever the rung): no rung is left for it.
+    chance = HangHistory()
+    chance.hang(HangPoint("train", 1, 3, None, 0), 10.0, None, 0.0)
+    later = HangPoint("train", 2, 5, None, 1)
+    chance.hang(later, 20.0, None, 0.0)
+    assert chance.passed(later) == frozenset()
+    # Nor is a rung whose hangs sat later than the newest, or in another phase.
+    h.hang(HangPoint("train", 4, 1, None, 5), 50.0, None, 0.0)
+    assert h.passed(h.points[-1]) == frozenset()

@@ -12,6 +12,7 @@ import pytest
 from supervisor.config import NotifyConfig, parse
 from supervisor.decision import core, in_place
 from supervisor.decision.notices import BURST, WINDOW, Notice, NoticeKind, NoticeLimit, derive
+from supervisor.decision.survivors import Survivor
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_REBOOT_NEEDED
 from supervisor.telemetry.notify_command import NotifyCommand
 from tests.helpers.driver import PID, Driver, healthy, make
@@ -78,7 +79,8 @@ def test_a_hang_recovered_in_place_is_a_hang_recovered_once_the_next_batch_comes
 def test_exits_that_need_a_person_and_a_finished_run_are_noticed_but_not_a_finished_run_booted_again():
     d = noticing()
     d.at(1030)(core.Tick())
-    d(core.TreeKilled(3, ("pid 9 (python, disk-sleep)",), 10.0, None))  # survived SIGKILL: reboot needed
+    held = Survivor(9, "python", "disk-sleep", ("amdgpu_fence_wait_empty",))  # by the driver: reboot needed
+    d(core.TreeKilled(3, (held,), 10.0, None))
     assert kinds(d.notices)[-1] == NoticeKind.NEEDS_A_PERSON and d.notices[-1].exit_code == EXIT_REBOOT_NEEDED
 
     d = noticing()

@@ -4,8 +4,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 
@@ -84,3 +86,37 @@ def test_a_snapshot_after_the_stacks_takes_its_cpu_window_from_before_them_and_w
         for p in (busy, late):
             p.kill()
             p.wait()
+
+
+def test_a_process_held_by_a_fuse_request_survives_sigkill_named_by_its_wait_and_is_seen_to_go():
+    """A real FUSE mount (tests/helpers/fuse_hold.py) whose daemon holds a request: the process waiting for it
+    survives SIGKILL in request_wait_answer, the kill report says so, and its pidfd tells when the answer lets it go."""
+    import select
+
+    import pytest
+
+    from supervisor.decision.survivors import KernelWait
+    from tests.helpers.fuse_hold import FuseHold
+
+    if not FuseHold.available():
+        pytest.skip("needs root and /dev/fuse")
+    mountpoint = Path(tempfile.mkdtemp(prefix="fusehold-"))
+    with FuseHold(mountpoint) as fuse:
+        code = f"import os, subprocess, sys; print('ready', flush=True); os.stat({str(mountpoint / 'images')!r})"
+        root = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+        assert root.stdout.readline() == b"ready\n"
+        fuse.wait_for_request()
+        report = process_tree.kill_tree(root.pid, grace=0.2, timeout=1.0)
+        assert [s.pid for s in report.survivors] == [root.pid]
+        survivor = report.survivors[0]
+        assert survivor.waits == ("request_wait_answer",) and survivor.status == "disk-sleep"
+        assert survivor.wait == KernelWait.FILE_SYSTEM
+        fds = process_tree.exit_fds([root.pid])
+        assert list(fds.values()) == [root.pid]
+        assert select.select(list(fds), [], [], 0.5)[0] == []  # still held
+        fuse.release()
+        assert select.select(list(fds), [], [], 10)[0] == list(fds)  # the answer came: SIGKILL takes it
+        assert root.wait(timeout=10) in (-signal.SIGTERM, -signal.SIGKILL)  # (both were pending)
+        for fd in fds:
+            os.close(fd)
+    os.rmdir(mountpoint)
