@@ -154,6 +154,7 @@ def test_ultralytics_final_strip_replaces_last_pt_whole_while_the_supervisor_ver
     """The end of every run: Ultralytics strips last.pt right after its last save, while the supervisor verifies that
     save. A reader in a loop, as the supervisor's check, must never see it half written."""
     import threading
+    import types
 
     from worker.train import supervised_trainer
 
@@ -164,6 +165,7 @@ def test_ultralytics_final_strip_replaces_last_pt_whole_while_the_supervisor_ver
     before = os.stat(last).st_ino
     trainer = object.__new__(supervised_trainer("detect"))  # final_eval alone: no training set up
     trainer.last, trainer.best = last, weights / "best.pt"  # no best.pt: no final validation
+    trainer.args = types.SimpleNamespace(val=True)  # Ultralytics' default: its own final_eval
     done, torn = threading.Event(), []
 
     def supervisor_check():
