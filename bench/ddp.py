@@ -9,7 +9,7 @@ Cases (``--cases``, comma-separated; each a supervised run of its own, printed a
   (the launching worker and the ranks' server imported ahead: worker/rank_server.py), side by side: the verdict ->
   the next first batch (the incident's ``restart_seconds``; goal <= 6 s on 2 H100s), and the ratio.
 - ``device``: a rank's GPU kernel that never ends (fault ``device_hang`` in rank 1; GPU only).
-- ``loader``: a loader worker of rank 1 hung (fault ``dataloader_hang``): replaced in place in that rank alone.
+- ``loader``: a loader worker of rank 1 stopped from outside (SIGSTOP): replaced in place in that rank alone.
 - ``tree``: every process of the worker's tree SIGSTOPped from outside once epoch 2 trains (the whole tree frozen).
 - ``rank``: rank 1 alone SIGSTOPped from outside (the earlier ``freeze``).
 - ``hosts``: two supervisors on this machine, one device each (``CUDA_VISIBLE_DEVICES`` per host on GPUs; the CPU
@@ -161,6 +161,19 @@ def stop_rank_1(status: dict) -> str:
     pid = {r["rank"]: r["pid"] for r in status["ranks"]}[1]
     os.kill(pid, signal.SIGSTOP)
     return f"SIGSTOP to rank 1 (pid {pid}) at epoch {status['epoch']}"
+
+
+def stop_a_loader_worker_of_rank_1(status: dict) -> str | None:
+    """A real loader hang from outside (no fault flag, which would hang the rebuilt loader's workers too): SIGSTOP
+    to one DataLoader worker process of rank 1."""
+    import psutil
+
+    pid = {r["rank"]: r["pid"] for r in status.get("ranks") or []}.get(1)
+    workers = psutil.Process(pid).children() if pid else []
+    if not workers:
+        return None  # asked again at the next status
+    os.kill(workers[0].pid, signal.SIGSTOP)
+    return f"SIGSTOP to loader worker {workers[0].pid} of rank 1 (pid {pid}) at epoch {status['epoch']}"
 
 
 def case(a: argparse.Namespace, data: str, out: Path, name: str, **kwargs) -> dict:
@@ -323,8 +336,7 @@ def main() -> int:
             fault = f"device_hang,at_batch={a.hang_at},attempt=1,rank=1"
             results["device"] = case(a, data, out, "device", faults=(fault,))
         elif name == "loader":
-            results["loader"] = case(a, data, out, "loader",
-                                     faults=(f"dataloader_hang,at_batch={a.hang_at},attempt=1,rank=1",))
+            results["loader"] = case(a, data, out, "loader", inject=stop_a_loader_worker_of_rank_1)
         elif name == "tree":
             results["tree"] = case(a, data, out, "tree", inject=stop_tree)
         elif name == "rank":
