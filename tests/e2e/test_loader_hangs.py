@@ -40,7 +40,7 @@ def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: b
     if not py_spy:
         env["PATH"] = "/usr/bin:/bin"
     result = subprocess.run([python, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
-                             str(state_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                             str(state_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
     assert result.returncode == 0, result.stderr[-3000:]
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded", status
