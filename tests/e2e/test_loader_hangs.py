@@ -114,6 +114,17 @@ def test_a_resumed_attempts_loader_hang_is_recovered_in_place_after_the_training
     assert_each_sample_once(fed, epochs=(2,))
 
 
+def test_a_training_process_spinning_in_python_is_restarted_not_taken_for_the_loaders(tmp_path):
+    """The training process itself spins (its forward, a callback): the witness puts the wait in its own code, so
+    the in-place tier declines at once and the restart resumes from the checkpoint at batch 4."""
+    status, incidents, _, fed = run_loop(tmp_path, {"hang": "main_spinning", "epoch": 1, "batch": 5})
+    assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 0, "restart": 1}, status
+    [incident] = incidents
+    assert incident["tiers"] == ["restart"], incident  # the in-place tier declined at the verdict
+    assert "the hang is not the loader's" in incident["escalation"] and "in no known wait" in incident["witness"]
+    assert_each_sample_once(fed, epochs=(2,))
+
+
 def test_a_rebuilt_loader_that_hangs_again_escalates_to_the_restart(tmp_path):
     status, incidents, stderr, fed = run_loop(tmp_path, {"hang": "blocked", "epoch": 1, "batch": 6, "times": 2})
     assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 0, "restart": 1}, status
