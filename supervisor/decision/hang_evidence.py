@@ -7,8 +7,10 @@ witness.py): the ladder climbs where the evidence points (issue 38). Pure.
   inherit no GPU runtime state), and ``val = false`` when it hung in validation;
 - no known wait (a native call: ROCm's lost completion leaves the host spinning in a busy wait the witness cannot
   name): the environment rungs, and ``val = false`` in validation;
-- a lock, I/O, a sleep of the training process's own: no rung changes it, and it counts against no rung's record;
-- a collective, or no word at all: any rung, as before.
+- the training process's own lock, or I/O outside its processes: no rung changes it, and it counts against no rung's
+  record;
+- a sleep (the wait the code chose says nothing of what it waits for: the faults that stand for the seeds' hangs in
+  the training loop sleep), a collective, or no word at all: any rung, as before.
 
 A hang whose rungs the ladder lacks above the current one leaves the run where it is; one that no rung of the
 ladder can change counts against none (its hang is not added to the rung's record).
@@ -53,7 +55,7 @@ def of(s: Supervision) -> Evidence:
     if kind == WaitKind.ELSEWHERE:
         return Evidence(frozenset({"env"}) | val, f"the training process {said}: only an environment rung (a "
                                                   f"native busy wait looks so)")
-    if kind in (WaitKind.LOCK, WaitKind.IO, WaitKind.SLEEP):
+    if kind in (WaitKind.LOCK, WaitKind.IO):
         return Evidence(frozenset(), f"the training process {said}: no rung changes it")
     return Evidence(None, "")
 
