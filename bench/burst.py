@@ -177,15 +177,13 @@ def hang_after_each_recovery(run: SupervisedRun, burst: Burst, result: Night, li
         time.sleep(POLL)
         status = run.state().get("status", {})
         recovered = sum((status.get("recoveries") or {}).values()) >= result.hangs
-        ready = status.get("state") == "healthy" and status.get("phase") in ("train", "val") and recovered \
-            and status.get("worker_pid")
-        if not ready:
-            due = None
+        if not recovered or status.get("state") != "healthy":
+            due = None  # the last hang is not recovered yet: its delay starts once it is
             continue
         if due is None:
             due = time.time() + burst.delay()
-        if time.time() < due:
-            continue
+        if time.time() < due or status.get("phase") not in ("train", "val") or not status.get("worker_pid"):
+            continue  # (an epoch's end or a save: the hang comes at the next batch)
         kind = burst.kinds[result.hangs % len(burst.kinds)]
         if burst.hangs.make(kind, status["worker_pid"]):
             result.hangs += 1
