@@ -11,6 +11,10 @@ The real CLI (``python -m supervisor run``), default settings but the training, 
   previous one (the first after the run's start), whatever the phase: before an attempt's first batch (its startup,
   a resume's), in training, validation or at an epoch's end. A freeze that falls due while the tree frozen last is
   not yet replaced waits for the next worker and freezes it at once;
+- with ``--kinds K1,K2,...``, issue 38's compressed night: hangs of those kinds in turn (bench/hangs.py: a loader
+  worker blocked, spinning or stopped, the training process spinning or blocked, the whole tree), each
+  ``--hang-every`` seconds after the last was recovered (in place or by a restart), whatever the phase; each hang's
+  cost by its incident (in place: the stall, the action and the wait for the next batch);
 - with ``--baseline DIR``, the burst again with the code in DIR (a checkout of an earlier commit, e.g. ``git worktree
   add /tmp/before fe7f68b``): what the run did before, with the same hang points.
 
@@ -24,6 +28,8 @@ interval of its last attempt, and the supervisor's exit.
     python3 -m bench.burst --gpu --hang-every 20-40 --baseline /tmp/before      # YOLOv8n 640 px on a GPU
     python3 -m bench.burst --gpu --epochs 28 --hang-every 270-330 --baseline /tmp/before --limit 1000  # every 5 min
     python3 -m bench.burst --gpu --whatever-phase --hang-every 20-40 --limit 1200   # issue 29's compressed night
+    python3 -m bench.burst --gpu --hang-every 10-20 --baseline /tmp/before \\
+        --kinds loader_blocked,loader_spinning,loader_stopped,main_spinning,main_blocked,tree   # issue 38's night
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.hangs import Hangs, parse_kinds
 from bench.harness import ROOT, add_training_args, apply_training_defaults, quiet_sections, write_config
 from bench.lost_work import BenchError, SupervisedRun
 
@@ -89,8 +96,10 @@ class Burst:
     """Freezes each attempt at a seeded point after its first training batch, or (``anywhere``) a seeded time after
     the previous freeze, whatever the phase."""
 
-    def __init__(self, low: float, high: float, seed: int, anywhere: bool = False):
+    def __init__(self, low: float, high: float, seed: int, anywhere: bool = False, kinds: list[str] | None = None,
+                 hangs: Hangs | None = None):
         self.low, self.high, self.rng, self.anywhere = low, high, random.Random(seed), anywhere
+        self.kinds, self.hangs = kinds or [], hangs
 
     def delay(self) -> float:
         return self.rng.uniform(self.low, self.high)
@@ -103,9 +112,12 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
     result = Night(label)
     attempts = 0
     try:
-        if burst is not None and burst.anywhere:
+        if burst is not None and burst.kinds:
+            hang_after_each_recovery(run, burst, result, args.limit)
+        elif burst is not None and burst.anywhere:
             freeze_whatever_the_phase(run, burst, result, args.limit)
-        while run.proc.poll() is None and time.time() - run.started < args.limit and not (burst and burst.anywhere):
+        while run.proc.poll() is None and time.time() - run.started < args.limit and not (burst and burst.anywhere) \
+                and not (burst and burst.kinds):
             try:
                 pid, first = run.wait_training(attempts, limit=args.limit - (time.time() - run.started))
             except BenchError:
@@ -157,6 +169,29 @@ def freeze_whatever_the_phase(run: SupervisedRun, burst: Burst, result: Night, l
             result.phases.append(status.get("phase") or status.get("state"))
 
 
+def hang_after_each_recovery(run: SupervisedRun, burst: Burst, result: Night, limit: float) -> None:
+    """Issue 38's night: a hang of the next kind in turn a seeded delay after the last one was recovered (the worker
+    healthy again, its recoveries counted), in training or validation."""
+    due = None
+    while run.proc.poll() is None and time.time() - run.started < limit:
+        time.sleep(POLL)
+        status = run.state().get("status", {})
+        recovered = sum((status.get("recoveries") or {}).values()) >= result.hangs
+        if not recovered or status.get("state") != "healthy":
+            due = None  # the last hang is not recovered yet: its delay starts once it is
+            continue
+        if due is None:
+            due = time.time() + burst.delay()
+        if time.time() < due or status.get("phase") not in ("train", "val") or not status.get("worker_pid"):
+            continue  # (an epoch's end or a save: the hang comes at the next batch)
+        kind = burst.kinds[result.hangs % len(burst.kinds)]
+        if burst.hangs.make(kind, status["worker_pid"]):
+            result.hangs += 1
+            result.rungs.append(status.get("rung", -1))
+            result.phases.append(f"{kind}@{status.get('phase')}")
+        due = None
+
+
 def steady_goodput(cost: float, every: float, wall_cadence: bool) -> float:
     """The goodput of a night that goes on with a hang costing ``cost`` s every ``every`` s: of training (each hang
     adds its cost), or of wall time (each takes its cost out of the interval: 0.5 needs a hang to cost at most
@@ -176,6 +211,11 @@ def hang_costs(incidents: Path) -> list[float | None]:
     lines = incidents.read_text().splitlines() if incidents.exists() else []
     for record in (json.loads(line) for line in lines if line.strip()):
         if record.get("reason") != "hang":
+            continue
+        if record.get("tier") == "in_place":  # nothing thrown away: the stall, the action, the wait for the batch
+            cost = record.get("in_place") or {}
+            parts = (record.get("seconds_since_progress"), cost.get("action"), cost.get("to_next_batch"))
+            costs.append(None if None in parts else sum(parts))
             continue
         parts = (record.get("seconds_since_progress"), record.get("restart_seconds"), record.get("lost_seconds"))
         costs.append(None if None in parts else sum(parts))
@@ -210,18 +250,24 @@ def main() -> int:
     parser.add_argument("--reference", type=float, help="the undisturbed run's seconds, measured earlier on the same "
                         "machine: it is not run again")
     parser.add_argument("--keep", type=Path, help="a folder for each run's incidents and supervisor lines")
+    parser.add_argument("--kinds", help="issue 38's hang kinds in turn, each --hang-every s after the last was "
+                        "recovered (bench/hangs.py KINDS)")
     args = parser.parse_args()
     gpu = {"epochs": 10, "images": 4096, "imgsz": 640, "batch": 32, "workers": 8}
     cpu = {"epochs": 6, "images": 800, "imgsz": 64, "batch": 4, "workers": 2}
     apply_training_defaults(args, gpu, cpu)
     low, high = (float(x) for x in args.hang_every.split("-"))
+    kinds = parse_kinds(args.kinds) if args.kinds else None
     print("command: " + shlex.join([sys.executable, *sys.argv]), flush=True)
     when = "after the previous freeze, whatever the phase" if args.whatever_phase else "after each first training batch"
+    if kinds:
+        when = f"after the last recovery, whatever the phase; hangs of {', '.join(kinds)} in turn"
     print(f"{args.model} {args.imgsz} px, batch {args.batch}, workers {args.workers}, {args.images} images "
           f"({args.images // args.batch} batches an epoch), {args.epochs} epochs; the tree frozen {low:g}-{high:g} s "
           f"{when}", flush=True)
     with tempfile.TemporaryDirectory(prefix="burst-") as tmp_name:
         tmp = Path(tmp_name)
+        hangs = Hangs.install(tmp) if kinds else None
         config = burst_config(tmp / "burst.toml", args)
         runs = args.runs.split(",")
         limit, args.limit = args.limit, args.limit or 3600.0
@@ -238,10 +284,11 @@ def main() -> int:
         args.limit = limit or 6 * calm.seconds
         rows = [calm]
         if "burst" in runs:
-            rows.append(night(tmp, "burst", config, args, Burst(low, high, args.seed, args.whatever_phase)))
+            rows.append(night(tmp, "burst", config, args, Burst(low, high, args.seed, args.whatever_phase, kinds,
+                                                                 hangs)))
         if args.baseline and "baseline" in runs:
-            rows.append(night(tmp, "burst, baseline", config, args, Burst(low, high, args.seed, args.whatever_phase),
-                              root=args.baseline))
+            rows.append(night(tmp, "burst, baseline", config, args, Burst(low, high, args.seed, args.whatever_phase,
+                                                                          kinds, hangs), root=args.baseline))
     print(f"\n{'run':<16} {'seconds':>8} {'goodput':>8} {'hangs':>5} {'exit':>4}  rungs; checkpoint interval at the end")
     for r in rows:
         goodput = "-" if r.seconds is None or r.exit_code else f"{calm.seconds / r.seconds:.3f}"

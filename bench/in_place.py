@@ -9,9 +9,16 @@ the next trained batch, and the batches trained twice (a restart's lost work, co
 to the model); and the run's wall time. With ``--night SECONDS``: a compressed night as well, a loader worker frozen
 every ``--hang-every`` seconds (seeded) for that long, each mode, and the batches per second each kept.
 
+With ``--kinds``: issue 38's hang kinds instead (bench/hangs.py: a loader worker blocked on a lock, spinning or
+stopped, the training process spinning or blocked, the whole tree), each made once the chosen batch is fed, with the
+default settings (in place on), and with ``--baseline DIR`` the same with the code in DIR (a checkout of an earlier
+commit): each kind's tier, detection and last batch to the next one, side by side.
+
     .venv/bin/python -m bench.in_place                          # the CPU demo (2 workers, 64 px)
     python3 -m bench.in_place --gpu                             # YOLOv8n 640 px, batch 32, 8 workers on GPU 0
     python3 -m bench.in_place --gpu --night 300 --hang-every 20-40
+    python3 -m bench.in_place --gpu --kinds loader_blocked,loader_spinning,loader_stopped,main_spinning,main_blocked,tree \\
+        --baseline /tmp/before
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ import time
 from pathlib import Path
 
 from bench.burst import burst_config
-from bench.harness import add_training_args, apply_training_defaults
+from bench.hangs import Hangs, parse_kinds
+from bench.harness import ROOT, add_training_args, apply_training_defaults
 from bench.lost_work import BenchError, SupervisedRun
 from worker.trainer import RECORD_FED_ENV
 
@@ -64,17 +72,21 @@ def freeze_a_loader_worker(worker_pid: int) -> int | None:
     return children[0].pid
 
 
-def one_freeze(tmp: Path, label: str, args: argparse.Namespace, in_place: bool) -> dict:
+def one_freeze(tmp: Path, label: str, args: argparse.Namespace, in_place: bool, kind: str | None = None,
+               hangs: Hangs | None = None, root: Path = ROOT) -> dict:
+    """One run, one hang once batch ``--freeze-at`` of epoch 1 is fed: a loader worker frozen, or (``kind``) a hang
+    of that kind made by ``hangs``."""
     fed = tmp / f"{label}.fed"
     os.environ[RECORD_FED_ENV] = str(fed)
-    run = SupervisedRun(config(tmp / f"{label}.toml", args, in_place), tmp / f"state-{label}", tmp / f"{label}.log")
+    run = SupervisedRun(config(tmp / f"{label}.toml", args, in_place), tmp / f"state-{label}", tmp / f"{label}.log",
+                        root=root)
     try:
         pid, _ = run.wait_training(0)
         while run.proc.poll() is None and not any(b >= args.freeze_at for e, b in fed_batches(fed) if e == 0):
             time.sleep(POLL)
-        frozen = freeze_a_loader_worker(pid)
-        if frozen is None:
-            raise BenchError(f"{label}: no loader worker to freeze")
+        frozen = freeze_a_loader_worker(pid) if kind is None else hangs.make(kind, pid)
+        if not frozen:
+            raise BenchError(f"{label}: nothing to hang")
         run.proc.wait(timeout=args.limit)
     finally:
         run.stop()
@@ -129,6 +141,8 @@ def main() -> int:
     parser.add_argument("--night", type=float, default=0.0, help="seconds of a compressed night per mode (0: none)")
     parser.add_argument("--hang-every", default="20-40", help="LO-HI seconds between freezes in the night")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kinds", help="issue 38's hang kinds, comma-separated (bench/hangs.py KINDS)")
+    parser.add_argument("--baseline", type=Path, help="with --kinds: a checkout of earlier code to run them with too")
     args = parser.parse_args()
     gpu = {"epochs": 2, "images": 1024, "imgsz": 640, "batch": 32, "workers": 8, "freeze_at": 14}
     cpu = {"epochs": 2, "images": 200, "imgsz": 64, "batch": 4, "workers": 2, "freeze_at": 10}
@@ -137,6 +151,8 @@ def main() -> int:
     print(f"{args.model} {args.imgsz} px, batch {args.batch}, workers {args.workers}, {args.images} images "
           f"({args.images // args.batch} batches an epoch), {args.epochs} epochs; one loader worker frozen once "
           f"batch {args.freeze_at} of epoch 1 is fed", flush=True)
+    if args.kinds:
+        return by_kind(args, parse_kinds(args.kinds))
     with tempfile.TemporaryDirectory(prefix="in-place-") as tmp_name:
         tmp = Path(tmp_name)
         rows = [one_freeze(tmp, "in_place", args, True), one_freeze(tmp, "restart", args, False)]
@@ -159,6 +175,27 @@ def main() -> int:
             if nights[1]["kept_per_second"]:
                 print(f"in place keeps {nights[0]['kept_per_second'] / nights[1]['kept_per_second']:.2f}x the "
                       f"restart's batches per second")
+    return 0
+
+
+def by_kind(args: argparse.Namespace, kinds: list[str]) -> int:
+    """Each kind once with this code (default settings: in place on), and with ``--baseline``'s."""
+    codes = [("now", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
+    print(f"{'kind':16} {'code':9} {'tier':>9} {'detect s':>9} {'last batch -> next s':>21} {'twice':>6} {'run s':>6}")
+    with tempfile.TemporaryDirectory(prefix="in-place-kinds-") as tmp_name:
+        tmp = Path(tmp_name)
+        hangs = Hangs.install(tmp)
+        for kind in kinds:
+            for code, root in codes:
+                try:
+                    r = one_freeze(tmp, f"{kind}-{code}", args, True, kind, hangs, root)
+                except (BenchError, StopIteration, OSError) as e:
+                    print(f"{kind:16} {code:9} failed: {e}", flush=True)
+                    continue
+                total = r["stall"] + r["after"] if r["after"] is not None else float("nan")
+                print(f"{kind:16} {code:9} {r['tier']!s:>9} {r['stall']:>9.1f} {total:>21.2f} {r['twice']:>6} "
+                      f"{r['seconds']:>6.0f}   exit {r['exit']}"
+                      + (f"  (escalated: {r['escalation']})" if r["escalation"] else ""), flush=True)
     return 0
 
 

@@ -13,16 +13,37 @@ model is on the device, before the datasets, the loaders, the optimizer and any 
 that and the loader's first batch run beside it. The model that trains is never touched: its weights, buffers and
 gradients are what the loop left them; the warm-up draws no random number. Its cost is one more copy of the weights
 on the device until the first batch (3 M parameters for YOLOv8n, 68 M for YOLOv8x).
+
+**No fork beside it.** Its first steps load the GPU libraries (dlopen, which registers their destructors under glibc's
+``__exit_funcs_lock``): a loader worker forked from this process at that moment is born with the lock held and
+blocks forever at its first use of it (Ultralytics PR #26085: workers forked while the pin-memory thread started
+hung at their first ``cv2.imdecode``). So a fork of this process (loader workers started "fork": ROCm's first rungs,
+an in-place rebuild there) first waits for a running warm-up to end (``os.register_at_fork``); workers started from
+the forkserver or spawned are not forks of this process and never wait.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import time
 from typing import Any
 
 import torch
+
+_RUNNING: set[threading.Thread] = set()  # warm-up threads under way: a fork of this process waits for them
+
+
+def _before_fork() -> None:
+    """Before any ``os.fork`` of this process (a loader worker started "fork"), in the forking thread: no warm-up
+    thread may be inside a library's load while the child is made."""
+    for thread in tuple(_RUNNING):
+        if thread is not threading.current_thread():
+            thread.join()
+
+
+os.register_at_fork(before=_before_fork)
 
 
 class DeviceWarmUp:
@@ -41,6 +62,7 @@ class DeviceWarmUp:
 
     def start(self) -> DeviceWarmUp:
         if self.model is not None:
+            _RUNNING.add(self.thread)
             self.thread.start()
         return self
 
@@ -59,6 +81,7 @@ class DeviceWarmUp:
             self.error = e
         self.model = None  # the copy's memory goes back to the allocator, for the real first step
         self.seconds = time.monotonic() - began
+        _RUNNING.discard(self.thread)
 
     def _loss(self, out: Any, image: torch.Tensor) -> torch.Tensor:
         """The training loss of a detection model on one centred box an image, by a criterion of its own (the

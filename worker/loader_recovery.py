@@ -107,7 +107,6 @@ def recovering_class(base: type) -> type:
             if not had_iterator and not getattr(base, "closes_each_pass", False):
                 # Made here rather than at the first next(), so its workers are known before any can hang.
                 self.iterator = self._get_iterator()
-                self.recovery.started(self.iterator, None)
             inner, last = super().__iter__(), None  # last: the iterator of the last batch (per-epoch workers drop it)
             while done < wanted:
                 try:
@@ -132,6 +131,14 @@ def recovering_class(base: type) -> type:
                 done += 1
                 last = self.iterator
                 yield batch
+
+        def _get_iterator(self):
+            """Every iterator made, by this pass, a per-pass loader's own ``__iter__`` or a reset: its workers are
+            reported as soon as they are made, so a batch they never give names them (per-pass workers that hang
+            before an epoch's first batch were known only at that batch)."""
+            iterator = super()._get_iterator()
+            self.recovery.started(iterator, None)
+            return iterator
 
         def _replaced(self, error: BaseException, last: Any) -> bool:
             """Whether ``error`` is the supervisor's replacement of this iterator's workers; if so, the iterator is
@@ -163,7 +170,6 @@ def recovering_class(base: type) -> type:
             else:
                 sampler.skip_next = skip_samples
             self.iterator = self._get_iterator()
-            self.recovery.started(self.iterator, None)
             try:
                 for _ in range(batches):
                     yield next(self.iterator)

@@ -3,7 +3,8 @@
 A training that makes progress runs: its processes decode images, launch kernels and spin on them, write checkpoints.
 A tree in which, for seconds, no process used more than a sliver of CPU, read or wrote the disk, slept
 uninterruptibly in the kernel (a disk, a driver) or started a process waits for something that is not coming: the
-seeds' DataLoader deadlock, a tree frozen from outside. It is read from /proc once a second while a stall lasts
+seeds' DataLoader deadlock, a tree frozen from outside. Each reading also names the processes that wait on a socket
+or a remote file (host/outside_waits.py): a loader worker that owes a batch and waits so is not hung. It is read from /proc once a second while a stall lasts
 (``watchdog.tree_reading_from``: never while batches come), comparing each process with itself; the core hears only
 the changes.
 """
@@ -18,6 +19,7 @@ import psutil
 
 from supervisor.decision import core
 from supervisor.host import process_tree
+from supervisor.host.outside_waits import waits_outside
 
 SAMPLE_INTERVAL = 1.0  # seconds between two readings of the tree
 IDLE_CPU_SHARE = 0.05  # of one core over a window: a heartbeat thread and a queue's timed waits stay well under it
@@ -72,11 +74,11 @@ class ActivitySampler:
         self._at: float | None = None
         self._usage: dict[int, Usage | None] = {}
         self._idle_since: float | None = None
-        self._reported: float | None = None
+        self._reported: tuple[float | None, frozenset[int]] = (None, frozenset())
 
     def forget(self) -> None:
         """No stall to judge: the next reading starts a new window (the core forgot the last idleness itself)."""
-        self._at, self._usage, self._idle_since, self._reported = None, {}, None, None
+        self._at, self._usage, self._idle_since, self._reported = None, {}, None, (None, frozenset())
 
     def due(self, worker_pid: int, now: float) -> bool:
         return worker_pid != self._worker or now >= self.next_at()
@@ -100,10 +102,12 @@ class ActivitySampler:
             else:
                 self._idle_since = None
         self._at, self._usage = now, readings
-        if self._idle_since == self._reported:
+        # A process waiting on a socket or a remote file: a loader worker owing a batch so is no deadlock.
+        outside = frozenset(pid for pid in readings if pid != worker_pid and waits_outside(pid))
+        if (self._idle_since, outside) == self._reported:
             return None
-        self._reported = self._idle_since
-        return core.TreeActivity(self._idle_since)
+        self._reported = (self._idle_since, outside)
+        return core.TreeActivity(self._idle_since, outside)
 
     def _idle(self, readings: dict[int, Usage | None], window: float) -> bool:
         if not readings or any(pid not in self._usage or u is None or self._usage[pid] is None

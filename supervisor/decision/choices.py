@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from supervisor.decision import checkpoint_interval, rung_choice
+from supervisor.decision import checkpoint_interval, hang_evidence, rung_choice
 from supervisor.decision.rung_choice import Choice, RungFacts
 from supervisor.decision.rung_record import RungRecord
 from supervisor.decision.state import Supervision
@@ -25,12 +25,18 @@ def probe_target(s: Supervision) -> int | None:
 def after_a_hang(s: Supervision) -> Choice:
     """Where a hang at this rung moves the run: decided once, at the verdict, with the attempt closed and this hang
     counted; the standby is prepared for it in advance."""
+    evidence = hang_evidence.of(s)  # where the witness put the hang weighs the rungs that can change it
+    counted = hang_evidence.counts(s, evidence)
     facts = rung_facts(s)
     here = facts[s.rung]
-    facts[s.rung] = replace(here, hangs=here.hangs + 1)
+    facts[s.rung] = replace(here, hangs=here.hangs + (1 if counted else 0))
     points = s.hang_history.points
     passed = s.hang_history.passed(points[-1]) if points else frozenset()
-    return rung_choice.after_hang(s.rung, facts, stall_cost(s), s.config.probe.prior_between_hangs, passed)
+    choice = rung_choice.after_hang(s.rung, facts, stall_cost(s), s.config.probe.prior_between_hangs, passed,
+                                    hang_evidence.eligible(s, evidence))
+    why = f"{evidence.why}{'' if counted else ', and counts against no rung'}; {choice.why}" if evidence.why \
+        else choice.why
+    return replace(choice, why=why, counts=counted)
 
 
 def stall_cost(s: Supervision) -> float | None:

@@ -29,7 +29,7 @@ from supervisor.decision.state import (THROUGHPUT_WINDOW, CheckpointMark, Progre
                                       TrainingClock)
 from supervisor.decision.witness import WaitSeen
 from supervisor.vocabulary import Reason, State
-from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
+from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
 
@@ -127,7 +127,7 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
     if entered:
         a.search = None  # a search's news was the step's it ran in
-    a.idle_since = None  # news: a stall's idleness is judged afresh (watchdog.tree_reading_from)
+    a.idle_since, a.waits_outside = None, frozenset()  # news: a stall is judged afresh (watchdog.tree_reading_from)
     return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
 
 
@@ -231,9 +231,15 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
         a.trained_through = True
+    said = a.waits.get(None) or a.waits.get(0)
+    if said is not None and said.report.kind == WaitKind.DEVICE and s.state == State.HEALTHY \
+            and a.recovery is None and a.last_progress_at is not None and p.phase in watchdog.DEVICE_PHASES:
+        # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter)
+        s.device_waits_seen[p.phase] = max(s.device_waits_seen.get(p.phase, 0.0), now.mono - a.last_progress_at)
     a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
     if a.training is not None:
         a.training.progressed(sent_at(m, now))
+    a.waits_outside = frozenset()
     a.waits.pop(None, None)  # a word said before this progress is of a stall that is over
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value
 

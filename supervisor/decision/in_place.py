@@ -15,7 +15,7 @@ worker processes (our Ultralytics worker with a process loader: not the threads 
 Escalation, never a hole: the stacks show something else (a hang not the loader's restarts as before); a loader
 worker survives SIGKILL (D state: the restart's kill then finds it too, and "reboot needed" holds); the command
 cannot be sent; the worker exits; no batch within ``bound`` (a rebuilt loader that hangs again, a pin-memory
-thread that never joins); more than ``in_place_max`` in-place recoveries within ``in_place_window``.
+thread that never joins: ``witness.loader_start_bound``, learned from this run's loader starts); more than ``in_place_max`` in-place recoveries within ``in_place_window``.
 """
 
 from __future__ import annotations
@@ -74,8 +74,6 @@ class LoaderWorkersKilled:
     sent: bool = True  # the command reached the worker's pipe
 
 
-BOUND_FLOOR = 10.0  # seconds: the least a rebuilt loader gets for its first batch
-BOUND_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch
 PHASES = (Phase.TRAIN.value, Phase.VAL.value)
 
 
@@ -175,7 +173,7 @@ def killed(s: Supervision, r: Recovery, event: LoaderWorkersKilled, now: Now) ->
     if event.survivors:
         return Escalate(f"loader worker(s) survived SIGKILL ({'; '.join(event.survivors)})")
     r.acted_at = now.mono
-    r.bound = max(BOUND_FLOOR, BOUND_FACTOR * (s.loader_start_seen or 0.0))
+    r.bound = witness.loader_start_bound(s.loader_start_seen, s.config.watchdog.idle_floor)
     return [Log("info", f"loader worker(s) {', '.join(map(str, event.pids))} killed in {event.seconds:.2f} s; the "
                         f"next batch is due within {r.bound:.0f} s")]
 

@@ -142,7 +142,8 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     recovered(s, Tier.RESTART)
     actions: list[Any] = []
     if plan.point is not None:
-        s.rung_record(s.rung).hangs += 1
+        if plan.choice is None or plan.choice.counts:  # (a hang no rung changes counts against none)
+            s.rung_record(s.rung).hangs += 1
         run = s.hang_history.same_point_run()
         if len(run) >= 2 and plan.point.phase != STARTUP_PHASE:
             hung = same_point.what_hung(plan.point, plan.incident.stacks if plan.incident else None)

@@ -44,6 +44,7 @@ not one rung at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 DEFAULT_STALL_COST = 15.0  # seconds from a hang to the next spawn, work lost included, until one is measured
 DEFAULT_START = 15.0  # seconds from a spawn to its first batch, for a rung whose start this run has not measured
@@ -74,6 +75,7 @@ class RungFacts:
 class Choice:
     rung: int
     why: str
+    counts: bool = True  # the hang counts against the rung it came at (hang_evidence.py: False where no rung changes it)
 
 
 def hang_cost(facts: RungFacts, stall_cost: float, rungs: list[RungFacts]) -> float:
@@ -124,21 +126,28 @@ def basis(facts: RungFacts, prior: float | None) -> str:
 
 
 def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
-               prior: float | None = None, passed: frozenset[int] = frozenset()) -> Choice:
+               prior: float | None = None, passed: frozenset[int] = frozenset(),
+               eligible: Callable[[int], bool] | None = None) -> Choice:
     """The rung to restart at after a hang at ``current``; ``rungs[k]`` is rung k's record, the hang included;
     ``stall_cost``: the measured mean seconds from a hang to the next spawn (None: not measured yet); ``prior``:
     ``[ladder] prior_between_hangs`` (None: each rung judged on its own evidence alone); ``passed``: rungs whose
     hang, tied to a point of the training, ``current`` got past (hang_history.passed): progress, no rung to go back
-    to, whatever their speed."""
+    to, whatever their speed; ``eligible``: whether an untried rung above changes what this hang depends on
+    (hang_evidence.py; None: every rung does)."""
     stall = DEFAULT_STALL_COST if stall_cost is None else stall_cost
     top = len(rungs) - 1
+    ok = eligible or (lambda k: True)
     below = [k for k in range(current) if rungs[k].speed is not None]
     assumed = ""
     if rungs[current].speed is None:  # it hung before it trained
         if not prior or not below:  # no evidence for any rung but a safer one
-            if current < top:
-                return Choice(current + 1, f"rung {current} hung before its speed was measured: one rung safer")
-            return Choice(current, "ladder exhausted: staying at the top rung")
+            safer = next((k for k in range(current + 1, top + 1) if ok(k)), None)
+            if safer is not None:
+                return Choice(safer, f"rung {current} hung before its speed was measured: "
+                                     + ("one rung safer" if safer == current + 1 else f"rung {safer}, the next that "
+                                                                                       f"changes it"))
+            return Choice(current, "ladder exhausted: staying at the top rung" if current == top else
+                          f"no rung above {current} changes it: staying")
         # One hang before a first batch is one sample like any other: judged at the speed of the nearest rung
         # measured below (a safer rung is seldom faster), not a reflex up the ladder.
         rungs = list(rungs)
@@ -148,7 +157,8 @@ def after_hang(current: int, rungs: list[RungFacts], stall_cost: float | None,
     priors = {k: prior_of(k, rungs, prior) for k in tried}
     goodput = {k: expected_goodput(rungs[k], hang_cost(rungs[k], stall, rungs), priors[k]) for k in tried}
     best = max(tried, key=lambda k: (goodput[k], -k))
-    untried = max(k for k, facts in enumerate(rungs) if facts.tried) + 1
+    highest_tried = max(k for k, facts in enumerate(rungs) if facts.tried)
+    untried = next((k for k in range(highest_tried + 1, top + 1) if ok(k)), top + 1)
     measured = [rungs[k].speed for k in tried if rungs[k].speed is not None]
     if untried <= top and measured and measured[-1] > EXPLORE_GAIN * goodput[best]:
         return Choice(untried, f"rung {best} keeps {goodput[best]:.2f} it/s of {rungs[best].speed:.2f} once its "

@@ -220,6 +220,7 @@ class Attempt:
     loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
     recovery: Recovery | None = None  # a hang's recovery under way, by a tier before the restart (tier.py)
     idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
+    waits_outside: frozenset[int] = frozenset()  # its processes that wait on a socket or a remote file (TreeActivity)
     waits: dict[int | None, WaitSeen] = field(default_factory=dict)  # the witness's word by rank (None: no DDP),
     # each since that sender's last progress (witness.py)
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)
@@ -332,6 +333,9 @@ class Supervision:
     recoveries: Counter[Tier] = kept(default_factory=Counter)  # recoveries by tier (status --json, the metric)
     in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
     loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
+    # the longest stall the witness put in a device wait that then ended, by phase ("train", "val"): the device's own
+    # rhythm, which bounds the next device wait of that phase (watchdog.device_wait_bound)
+    device_waits_seen: dict[str, float] = kept(default_factory=dict)
     amp_passed: bool = False  # an attempt trained with AMP on after its check (heartbeats._first_batch)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ from supervisor.config import AUTO, WatchdogConfig
 from supervisor.decision import witness
 from supervisor.decision.state import Supervision
 from supervisor.vocabulary import State
-from worker.contract import Phase, StartupStep, split_rung
+from worker.contract import Phase, StartupStep, WaitKind, split_rung
 
 
 class DeadlineKind(Enum):
@@ -118,16 +118,40 @@ def deadline(s: Supervision) -> Deadline:
     if stall is not None:
         due = stall.deadline
         seen, culprit = witness.telling(a.waits, a.loaders)
-        idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit)
+        idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit,
+                                        a.waits_outside)
         if stall.idle_bound is not None and idle_since is not None:
             at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
             why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
+            if seen is not None and seen.report.kind == WaitKind.DEVICE and culprit is None:
+                at = min(at, stall.since + device_wait_bound(s, a.progress.phase))  # its own rhythm
             due = Deadline(at, due.kind, f"{due.label}, {why}") if at < due.at else due
+        elif culprit is not None and culprit not in a.waits_outside and s.state == State.HEALTHY:
+            # A batch owed by a named loader worker where the phase has no rhythm of its own (an epoch's end, up to
+            # the next epoch's first batch; validation's first): the new pass's workers are bounded as a loader
+            # start, whatever the tree does (per-pass workers that hang before the epoch's first batch).
+            at = stall.since + witness.loader_start_bound(s.loader_start_seen, w.idle_floor)
+            if due.at is None or at < due.at:
+                due = Deadline(at, due.kind, f"{due.label}, witness: a loader start")
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
         if due.at is None or confirm < due.at:
             return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
     return due
+
+
+DEVICE_PHASES = (Phase.TRAIN.value, Phase.VAL.value)
+
+
+def device_wait_bound(s: Supervision, phase: str) -> float:
+    """A device wait the witness reports in ``phase`` (training's, validation's: never a first step, whose kernel
+    search keeps its startup bound, nor validation's first batch, which has no rhythm yet) is bounded by the device
+    waits this run has seen end in that phase: ``auto_factor`` x the longest, at least ``idle_floor`` (or
+    ``auto_floor`` with ``idle_floor = "off"``). The waits under the witness's interval are never seen: a kernel that
+    never ends in a phase whose syncs take milliseconds is found at the floor, whether the host spins or sleeps."""
+    w = s.config.watchdog
+    floor = w.idle_floor if w.idle_floor is not None else w.auto_floor
+    return max(floor, w.auto_factor * s.device_waits_seen.get(phase, 0.0))
 
 
 @dataclass(frozen=True)
@@ -169,8 +193,11 @@ def tree_reading_from(s: Supervision) -> float | None:
     that idle_floor more of an idle tree reaches its idle bound, and at least ``IDLE_READING_AFTER``, so a training
     whose batches come costs nothing; None: an idle tree cannot shorten this stall's bound."""
     stall = current_stall(s)
-    if stall is None or stall.idle_bound is None or s.current.worker_pid is None:
+    if stall is None or s.current.worker_pid is None:
         return None
+    if stall.idle_bound is None:  # a loader start's bound for a named worker: read whether it waits on the world
+        culprit = witness.telling(s.current.waits, s.current.loaders)[1]
+        return None if culprit is None else stall.since + IDLE_READING_AFTER
     return stall.since + max(IDLE_READING_AFTER, stall.idle_bound - s.config.watchdog.idle_floor)
 
 

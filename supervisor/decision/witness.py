@@ -10,7 +10,8 @@ The witness is judged first; the tree's activity and the stacks come after it:
 - a device wait in training or validation (not before the first batch: a first step, a cuDNN or MIOpen search keep
   their own bound): bounded as an idle tree's too, over the phase's own intervals, whether the host spins or
   sleeps; the restart, since no loader is to blame;
-- a wait on something outside the worker's processes (a socket, a file, a subprocess) or a sleep it chose: the
+- a wait on something outside the worker's processes (a socket, a file, a subprocess) or a sleep it chose, or a batch
+  owed by a loader worker that itself waits on a socket or a remote or FUSE file (``TreeActivity.outside``): the
   phase's own bound, never the idle floor, whatever the tree does;
 - a lock, a collective, anything else: the tree's activity decides the floor, as without a witness; the restart;
 - no word in this stall (a plain script, a native call that holds the GIL, a stopped process): as without a witness.
@@ -62,11 +63,12 @@ def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | Non
 
 
 def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: float | None, state: State,
-               culprit: int | None) -> float | None:
-    """From when the stall counts as an idle tree's for the idle floor (None: never in this stall)."""
+               culprit: int | None, outside: frozenset[int] = frozenset()) -> float | None:
+    """From when the stall counts as an idle tree's for the idle floor (None: never in this stall). ``outside``: the
+    tree's processes seen waiting on a socket or a remote file (a culprit among them waits on the world)."""
     if report is None:
         return tree_idle_since
-    if report.kind in OUTSIDE:
+    if report.kind in OUTSIDE or culprit is not None and culprit in outside:
         return None
     if culprit is not None or report.kind == WaitKind.DEVICE and state == State.HEALTHY:
         return stall_since
@@ -151,6 +153,19 @@ def ranks_phrase(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
         waiting_for = f" for rank {hung}" if r != hung and seen.report.kind == WaitKind.COLLECTIVE else ""
         parts.append(describe(seen) + waiting_for)
     return "; ".join(parts)
+
+
+START_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch
+START_UNSEEN = 10.0  # seconds: the bound before this run has seen a loader start (or with ``idle_floor = "off"``)
+
+
+def loader_start_bound(seen: float | None, idle_floor: float | None) -> float:
+    """Seconds a loader's new workers may take to their first batch: ``START_FACTOR`` x the longest start this run
+    has seen, at least ``idle_floor``; ``START_UNSEEN`` before any was seen. It bounds an in-place rebuild (no batch
+    within it: the restart) and a batch owed by workers made for a new pass (per-pass workers, validation's first)."""
+    if not seen:
+        return START_UNSEEN
+    return max(START_UNSEEN if idle_floor is None else idle_floor, START_FACTOR * seen)
 
 
 def describe(seen: WaitSeen) -> str:

@@ -36,9 +36,13 @@ class Night:
                 d.beat("train", kind="checkpoint", pid=self.pid, path="/s/last.pt", seconds=self.hold,
                        epoch=self.epoch, batch=self.batch, progress=d.progress)
 
-    def hang(self) -> list:
-        """The worker stops; the stall timeout kills it; the next worker resumes from the newest checkpoint."""
+    def hang(self, word: dict | None = None) -> list:
+        """The worker stops; the stall timeout kills it; the next worker resumes from the newest checkpoint.
+        ``word``: where the witness says the training process waits (a WaitReport's wire form), said at once."""
         d = self.d
+        if word is not None:
+            d.beat("train", kind="wait", pid=self.pid, progress=d.progress,
+                   wait={"where": "trainer.py:42 in step", "stalled": 1.0, **word})
         actions = d.at(d.t + max(10.0, 10 / self.speeds.get(d.s.rung, 1.0)) + 0.01)(core.Tick())  # the auto timeout
         assert d.s.stop is not None and d.s.stop.reason == core.Reason.HANG
         actions += d(core.TreeKilled(killed=1))
@@ -436,3 +440,49 @@ def test_a_rung_that_moved_a_hang_tied_to_a_point_later_is_not_left_for_the_rung
     # Nor is a rung whose hangs sat later than the newest, or in another phase.
     h.hang(HangPoint("train", 4, 1, None, 5), 50.0, None, 0.0)
     assert h.passed(h.points[-1]) == frozenset()
+
+
+def test_the_ladder_climbs_where_the_witness_points():
+    """The seeds' quick hangs, each put by the witness somewhere: on the training process's own lock no rung changes
+    it (the run stays, and no rung's record counts it); a loader wait climbs the loader's rungs as before; a device
+    wait on a ladder with no rung that changes the device's runtime stays too."""
+    lock = Night({0: 2.0, 1: 1.8, 2: 1.6, 3: 1.4}, every_batches=5, ladder={"prior_between_hangs": "off"})
+    for seconds in QUICK_HANGS[:3]:
+        lock.train(seconds)
+        actions = lock.hang({"kind": "lock", "function": "acquire"})
+        assert lock.d.s.rung == 0
+    why = [a.text for a in actions if isinstance(a, core.Log) and "no rung changes it" in a.text]
+    assert why and "counts against no rung" in why[0], [a.text for a in actions if isinstance(a, core.Log)]
+    assert choices.rung_facts(lock.d.s)[0].hangs == 0
+    loader = Night({0: 2.0, 1: 1.8}, ladder={"prior_between_hangs": "off"})
+    loader.train(6)
+    loader.d.beat("train", kind="loader", pid=loader.pid, pids=[5001], seconds=0.4, loader="train",
+                  progress=loader.d.progress)
+    loader.d.beat("train", kind="wait", pid=loader.pid, progress=loader.d.progress,
+                  wait={"kind": "loader", "where": "dataloader.py:1 in _try_get_data", "stalled": 1.0, "worker": 0,
+                        "worker_pid": 5001, "batch_index": 3, "loader": "train"})
+    choice = choices.after_a_hang(loader.d.s)  # (the in-place tier comes first; where it fails, the restart climbs)
+    assert choice.rung == 1 and "the loader's rungs" in choice.why and choice.counts  # workers halved
+    device = Night({0: 2.0, 1: 1.8}, ladder={"prior_between_hangs": "off"})
+    device.train(6)
+    device.hang({"kind": "device", "function": "synchronize"})
+    assert device.d.s.rung == 0 and choices.rung_facts(device.d.s)[0].hangs == 0
+    silent = Night({0: 2.0, 1: 1.8}, ladder={"prior_between_hangs": "off"})  # no word: as before
+    silent.train(6)
+    silent.hang()
+    assert silent.d.s.rung == 1
+
+
+def test_a_device_wait_in_validation_climbs_to_val_false_past_the_loader_rungs():
+    from supervisor.decision import hang_evidence
+    night = Night({0: 2.0}, ladder={"prior_between_hangs": "off"})
+    night.train(6)
+    night.d.beat("val", kind="phase", pid=night.pid)
+    night.d.beat("val", pid=night.pid, epoch=1, epochs=100, batch=12, batches=10_000)
+    evidence = hang_evidence.Evidence(hang_evidence.RUNTIME_KEYS | {"val"}, "")
+    top = len(night.d.s.ladder) - 1
+    assert night.d.s.ladder.settings(top).get("val") is False
+    assert [k for k in range(1, top + 1) if hang_evidence.eligible(night.d.s, evidence)(k)] == [top]
+    night.d.beat("val", kind="wait", pid=night.pid, progress=night.d.progress,
+                 wait={"kind": "device", "where": "val.py:9 in step", "stalled": 1.0, "function": "synchronize"})
+    assert choices.after_a_hang(night.d.s).rung == top

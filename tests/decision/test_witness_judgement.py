@@ -2,6 +2,8 @@
 and the tier, before the tree's activity and the stacks (supervisor/decision/witness.py). ``loading`` trains at 0.5 s
 a batch: its bound is 10 s over auto_floor, 5 s over idle_floor."""
 
+import pytest
+
 from supervisor.decision import core, in_place, watchdog
 from supervisor.decision.incident import Stacks, Tier
 from tests.helpers.driver import PID, Driver, kinds, loading, make
@@ -61,12 +63,14 @@ def test_a_wait_on_io_or_a_sleep_is_never_bounded_by_the_idle_floor_whatever_the
     assert kinds(idle.at(LAST_BATCH + 5.01)(core.Tick())) == ["Log", "InspectStall"]
 
 
-def test_a_device_wait_in_training_is_found_at_the_idle_bound_and_restarts_with_the_witness_in_the_incident():
+def test_a_device_wait_in_training_is_found_at_its_own_bound_and_restarts_with_the_witness_in_the_incident():
+    """No device wait of training was seen to last (none reached the witness's interval): the device's own rhythm
+    is the floor, idle_floor (3 s), under the batches' (5 s over idle_floor at 0.5 s a batch)."""
     d = loading()
     d.t = LAST_BATCH + 1.0
     word(d, "device", function="synchronize")
-    assert d.at(LAST_BATCH + 4.99)(core.Tick()) == []
-    actions = d.at(LAST_BATCH + 5.01)(core.Tick())
+    assert d.at(LAST_BATCH + 2.99)(core.Tick()) == []
+    actions = d.at(LAST_BATCH + 3.01)(core.Tick())
     assert "KillTree" in kinds(actions) and "InspectStall" not in kinds(actions)
     incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
     assert incident.tiers == (Tier.RESTART,) and "the hang is not the loader's" in incident.escalation
@@ -140,3 +144,56 @@ def test_the_gap_an_in_place_recovery_closes_is_learned_as_no_epoch_end():
     assert "RecordIncident" in kinds(d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=1, batches=10, samples=4))
     assert d.s.epoch_end_seen == 0.5 and d.s.checkpoint_seen is None  # the recovered stall taught nothing
 
+
+
+def test_a_batch_owed_by_a_loader_worker_that_waits_on_a_socket_keeps_the_phase_bound():
+    """The worker the training process waits for is itself in a socket's or a FUSE file's read (the tree's reading
+    says so, host/outside_waits.py): a slow server, no deadlock; the phase's own bound, not the idle floor's."""
+    d = loading()
+    d.t = LAST_BATCH + 0.6
+    d(core.TreeActivity(idle_since=LAST_BATCH + 0.5, outside=frozenset({5001})))
+    loader_word(d, 5001)
+    assert d.at(LAST_BATCH + 9.99)(core.Tick()) == []
+    assert kinds(d.at(LAST_BATCH + 10.01)(core.Tick())) == ["Log", "ReplaceLoaderWorkers"]  # then it is its hang
+    sibling = loading()  # another worker's socket says nothing of the named one
+    sibling(core.TreeActivity(idle_since=LAST_BATCH + 0.5, outside=frozenset({5002})))
+    sibling.t = LAST_BATCH + 1.0
+    loader_word(sibling, 5001)
+    assert kinds(sibling.at(LAST_BATCH + 5.01)(core.Tick())) == ["Log", "ReplaceLoaderWorkers"]
+
+
+def test_a_new_passs_workers_that_owe_its_first_batch_are_bounded_as_a_loader_start():
+    """Per-pass workers (``persistent_workers = false``) made at an epoch's start: the stretch up to its first batch
+    is an epoch's end, bounded by save_timeout until one is seen; a batch owed by a named worker there is bounded as
+    a loader start (2 x this run's longest, at least idle_floor) and replaced in place."""
+    d = loading()
+    d.beat("save", kind="phase", epoch=1, batch=10)
+    d.t = LAST_BATCH + 2.0
+    d.beat("train", kind="phase", epoch=2, batch=0)
+    d.beat("train", kind="loader", pids=[5003, 5004], loader="train")  # made, their first batch to come
+    d.t = LAST_BATCH + 3.0
+    loader_word(d, 5003)
+    assert watchdog.deadline(d.s).label.endswith("witness: a loader start")
+    assert d.at(LAST_BATCH + 4.99)(core.Tick()) == []
+    actions = d.at(LAST_BATCH + 5.01)(core.Tick())
+    assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"] and actions[1].pids == (5003, 5004)
+    quiet = loading()  # without the witness's word, the epoch's end keeps its own bound
+    quiet.beat("save", kind="phase", epoch=1, batch=10)
+    quiet.t = LAST_BATCH + 2.0
+    quiet.beat("train", kind="phase", epoch=2, batch=0)
+    assert quiet.at(LAST_BATCH + 60)(core.Tick()) == []
+
+
+def test_a_device_wait_is_bounded_by_the_device_waits_seen_in_its_phase():
+    """A device wait of 1.2 s that ended in training (the witness spoke, then the batch came): training's next device
+    wait gets 10 x 1.2 s; the bound is kept across supervisor restarts (a kept field), and is training's alone."""
+    d = loading()
+    d.t = LAST_BATCH + 0.7
+    word(d, "device", function="synchronize")
+    d.at(LAST_BATCH + 1.2).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
+    assert d.s.device_waits_seen == {"train": pytest.approx(1.2)}
+    d.t += 0.6
+    word(d, "device", function="synchronize")
+    assert d.at(LAST_BATCH + 1.2 + 11.9)(core.Tick()) == []
+    assert "KillTree" in kinds(d.at(LAST_BATCH + 1.2 + 12.01)(core.Tick()))
+    assert watchdog.device_wait_bound(d.s, "val") == 3.0

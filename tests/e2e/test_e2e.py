@@ -24,11 +24,13 @@ def assert_gone(pids):
 
 
 # kind -> (reason, phase, rung after the incident, resumed from last.pt?)
+# A training process spinning in Python or blocked in a native call is no hang a loader rung changes (the witness
+# says where it waits, hang_evidence.py): only an environment rung would be tried, and the CPU's ladder has none.
 FAULTS = {
     "dataloader_hang": ("hang", "train", 1, True),
     "main_hang": ("hang", "train", 1, True),
-    "spin": ("hang", "train", 1, True),
-    "native_hang": ("hang", "train", 1, True),
+    "spin": ("hang", "train", 0, True),
+    "native_hang": ("hang", "train", 0, True),
     "val_hang": ("hang", "val", 1, False),  # in the first validation, before any last.pt exists: from scratch
     "exception": ("crash", "train", 0, True),
     "segfault": ("crash", "train", 0, True),
@@ -72,7 +74,7 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
         assert incident["kill"]["processes"] == 3
     # [recovery] in_place (on by default) looked first: the fault hangs every loader worker of the attempt, the
     # rebuilt loader's at once too, and no other hang is the loader's: each escalated to the restart, with why
-    escalations = {"dataloader_hang": "no batch within 10 s after the loader workers were replaced",
+    escalations = {"dataloader_hang": "after the loader workers were replaced",
                    "val_hang": "the hang is not the loader's"}
     if reason == "hang":
         assert incident["tier"] == "restart" and status["recoveries"] == {"in_place": 0, "restart": 1}

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from tests.helpers import ROOT
-from tests.helpers.supervised import (demo_train, freeze_a_loader_worker, quiet_config, read_incidents, read_state,
-                                      yolo_train)
+from tests.helpers.supervised import (demo_train, freeze_a_loader_worker, python_without_py_spy, quiet_config,
+                                      read_incidents, read_state, slow_server, yolo_train)
 from worker.trainer import RECORD_FED_ENV
 
 WAITS_ON_A_SOCKET = f"""
@@ -37,24 +37,6 @@ for step in range(1, 81):
 """
 
 
-def slow_server(seconds: float) -> tuple[int, threading.Event]:
-    """A server outside the worker's tree that answers each request ``seconds`` after it came."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    answered = threading.Event()
-
-    def serve():
-        with listener:
-            connection, _ = listener.accept()
-            with connection:
-                connection.recv(16)
-                time.sleep(seconds)
-                connection.sendall(b"stored")
-                answered.set()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return listener.getsockname()[1], answered
-
-
 def test_seven_seconds_on_a_socket_after_fast_batches_is_no_hang(write_config, tmp_path):
     """The idle floor's false kill of issue 38: the tree does nothing for 7 s (over idle_floor's 3 s), but the
     witness says the training waits on I/O outside its processes: the phase's own bound (10 s) holds."""
@@ -68,18 +50,6 @@ def test_seven_seconds_on_a_socket_after_fast_batches_is_no_hang(write_config, t
     assert read_incidents(tmp_path / "state") == []
     status = read_state(tmp_path / "state")["status"]
     assert status["state"] == "succeeded" and status["attempt"] == 1 and status["restarts"] == 0
-
-
-def python_without_py_spy(tmp_path: Path) -> Path:
-    """This venv's interpreter as a venv of its own with no py-spy beside it (its packages are the same): a machine
-    where py-spy is not installed, or lags the Python."""
-    venv = Path(sys.prefix)
-    fake = tmp_path / "no-py-spy"
-    (fake / "bin").mkdir(parents=True)
-    shutil.copy(venv / "pyvenv.cfg", fake / "pyvenv.cfg")
-    (fake / "lib").symlink_to(venv / "lib")
-    (fake / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
-    return fake / "bin" / "python"
 
 
 @pytest.mark.e2e

@@ -6,8 +6,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -229,3 +231,32 @@ def freeze_a_loader_worker(supervisor: subprocess.Popen, fed: Path) -> tuple[psu
             supervisor.kill()
     return trainer, frozen, stderr
 
+
+def python_without_py_spy(tmp_path: Path) -> Path:
+    """This venv's interpreter as a venv of its own with no py-spy beside it (its packages are the same): a machine
+    where py-spy is not installed, or lags the Python."""
+    venv = Path(sys.prefix)
+    fake = tmp_path / "no-py-spy"
+    (fake / "bin").mkdir(parents=True)
+    shutil.copy(venv / "pyvenv.cfg", fake / "pyvenv.cfg")
+    (fake / "lib").symlink_to(venv / "lib")
+    (fake / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    return fake / "bin" / "python"
+
+
+def slow_server(seconds: float) -> tuple[int, threading.Event]:
+    """A server outside the worker's tree that answers each request ``seconds`` after it came."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    answered = threading.Event()
+
+    def serve():
+        with listener:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(16)
+                time.sleep(seconds)
+                connection.sendall(b"stored")
+                answered.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], answered

@@ -60,3 +60,38 @@ def test_a_warm_up_that_fails_is_said_and_leaves_the_model_as_it_was():
     assert line.startswith("device warm-up failed (RuntimeError: ") and line.endswith("the first step warms itself")
     after = model_state(model)
     assert all(torch.equal(after[k], before[k]) for k in before)
+
+
+class _SlowToWarm(torch.nn.Module):
+    """A model whose forward takes a second: a warm-up inside a library's first load."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        import time
+
+        time.sleep(1.0)
+        return x * self.weight
+
+
+class _WarmedWhenForked(torch.utils.data.Dataset):
+    def __init__(self, warm_up: DeviceWarmUp):
+        self.warm_up = warm_up
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return self.warm_up.seconds is not None  # as this forked worker found it
+
+
+def test_a_loader_worker_is_never_forked_while_the_warm_up_runs():
+    """Ultralytics PR #26085's window: a fork while another thread loads a library. A loader started "fork" while the
+    warm-up runs forks only once it has ended; the warm-up's result is the same."""
+    warm_up = DeviceWarmUp(_SlowToWarm(), (1, 1), torch.device("cpu"), None).start()
+    loader = torch.utils.data.DataLoader(_WarmedWhenForked(warm_up), batch_size=2, num_workers=1,
+                                         multiprocessing_context="fork")
+    assert next(iter(loader)).tolist() == [True, True]  # the worker was forked after the warm-up's end
+    assert warm_up.finish().startswith("device warm-up") and warm_up.error is None

@@ -1,0 +1,143 @@
+"""Issue 38's matrix of hangs, in real processes under a real supervisor, made from outside the project (no fault
+flag): a loader worker whose sample blocks on a lock, spins or stops; the training process spinning or blocked; a
+sample that waits seconds on a loopback server that answers slowly. The worker is tests/fixtures/loader_loop.py, a
+plain loop over Ultralytics' InfiniteDataLoader with the worker's own loader patches (far cheaper than training the
+demo, the same supervisor path and the same in-place rebuild); py-spy is hidden, so the training process's witness
+alone decides. Each asserts the tier, the cost fields and the fed-images record (no batch skipped, none twice)."""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.helpers.supervised import (demo_train, python_without_py_spy, quiet_config, read_incidents, read_state,
+                                      slow_server, worker_launcher)
+from worker.trainer import RECORD_FED_ENV
+
+LOOP = ROOT / "tests" / "fixtures" / "loader_loop.py"
+EPOCHS, TRAIN, VAL = 2, 20, 12  # the loop's epochs and samples (loader_loop.py)
+
+
+def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: bool = False) -> tuple[dict, list[dict], str]:
+    """The loop under `yolo-train run` with ``plan`` (loader_loop.py's LOADER_LOOP) to its end: its final status, its
+    incidents and the supervisor's stderr, after checking that the run succeeded with every sample fed once."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    launcher = worker_launcher(tmp_path, f"import runpy, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                                         f"runpy.run_path({str(LOOP)!r}, run_name='__main__')\n")
+    config = tmp_path / "config.toml"
+    config.write_text(f'name = "loader-loop"\n{demo_train(epochs=EPOCHS)}{quiet_config()}'
+                      f'[worker]\npython = "{launcher}"\n'
+                      f"env = {{ LOADER_LOOP = '{json.dumps(plan)}', LOADER_LOOP_MARKS = '{marks}' }}\n{extra}")
+    state_dir, fed = tmp_path / "state", tmp_path / "fed.txt"
+    python = sys.executable if py_spy else str(python_without_py_spy(tmp_path))
+    env = {**os.environ, RECORD_FED_ENV: str(fed)}
+    if not py_spy:
+        env["PATH"] = "/usr/bin:/bin"
+    result = subprocess.run([python, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                             str(state_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = read_state(state_dir)["status"]
+    assert status["state"] == "succeeded", status
+    return status, read_incidents(state_dir), result.stderr, fed_record(fed)
+
+
+def fed_record(path: Path) -> list[tuple[int, str, int]]:
+    return [(int(e), b, int(i)) for e, b, i in (line.split() for line in path.read_text().splitlines())]
+
+
+def assert_each_sample_once(fed: list[tuple[int, str, int]], epochs: tuple[int, ...] = (1, 2)) -> None:
+    """Each of ``epochs`` fed each training and validation sample exactly once, in order, each batch once."""
+    for epoch in epochs:
+        train = [i for e, b, i in fed if e == epoch and not b.startswith("val")]
+        val = [i for e, b, i in fed if e == epoch and b.startswith("val")]
+        assert train == list(range(TRAIN)), (epoch, train)
+        assert val == list(range(VAL)), (epoch, val)
+        batches = Counter(b for e, b, _ in fed if e == epoch)
+        assert set(batches.values()) == {2}, batches  # none fed twice, none split
+
+
+def assert_in_place(status: dict, incidents: list[dict], loader: str = "train") -> dict:
+    assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 1, "restart": 0}, status
+    [incident] = incidents
+    assert incident["tier"] == "in_place" and "escalation" not in incident, incident
+    assert f"waits for a batch from {loader} loader worker" in incident["witness"], incident["witness"]
+    assert "stacks" not in incident  # py-spy hidden, and nothing needed them: the witness decided
+    cost = incident["in_place"]
+    assert cost["batches_lost"] == 0 and cost["to_next_batch"] > 0 and cost["stall"] > 0, cost
+    return incident
+
+
+@pytest.mark.parametrize("hang", ["blocked", "spinning", "stopped"])
+def test_a_hung_loader_worker_is_replaced_in_place_losing_nothing(tmp_path, hang):
+    """A sample that blocks on a lock, spins at 100% CPU or stops its loader worker: the training process says it
+    waits for that worker's batch; the worker's loader is rebuilt at the batch it waited for."""
+    status, incidents, _, fed = run_loop(tmp_path, {"hang": hang, "epoch": 1, "batch": 6})
+    assert_in_place(status, incidents)
+    assert_each_sample_once(fed)
+
+
+def test_a_validation_loaders_spinning_worker_is_replaced_in_place(tmp_path):
+    status, incidents, _, fed = run_loop(tmp_path, {"hang": "spinning", "loader": "val", "epoch": 2, "batch": 5})
+    assert incidents[0]["phase"] == "val"
+    assert_in_place(status, incidents, loader="val")
+    assert_each_sample_once(fed)
+
+
+def test_per_pass_workers_that_hang_before_the_epochs_first_batch_are_replaced_in_place(tmp_path):
+    """``persistent_workers = false``: epoch 2's new workers hang on its very first batch; they were reported when
+    made, so the batch they owe names them."""
+    status, incidents, _, fed = run_loop(tmp_path, {"hang": "blocked", "epoch": 2, "batch": 0, "persistent": False})
+    incident = assert_in_place(status, incidents)
+    assert incident["epoch"] == 2
+    assert_each_sample_once(fed)
+
+
+def test_a_resumed_attempts_loader_hang_is_recovered_in_place_after_the_training_process_blocked(tmp_path):
+    """Attempt 1's training process blocks on a lock (not the loader's: the restart, from the checkpoint at batch
+    4); the resumed attempt's loader worker spins inside the resumed epoch: in place, at the batch it waited for."""
+    status, incidents, _, fed = run_loop(tmp_path, [{"hang": "main_blocked", "epoch": 1, "batch": 5},
+                                                    {"hang": "spinning", "attempt": 2, "epoch": 1, "batch": 9}])
+    assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 1, "restart": 1}, status
+    restart, in_place = incidents
+    assert restart["tier"] == "restart" and "the hang is not the loader's" in restart["escalation"], restart
+    assert "on a lock" in restart["witness"], restart["witness"]
+    assert (in_place["attempt"], in_place["epoch"]) == (2, 1)
+    assert_in_place({**status, "attempt": 1, "recoveries": {"in_place": 1, "restart": 0}}, [in_place])
+    resumed = [f for f in fed if f[0] == 1][-TRAIN - VAL + 8:]  # attempt 2 resumed epoch 1 at batch 4 (sample 8)
+    assert [i for _, b, i in resumed if not b.startswith("val")] == list(range(8, TRAIN))
+    assert_each_sample_once(fed, epochs=(2,))
+
+
+def test_a_training_process_spinning_in_python_is_restarted_not_taken_for_the_loaders(tmp_path):
+    """The training process itself spins (its forward, a callback): the witness puts the wait in its own code, so
+    the in-place tier declines at once and the restart resumes from the checkpoint at batch 4."""
+    status, incidents, _, fed = run_loop(tmp_path, {"hang": "main_spinning", "epoch": 1, "batch": 5})
+    assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 0, "restart": 1}, status
+    [incident] = incidents
+    assert incident["tiers"] == ["restart"], incident  # the in-place tier declined at the verdict
+    assert "the hang is not the loader's" in incident["escalation"] and "in no known wait" in incident["witness"]
+    assert_each_sample_once(fed, epochs=(2,))
+
+
+def test_a_rebuilt_loader_that_hangs_again_escalates_to_the_restart(tmp_path):
+    status, incidents, stderr, fed = run_loop(tmp_path, {"hang": "blocked", "epoch": 1, "batch": 6, "times": 2})
+    assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 0, "restart": 1}, status
+    [incident] = incidents
+    assert incident["tiers"] == ["in_place", "restart"] and "no batch within" in incident["escalation"], incident
+    assert_each_sample_once(fed, epochs=(2,))
+
+
+def test_a_sample_that_waits_seconds_on_a_socket_after_fast_batches_is_no_hang(tmp_path):
+    """The idle floor's false kill of issue 38, inside a loader worker: the training process waits for that worker's
+    batch, but the worker waits 6 s on a server outside the tree: the phase's own bound holds (10 s)."""
+    port, answered = slow_server(6.0)
+    status, incidents, _, fed = run_loop(tmp_path, {"hang": "socket", "port": port, "epoch": 1, "batch": 6})
+    assert answered.is_set()
+    assert incidents == [] and status["attempt"] == 1 and status["restarts"] == 0, incidents
+    assert_each_sample_once(fed)
