@@ -139,6 +139,33 @@ def test_no_cudnn_or_miopen_batch_norm_can_be_chosen_while_enabled():
     assert not fallback.is_enabled() and batch_norm_calls(steps) == [True, True, True]
 
 
+def test_the_global_cudnn_flag_is_off_for_the_call_alone(monkeypatch):
+    """Newer ATen picks the backend from torch.backends.cudnn.enabled, not from the argument (torch 2.11 on an H100
+    chose cuDNN with the argument off): the flag is off inside the call, and as it was after it, errors included."""
+    seen = []
+    real = torch.batch_norm
+
+    def spy(*args):
+        seen.append((torch.backends.cudnn.enabled, args[-1]))
+        return real(*args)
+
+    monkeypatch.setattr(torch, "batch_norm", spy)
+    fallback.enable()
+    bn = torch.nn.BatchNorm2d(4)
+    bn(torch.randn(2, 4, 3, 3))
+    assert seen == [(False, False)] and torch.backends.cudnn.enabled
+    with pytest.raises(ValueError):
+        bn(torch.randn(1, 4, 1, 1))  # one value per channel: torch's own error, raised before the call
+    bn.eval()
+    with pytest.raises(RuntimeError):
+        bn(torch.randn(2, 5, 3, 3))  # a shape ATen refuses inside the call: the flag is restored all the same
+    assert torch.backends.cudnn.enabled
+    with torch.backends.cudnn.flags(enabled=False):
+        bn(torch.randn(2, 4, 3, 3))
+        assert not torch.backends.cudnn.enabled
+    assert seen[-1] == (False, False) and torch.backends.cudnn.enabled
+
+
 def test_enable_and_disable_are_idempotent_and_errors_are_torchs():
     native = torch.nn.functional.batch_norm
     fallback.enable()

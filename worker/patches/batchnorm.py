@@ -14,8 +14,9 @@ ahead of time into the torch wheel for the GPU like any reduction. The autograd 
 so the backward follows it. The community's gfx1010 build of PyTorch makes the same choice in C++
 (patches/pytorch-bn-rnn-gfx1010.patch: ``_select_batch_norm_backend`` skips MIOpen on gfx1010).
 
-So this patch swaps ``torch.nn.functional.batch_norm`` for one that passes ``cudnn_enabled=False`` and is otherwise
-the same function. Everything else is torch's own: the modules' running statistics, momentum, the cumulative
+So this patch swaps ``torch.nn.functional.batch_norm`` for one that passes ``cudnn_enabled=False``, with
+``torch.backends.cudnn.enabled`` off for the call (newer ATen's ``_select_batch_norm_backend`` reads that flag, not
+the argument), and is otherwise the same function. Everything else is torch's own: the modules' running statistics, momentum, the cumulative
 average of ``momentum=None``, ``num_batches_tracked``, ``affine=False``, ``track_running_stats=False``, eval mode,
 autocast (batch norm is on none of autocast's lists: a float16 input keeps float32 statistics and parameters, as
 natively), channels-last inputs. It covers BatchNorm1d/2d/3d and their lazy forms, and code that calls
@@ -68,7 +69,17 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
     elif eps < 0.0:
         raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
-    return torch.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, False)
+    # ATen up to torch 2.x read the last argument; newer ATen (_select_batch_norm_backend, measured with torch 2.11 on
+    # an H100: CudnnBatchNormBackward0 with the argument off) reads the global flag instead: turn off both, for this
+    # call alone. The autograd node records the forward's choice, so the backward follows it.
+    enabled = torch._C._get_cudnn_enabled()
+    if not enabled:
+        return torch.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, False)
+    torch._C._set_cudnn_enabled(False)
+    try:
+        return torch.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, False)
+    finally:
+        torch._C._set_cudnn_enabled(True)
 
 
 # -- patching torch.nn.functional.batch_norm ------------------------------------------------------
