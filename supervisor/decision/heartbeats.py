@@ -128,6 +128,7 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     if entered:
         a.search = None  # a search's news was the step's it ran in
     a.idle_since, a.waits_outside = None, frozenset()  # news: a stall is judged afresh (watchdog.tree_reading_from)
+    a.waits.pop(m.rank, None)  # and a word said in an earlier step is of a wait that is over (as after progress)
     return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
 
 

@@ -52,6 +52,16 @@ def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_run
     assert "PrepareStandby" not in kinds(d.beat("train", kind="phase"))
     assert "PrepareStandby" not in kinds(d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))  # the same rung
     assert "PrepareStandby" not in kinds(d.at(1002).beat(epoch=1, epochs=3, batch=2, batches=10))  # once an attempt
+    # A word of the witness in an earlier step (the model's profile, slow on a loaded machine) is of a wait that is
+    # over: the standby is made for where a hang would go now, once (it was made for rung 0, then again for rung 1).
+    worded = Driver(make())
+    worded.boot_and_spawn()
+    worded.beat("setup", kind="step", step="model")
+    worded.beat("setup", kind="wait", progress=worded.progress,
+                wait={"kind": "elsewhere", "where": "thop/profile.py:211 in __torch_function__", "stalled": 1.0})
+    assert standbys(worded.beat("setup", kind="step", step="first_batch")) == [core.PrepareStandby({"workers": 4})]
+    assert "PrepareStandby" not in kinds(worded.beat("train", kind="phase"))
+    assert "PrepareStandby" not in kinds(worded.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))
     unreported = Driver(make())  # a worker that reports no startup steps: at its first batch
     unreported.boot_and_spawn()
     assert standbys(unreported.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == \
