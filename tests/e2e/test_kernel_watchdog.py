@@ -34,10 +34,13 @@ def healthy_attempt(state_dir, attempt=1, epoch=2):
 def config_with_long_stall(demo_config, write_config):
     """Every timeout of a trained attempt far above the confirm window, so a kill within the window can only be
     the kernel line's: training and validation, and through auto_floor the epoch end's "save auto" too (a freeze
-    that lands between two epochs was once killed by that, 10 s after the last batch, before the line's window)."""
+    that lands between two epochs was once killed by that, 10 s after the last batch, before the line's window), the
+    epoch end's save bound itself, and the idle floor (a stopped tree is idle: it was once killed at 5.9 s by
+    "save_timeout, idle")."""
     path = demo_config(kernel_log="kmsg")
     path.write_text(path.read_text().replace(
-        "[watchdog]\n", "[watchdog]\nstall_timeout = 300\nval_timeout = 300\nauto_floor = 300\n"))
+        "[watchdog]\n", "[watchdog]\nstall_timeout = 300\nval_timeout = 300\nsave_timeout = 300\nauto_floor = 300\n"
+                         "idle_floor = \"off\"\n"))
     return path
 
 
