@@ -20,7 +20,7 @@ thread that never joins: ``witness.loader_start_bound``, learned from this run's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from supervisor.decision import witness
@@ -39,9 +39,11 @@ from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
 @dataclass(frozen=True)
 class InspectStall:
     """Take the stacks of the hung tree (it is not killed) and say whether the in-place tier applies
-    (``StallInspected``): ``loader_pids`` are the loader worker processes the worker reported, pid -> rank."""
+    (``StallInspected``): ``loader_pids`` are the loader worker processes the worker reported, pid -> rank;
+    ``rank_pids`` each DDP rank's pid as its heartbeats say, pid -> rank (the stacks' roles: host/stacks.py)."""
     incident: Incident
     loader_pids: dict[int, int | None]
+    rank_pids: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
                                f"replacing loader worker(s){of_rank} {', '.join(map(str, pids))} in place"),
                 ReplaceLoaderWorkers(pids, owner[0])]
     return [Log("warning", f"hang in {phase}: {detail}; reading the stacks before killing anything (in-place tier)"),
-            InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()})]
+            InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()},
+                         {view.pid: rank for rank, view in a.ranks.items()})]
 
 
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:
