@@ -19,7 +19,7 @@ from supervisor.decision.in_place import StallInspected
 from supervisor.decision.incident import Incident, Stacks
 from supervisor.decision.loader_judgement import judge
 from supervisor.decision.stack_reading import as_incident_stacks
-from supervisor.host import process_tree, stacks
+from supervisor.host import flight_recorder, process_tree, stacks
 from supervisor.host.gpu_metrics import sample_all
 from supervisor.state.paths import StatePaths
 from supervisor.vocabulary import STARTUP_PHASE, Reason
@@ -56,7 +56,10 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
                                rank_pids)
     processes = process_tree.snapshot(members, since=since)
     host = socket.gethostname() if config.distributed.several_hosts else None
-    return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host)
+    dumps = flight_recorder.collect(worker.env, incident.last_progress_wall,
+                                    StatePaths(config.state_dir).incident_dir(incident.id)) \
+        if rank_pids and incident.last_progress_wall is not None else ()
+    return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host, dumps)
 
 
 def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loaders: dict[int, int | None],

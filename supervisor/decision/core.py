@@ -413,7 +413,8 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     agreed = None if said is None or stacks is None else \
         (said.report.kind == WaitKind.LOADER) == stacks.in_loader_worker  # both blame a loader worker, or neither
     enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=stacks,
-                       detail=detail, host=event.host, witness_agreed=agreed)
+                       detail=detail, host=event.host, witness_agreed=agreed,
+                       flight_recorder=event.flight_recorder or incident.flight_recorder)
     # Where it hung, in the journal before the kill's own lines.
     return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 

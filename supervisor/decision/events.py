@@ -67,6 +67,7 @@ class IncidentEnriched:
     output_note: str | None = None  # a command's output parser: why no line was ever progress
     stacks: Stacks | None = None  # captured for a hang
     host: str | None = None  # this host's name, where hosts are several
+    flight_recorder: tuple[str, ...] = ()  # torch's NCCL Flight Recorder dumps of this attempt (host/flight_recorder.py)
 
 
 @dataclass(frozen=True)

@@ -110,3 +110,15 @@ def test_one_rank_stopped_while_the_other_waits_in_all_reduce_is_named_stopped_a
                                           f"collective")
     assert incident["ranks"][1] == {"rank": 1, "pid": RANK_1, "waiting": f"rank 1 (pid {RANK_1}) is stopped",
                                     "waiting_kind": "stopped"}
+
+
+def test_the_flight_recorder_dumps_the_shell_found_are_listed_in_the_incident():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")
+    word(d, "device", pid=RANK_1, rank=1, function="synchronize")
+    d.at(LAST_BATCH + 5.01)(core.Tick())
+    incident = d.s.incidents[-1]
+    dumps = ("incidents/x/flight_recorder_rank_0", "/tmp/nccl_trace_rank_1")
+    d(core.IncidentEnriched(incident.id, (), flight_recorder=dumps))
+    assert tuple(d.s.incidents[-1].to_dict()["flight_recorder"]) == dumps
