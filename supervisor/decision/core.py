@@ -354,7 +354,7 @@ def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
         a.step_since += gap
     if a.training is not None:  # not a deadline: the training is timed by the beats, which say whether it went on
         a.training.pause = (now.mono - gap, now.mono)
-    a.idle_since, a.waits_outside = None, frozenset()  # unknown over the pause: the sampler starts again
+    a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()  # unknown over the pause: the sampler starts again
     if a.suspicion is not None:
         a.suspicion.since += gap
     if a.recovery is not None:
@@ -372,6 +372,7 @@ def _tree_activity(s: Supervision, event: TreeActivity) -> list[Any]:
     between two workers is nobody's."""
     if s.state in (State.STARTING, State.HEALTHY) and s.current.worker_pid is not None:
         s.current.idle_since, s.current.waits_outside = event.idle_since, event.outside
+        s.current.stopped = event.stopped
     return []
 
 
@@ -412,7 +413,8 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     agreed = None if said is None or stacks is None else \
         (said.report.kind == WaitKind.LOADER) == stacks.in_loader_worker  # both blame a loader worker, or neither
     enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=stacks,
-                       detail=detail, host=event.host, witness_agreed=agreed)
+                       detail=detail, host=event.host, witness_agreed=agreed,
+                       flight_recorder=event.flight_recorder or incident.flight_recorder)
     # Where it hung, in the journal before the kill's own lines.
     return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 

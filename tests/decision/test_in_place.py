@@ -381,7 +381,15 @@ def test_the_stacks_say_whether_the_in_place_tier_applies():
     assert main_hung.culprits == () and "not waiting for a batch" in main_hung.why
     # the whole tree frozen (a driver hang, bench/burst.py): the stopped main process shows no frames to trust
     frozen_tree = verdict(_process(101, 100, "T"), _process(102, 100, "T"), trainer=_process(100, 1, "T"))
-    assert frozen_tree.culprits == () and "not waiting for a batch" in frozen_tree.why
+    assert frozen_tree.culprits == ()
+    assert frozen_tree.why == ("the training process is stopped, as are the loader workers (the whole tree frozen): "
+                               "restart")
+    # under DDP, every rank frozen with its loader workers: a restart that says so, not "more than one process"
+    ranks = [_process(100, 1, "T"), _process(200, 1, "T"), _process(101, 100, "T"), _process(201, 200, "T")]
+    every = judge(TreeCapture(100, ranks, 0.1, 3.0), {101: 0, 201: 1})
+    assert every.culprits == () and every.why.startswith("every rank's process is stopped")
+    assert "more than one" in judge(TreeCapture(100, [*ranks[:1], _process(200, 1, "S", waiting), *ranks[2:]],
+                                                0.1, 3.0), {101: 0, 201: 1}).why
 
 
 def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
