@@ -265,6 +265,13 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}",
                               detail=f"{how} after torch's collective timeout ended a rank "
                                      f"({timed_out.line.strip()[:240]}): {timed_out.advice}")
+    gpu_hang = ending if ending is not None and ending.remedy == Remedy.GPU_HANG else \
+        next((seen for seen in a.signatures.values() if seen.remedy == Remedy.GPU_HANG), None)
+    if gpu_hang is not None:  # ROCr aborted the worker on a hung GPU: the hang it is, up the ladder as any hang
+        phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
+        return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}", climb=True,
+                              detail=f"{how} after ROCr's {gpu_hang.name} ({gpu_hang.line.strip()[:240]}): "
+                                     f"{gpu_hang.advice}")
     if ending is not None and ending.remedy == Remedy.CONFIG_ERROR:
         return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure=ending.name, then=After.CONFIG_ERROR,
                               advice=ending.advice, detail=f"{how}: {ending.line.strip()[:200]}")
