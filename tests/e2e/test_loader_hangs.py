@@ -156,3 +156,17 @@ def test_workers_killed_inside_a_batch_handover_are_replaced_without_a_traceback
     assert stderr.count("loader workers replaced on the supervisor's word") == 3, stderr
     assert "Traceback" not in stderr, stderr
     assert_each_sample_once(fed)
+
+
+def test_the_fourth_loader_hang_within_in_place_window_restarts_and_climbs(tmp_path):
+    """Issue 41, not yet tried: in_place_max = 3 (the default) within in_place_window; the fourth restarts from the
+    checkpoint, at a rung above the configured one."""
+    hangs = [{"hang": "blocked", "epoch": 1, "batch": 5}, {"hang": "blocked", "loader": "val", "epoch": 1, "batch": 5},
+             {"hang": "blocked", "epoch": 2, "batch": 5}, {"hang": "blocked", "loader": "val", "epoch": 2, "batch": 5}]
+    status, incidents, stderr, fed = run_loop(tmp_path, hangs)
+    assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 3, "restart": 1}, status
+    assert [i["tier"] for i in incidents] == ["in_place"] * 3 + ["restart"], incidents
+    assert "more than in_place_max (3) in-place recoveries" in incidents[3]["escalation"], incidents[3]
+    assert "attempt 2: worker pid" in stderr and "at rung 0" not in stderr.split("attempt 2: worker pid")[1], stderr
+    attempt_1 = fed[:fed.index((1, "0", 0), 1)] if fed.count((1, "0", 0)) > 1 else fed  # the climbed rung's start
+    assert_each_sample_once(attempt_1, epochs=(1,))  # three in place in attempt 1: nothing lost, nothing twice
