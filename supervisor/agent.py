@@ -302,7 +302,8 @@ class Agent:
         worker, self.worker = self.worker, None
         if incident is not None:
             self.handle(what_the_tree_shows(self.config, worker, incident, self._spare(), self.metrics.gpu_readers,
-                                            tuple(self.s.current.loaders)))
+                                            tuple(self.s.current.loaders),
+                                            {v.pid: r for r, v in self.s.current.ranks.items()}))
         w = self.config.watchdog
         if worker is not None:
             for fd in worker.fds:

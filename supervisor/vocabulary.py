@@ -59,6 +59,7 @@ class Remedy(str, Enum):
     HALVE_BATCH = "halve_batch"  # GPU out of memory: the next attempt with half the batch
     CONV_FALLBACK = "conv_fallback"  # a hang before the first batch after MIOpen's warning: the Conv2d fallback on
     COLLECTIVE_HANG = "collective_hang"  # torch's own collective timeout ended a rank: the hang it was, restarted as one
+    GPU_HANG = "gpu_hang"  # ROCr aborted the worker on a GPU hang (or memory it could not free): a hang, up the ladder
 
 
 # The phase of an incident before the worker's first training batch (its own phase is setup, or none yet).

@@ -10,6 +10,10 @@ less the samples already yielded: the epoch-keyed order's skip, or ``PassSkipSam
 one), and the pass goes on; the training loop never sees it.
 Model, optimizer, AMP scaler and GPU context are untouched: no checkpoint is read, no batch lost or trained twice.
 
+With pin memory the receive is the pin-memory thread's: a worker killed mid-handover kills that thread, whose death
+Python prints as a traceback (``threading.excepthook``). That death is held (``hold_pin_thread_deaths``) until the
+loader's own error says whose it was: the supervisor's replacement (dropped, the one line says it), or not (printed).
+
 A loader worker that dies without such a command (the OOM killer, a crash in a sample) fails the training as
 before. Every start of a loader's workers is reported (``Heartbeat.loader_started``: their pids, and how long the
 first batch took), so the supervisor knows which processes are loader workers even when they are too stopped to
@@ -19,6 +23,7 @@ trace, and how long a new iterator may take to give a batch.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from itertools import islice
 from typing import Any, Iterator
@@ -35,6 +40,38 @@ from worker.heartbeat import Heartbeat
 DEAD_WORKERS = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) (?:exited unexpectedly|is killed by signal)")
 
 PIN_THREAD_DIED = "Pin memory thread exited unexpectedly"
+
+# Pin-memory threads' deaths of a failed handover, held until the loader says whose they were.
+HELD_PIN_THREAD_DEATHS: list[Any] = []
+
+
+def hold_pin_thread_deaths() -> None:
+    """Make ``threading.excepthook`` hold a pin-memory thread's death of a receive from a dead worker (an OSError or
+    EOFError in torch's ``_pin_memory_loop``) instead of printing it; any other thread's error as before. Once."""
+    previous = threading.excepthook
+    if getattr(previous, "holds_pin_thread_deaths", False):
+        return
+
+    def hook(args: Any) -> None:
+        frames, tb = set(), args.exc_traceback
+        while tb is not None:
+            frames.add(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        if "_pin_memory_loop" in frames and issubclass(args.exc_type, (OSError, EOFError)):
+            HELD_PIN_THREAD_DEATHS.append((previous, args))
+        else:
+            previous(args)
+
+    hook.holds_pin_thread_deaths = True
+    threading.excepthook = hook
+
+
+def release_pin_thread_deaths(print_them: bool) -> None:
+    """The held deaths: dropped (the supervisor's replacement, said in one line) or printed as Python would have."""
+    while HELD_PIN_THREAD_DEATHS:
+        previous, args = HELD_PIN_THREAD_DEATHS.pop(0)
+        if print_them:
+            previous(args)
 
 
 def dead_workers(error: BaseException) -> set[int]:
@@ -114,7 +151,12 @@ def recovering_class(base: type) -> type:
                 except StopIteration:
                     return
                 except (RuntimeError, OSError, EOFError) as e:
-                    if not self._replaced(e, last):
+                    replaced = False
+                    try:
+                        replaced = self._replaced(e, last)
+                    finally:
+                        release_pin_thread_deaths(print_them=not replaced)
+                    if not replaced:
                         raise
                     self.recovery.replaced.clear()
                     inner.close()
@@ -194,4 +236,5 @@ def install(loader: Any, name: str, commands: CommandChannel, hb: Heartbeat) -> 
         batch_sampler.sampler = PassSkipSampler(batch_sampler.sampler)
     loader.__class__ = recovering_class(type(loader))
     loader.recovery = LoaderRecovery(name, commands, hb)
+    hold_pin_thread_deaths()
     return True

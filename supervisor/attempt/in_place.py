@@ -22,7 +22,8 @@ def carry_out(action: Any, config: Config, worker: WorkerProcess, spare: Collect
               keepalive: Callable[[], None]) -> Any:
     """One of ``ACTIONS``, and the event that says how it went."""
     if isinstance(action, InspectStall):
-        return inspect_stall(config, worker, action.incident, action.loader_pids, spare, gpu_readers)
+        return inspect_stall(config, worker, action.incident, action.loader_pids, spare, gpu_readers,
+                             action.rank_pids)
     # The command first (the worker must know the deaths are ours), then SIGKILL.
     started = time.monotonic()
     sent = worker.send(Command(CommandKind.REPLACE_LOADER_WORKERS, action.rank, action.pids))

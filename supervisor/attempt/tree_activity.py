@@ -4,7 +4,8 @@ A training that makes progress runs: its processes decode images, launch kernels
 A tree in which, for seconds, no process used more than a sliver of CPU, read or wrote the disk, slept
 uninterruptibly in the kernel (a disk, a driver) or started a process waits for something that is not coming: the
 seeds' DataLoader deadlock, a tree frozen from outside. Each reading also names the processes that wait on a socket
-or a remote file (host/outside_waits.py): a loader worker that owes a batch and waits so is not hung. It is read from /proc once a second while a stall lasts
+or a remote file (host/outside_waits.py): a loader worker that owes a batch and waits so is not hung; and the
+processes stopped (state T or t): under DDP, a rank stopped is named so, every rank stopped is the whole tree frozen. It is read from /proc once a second while a stall lasts
 (``watchdog.tree_reading_from``: never while batches come), comparing each process with itself; the core hears only
 the changes.
 """
@@ -49,6 +50,15 @@ def state(stat: bytes) -> str:
     return stat[end + 2:end + 3].decode()
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (state T: SIGSTOP, SIGTSTP; t: a tracer), as its /proc/PID/stat says."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return state(f.read()) in ("T", "t")
+    except OSError:
+        return False
+
+
 def in_uninterruptible_sleep(pid: int) -> bool:
     """Whether any thread of ``pid`` sleeps uninterruptibly (state D: a disk, a network file system, a driver)."""
     try:
@@ -74,11 +84,11 @@ class ActivitySampler:
         self._at: float | None = None
         self._usage: dict[int, Usage | None] = {}
         self._idle_since: float | None = None
-        self._reported: tuple[float | None, frozenset[int]] = (None, frozenset())
+        self._reported: tuple[float | None, frozenset[int], frozenset[int]] = (None, frozenset(), frozenset())
 
     def forget(self) -> None:
         """No stall to judge: the next reading starts a new window (the core forgot the last idleness itself)."""
-        self._at, self._usage, self._idle_since, self._reported = None, {}, None, (None, frozenset())
+        self._at, self._usage, self._idle_since, self._reported = None, {}, None, (None, frozenset(), frozenset())
 
     def due(self, worker_pid: int, now: float) -> bool:
         return worker_pid != self._worker or now >= self.next_at()
@@ -104,10 +114,11 @@ class ActivitySampler:
         self._at, self._usage = now, readings
         # A process waiting on a socket or a remote file: a loader worker owing a batch so is no deadlock.
         outside = frozenset(pid for pid in readings if pid != worker_pid and waits_outside(pid))
-        if (self._idle_since, outside) == self._reported:
+        halted = frozenset(pid for pid in readings if stopped(pid))
+        if (self._idle_since, outside, halted) == self._reported:
             return None
-        self._reported = (self._idle_since, outside)
-        return core.TreeActivity(self._idle_since, outside)
+        self._reported = (self._idle_since, outside, halted)
+        return core.TreeActivity(self._idle_since, outside, halted)
 
     def _idle(self, readings: dict[int, Usage | None], window: float) -> bool:
         if not readings or any(pid not in self._usage or u is None or self._usage[pid] is None

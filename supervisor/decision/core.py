@@ -265,6 +265,13 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}",
                               detail=f"{how} after torch's collective timeout ended a rank "
                                      f"({timed_out.line.strip()[:240]}): {timed_out.advice}")
+    gpu_hang = ending if ending is not None and ending.remedy == Remedy.GPU_HANG else \
+        next((seen for seen in a.signatures.values() if seen.remedy == Remedy.GPU_HANG), None)
+    if gpu_hang is not None:  # ROCr aborted the worker on a hung GPU: the hang it is, up the ladder as any hang
+        phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
+        return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}", climb=True,
+                              detail=f"{how} after ROCr's {gpu_hang.name} ({gpu_hang.line.strip()[:240]}): "
+                                     f"{gpu_hang.advice}")
     if ending is not None and ending.remedy == Remedy.CONFIG_ERROR:
         return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure=ending.name, then=After.CONFIG_ERROR,
                               advice=ending.advice, detail=f"{how}: {ending.line.strip()[:200]}")
@@ -354,7 +361,7 @@ def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
         a.step_since += gap
     if a.training is not None:  # not a deadline: the training is timed by the beats, which say whether it went on
         a.training.pause = (now.mono - gap, now.mono)
-    a.idle_since, a.waits_outside = None, frozenset()  # unknown over the pause: the sampler starts again
+    a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()  # unknown over the pause: the sampler starts again
     if a.suspicion is not None:
         a.suspicion.since += gap
     if a.recovery is not None:
@@ -372,6 +379,7 @@ def _tree_activity(s: Supervision, event: TreeActivity) -> list[Any]:
     between two workers is nobody's."""
     if s.state in (State.STARTING, State.HEALTHY) and s.current.worker_pid is not None:
         s.current.idle_since, s.current.waits_outside = event.idle_since, event.outside
+        s.current.stopped = event.stopped
     return []
 
 
@@ -412,7 +420,8 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     agreed = None if said is None or stacks is None else \
         (said.report.kind == WaitKind.LOADER) == stacks.in_loader_worker  # both blame a loader worker, or neither
     enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=stacks,
-                       detail=detail, host=event.host, witness_agreed=agreed)
+                       detail=detail, host=event.host, witness_agreed=agreed,
+                       flight_recorder=event.flight_recorder or incident.flight_recorder)
     # Where it hung, in the journal before the kill's own lines.
     return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 

@@ -67,6 +67,7 @@ class IncidentEnriched:
     output_note: str | None = None  # a command's output parser: why no line was ever progress
     stacks: Stacks | None = None  # captured for a hang
     host: str | None = None  # this host's name, where hosts are several
+    flight_recorder: tuple[str, ...] = ()  # torch's NCCL Flight Recorder dumps of this attempt (host/flight_recorder.py)
 
 
 @dataclass(frozen=True)
@@ -146,9 +147,12 @@ class TreeActivity:
     """Whether the worker's whole process tree does anything (attempt/tree_activity.py), sent when that changes:
     ``idle_since`` is the monotonic time since which it has used no CPU to speak of, done no disk I/O, had no process
     in uninterruptible sleep and started none; None: it is busy (or it cannot be told). ``outside``: the processes
-    of the tree whose main thread waits on a socket or a remote or FUSE file (host/outside_waits.py), idle or not."""
+    of the tree whose main thread waits on a socket or a remote or FUSE file (host/outside_waits.py), idle or not.
+    ``stopped``: the processes /proc shows stopped (state T or t: SIGSTOP, a debugger): a DDP rank among them is named
+    so in the incident, and every rank stopped is the whole tree frozen (witness.py)."""
     idle_since: float | None
     outside: frozenset[int] = frozenset()
+    stopped: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,8 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
     if entered:
         a.search = None  # a search's news was the step's it ran in
-    a.idle_since, a.waits_outside = None, frozenset()  # news: a stall is judged afresh (watchdog.tree_reading_from)
+    # news: a stall is judged afresh (watchdog.tree_reading_from)
+    a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()
     a.waits.pop(m.rank, None)  # and a word said in an earlier step is of a wait that is over (as after progress)
     return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
 
@@ -240,7 +241,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
     if a.training is not None:
         a.training.progressed(sent_at(m, now))
-    a.waits_outside = frozenset()
+    a.waits_outside, a.stopped = frozenset(), frozenset()
     a.waits.pop(None, None)  # a word said before this progress is of a stall that is over
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value
 

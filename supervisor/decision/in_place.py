@@ -20,7 +20,7 @@ thread that never joins: ``witness.loader_start_bound``, learned from this run's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from supervisor.decision import witness
@@ -39,9 +39,11 @@ from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
 @dataclass(frozen=True)
 class InspectStall:
     """Take the stacks of the hung tree (it is not killed) and say whether the in-place tier applies
-    (``StallInspected``): ``loader_pids`` are the loader worker processes the worker reported, pid -> rank."""
+    (``StallInspected``): ``loader_pids`` are the loader worker processes the worker reported, pid -> rank;
+    ``rank_pids`` each DDP rank's pid as its heartbeats say, pid -> rank (the stacks' roles: host/stacks.py)."""
     incident: Incident
     loader_pids: dict[int, int | None]
+    rank_pids: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries within in_place_window "
                         f"({cfg.in_place_window:g} s)")
     seen, culprit = witness.telling(a.waits, a.loaders)
+    if witness.all_stopped(a.ranks, a.stopped):  # /proc shows each rank stopped: whatever one said before, not a hang
+        return Escalate(f"{witness.FROZEN}: restart")
     if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
         return Escalate(f"the hang is not the loader's: the training process {witness.describe(seen)}")
     stall = now.mono - (a.last_progress_at or now.mono)
@@ -140,6 +144,9 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
                            escalation=verdict.why)
     if seen is not None:
         incident = s.amend(incident, witness=witness.describe(seen))
+    named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped)
+    if named:  # under DDP: the rank whose loader owes the batch, and where each rank waits
+        incident = s.amend(incident, **{**named, "witness": named["witness"] or incident.witness})
     a.recovery = Recovery(TIER, incident, phase, a.progress.epoch, a.progress.batch, now.mono, stall)
     if culprit is not None:  # the training process's own word: no stacks to read, whatever the worker's state
         # Every worker of that loader goes: the rebuilt iterator replaces them all anyway, and a sibling stopped while
@@ -151,7 +158,8 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
                                f"replacing loader worker(s){of_rank} {', '.join(map(str, pids))} in place"),
                 ReplaceLoaderWorkers(pids, owner[0])]
     return [Log("warning", f"hang in {phase}: {detail}; reading the stacks before killing anything (in-place tier)"),
-            InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()})]
+            InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()},
+                         {view.pid: rank for rank, view in a.ranks.items()})]
 
 
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:
@@ -160,6 +168,8 @@ def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] |
     r.incident = s.amend(r.incident, stacks=event.stacks)
     if not (event.loader_wait and event.culprits):
         return Escalate(event.why)
+    if event.rank is not None:  # the stacks named the rank whose loader workers are stuck
+        r.incident = s.amend(r.incident, hung_rank=event.rank)
     rank = f" of rank {event.rank}" if event.rank is not None else ""
     return [Log("warning", f"{event.why}: replacing loader worker(s){rank} {', '.join(map(str, event.culprits))} "
                            f"in place"), ReplaceLoaderWorkers(tuple(event.culprits), event.rank)]

@@ -102,6 +102,9 @@ class Incident:
     # ({rank, pid, waiting, waiting_kind}, as status --json's watchdog.ranks)
     hung_rank: int | None = kept(default=None, omitted=True)
     ranks: tuple[dict[str, Any], ...] = kept(default=(), omitted=True)
+    # torch's NCCL Flight Recorder dumps written since the last progress (copied into the incident's directory when
+    # small; host/flight_recorder.py says when torch writes them)
+    flight_recorder: tuple[str, ...] = kept(default=(), omitted=True)
     # -- several hosts ([distributed]) --
     node_rank: int | None = kept(default=None, omitted=True)  # this host's
     host: str | None = kept(default=None, omitted=True)  # this host's name (from the shell)

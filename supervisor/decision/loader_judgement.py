@@ -19,6 +19,9 @@ class LoaderVerdict:
     rank: int | None = None
 
 
+STOPPED = ("T", "t")  # /proc's states of a stopped process (SIGSTOP, a tracer)
+
+
 def waits_for_batch(p: ProcessStacks) -> bool:
     """Its main thread is inside the DataLoader iterator's wait for a batch."""
     main = next((t for t in p.threads if t.tid == p.pid), None)
@@ -38,6 +41,10 @@ def judge(capture: TreeCapture, loaders: dict[int, int | None]) -> LoaderVerdict
     if not culprits:
         return LoaderVerdict(False, (), "no loader worker process is stuck: the hang is not the loader's")
     parents = {p.ppid for p in culprits}
+    trainers = [by_pid[pid] for pid in parents if pid in by_pid]
+    if trainers and all(t.state in STOPPED for t in trainers) and all(p.state in STOPPED for p in culprits):
+        whose = "every rank's process is" if len(trainers) > 1 else "the training process is"
+        return LoaderVerdict(False, (), f"{whose} stopped, as are the loader workers (the whole tree frozen): restart")
     if len(parents) != 1 or next(iter(parents)) not in by_pid:
         return LoaderVerdict(False, (), "the stuck loader workers belong to more than one training process")
     trainer = by_pid[next(iter(parents))]

@@ -8,6 +8,9 @@ The seeds lost days to failures that are recognisable from one line. Each signat
 - ``disk_full``: a write failed with ENOSPC (a checkpoint save, results.csv). A safer rung writes the same
   files, so every retry would fail again and leave another torn ``last.pt``: stop and say to free space.
 - ``gpu_oom``: out of GPU memory. Restart from last.pt with half the batch size, down to a floor.
+- ``rocr_gpu_hang``, ``rocr_memory_error``: ROCr (the HSA runtime under HIP) says the GPU hung, or that it could
+  not free memory the GPU still uses, and aborts the process (SIGABRT). The exit is read as the GPU hang it is:
+  the incident's reason is a hang, and the restart climbs the ladder as after any hang, not as after a crash.
 - ``miopen_kdb_missing``: MIOpen has no kernel database for the GPU; a worker that then hangs before its
   first batch is searching kernels forever. The next attempt turns the Conv2d fallback on.
 - NaN or inf losses come through the heartbeat, not the output: restart from last.pt with AMP off.
@@ -91,6 +94,31 @@ SIGNATURES: tuple[Signature, ...] = (
         Remedy.COLLECTIVE_HANG,
         "torch's collective timeout ended a rank that waited for a hung peer: the hang, restarted from the newest "
         "checkpoint as one"),
+    # ROCr's own last words before std::abort(), from rocr-runtime's core/runtime/runtime.cpp. Runtime::
+    # HwExceptionHandler, on the KFD's HW exception event when no system event handler took it:
+    #   fprintf(stderr, "HW Exception by GPU node-%u (Agent handle: %p) reason :%s\n", exception.NodeId, ...,
+    #           (exception.ResetCause == HSA_EVENTID_HW_EXCEPTION_ECC) ? "ECC" : "GPU Hang");
+    # e.g. "HW Exception by GPU node-1 (Agent handle: 0x55cf74a379c0) reason :GPU Hang" (ROCm/ROCm #4021: axolotl
+    # on MI300X, one line per process of the job). The ECC reason is a memory error, not a hang: not matched here.
+    Signature("rocr_gpu_hang", re.compile(r"HW Exception by GPU node-\d+ \(Agent handle: 0x[0-9a-fA-F]+\) "
+                                          r"reason :GPU Hang"),
+              Remedy.GPU_HANG,
+              "the GPU stopped answering and the driver reset it (amdgpu's job timeout), so ROCr aborted the "
+              "worker: a GPU hang, restarted from the newest checkpoint as any hang is, the ladder choosing the rung "
+              "(if it recurs at every rung: try HSA_ENABLE_SDMA=0, or a lower power cap on an overclocked card)"),
+    # Runtime::FreeMemory, when hsaKmtFreeMemory refuses to free an allocation (the GPU still maps it):
+    #   fprintf(stderr, "Memory critical error by agent node-%u (Agent handle: %p) on address %p. Reason: "
+    #           "Memory in use. \n", agentOwner->node_id(), ...);
+    # e.g. "Memory critical error by agent node-0 (Agent handle: 0x5eac2930) on address 0x7fbb51601000. Reason:
+    # Memory in use." Seen when a queue was left hung by a reset (ROCm/ROCm #6182 on gfx1151), and at model load in
+    # containers whose SELinux policy denies mmap of /dev/kfd (node-0 is then the CPU agent).
+    Signature("rocr_memory_error", re.compile(r"Memory critical error by agent node-\d+ \(Agent handle: "
+                                              r"0x[0-9a-fA-F]+\) on address 0x[0-9a-fA-F]+\. Reason: Memory in use"),
+              Remedy.GPU_HANG,
+              "ROCr could not free memory the GPU still holds (a queue left hung, usually after a GPU reset) and "
+              "aborted the worker: read as a GPU hang, restarted from the newest checkpoint as any hang is; if it "
+              "happens at the very start inside a container, SELinux denies mapping /dev/kfd: "
+              "setsebool -P container_use_devices on"),
     # MIOpen: "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may
     # degrade. Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package"
     Signature("miopen_kdb_missing", re.compile(r"MIOpen\(HIP\): Warning \[SQLiteBase\] Missing system database file"),

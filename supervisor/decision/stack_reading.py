@@ -266,6 +266,7 @@ class TreeCapture:
     notes: list[str] = field(default_factory=list)
     gpu: Any = None
     path: Path | None = None  # where stacks.json was written; None if it could not be
+    hung_pid: int | None = None  # under DDP: the rank the witnesses named hung (witness.hung_rank), by its pid
 
     def summary_lines(self) -> list[str]:
         """One line per process: its role and the frame it waited in."""
@@ -273,15 +274,21 @@ class TreeCapture:
 
     def culprit(self) -> ProcessStacks | None:
         """The process the hang is best described by: a DataLoader worker stuck inside a sample, else a
-        process in uninterruptible sleep, else a stopped one (a frozen DDP rank: the launcher above it only waits
-        for its children, the other ranks for their peer), else the main process."""
+        process in uninterruptible sleep, else the rank the witnesses named hung (``hung_pid``: the launcher above
+        it only waits for its children, the other ranks for their peer), else a stopped one (a frozen DDP rank),
+        else the main process."""
         busy = [p for p in self.processes if p.busy_dataloader_worker]
         if busy:
             return min(busy, key=lambda p: (p.dataloader_worker_id is None, p.dataloader_worker_id or 0, p.pid))
-        for states in (("D",), ("T", "t")):
-            stuck = [p for p in self.processes if p.state in states]
-            if stuck:
-                return stuck[0]
+        stuck = [p for p in self.processes if p.state == "D"]
+        if stuck:
+            return stuck[0]
+        hung = next((p for p in self.processes if p.pid == self.hung_pid), None)
+        if hung is not None:
+            return hung
+        stuck = [p for p in self.processes if p.state in ("T", "t")]
+        if stuck:
+            return next((p for p in stuck if p.role.startswith("rank ")), stuck[0])
         return next((p for p in self.processes if p.pid == self.main_pid), self.processes[0] if self.processes
                     else None)
 

@@ -221,6 +221,7 @@ class Attempt:
     recovery: Recovery | None = None  # a hang's recovery under way, by a tier before the restart (tier.py)
     idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
     waits_outside: frozenset[int] = frozenset()  # its processes that wait on a socket or a remote file (TreeActivity)
+    stopped: frozenset[int] = frozenset()  # its processes /proc shows stopped (state T or t) (TreeActivity)
     waits: dict[int | None, WaitSeen] = field(default_factory=dict)  # the witness's word by rank (None: no DDP),
     # each since that sender's last progress (witness.py)
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)

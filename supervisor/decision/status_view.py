@@ -304,9 +304,10 @@ def _waiting(a: Attempt) -> tuple[str | None, str | None]:
 def _ranks_waiting(a: Attempt) -> tuple[list[RankWaitView], int | None]:
     if not a.ranks:
         return [], None
-    stalled = bool(a.waits)
-    return ([RankWaitView(w.rank, w.pid, w.waiting, w.waiting_kind) for w in witness.by_rank(a.ranks, a.waits)],
-            witness.hung_rank(a.ranks, a.waits, a.loaders) if stalled else None)
+    stalled = bool(a.waits) or bool(witness.stopped_ranks(a.ranks, a.stopped))
+    return ([RankWaitView(w.rank, w.pid, w.waiting, w.waiting_kind)
+             for w in witness.by_rank(a.ranks, a.waits, a.stopped)],
+            witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped) if stalled else None)
 
 
 def _counts(counter: Counter[Any]) -> dict[str, int]:

@@ -57,10 +57,9 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     said = witness.telling(a.waits, a.loaders)[0] if point is not None else None
     if said is not None:  # where the training process said it waited
         stopped["witness"] = witness.describe(said)
-    if a.ranks and point is not None and a.waits:  # under DDP: which rank hung, and where each one waited
-        stopped["hung_rank"] = witness.hung_rank(a.ranks, a.waits, a.loaders)
-        stopped["ranks"] = tuple(asdict(w) for w in witness.by_rank(a.ranks, a.waits))
-        stopped["witness"] = witness.ranks_phrase(a.ranks, a.waits, a.loaders) or stopped.get("witness")
+    named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped) if point is not None else {}
+    if named:  # under DDP: which rank hung, and where each one waited (or that it is stopped)
+        stopped.update(named, witness=named["witness"] or stopped.get("witness"))
     if incident is not None:
         incident = s.amend(incident, **stopped, tiers=incident.tiers + ((tier,) if tier else ()))
     else:

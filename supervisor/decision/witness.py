@@ -19,7 +19,7 @@ The witness is judged first; the tree's activity and the stacks come after it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from supervisor.vocabulary import State
@@ -90,14 +90,35 @@ class RankWait:
     waiting_kind: str | None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere
 
 
-def by_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen]) -> list[RankWait]:
-    """Every rank that spoke in this attempt, in rank order, with its word in this stall."""
+STOPPED = "stopped"  # a rank's waiting_kind where /proc shows its process stopped (state T or t) and it said nothing
+
+
+def by_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
+            stopped: frozenset[int] = frozenset()) -> list[RankWait]:
+    """Every rank that spoke in this attempt, in rank order, with its word in this stall; one that said nothing and
+    whose process ``stopped`` holds (TreeActivity) is said to be stopped."""
     out = []
     for r, view in sorted(ranks.items()):
         seen = waits.get(r)
+        if seen is None and view.pid in stopped:
+            out.append(RankWait(r, view.pid, f"rank {r} (pid {view.pid}) is stopped", STOPPED))
+            continue
         out.append(RankWait(r, view.pid, None if seen is None else describe(seen),
                             None if seen is None else seen.report.kind.value))
     return out
+
+
+def stopped_ranks(ranks: dict[int, Rank], stopped: frozenset[int]) -> list[int]:
+    """The ranks whose process /proc shows stopped (TreeActivity's ``stopped``), in rank order."""
+    return [r for r, view in sorted(ranks.items()) if view.pid in stopped]
+
+
+def all_stopped(ranks: dict[int, Rank], stopped: frozenset[int]) -> bool:
+    """Every rank's process is stopped: the whole tree frozen (SIGSTOP from outside, a debugger), no rank hung."""
+    return bool(ranks) and len(stopped_ranks(ranks, stopped)) == len(ranks)
+
+
+FROZEN = "every rank's process is stopped (the whole tree frozen)"
 
 
 # The order in which a rank's word makes it the hung one: a rank in a collective waits for its peers and is never it.
@@ -105,12 +126,13 @@ HUNG_ORDER = ("loader", WaitKind.DEVICE, None, WaitKind.ELSEWHERE, WaitKind.LOCK
 
 
 def hung_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
-              loaders: dict[int, tuple[int | None, str]]) -> int | None:
+              loaders: dict[int, tuple[int | None, str]], stopped: frozenset[int] = frozenset()) -> int | None:
     """The rank the others wait for. A rank in a collective waits for its peers, so the hung one is among the others:
     first a rank whose loader worker owes its batch, then a device wait, then a rank that says nothing while another
     spoke (stopped, or in native code that holds the GIL: its witness cannot run), then elsewhere, a lock, I/O, a
-    sleep; between ranks alike, the one whose progress is the oldest. When every rank waits in a collective: the one
-    whose progress is the oldest. None outside DDP."""
+    sleep; between ranks alike, the one whose progress is the oldest. A rank whose process is ``stopped`` counts as one
+    that says nothing, whether another spoke or not. When every rank waits in a collective (or every rank is stopped):
+    the one whose progress is the oldest. None outside DDP."""
     if not ranks:
         return None
     said = {r: w for r, w in waits.items() if r is not None and r in ranks}
@@ -123,7 +145,7 @@ def hung_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
     for r in ranks:
         seen = said.get(r)
         if seen is None:
-            order = HUNG_ORDER.index(None) if said else None
+            order = HUNG_ORDER.index(None) if said or ranks[r].pid in stopped else None
         elif seen.report.kind == WaitKind.COLLECTIVE:
             order = None
         elif loader_culprit(seen.report, loaders) is not None:
@@ -138,21 +160,40 @@ def hung_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
 
 
 def ranks_phrase(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
-                 loaders: dict[int, tuple[int | None, str]]) -> str | None:
+                 loaders: dict[int, tuple[int | None, str]], stopped: frozenset[int] = frozenset()) -> str | None:
     """The ranks named, the hung one first: "rank 1 waits for the device (synchronize) at ...; rank 0 waits in a
-    collective (all_reduce) at ... for rank 1". None without DDP, or when no rank said anything."""
+    collective (all_reduce) at ... for rank 1"; "every rank's process is stopped (the whole tree frozen): rank 0
+    (pid N), rank 1 (pid M)". None without DDP, or when no rank said anything and none is stopped."""
+    if all_stopped(ranks, stopped):
+        return f"{FROZEN}: " + ", ".join(f"rank {r} (pid {ranks[r].pid})" for r in sorted(ranks))
     hung = hung_rank(ranks, waits, loaders)
-    if hung is None or not any(r in ranks for r in waits if r is not None):
+    if hung is None or not any(r in ranks for r in waits if r is not None) and not stopped_ranks(ranks, stopped):
         return None
     parts = []
     for r in [hung, *(r for r in sorted(ranks) if r != hung)]:
         seen = waits.get(r)
+        if seen is None and ranks[r].pid in stopped:
+            parts.append(f"rank {r} (pid {ranks[r].pid}) is stopped (/proc says so)")
+            continue
         if seen is None:
             parts.append(f"rank {r} (pid {ranks[r].pid}) says nothing: stopped, or in native code that holds the GIL")
             continue
         waiting_for = f" for rank {hung}" if r != hung and seen.report.kind == WaitKind.COLLECTIVE else ""
         parts.append(describe(seen) + waiting_for)
     return "; ".join(parts)
+
+
+def rank_fields(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | None, str]],
+                stopped: frozenset[int] = frozenset()) -> dict:
+    """An incident's ``hung_rank``, ``ranks`` and ``witness`` under DDP, for the restart's and the in-place tier's alike:
+    {} without DDP, or when no rank said anything in this stall and none is stopped. Every rank stopped (the whole
+    tree frozen): ``hung_rank`` is the one whose progress is the oldest, as when every rank waits in a collective."""
+    said = any(r in ranks for r in waits if r is not None)
+    if not ranks or not said and not stopped_ranks(ranks, stopped):
+        return {}
+    return {"hung_rank": hung_rank(ranks, waits, loaders, stopped),
+            "ranks": tuple(asdict(w) for w in by_rank(ranks, waits, stopped)),
+            "witness": ranks_phrase(ranks, waits, loaders, stopped)}
 
 
 START_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch

@@ -42,10 +42,13 @@ def find_py_spy() -> str | None:
 
 def capture_tree(main_pid: int, pids: list[int], dest: Path, budget: float = 3.0,
                  gpu_sample: Callable[[], Any] | None = None, py_spy: str | None = None,
-                 loader_pids: Collection[int] = ()) -> TreeCapture:
+                 loader_pids: Collection[int] = (), rank_pids: dict[int, int] | None = None,
+                 hung_pid: int | None = None) -> TreeCapture:
     """Stacks of ``pids`` (``main_pid`` among them) within ``budget`` seconds, written to ``dest/stacks.json``.
     ``loader_pids``: the loader worker processes the worker reported, so named even where no Python stack says so
-    (a stopped or D-state process is read from /proc only).
+    (a stopped or D-state process is read from /proc only). ``rank_pids``: each DDP rank's pid, as its heartbeats say
+    (pid -> rank): a rank forked by the rank server (worker/rank_server.py) has the server's /proc/PID/environ, its
+    RANK only in its stub's. ``hung_pid``: the rank the witnesses named hung, the culprit where nothing worse is seen.
 
     Never raises; what failed or ran out of time is in the notes of the capture and of each process."""
     start = time.monotonic()
@@ -82,9 +85,9 @@ def capture_tree(main_pid: int, pids: list[int], dest: Path, budget: float = 3.0
                 p.add_note(f"abandoned at the {budget:g} s budget while {step}")
         if gpu_sample is not None and "sample" not in gpu and "error" not in gpu:
             notes.append(f"GPU sample abandoned at the {budget:g} s budget")
-        _assign_roles(main_pid, processes, set(loader_pids))
+        _assign_roles(main_pid, processes, set(loader_pids), rank_pids or {})
         capture = TreeCapture(main_pid, list(processes.values()), time.monotonic() - start, budget, notes,
-                              gpu.get("sample", gpu.get("error")))
+                              gpu.get("sample", gpu.get("error")), hung_pid=hung_pid)
     except Exception as e:  # never into the caller: it has a tree to kill
         notes.append(f"capture failed: {type(e).__name__}: {e}")
         capture = TreeCapture(main_pid, list(processes.values()), time.monotonic() - start, budget, notes)
@@ -257,10 +260,17 @@ def _local_int(local_vars: list[dict] | None, name: str) -> int | None:
     return None
 
 
-def _assign_roles(main_pid: int, processes: dict[int, ProcessStacks], loader_pids: Collection[int] = ()) -> None:
+def _assign_roles(main_pid: int, processes: dict[int, ProcessStacks], loader_pids: Collection[int] = (),
+                  rank_pids: dict[int, int] | None = None) -> None:
     """"main" or "rank R"; "DataLoader worker N" for a process running torch's _worker_loop or one the worker
     reported as its loader's (N from its locals, else its place among its parent's workers by pid); "child of PID"
-    otherwise."""
+    otherwise. ``rank_pids`` (pid -> rank, from the ranks' heartbeats) name the ranks first: a process whose
+    environment says RANK R while another is rank R's is R's stand-in (worker/rank_stub.py): "stub of rank R"."""
+    rank_pids = rank_pids or {}
+    for pid, rank in rank_pids.items():
+        if pid in processes:
+            processes[pid].rank = rank
+    known = set(rank_pids.values())
     workers_by_parent: dict[int | None, list[ProcessStacks]] = {}
     for p in processes.values():
         if p.pid != main_pid and (p.is_dataloader_worker or p.pid in loader_pids):
@@ -272,7 +282,9 @@ def _assign_roles(main_pid: int, processes: dict[int, ProcessStacks], loader_pid
         if p.role:
             continue
         parent = processes.get(p.ppid) if p.ppid is not None else None
-        if p.rank is not None and (p.pid == main_pid or parent is None or parent.rank != p.rank):
+        if p.rank is not None and p.rank in known and p.pid not in rank_pids:
+            p.role = f"stub of rank {p.rank}"
+        elif p.rank is not None and (p.pid == main_pid or parent is None or parent.rank != p.rank):
             p.role = f"rank {p.rank}"  # a child that inherited its parent's RANK is not a rank of its own
         elif p.pid == main_pid:
             p.role = "main"

@@ -27,11 +27,10 @@ from pathlib import Path
 
 from worker.patches.miopen_db import (
     arch_from_override,
-    find_kernel_db,
     gpu_arch_seen_by_runtime,
+    kernel_db_lookup,
     kernel_db_names,
     kfd_gpu_nodes,
-    miopen_db_dirs,
 )
 
 
@@ -207,14 +206,148 @@ def check_miopen_db(root: Path, env: Mapping[str, str], probe: TorchProbe) -> Ch
     arch = gpu_arch_seen_by_runtime(root, env)
     if arch is None:
         return Check(name, Status.PASS, "no AMD GPU in the kfd topology: not applicable")
-    dirs = miopen_db_dirs(root, env, Path(probe.torch_dir) if probe.torch_dir else None)
-    found = find_kernel_db(dirs, arch.name, arch.compute_units)
-    if found:
-        return Check(name, Status.PASS, f"{found} for {arch.describe()}")
+    lookup = kernel_db_lookup(root, env, torch_dir=Path(probe.torch_dir) if probe.torch_dir else None, arch=arch)
+    if lookup.found:
+        return Check(name, Status.PASS, f"{lookup.found} for {arch.describe()}")
     names = " or ".join(kernel_db_names(arch.name, arch.compute_units))
-    where = ", ".join(str(d) for d in dirs) or "no MIOpen db directory"
-    return Check(name, Status.WARN, f"no {names} in {where}: MIOpen compiles kernels at run time (slow first epoch; runs were seen to hang)",
+    return Check(name, Status.WARN, f"no {names} in {lookup.searched()}: MIOpen compiles kernels at run time (slow first epoch; runs were seen to hang)",
                  f"keep [patches] conv_fallback = \"auto\" (it turns on) or install the package miopen-hip-{arch.name}kdb")
+
+
+# -- ROCm installs, packages and the wheel for the card ------------------------------------------------
+
+# Where ROCm lives. The 2026 ROCm Core SDK packages (built by TheRock) install to /opt/rocm/core-X.Y, with
+# /opt/rocm/core a link to it: TheRock build_tools/packaging/linux/build_package.py, "Release: /opt/rocm/core-7.15",
+# and native_linux_package_install_test.py, "/opt/rocm/core -> /opt/rocm/core-X.Y". Before, /opt/rocm-X.Y.Z with
+# /opt/rocm a link to it (or /opt/rocm itself).
+HSA_RUNTIME = "lib/libhsa-runtime64.so.1"
+CORE_DIR = re.compile(r"core-(?:(asan)-)?(\d+\.\d+)")
+LEGACY_DIR = re.compile(r"rocm-(\d+\.\d+(?:\.\d+)?)")
+# Package names: TheRock's packaging_utils.update_package_name makes amdrocm<X.Y> / amdrocm-<lib><X.Y>[-gfxNNNN]
+# (e.g. amdrocm7.14-gfx1010, amdrocm-dnn7.14-gfx1010, MIOpen being amdrocm-dnn); ROCm 6 and before ship rocm-*,
+# hip-*, hsa-rocr, miopen-hip and miopen-hip-<gfx>kdb.
+ROCM_PACKAGE = re.compile(r"(?:amdrocm|rocm|hip|hsa|miopen|rocblas|hipblas|rccl)[\w.+-]*")
+
+
+@dataclass(frozen=True)
+class RocmInstall:
+    path: Path  # as on the machine (without the fixture root)
+    version: str | None
+    kind: str  # "ROCm Core SDK" or "ROCm"
+    has_runtime: bool  # lib/libhsa-runtime64.so.1 is there
+
+    def describe(self) -> str:
+        runtime = "" if self.has_runtime else f" (no {HSA_RUNTIME}: incomplete)"
+        return f"{self.kind} {self.version or '(version unknown)'} at {self.path}{runtime}"
+
+
+def _legacy_version(directory: Path) -> str | None:
+    try:  # rocm-core writes .info/version, e.g. "6.3.1-48"
+        return (directory / ".info/version").read_text().strip().split("-")[0] or None
+    except OSError:
+        return None
+
+
+def find_rocm_installs(root: Path) -> list[RocmInstall]:
+    """ROCm installs under ``root``: Core SDK trees /opt/rocm/core-X.Y first (newest first), then /opt/rocm-X.Y and
+    /opt/rocm; a link to a tree already listed (/opt/rocm/core, /opt/rocm -> /opt/rocm-6.3.1) is not listed again."""
+    found, seen = [], set()
+
+    def add(directory: Path, version: str | None, kind: str) -> None:
+        real = directory.resolve()
+        if real in seen or not directory.is_dir():
+            return
+        seen.add(real)
+        found.append(RocmInstall(Path("/") / directory.relative_to(root), version, kind, (directory / HSA_RUNTIME).exists()))
+
+    cores = [(m, d) for d in (root / "opt/rocm").glob("core-*") if (m := CORE_DIR.fullmatch(d.name)) and not d.is_symlink()]
+    for m, d in sorted(cores, key=lambda md: tuple(int(x) for x in md[0].group(2).split(".")), reverse=True):
+        add(d, m.group(2), "ROCm Core SDK" + (" (ASan build)" if m.group(1) else ""))
+    for d in sorted((root / "opt").glob("rocm-*"), reverse=True):
+        if (m := LEGACY_DIR.fullmatch(d.name)) and not d.is_symlink():
+            add(d, _legacy_version(d) or m.group(1), "ROCm")
+    legacy = root / "opt/rocm"
+    if legacy.is_dir() and ((legacy / HSA_RUNTIME).exists() or (legacy / ".info/version").exists()):
+        add(legacy, _legacy_version(legacy), "ROCm")
+    return found
+
+
+def parse_package_list(text: str) -> list[tuple[str, str]]:
+    """ROCm's packages in ``dpkg-query -W`` output (``name<TAB>version`` per line, its default format; the same as
+    ``rpm -qa --qf '%{NAME}\\t%{VERSION}-%{RELEASE}\\n'``); an architecture suffix (``:amd64``) is dropped."""
+    packages = []
+    for line in text.splitlines():
+        name, _, version = line.partition("\t")
+        name = name.strip().split(":")[0]
+        if ROCM_PACKAGE.fullmatch(name) and version.strip():
+            packages.append((name, version.strip()))
+    return packages
+
+
+def check_rocm_install(installs: list[RocmInstall], packages: list[tuple[str, str]] | None) -> Check:
+    name = "ROCm install"
+    if packages is None:
+        listed = "packages not read"
+    elif not packages:
+        listed = "no ROCm packages installed"
+    else:
+        family = "amdrocm-* (ROCm Core SDK)" if any(n.startswith("amdrocm") for n, _ in packages) else "rocm-*/hip-*"
+        shown = ", ".join(f"{n} {v}" for n, v in packages[:6]) + (f", and {len(packages) - 6} more" if len(packages) > 6 else "")
+        listed = f"{len(packages)} {family} package(s): {shown}"
+    if not installs:
+        # TheRock RELEASES.md: "The `torch` packages depend on `rocm[libraries]` ... you do not need to explicitly
+        # install ROCm first": a system ROCm is optional; the amdgpu kernel driver is what the machine needs.
+        return Check(name, Status.PASS, f"no ROCm under /opt (torch's multi-arch wheels bring their own ROCm); {listed}")
+    broken = [i for i in installs if not i.has_runtime and i.kind.startswith("ROCm Core SDK")]
+    detail = "; ".join(i.describe() for i in installs) + f"; {listed}"
+    if broken:
+        return Check(name, Status.WARN, detail, "reinstall the amdrocm packages (sudo apt install --reinstall amdrocm)")
+    return Check(name, Status.PASS, detail)
+
+
+# The wheel for the card: TheRock's multi-arch releases ("One index URL for all GPUs: select your target with a pip
+# extra like `[device-gfx942]` instead of finding a per-family index URL", RELEASES.md; per-family releases stopped,
+# docs/packaging/legacy_per_family_releases.md: "no new per-family releases will be generated"). RELEASES.md
+# documents the nightly index https://rocm.nightlies.amd.com/whl-multi-arch/ and its install line
+#   pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx942]" "torchvision[device-gfx942]" torchaudio
+# The release index is named by TheRock PR #6137 (commit 4ec5d80, "Mark RDNA3 (gfx1100-1103) and RDNA1/2 (gfx10xx)
+# as Release Ready"): "These architectures are published at repo.amd.com/rocm/whl-multi-arch/"; RELEASES.md itself
+# only has a TODO to mention it, so both are printed.
+MULTI_ARCH_INDEX = "https://repo.amd.com/rocm/whl-multi-arch/"
+MULTI_ARCH_NIGHTLY_INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"
+# RELEASES.md's table "Supported Python `[device-*]` install extras" (TheRock 89553ce, 2026-08-22).
+DEVICE_EXTRAS = {
+    "gfx950", "gfx942", "gfx90a", "gfx908", "gfx906", "gfx900", "gfx1201", "gfx1200", "gfx1153", "gfx1152", "gfx1151",
+    "gfx1150", "gfx1103", "gfx1102", "gfx1101", "gfx1100", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034",
+    "gfx1035", "gfx1036", "gfx1010", "gfx1011", "gfx1012",
+}
+
+
+def wheel_install_line(arch: str) -> str:
+    extra = f"device-{arch}"
+    return f"make install TORCH_REQ='\"torch[{extra}]\" \"torchvision[{extra}]\" --index-url {MULTI_ARCH_INDEX}'"
+
+
+def check_torch_wheel(root: Path, env: Mapping[str, str], probe: TorchProbe) -> Check:
+    """The exact torch wheel for the card (its real architecture: the per-device wheel carries its kernels, so no
+    HSA_OVERRIDE_GFX_VERSION is needed with it), and whether the installed torch already runs on it natively."""
+    name = "torch wheel for this GPU"
+    nodes = kfd_gpu_nodes(root)
+    if not nodes:
+        return Check(name, Status.PASS, "no AMD GPU in the kfd topology: not applicable")
+    arch = nodes[0].arch
+    if arch not in DEVICE_EXTRAS:
+        return Check(name, Status.WARN, f"{arch} has no [device-{arch}] extra in TheRock's RELEASES.md table (not confirmed either way)",
+                     f"see https://github.com/ROCm/TheRock/blob/main/RELEASES.md; [device-all] from {MULTI_ARCH_INDEX} carries every target built")
+    wheel = f"torch[device-{arch}] and torchvision[device-{arch}] from {MULTI_ARCH_INDEX} (nightly: {MULTI_ARCH_NIGHTLY_INDEX})"
+    override = env.get("HSA_OVERRIDE_GFX_VERSION", "").strip()
+    native = probe.build == "ROCm" and not override and any(a.split(":")[0] == arch for a in probe.gpu_archs)
+    if native:
+        return Check(name, Status.PASS, f"torch {probe.version} runs on {arch} natively; the wheel for it is {wheel}")
+    why = f"HSA_OVERRIDE_GFX_VERSION={override} makes {arch} pass for another card" if override else \
+        f"the installed torch ({probe.error and 'broken' or probe.build}) does not run on {arch} natively"
+    return Check(name, Status.WARN, f"{why}; the wheel built for it is {wheel}",
+                 wheel_install_line(arch) + " (then unset HSA_OVERRIDE_GFX_VERSION)" * bool(override))
 
 
 # -- devices, logs, services -----------------------------------------------------------------------
@@ -331,7 +464,8 @@ def _has_group(gid: int) -> bool:
 
 def run_checks(root: Path, env: Mapping[str, str], probe: TorchProbe, user: str, groups: set[str],
                checkpoints: Path, data: Path | None, need_gib: float,
-               rocminfo_text: str | None = None, journalctl: str | None = None) -> list[Check]:
+               rocminfo_text: str | None = None, journalctl: str | None = None,
+               packages: list[tuple[str, str]] | None = None) -> list[Check]:
     arch = gpu_arch_seen_by_runtime(root, env)
     return [
         check_torch_build(probe),
@@ -339,6 +473,8 @@ def run_checks(root: Path, env: Mapping[str, str], probe: TorchProbe, user: str,
         check_architecture(root, env, rocminfo_text),
         check_torch_rocm_pair(probe, arch.name if arch else (probe.gpu_archs[0].split(":")[0] if probe.gpu_archs and probe.gpu_archs[0] else None)),
         check_miopen_db(root, env, probe),
+        check_rocm_install(find_rocm_installs(root), packages),
+        check_torch_wheel(root, env, probe),
         check_device_access(root, user, groups, probe),
         check_kernel_log(root, journalctl),
         check_systemd(root),
@@ -362,6 +498,17 @@ def _rocminfo_without_override(root: Path) -> str | None:
         return None
 
 
+def installed_packages() -> list[tuple[str, str]] | None:
+    """This machine's ROCm packages from dpkg, else rpm; None when neither can be asked."""
+    for command in (["dpkg-query", "-W"], ["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"]):
+        if shutil.which(command[0]):
+            try:
+                return parse_package_list(subprocess.run(command, capture_output=True, text=True, timeout=60).stdout)
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+    return None
+
+
 def doctor_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="yolo-train doctor", description="Check that this machine can train; exit 0 pass, 1 warn, 2 fail.")
     parser.add_argument("--python", default=sys.executable, help="the training venv's python (default: this one)")
@@ -373,7 +520,9 @@ def doctor_main(argv: list[str]) -> int:
     env = os.environ
     user, groups = user_groups()
     checks = run_checks(args.root, env, probe_torch(args.python, env), user, groups, args.checkpoints, args.data,
-                        args.need_gib, _rocminfo_without_override(args.root), shutil.which("journalctl"))
+                        args.need_gib, _rocminfo_without_override(args.root), shutil.which("journalctl"),
+                        # a fixture root is not this machine: its packages are not read
+                        installed_packages() if args.root == Path("/") else None)
     for check in checks:
         print(format_check(check))
     worst = max(check.status for check in checks)

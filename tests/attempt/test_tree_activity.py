@@ -56,13 +56,15 @@ def test_a_sleeping_tree_goes_idle_from_the_first_quiet_window_and_is_reported_o
 
 
 def test_a_stopped_tree_is_idle_and_the_same_tree_spinning_is_busy():
-    """The bench's freeze (SIGSTOP to every process) against a loop that never ends at 100% CPU."""
+    """The bench's freeze (SIGSTOP to every process) against a loop that never ends at 100% CPU. The stopped process
+    is named as such from the first reading (under DDP: a rank stopped, every rank stopped a tree frozen)."""
     child = start(SPINNER)  # it stops itself once started: no CPU from here on
     try:
         settled(child.pid)
         sampler, tree = ActivitySampler(), process_tree.tree(child.pid)
-        sampler.sample(child.pid, tree, 10.0)
-        assert sampler.sample(child.pid, tree, 11.0) == core.TreeActivity(idle_since=10.0)
+        halted = frozenset({child.pid})
+        assert sampler.sample(child.pid, tree, 10.0) == core.TreeActivity(idle_since=None, stopped=halted)
+        assert sampler.sample(child.pid, tree, 11.0) == core.TreeActivity(idle_since=10.0, stopped=halted)
         process = psutil.Process(child.pid)
         spent = sum(process.cpu_times()[:2])
         os.kill(child.pid, signal.SIGCONT)

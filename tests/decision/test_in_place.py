@@ -381,7 +381,15 @@ def test_the_stacks_say_whether_the_in_place_tier_applies():
     assert main_hung.culprits == () and "not waiting for a batch" in main_hung.why
     # the whole tree frozen (a driver hang, bench/burst.py): the stopped main process shows no frames to trust
     frozen_tree = verdict(_process(101, 100, "T"), _process(102, 100, "T"), trainer=_process(100, 1, "T"))
-    assert frozen_tree.culprits == () and "not waiting for a batch" in frozen_tree.why
+    assert frozen_tree.culprits == ()
+    assert frozen_tree.why == ("the training process is stopped, as are the loader workers (the whole tree frozen): "
+                               "restart")
+    # under DDP, every rank frozen with its loader workers: a restart that says so, not "more than one process"
+    ranks = [_process(100, 1, "T"), _process(200, 1, "T"), _process(101, 100, "T"), _process(201, 200, "T")]
+    every = judge(TreeCapture(100, ranks, 0.1, 3.0), {101: 0, 201: 1})
+    assert every.culprits == () and every.why.startswith("every rank's process is stopped")
+    assert "more than one" in judge(TreeCapture(100, [*ranks[:1], _process(200, 1, "S", waiting), *ranks[2:]],
+                                                0.1, 3.0), {101: 0, 201: 1}).why
 
 
 def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
@@ -468,3 +476,23 @@ def test_a_validation_loader_goes_on_at_the_batch_it_waited_for_when_its_frozen_
         os.close(write)
         os.close(read)
     assert torch.utils.data.get_worker_info() is None
+
+
+def test_the_fourth_in_place_recovery_within_the_window_restarts_and_climbs():
+    """Issue 41, not yet tried: in_place_max = 3 (the default) in place within in_place_window; the fourth hang of
+    the loader restarts (the in-place tier declining) and climbs the ladder, a loader that keeps hanging wanting a
+    safer rung."""
+    d = loading()
+    for n in range(3):
+        inspect = stall(d)
+        d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits for a batch", None, STACKS))
+        d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
+        d.beat("train", kind="loader", pids=[5003 + n], seconds=0.4, loader="train")
+        for _ in range(4):
+            d.t += 0.5
+            d.beat(epoch=1, epochs=3, batch=4 + n, batches=10, samples=4)
+    assert d.s.recoveries == {"in_place": 3} and d.s.attempt == 1
+    rung = d.s.rung
+    incident = escalated(d, d.at(d.t + 10.01)(core.Tick()), "more than in_place_max (3) in-place recoveries", 4)
+    assert incident["tiers"] == ["restart"], incident
+    assert d.s.rung > rung, (rung, d.s.rung)

@@ -74,3 +74,51 @@ def test_a_rank_asleep_is_the_hung_one_beside_a_rank_in_backwards_all_reduce_and
     # NCCL: both wait for their device (rank 0's all-reduce kernel waits for rank 1's): the older progress hung
     assert witness.hung_rank(ranks, {0: seen(0, WaitKind.DEVICE), 1: seen(1, WaitKind.DEVICE)}, {}) == 0
     assert witness.hung_rank({}, {None: seen(0, WaitKind.DEVICE)}, {}) is None
+
+
+def test_the_whole_tree_frozen_under_ddp_is_a_restart_that_says_so_and_names_every_rank_stopped():
+    """Every rank and loader worker SIGSTOPped (bench/ddp.py's freeze): no rank speaks, /proc shows each stopped. The
+    in-place tier declines before reading the stacks; the verdict says the tree is frozen, each rank is named."""
+    d = loading()
+    d.beat("train", kind="loader", pid=RANK_0, rank=0, progress=0, pids=[5201], seconds=0.4, loader="train")
+    d.beat("train", kind="loader", pid=RANK_1, rank=1, progress=0, pids=[5101], seconds=0.4, loader="train")
+    d.at(LAST_BATCH + 0.6)(core.TreeActivity(idle_since=LAST_BATCH + 0.5,
+                                             stopped=frozenset({RANK_0, RANK_1, 5101, 5201, 5001, 5002})))
+    watchdog = status(d)["watchdog"]
+    assert [(r["rank"], r["waiting_kind"]) for r in watchdog["ranks"]] == [(0, "stopped"), (1, "stopped")]
+    actions = d.at(LAST_BATCH + 10.01)(core.Tick())
+    assert "KillTree" in kinds(actions) and "InspectStall" not in kinds(actions)
+    incident = d.s.incidents[-1].to_dict()
+    assert incident["escalation"] == "every rank's process is stopped (the whole tree frozen): restart"
+    assert incident["witness"] == (f"every rank's process is stopped (the whole tree frozen): rank 0 (pid {RANK_0}), "
+                                   f"rank 1 (pid {RANK_1})")
+    assert [(r["rank"], r["pid"], r["waiting_kind"]) for r in incident["ranks"]] == \
+        [(0, RANK_0, "stopped"), (1, RANK_1, "stopped")]
+    assert incident["hung_rank"] == 0  # no rank hung: the oldest progress, as when all wait in a collective
+
+
+def test_one_rank_stopped_while_the_other_waits_in_all_reduce_is_named_stopped_and_hung():
+    d = loading()
+    d.beat("train", kind="loader", pid=RANK_1, rank=1, progress=0, pids=[5101], seconds=0.4, loader="train")
+    d.t = LAST_BATCH + 1.0
+    word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")
+    d(core.TreeActivity(idle_since=LAST_BATCH + 0.5, stopped=frozenset({RANK_1})))
+    d.at(LAST_BATCH + 10.01)(core.Tick())
+    incident = d.s.incidents[-1].to_dict()
+    assert incident["hung_rank"] == 1
+    assert incident["witness"].startswith(f"rank 1 (pid {RANK_1}) is stopped (/proc says so); rank 0 waits in a "
+                                          f"collective")
+    assert incident["ranks"][1] == {"rank": 1, "pid": RANK_1, "waiting": f"rank 1 (pid {RANK_1}) is stopped",
+                                    "waiting_kind": "stopped"}
+
+
+def test_the_flight_recorder_dumps_the_shell_found_are_listed_in_the_incident():
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")
+    word(d, "device", pid=RANK_1, rank=1, function="synchronize")
+    d.at(LAST_BATCH + 5.01)(core.Tick())
+    incident = d.s.incidents[-1]
+    dumps = ("incidents/x/flight_recorder_rank_0", "/tmp/nccl_trace_rank_1")
+    d(core.IncidentEnriched(incident.id, (), flight_recorder=dumps))
+    assert tuple(d.s.incidents[-1].to_dict()["flight_recorder"]) == dumps

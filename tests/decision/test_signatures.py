@@ -50,6 +50,11 @@ for i in range(20):
               "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=3, NumelOut=3, Timeout(ms)=5000) ran "
               "for 5081 milliseconds before timing out.", file=sys.stderr, flush=True)
         os.abort()  # as ProcessGroupNCCL takes the process down: SIGABRT
+    if attempt == 1 and i == 8 and mode in ("rocr_gpu_hang", "rocr_memory_error"):  # ROCr's fprintf, then abort()
+        print({"rocr_gpu_hang": "HW Exception by GPU node-1 (Agent handle: 0x55cf74a379c0) reason :GPU Hang",
+               "rocr_memory_error": "Memory critical error by agent node-1 (Agent handle: 0x5eac2930) on address "
+                                    "0x7fbb51601000. Reason: Memory in use. "}[mode], file=sys.stderr, flush=True)
+        os.abort()
 hb.phase("done")
 '''
 
@@ -127,7 +132,23 @@ def test_a_rank_ended_by_torchs_collective_watchdog_is_the_hang_restarted_from_t
     assert read_state(state_dir)["status"]["attempt"] == 2
 
 
+@pytest.mark.parametrize("mode, line", [("rocr_gpu_hang", "HW Exception by GPU node-1"),
+                                        ("rocr_memory_error", "Memory critical error by agent node-1")])
+def test_rocrs_abort_on_a_hung_gpu_is_a_hang_restarted_as_one_not_a_crash(run_fake, mode, line):
+    result, state_dir, seen = run_fake(mode)
+    assert result.returncode == 0, result.stderr[-2000:]
+    incident = read_incidents(state_dir)[0]
+    assert (incident["reason"], incident["phase"], incident["tiers"]) == ("hang", "train", ["restart"])
+    assert f"killed by SIGABRT after ROCr's {mode} ({line}" in incident["detail"]
+    assert "restarted from the newest checkpoint as any hang" in incident["detail"]
+    assert read_state(state_dir)["status"]["restarts_by_reason"] == {"hang": 1} and sorted(seen) == [1, 2]
+
+
 @pytest.mark.parametrize("line, name", [
+    ("HW Exception by GPU node-9 (Agent handle: 0x631351bb5a20) reason :GPU Hang", "rocr_gpu_hang"),
+    ("HW Exception by GPU node-1 (Agent handle: 0x12e78350) reason :ECC", None),  # a memory error, not a hang
+    (("Memory critical error by agent node-0 (Agent handle: 0x7fc7f1d9a5e0) on address 0x7fc846a02000. Reason: "
+      "Memory in use. "), "rocr_memory_error"),
     (("[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation "
       "timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran "
       "for 600081 milliseconds before timing out."), "collective_timeout"),

@@ -122,6 +122,13 @@ def test_under_ddp_the_rank_whose_loader_worker_owes_the_batch_is_named_and_repl
     # rank 1's training loader, not its validation loader nor rank 0's (5001, 5002)
     assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"] and actions[1].pids == (5101, 5102) and actions[1].rank == 1
     assert d.s.incidents[-1].witness.startswith("rank 1 waits for a batch from train loader worker 0 (pid 5101")
+    # the in-place incident names its rank as the restart's does: the hung one, and where each rank waited
+    d.at(d.t + 0.3)(in_place.LoaderWorkersKilled(actions[1].pids, (), 0.05))
+    assert "RecordIncident" in kinds(d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
+    incident = d.s.incidents[-1].to_dict()
+    assert incident["tier"] == "in_place" and incident["hung_rank"] == 1
+    assert [(r["rank"], r["waiting_kind"]) for r in incident["ranks"]] == [(0, "collective"), (1, "loader")]
+    assert incident["witness"].endswith("for rank 1")
 
 
 def test_the_gap_an_in_place_recovery_closes_is_learned_as_no_epoch_end():

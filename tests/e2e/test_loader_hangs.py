@@ -141,3 +141,32 @@ def test_a_sample_that_waits_seconds_on_a_socket_after_fast_batches_is_no_hang(t
     assert answered.is_set()
     assert incidents == [] and status["attempt"] == 1 and status["restarts"] == 0, incidents
     assert_each_sample_once(fed)
+
+
+@pytest.mark.parametrize("pin_memory", [True, False], ids=["pin_memory", "no_pin_memory"])
+def test_workers_killed_inside_a_batch_handover_are_replaced_without_a_traceback(tmp_path, pin_memory):
+    """Issue 41: an in-place kill while the training process takes a batch's tensors from the worker (the worker
+    stopped inside the handover of its shared-memory file descriptor) printed a multiprocessing traceback into the
+    run's output. Three such kills in one run, train and val loaders: each one line, no traceback."""
+    hangs = [{"hang": "handover", "epoch": 1, "batch": 5, "pin_memory": pin_memory},
+             {"hang": "handover", "loader": "val", "epoch": 1, "batch": 5}, {"hang": "handover", "epoch": 2, "batch": 7}]
+    status, incidents, stderr, fed = run_loop(tmp_path, hangs)
+    assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 3, "restart": 0}, status
+    assert [i["tier"] for i in incidents] == ["in_place"] * 3, incidents
+    assert stderr.count("loader workers replaced on the supervisor's word") == 3, stderr
+    assert "Traceback" not in stderr, stderr
+    assert_each_sample_once(fed)
+
+
+def test_the_fourth_loader_hang_within_in_place_window_restarts_and_climbs(tmp_path):
+    """Issue 41, not yet tried: in_place_max = 3 (the default) within in_place_window; the fourth restarts from the
+    checkpoint, at a rung above the configured one."""
+    hangs = [{"hang": "blocked", "epoch": 1, "batch": 5}, {"hang": "blocked", "loader": "val", "epoch": 1, "batch": 5},
+             {"hang": "blocked", "epoch": 2, "batch": 5}, {"hang": "blocked", "loader": "val", "epoch": 2, "batch": 5}]
+    status, incidents, stderr, fed = run_loop(tmp_path, hangs)
+    assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 3, "restart": 1}, status
+    assert [i["tier"] for i in incidents] == ["in_place"] * 3 + ["restart"], incidents
+    assert "more than in_place_max (3) in-place recoveries" in incidents[3]["escalation"], incidents[3]
+    assert "attempt 2: worker pid" in stderr and "at rung 0" not in stderr.split("attempt 2: worker pid")[1], stderr
+    attempt_1 = fed[:fed.index((1, "0", 0), 1)] if fed.count((1, "0", 0)) > 1 else fed  # the climbed rung's start
+    assert_each_sample_once(attempt_1, epochs=(1,))  # three in place in attempt 1: nothing lost, nothing twice

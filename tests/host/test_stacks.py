@@ -302,3 +302,38 @@ def test_a_stopped_loader_worker_the_worker_reported_is_named_so_though_no_pytho
         for p in tree(parent.pid):
             p.kill()
         parent.wait()
+
+
+# The rank server's layout (worker/rank_server.py): the launcher starts a stub per rank, whose environment has RANK;
+# the ranks themselves are forked by a server, and their /proc/PID/environ is the server's, with no RANK.
+SERVED_RANKS = """
+import os, subprocess, sys
+env = {k: v for k, v in os.environ.items() if k != "RANK"}
+stub = "import time\\nprint('stub waiting', flush=True)\\ntime.sleep(600)"
+server = ("import os, select, sys, time\\n"
+          "for r in range(2):\\n"
+          "    if os.fork() == 0:\\n"
+          "        print('rank hanging', flush=True)\\n"
+          "        select.select([sys.stdin], [], [])\\n"
+          "        os._exit(0)\\n"
+          "time.sleep(600)")
+stubs = [subprocess.Popen([sys.executable, "-c", stub], env={**env, "RANK": str(r)}) for r in range(2)]
+subprocess.Popen([sys.executable, "-c", server], env=env, stdin=subprocess.PIPE).wait()
+"""
+
+
+def test_a_rank_forked_by_the_rank_server_is_named_by_its_heartbeat_pid_and_the_stub_as_its_stand_in(start, tmp_path):
+    """py-spy's record named the stub "rank 1" and the culprit "main ... in wait for a child": the ranks' pids from
+    their heartbeats name them, and the rank the witnesses named hung is the culprit."""
+    proc = start(SERVED_RANKS, ready="rank hanging", count=2)
+    children = psutil.Process(proc.pid).children()
+    server = next(c for c in children if c.children())
+    rank_0, rank_1 = sorted(c.pid for c in server.children())  # forked in rank order
+    stubs = {c.pid: c for c in children if c.pid != server.pid}
+    unnamed = capture(proc, tmp_path / "before")  # from /proc/PID/environ alone: the stubs take the ranks' names
+    assert sorted(p.role for p in unnamed.processes if p.pid in stubs) == ["rank 0", "rank 1"]
+    cap = capture(proc, tmp_path / "after", rank_pids={rank_0: 0, rank_1: 1}, hung_pid=rank_1)
+    roles = {p.pid: p.role for p in cap.processes}
+    assert (roles[rank_0], roles[rank_1]) == ("rank 0", "rank 1")
+    assert sorted(roles[pid] for pid in stubs) == ["stub of rank 0", "stub of rank 1"]
+    assert cap.culprit().summary_line().startswith(f"rank 1 (pid {rank_1}) in "), cap.summary_lines()

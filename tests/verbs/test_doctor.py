@@ -199,3 +199,72 @@ def test_exit_code_mapping(monkeypatch, statuses, expected):
     monkeypatch.setattr(doctor, "run_checks", lambda *a, **k: [doctor.Check(f"c{i}", s, "d", "f") for i, s in enumerate(statuses)])
     monkeypatch.setattr(doctor, "probe_torch", lambda *a, **k: CPU)
     assert doctor.doctor_main([]) == expected
+
+
+# -- the 2026 ROCm: Core SDK installs, package names, the wheel for the card ------------------------
+
+GFX1010_NATIVE = TorchProbe(version="2.11.0+rocm7.14.0", hip="7.14.0", gpu_available=True,
+                            gpu_names=["AMD Radeon RX 5700 XT"], gpu_archs=["gfx1010"])
+
+
+def test_a_rocm_core_sdk_install_is_found_once_through_its_link_with_its_amdrocm_packages():
+    root = FIXTURES / "rx5700xt-core714"
+    installs = doctor.find_rocm_installs(root)
+    assert [(str(i.path), i.version, i.kind, i.has_runtime) for i in installs] == [
+        ("/opt/rocm/core-7.14", "7.14", "ROCm Core SDK", True)]  # /opt/rocm/core links to it: not listed again
+    packages = doctor.parse_package_list((root / "dpkg-query-W.txt").read_text())
+    assert ("amdrocm7.14-gfx1010", "7.14.0-28484694006") in packages and ("amdrocm-dnn7.14-gfx1010", "7.14.0-28484694006") in packages
+    assert not any(n in ("bash", "libc6", "python3") for n, _ in packages)
+    check = doctor.check_rocm_install(installs, packages)
+    assert check.status is Status.PASS
+    assert check.detail.startswith("ROCm Core SDK 7.14 at /opt/rocm/core-7.14;") and "8 amdrocm-* (ROCm Core SDK) package(s)" in check.detail
+
+
+def test_a_legacy_rocm_install_and_its_rocm_and_hip_packages():
+    root = FIXTURES / "rx6900xt"
+    installs = doctor.find_rocm_installs(root)
+    assert [(str(i.path), i.version, i.kind) for i in installs] == [("/opt/rocm", "6.3.1", "ROCm")]
+    packages = doctor.parse_package_list((root / "dpkg-query-W.txt").read_text())
+    assert ("miopen-hip-gfx1030kdb", "3.3.0.60301-48~24.04") in packages and ("hip-runtime-amd", "6.3.42131.60301-48~24.04") in packages
+    detail = doctor.check_rocm_install(installs, packages).detail
+    assert "rocm-*/hip-* package(s)" in detail and "and 2 more" in detail
+
+
+def test_a_core_sdk_tree_without_the_hsa_runtime_is_a_warning_and_none_at_all_is_fine(tmp_path):
+    (tmp_path / "opt/rocm/core-10.0/bin").mkdir(parents=True)
+    installs = doctor.find_rocm_installs(tmp_path)
+    check = doctor.check_rocm_install(installs, None)
+    assert check.status is Status.WARN and "no lib/libhsa-runtime64.so.1" in check.detail and "packages not read" in check.detail
+    none = doctor.check_rocm_install(doctor.find_rocm_installs(tmp_path / "empty"), [])
+    assert none.status is Status.PASS and "bring their own ROCm" in none.detail
+
+
+def test_the_wheel_for_an_rx_5700_is_the_gfx1010_device_wheel_of_the_multi_arch_index():
+    root = FIXTURES / "rx5700xt-core714"
+    overridden = doctor.check_torch_wheel(root, {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}, ROCM_63)
+    assert overridden.status is Status.WARN and "HSA_OVERRIDE_GFX_VERSION=10.3.0" in overridden.detail
+    assert overridden.fix.startswith("make install TORCH_REQ='\"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\" "
+                                     "--index-url https://repo.amd.com/rocm/whl-multi-arch/'")
+    assert "unset HSA_OVERRIDE_GFX_VERSION" in overridden.fix
+    native = doctor.check_torch_wheel(root, {}, GFX1010_NATIVE)
+    assert native.status is Status.PASS and "runs on gfx1010 natively" in native.detail
+    assert "torch[device-gfx1010]" in native.detail and "https://rocm.nightlies.amd.com/whl-multi-arch/" in native.detail
+    assert doctor.check_torch_wheel(root, {}, CPU).status is Status.WARN
+    assert doctor.check_torch_wheel(FIXTURES / "rx7900xtx", {}, CPU).fix.count("device-gfx1100") == 2
+    assert doctor.check_torch_wheel(tmp_nothing := FIXTURES / "no-such-tree", {}, CPU).status is Status.PASS, tmp_nothing
+
+
+def test_the_miopen_database_of_a_core_sdk_install_is_found_by_the_shared_lookup(tmp_path):
+    root = tree(tmp_path, "rx5700xt-core714")
+    missing = doctor.check_miopen_db(root, {}, GFX1010_NATIVE)
+    assert missing.status is Status.WARN and "gfx1010_20.kdb or gfx1010.kdb" in missing.detail
+    db = root / "opt/rocm/core-7.14/share/miopen/db"
+    db.mkdir(parents=True)
+    (db / "gfx1010_20.kdb").write_text("")
+    found = doctor.check_miopen_db(root, {}, GFX1010_NATIVE)
+    assert found.status is Status.PASS and found.detail.startswith(f"{db}/gfx1010_20.kdb")
+
+
+def test_the_readme_install_line_is_the_one_doctor_prints():
+    readme = (REPO / "README.md").read_text()
+    assert doctor.wheel_install_line("gfx1010") in readme

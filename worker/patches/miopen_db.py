@@ -13,7 +13,8 @@ Formats, from the real things:
   ``Handle::GetDbBasename``; newer MIOpen falls back to ``<arch>.kdb``. On gfx10 and later the
   runtime counts work-group processors (two CUs each), so an 80-CU RX 6900 XT looks up
   ``gfx1030_40.kdb``. The db directory is ``$MIOPEN_SYSTEM_DB_PATH`` when set, else
-  ``<rocm>/share/miopen/db`` (``<rocm>/miopen/share/miopen/db`` before ROCm 5.3), and torch's ROCm
+  ``<rocm>/share/miopen/db`` (``<rocm>/miopen/share/miopen/db`` before ROCm 5.3; ``<rocm>`` is
+  ``/opt/rocm/core-X.Y`` for the 2026 ROCm Core SDK packages), and torch's ROCm
   wheels carry their own MIOpen whose database goes under ``<torch>/share/miopen/db``.
 """
 
@@ -124,7 +125,9 @@ def miopen_db_dirs(root: Path, env: Mapping[str, str], torch_dir: Path | None = 
         candidates.append(Path(env["MIOPEN_SYSTEM_DB_PATH"]))
     if torch_dir is not None:
         candidates.append(torch_dir / "share/miopen/db")
-    for rocm in (env.get("ROCM_PATH"), "/opt/rocm"):
+    # ROCm Core SDK packages (TheRock, 2026) install to /opt/rocm/core-X.Y (build_package.py's prefix).
+    cores = sorted((root / "opt/rocm").glob("core-*"), reverse=True)
+    for rocm in (env.get("ROCM_PATH"), *("/" + str(c.relative_to(root)) for c in cores), "/opt/rocm"):
         if rocm:
             candidates += [Path(rocm) / "share/miopen/db", Path(rocm) / "miopen/share/miopen/db"]
     found = []
