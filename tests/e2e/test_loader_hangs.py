@@ -143,12 +143,13 @@ def test_a_sample_that_waits_seconds_on_a_socket_after_fast_batches_is_no_hang(t
     assert_each_sample_once(fed)
 
 
-@pytest.mark.parametrize("pin_memory", [True, False], ids=["pin_memory", "no_pin_memory"])
-def test_workers_killed_inside_a_batch_handover_are_replaced_without_a_traceback(tmp_path, pin_memory):
+def test_workers_killed_inside_a_batch_handover_are_replaced_without_a_traceback(tmp_path):
     """Issue 41: an in-place kill while the training process takes a batch's tensors from the worker (the worker
     stopped inside the handover of its shared-memory file descriptor) printed a multiprocessing traceback into the
-    run's output. Three such kills in one run, train and val loaders: each one line, no traceback."""
-    hangs = [{"hang": "handover", "epoch": 1, "batch": 5, "pin_memory": pin_memory},
+    run's output. Three such kills in one run, train and val loaders: each one line, no traceback. With pin memory
+    (torch's pin-memory thread is then the receiver that dies of the kill; without it the main thread's RuntimeError
+    printed nothing even before the fix: not run again here, for the suite's time)."""
+    hangs = [{"hang": "handover", "epoch": 1, "batch": 5, "pin_memory": True},
              {"hang": "handover", "loader": "val", "epoch": 1, "batch": 5}, {"hang": "handover", "epoch": 2, "batch": 7}]
     status, incidents, stderr, fed = run_loop(tmp_path, hangs)
     assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 3, "restart": 0}, status
