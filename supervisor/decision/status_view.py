@@ -78,7 +78,7 @@ class Watchdog(View):
     fires_in: float | None = None
     tree_idle_seconds: float | None = None  # how long the worker's whole tree has done nothing; None: busy, unknown
     waiting: str | None = None  # where the training process says it waits in this stall (witness.py); None: no word
-    waiting_kind: str | None = None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere
+    waiting_kind: str | None = None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere; stopped (a rank /proc shows stopped that said nothing)
     # under DDP: where each rank waits in this stall ({rank, pid, waiting, waiting_kind}; waiting None: no word) and
     # the rank the others wait for (witness.hung_rank); [] and None on one process
     ranks: list[RankWaitView] = field(default_factory=list)

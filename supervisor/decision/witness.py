@@ -87,7 +87,7 @@ class RankWait:
     rank: int
     pid: int | None
     waiting: str | None  # its witness's word since its last progress (``describe``); None: it said nothing
-    waiting_kind: str | None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere
+    waiting_kind: str | None  # that wait's kind: loader, collective, device, lock, io, sleep, elsewhere, STOPPED
 
 
 STOPPED = "stopped"  # a rank's waiting_kind where /proc shows its process stopped (state T or t) and it said nothing
