@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_ONLY = ("chromium", "prometheus", "systemd-journal-remote", "[test,dashboards]")
+TEST_ONLY = ("chromium", "prometheus", "systemd-journal-remote", "libfuse3-3", "[test,dashboards]")
 
 
 def dry_run(target: str, tmp_path: Path) -> str:

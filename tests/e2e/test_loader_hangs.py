@@ -23,9 +23,11 @@ LOOP = ROOT / "tests" / "fixtures" / "loader_loop.py"
 EPOCHS, TRAIN, VAL = 2, 20, 12  # the loop's epochs and samples (loader_loop.py)
 
 
-def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: bool = False) -> tuple[dict, list[dict], str]:
+def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: bool = False,
+             state_dir: Path | None = None) -> tuple[dict, list[dict], str]:
     """The loop under `yolo-train run` with ``plan`` (loader_loop.py's LOADER_LOOP) to its end: its final status, its
-    incidents and the supervisor's stderr, after checking that the run succeeded with every sample fed once."""
+    incidents and the supervisor's stderr, after checking that the run succeeded with every sample fed once.
+    ``state_dir``: tmp_path/state unless given."""
     marks = tmp_path / "marks"
     marks.mkdir()
     launcher = worker_launcher(tmp_path, f"import runpy, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
@@ -34,7 +36,7 @@ def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: b
     config.write_text(f'name = "loader-loop"\n{demo_train(epochs=EPOCHS)}{quiet_config()}'
                       f'[worker]\npython = "{launcher}"\n'
                       f"env = {{ LOADER_LOOP = '{json.dumps(plan)}', LOADER_LOOP_MARKS = '{marks}' }}\n{extra}")
-    state_dir, fed = tmp_path / "state", tmp_path / "fed.txt"
+    state_dir, fed = state_dir or tmp_path / "state", tmp_path / "fed.txt"
     python = sys.executable if py_spy else str(python_without_py_spy(tmp_path))
     env = {**os.environ, RECORD_FED_ENV: str(fed)}
     if not py_spy:
