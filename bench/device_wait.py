@@ -86,6 +86,9 @@ def run_once(mode: str, args: argparse.Namespace) -> dict:
                                str(tmp_path / "state"), *extra], cwd=ROOT, capture_output=True, text=True,
                               timeout=args.limit)
         wall = time.monotonic() - started
+        if args.logs is not None:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            (args.logs / f"{mode}-{time.time():.0f}.log").write_text(done.stdout + done.stderr)
         lines = (tmp_path / "state" / "incidents.jsonl").read_text().splitlines() \
             if (tmp_path / "state" / "incidents.jsonl").exists() else []
         if done.returncode != 0 or len(lines) != 1:
@@ -104,6 +107,7 @@ def main() -> int:
     parser.add_argument("--hang-at", type=int, default=150, help="the batch after which the kernel never ends")
     parser.add_argument("--limit", type=float, default=240.0, help="seconds a run may take")
     parser.add_argument("--ultralytics", action="store_true", help="our worker, YOLOv8n 640 px, the device_hang fault")
+    parser.add_argument("--logs", type=Path, help="a directory for each run's supervisor output")
     args = parser.parse_args()
     modes = ("ultralytics",) if args.ultralytics else ("witness", "tree")
     results = []
