@@ -40,19 +40,22 @@ class FusePassthrough:
         self.daemon: subprocess.Popen | None = None
         self.log = None
 
+    def command(self) -> list[str]:
+        """The daemon's command line (a file system of another kind, tests/helpers/fuse_held_read.py, runs its own)."""
+        return [sys.executable, __file__, str(self.root), str(self.mountpoint)]
+
     def __enter__(self) -> "FusePassthrough":
         self.root.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self.log = tempfile.TemporaryFile("w+")  # the daemon's stderr: never a pipe nobody reads while it serves
-        self.daemon = subprocess.Popen([sys.executable, __file__, str(self.root), str(self.mountpoint)],
-                                       stdout=subprocess.DEVNULL, stderr=self.log)
+        self.daemon = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 30
         while not os.path.ismount(self.mountpoint):
             if self.daemon.poll() is not None or time.monotonic() > deadline:
                 self.daemon.kill()
                 self.daemon.wait()
                 self.log.seek(0)
-                raise OSError(f"the FUSE passthrough did not mount at {self.mountpoint}: {self.log.read()[-2000:]}")
+                raise OSError(f"the FUSE daemon did not mount at {self.mountpoint}: {self.log.read()[-2000:]}")
             time.sleep(0.05)
         return self
 
