@@ -12,7 +12,8 @@ SYSTEM_TORCH ?=
 RUN_DEB_PACKAGES = libsystemd-dev pkg-config gcc python3-dev
 # The tests add: promtool and prometheus for the metrics tests, systemd booted in a namespace for the unit's tests,
 # systemd-journal-remote for real journal files, chromium to open the page `report` writes, libfuse3-3 for a state
-# directory on a real FUSE mount (tests/helpers/fuse_passthrough.py, through mfusepy).
+# directory on a real FUSE mount and a dataset read one holds (tests/helpers/fuse_passthrough.py and
+# fuse_held_read.py, through mfusepy).
 TEST_DEB_PACKAGES = prometheus systemd systemd-journal-remote chromium libfuse3-3
 FAULT       ?=
 PYTEST_ARGS ?=
