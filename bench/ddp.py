@@ -13,9 +13,12 @@ Cases (``--cases``, comma-separated; each a supervised run of its own, printed a
 - ``tree``: every process of the worker's tree SIGSTOPped from outside once epoch 2 trains (the whole tree frozen).
 - ``rank``: rank 1 alone SIGSTOPped from outside (the earlier ``freeze``).
 - ``hosts``: two supervisors on this machine, one device each (``CUDA_VISIBLE_DEVICES`` per host on GPUs; the CPU
-  on the CPU), NCCL (gloo) across them, torch's c10d rendezvous as ``[distributed]`` makes it; three runs: host 1's
-  rank in a device hang (GPU; ``main_hang`` on the CPU), host 1's tree frozen, host 1's supervisor SIGKILLed (and
-  started again, as systemd would): each from the hang to both hosts' next first batch (goal <= 2 x one host's).
+  on the CPU), NCCL (gloo) across them, torch's c10d rendezvous as ``[distributed]`` makes it; three runs
+  (``--hosts-cases``): host 1's rank in a device hang (GPU only), host 1's tree frozen mid-epoch, host 1's
+  supervisor SIGKILLed (and started again, as systemd would): each from the hang to both hosts' next first batch
+  (goal <= 2 x one host's), and per host a line of where it went, in seconds from the hang: the verdict (which,
+  and when: the host that hung, or the other learning it), the kill, the next attempt's spawn, its ranks started
+  (the rendezvous done), its first batch. On the CPU an epoch of 256 images, so that the freeze lands inside one.
 
 For every recovered hang: the stall (last progress -> verdict), the recovery (verdict -> next first batch for a
 restart; the in-place cost), the batches lost, the rank named (``stopped_first_rank``, the witness's word), and the
@@ -23,6 +26,7 @@ run's goodput (status ``goodput``: the share of the wall time whose training was
 
     python -m bench.ddp --gpu --cases standby,device,loader,tree,hosts     # 2 GPUs
     python -m bench.ddp --cases standby,loader,tree,hosts                  # the CPU drill: 2 gloo ranks
+    python -m bench.ddp --gpu --cases hosts --hosts-cases tree --host-limit 150   # one hosts run
 """
 
 from __future__ import annotations
@@ -208,6 +212,8 @@ def run_standby(a: argparse.Namespace, data: str, out: Path) -> dict:
 
 # --- several hosts: two supervisors on this machine -------------------------------------------------------------
 
+HOSTS_CPU_IMAGES = 256  # the CPU drill's hosts case: 32 batches an epoch, so that host 1 is frozen inside one
+
 HOST = """name = "host-{node_rank}"
 [train]
 {train}
@@ -239,9 +245,41 @@ def host_config(a: argparse.Namespace, data: str, out: Path, node_rank: int, por
     return path
 
 
+def mid_epoch(status: dict) -> bool:
+    """Training epoch 2 or later, with batches left in the epoch (a freeze at its end would meet the epoch end's
+    bound, not the batch rhythm's)."""
+    batches = status.get("batches") or 0
+    return (status.get("epoch") or 0) >= 2 and status.get("state") == "healthy" and status.get("phase") == "train" \
+        and 2 <= (status.get("batch") or 0) <= batches - 4
+
+
+def ranks_started(state: Path, worker_pid: int | None) -> bool:
+    """The ranks of the launch by ``worker_pid`` have started (worker/multinode.py marks each rank's start under the
+    state directory): the rendezvous completed."""
+    marks = state / "ranks-started" / str(worker_pid)
+    return worker_pid is not None and marks.is_dir() and any(marks.iterdir())
+
+
+def breakdown(incidents: list[dict], seen: dict, hang_wall: float | None) -> dict:
+    """One host's restart, in seconds from the hang: its verdict (what it decided, and when), its kill, the next
+    attempt's spawn, its ranks started (the rendezvous done), its first batch; and how many attempts it took."""
+    def at(wall: float | None) -> float | None:
+        return None if wall is None or hang_wall is None else round(wall - hang_wall, 2)
+
+    first = incidents[0] if incidents else {}
+    kill = first.get("kill") or {}
+    return {"verdict_at": at(first.get("time")), "verdict": f"{first.get('reason')}: {first.get('detail')}"
+            if first else None, "kill_s": kill.get("seconds"), "killed_at": at(kill.get("confirmed_wall")),
+            "spawned_at": at(seen.get("spawned")), "rendezvous_at": at(seen.get("ranks_started")),
+            "rendezvous_s": round(seen["ranks_started"] - seen["spawned"], 2)
+            if seen.get("ranks_started") and seen.get("spawned") else None,
+            "first_batch_at": at(seen.get("first_batch")), "restart_s": first.get("restart_seconds"),
+            "incidents": len(incidents), "attempts": seen.get("attempt")}
+
+
 def run_hosts_case(a: argparse.Namespace, data: str, out: Path, what: str) -> dict:
-    """Two hosts; once both train epoch 2, ``what`` happens to host 1: the cost is from then to both hosts' next
-    first batch (each host's status shows attempt 2 healthy)."""
+    """Two hosts; once both train epoch 2 (mid-epoch), ``what`` happens to host 1: the cost is from then to both
+    hosts' next first batch (each host's status shows attempt 2 healthy), broken down per host (``breakdown``)."""
     rdzv_id = f"bench-{what}-{os.getpid()}"
     port = free_port()
     states = [out / f"{rdzv_id}-state-{n}" for n in (0, 1)]
@@ -254,20 +292,21 @@ def run_hosts_case(a: argparse.Namespace, data: str, out: Path, what: str) -> di
                                 stdout=open(out / f"{rdzv_id}-host-{n}.log", "a"), stderr=subprocess.STDOUT)
 
     hosts = [start(0), start(1)]
-    began, injected, hang_at, resumed = time.monotonic(), None, None, {}
+    began, injected, hang_at, hang_wall, resumed = time.monotonic(), None, None, None, {}
+    seen: list[dict] = [{}, {}]  # per host, wall times of the restart's steps (``breakdown``)
     deadline = began + a.host_limit
     while any(h.poll() is None for h in hosts) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.1)
         statuses = [read_status(s) or {} for s in states]
         if hang_at is None:
             if what == "device":
                 if any((s.get("attempt") or 1) > 1 or s.get("state") == "stopping" for s in statuses):
-                    hang_at = time.monotonic()  # the fault fired unseen: counted from the verdict at the latest
+                    hang_at, hang_wall = time.monotonic(), time.time()  # unseen: from the first verdict at the latest
                     injected = "device hang fault in host 1's rank (counted from the first verdict)"
                 continue
-            if not all((s.get("epoch") or 0) >= 2 and s.get("state") == "healthy" for s in statuses):
+            if not all(mid_epoch(s) for s in statuses):
                 continue
-            hang_at = time.monotonic()
+            hang_at, hang_wall = time.monotonic(), time.time()
             if what == "tree":
                 injected = stop_tree(statuses[1])
             elif what == "supervisor":
@@ -277,7 +316,21 @@ def run_hosts_case(a: argparse.Namespace, data: str, out: Path, what: str) -> di
                 hosts[1] = start(1)
             continue
         for n, s in enumerate(statuses):
-            if n not in resumed and (s.get("attempt") or 1) > 1 and s.get("state") == "healthy":
+            attempt = s.get("attempt") or 1
+            if attempt < 2:
+                continue
+            mine = seen[n]
+            if mine.get("attempt") != attempt:  # a newer attempt: its steps are timed afresh
+                mine.clear()
+                mine["attempt"] = attempt
+            if "ranks_started" not in mine and (s.get("worker_spawned") or 0) >= hang_wall:  # its Spawned came
+                mine["spawned"] = s["worker_spawned"]
+            if "ranks_started" not in mine and ranks_started(states[n], s.get("worker_pid")):
+                mine["ranks_started"] = time.time()
+            if "first_batch" not in mine and s.get("state") == "healthy":
+                mine["first_batch"] = time.time()
+                mine.setdefault("ranks_started", mine["first_batch"])  # seen together within one poll
+            if n not in resumed and s.get("state") == "healthy":
                 resumed[n] = round(time.monotonic() - hang_at, 2)
     for h in hosts:
         if h.poll() is None:
@@ -286,9 +339,19 @@ def run_hosts_case(a: argparse.Namespace, data: str, out: Path, what: str) -> di
     incidents = [read_incidents(s) for s in states]
     return {"what": what, "injected": injected, "exits": [h.returncode for h in hosts],
             "hang_to_both_training_s": max(resumed.values()) if len(resumed) == 2 else None, "per_host_s": resumed,
+            "breakdown": {n: breakdown(incidents[n], seen[n], hang_wall) for n in (0, 1)},
             "incidents": [[{"reason": i.get("reason"), "detail": i.get("detail"), "hung_rank": i.get("hung_rank"),
                             "restart_s": i.get("restart_seconds")} for i in host] for host in incidents],
             "goodput": [(read_status(s) or {}).get("goodput") for s in states]}
+
+
+def print_breakdown(r: dict) -> None:
+    """The restart of a hosts case, one line a host (seconds from the hang)."""
+    for n, b in r["breakdown"].items():
+        print(f"bench: hosts {r['what']}: host {n}: verdict at {b['verdict_at']} ({b['verdict']}), kill "
+              f"{b['kill_s']} s (killed at {b['killed_at']}), spawned at {b['spawned_at']}, ranks started "
+              f"(rendezvous) at {b['rendezvous_at']} ({b['rendezvous_s']} s after the spawn), first batch at "
+              f"{b['first_batch_at']}; {b['incidents']} incident(s), attempt {b['attempts']}", flush=True)
 
 
 def main() -> int:
@@ -305,6 +368,8 @@ def main() -> int:
     p.add_argument("--collective-timeout", type=float, default=120)
     p.add_argument("--host-limit", type=float, default=900, help="seconds a hosts case may run")
     p.add_argument("--cases", default="throughput,rank", help="throughput, standby, device, loader, tree, rank, hosts")
+    p.add_argument("--hosts-cases", default="device,tree,supervisor", help="the hosts case's runs: device (GPU), "
+                   "tree, supervisor")
     a = p.parse_args()
     defaults = dict(images=2048, imgsz=640, batch=32, workers=8, epochs=4, hang_at=40) if a.gpu else \
         dict(images=64, imgsz=64, batch=8, workers=1, epochs=3, hang_at=6)
@@ -342,9 +407,17 @@ def main() -> int:
         elif name == "rank":
             results["rank"] = case(a, data, out, "rank", inject=stop_rank_1)
         elif name == "hosts":
-            results["hosts"] = [run_hosts_case(a, data, out, what) for what in ("device", "tree", "supervisor")]
-            for r in results["hosts"]:
+            whats = [w for w in a.hosts_cases.split(",") if w]
+            if not a.gpu and "device" in whats:
+                whats.remove("device")  # a main_hang's verdict on the CPU is no device wait's: the GPU's case
+            hosts_data = data if a.gpu or a.images >= HOSTS_CPU_IMAGES else str(ensure_demo_dataset(
+                train_images=HOSTS_CPU_IMAGES, val_images=16, size=a.imgsz))  # an epoch long enough to freeze inside
+            results["hosts"] = []
+            for what in whats:
+                r = run_hosts_case(a, hosts_data, out, what)
+                results["hosts"].append(r)
                 print(f"bench: hosts {r['what']}: {json.dumps(r)}", flush=True)
+                print_breakdown(r)
         else:
             p.error(f"--cases: unknown case {name!r}")
     print("BENCH " + json.dumps(results), flush=True)

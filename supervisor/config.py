@@ -162,7 +162,8 @@ class WatchdogConfig:
         'the lower bound of an "auto" timeout while the worker\'s whole process tree is idle: under 5% of one core, '
         "no disk I/O, no process in uninterruptible sleep, none started (a stalled training that does nothing at all "
         "is hung; one that spins or waits on the disk gets auto_floor). Only over a phase's or a step's own "
-        "intervals, never with several hosts (a rank waiting for another host's is idle). A loader that streams its "
+        "intervals; with several hosts only while a rank of this host is stopped (SIGSTOP, a debugger: a rank waiting "
+        "for another host's is idle). A loader that streams its "
         'data over a network socket waits idle through a network stall: set it higher there, or "off" (auto_floor '
         "always)"))
     auto_window: int = key(Whole(), 100, 'the number of recent intervals an "auto" timeout is taken over')

@@ -160,6 +160,9 @@ class Stall:
     since: float  # monotonic: when its clock started
     deadline: Deadline  # its bound over auto_floor
     idle_bound: float | None  # its bound over idle_floor, where that is shorter: an idle tree's, from ``since``
+    # Several hosts: the idle bound a stall would get with a rank of this host stopped, where none is as far as the
+    # core knows; the tree is read for it (``tree_reading_from``). None: none to get.
+    frozen_bound: float | None = None
 
 
 def current_stall(s: Supervision) -> Stall | None:
@@ -181,8 +184,18 @@ def current_stall(s: Supervision) -> Stall | None:
         return None
     if t is None:
         return Stall(since, Deadline(None, kind, label), None)
-    shorter = idle is not None and idle < t and w.idle_floor is not None and not s.config.distributed.several_hosts
+    shorter = idle is not None and idle < t and w.idle_floor is not None
+    if shorter and s.config.distributed.several_hosts and not rank_stopped(s):
+        # A rank waiting for another host is idle: with several hosts the idle floor is only for a stall of this
+        # host's own making, a rank of it stopped (SIGSTOP to the tree, a debugger), which waits for nobody.
+        return Stall(since, Deadline(since + t, kind, label), None, idle)
     return Stall(since, Deadline(since + t, kind, label), idle if shorter else None)
+
+
+def rank_stopped(s: Supervision) -> bool:
+    """A rank of this host's worker is stopped, as /proc shows (TreeActivity): this host's tree is frozen, or that
+    rank, and the others wait for it."""
+    return bool(witness.stopped_ranks(s.current.ranks, s.current.stopped))
 
 
 IDLE_READING_AFTER = 0.5  # seconds of a stall before its tree is read: a training's gaps between batches are shorter
@@ -195,6 +208,8 @@ def tree_reading_from(s: Supervision) -> float | None:
     stall = current_stall(s)
     if stall is None or s.current.worker_pid is None:
         return None
+    if stall.frozen_bound is not None:  # several hosts: read whether a rank of this host is stopped
+        return stall.since + max(IDLE_READING_AFTER, stall.frozen_bound - s.config.watchdog.idle_floor)
     if stall.idle_bound is None:  # a loader start's bound for a named worker: read whether it waits on the world
         culprit = witness.telling(s.current.waits, s.current.loaders)[1]
         return None if culprit is None else stall.since + IDLE_READING_AFTER

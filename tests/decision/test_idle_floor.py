@@ -99,7 +99,8 @@ def test_a_startup_step_seen_before_is_bounded_by_the_idle_floor_one_never_seen_
     assert "KillTree" in kinds(actions) and actions[-1].incident.startup_step == "first_step"
 
 
-def test_several_hosts_keep_auto_floor_a_rank_waiting_for_another_hosts_is_idle():
+def host_of_two() -> Driver:
+    """Host 1 of two, its one rank (global rank 0, pid PID) training a batch every 0.1 s for 10 s."""
     raw = {"train": {"data": "demo", "workers": 2},
            "distributed": {"nnodes": 2, "node_rank": 1, "rdzv_endpoint": "10.0.0.1:29400", "rdzv_id": "job",
                            "run_dir": "/shared"}}
@@ -111,7 +112,39 @@ def test_several_hosts_keep_auto_floor_a_rank_waiting_for_another_hosts_is_idle(
     for _ in range(100):
         d.t += 0.1
         d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, rank=0)
+    return d
+
+
+def test_several_hosts_keep_auto_floor_a_rank_waiting_for_another_hosts_is_idle():
+    d = host_of_two()
     d.at(d.t + 0.5)(core.TreeActivity(idle_since=d.t + 0.1))
+    assert watchdog.deadline(d.s).label == "train auto"
+    assert verdict_at(d, d.t) == 10.0
+
+
+def test_several_hosts_a_tree_frozen_whole_is_found_at_the_idle_floor():
+    """Every rank of this host stopped (SIGSTOP to the tree): it waits for no other host, so the idle floor holds. The
+    tree is read for it from 0.5 s into the stall although an idle tree alone would not shorten the bound."""
+    d = host_of_two()
+    last = d.s.current.last_progress_at
+    assert watchdog.tree_reading_from(d.s) == last + 0.5
+    d.at(last + 0.5)(core.TreeActivity(idle_since=None, stopped=frozenset({PID})))  # the first reading: no window
+    assert watchdog.deadline(d.s).label == "train auto"  # stopped, not idle yet
+    d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5, stopped=frozenset({PID})))
+    assert watchdog.deadline(d.s).label == "train auto, idle"
+    assert verdict_at(d, last + 1.5) == 3.5  # idle since 0.5 s in, for idle_floor (3 s)
+    [hang] = d.s.incidents
+    assert hang.ranks[0]["waiting_kind"] == "stopped"
+
+
+def test_several_hosts_a_rank_stopped_among_running_ones_is_found_at_the_idle_floor_too():
+    """Host 1 with two ranks, one stopped and one waiting for it in a collective: the stall is this host's own."""
+    d = host_of_two()
+    d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, rank=1, pid=PID + 1)
+    last = d.s.current.last_progress_at
+    d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5, stopped=frozenset({PID + 1})))
+    assert watchdog.deadline(d.s).label == "train auto, idle"
+    d.at(last + 2.5)(core.TreeActivity(idle_since=last + 0.5))  # continued, idle: a wait for another host
     assert watchdog.deadline(d.s).label == "train auto"
 
 

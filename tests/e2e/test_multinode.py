@@ -43,6 +43,7 @@ standby = false
 """ + quiet_config() + """[watchdog]
 startup_timeout = 240
 stall_timeout = {stall_timeout}
+auto_floor = {auto_floor}
 [restart]
 backoff_initial = 0.5
 """
@@ -55,10 +56,12 @@ def free_port() -> int:
 
 
 def start_host(tmp_path, node_rank: int, port: int, rdzv_id: str, join_timeout: float = 180,
-               stall_timeout: float = 90, epochs: int = 2, faults: tuple[str, ...] = ()) -> subprocess.Popen:
+               stall_timeout: float | str = 90, epochs: int = 2, faults: tuple[str, ...] = (),
+               auto_floor: float = 10) -> subprocess.Popen:
     config = tmp_path / f"host-{node_rank}.toml"
     config.write_text(HOST.format(node_rank=node_rank, port=port, rdzv_id=rdzv_id, run_dir=tmp_path / "shared",
-                                  join_timeout=join_timeout, stall_timeout=stall_timeout, epochs=epochs))
+                                  join_timeout=join_timeout, stall_timeout=json.dumps(stall_timeout), epochs=epochs,
+                                  auto_floor=auto_floor))
     log = open(tmp_path / f"host-{node_rank}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                              str(tmp_path / f"state-{node_rank}"), *(f"--fault={f}" for f in faults)], cwd=ROOT,
@@ -113,9 +116,13 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     # its ranks' failure once B's are killed (A's stall timeout is longer than B's detection and kill)
     # Host B's rank stops itself (SIGSTOP) after its 24th batch: epoch 2's 8th of 16, after epoch 1's last.pt, inside
     # the epoch whatever this machine's speed (a freeze sent from outside once a status showed a batch could land at
-    # the epoch's end, where the epoch end's timeout holds, not the batch rhythm).
+    # the epoch's end, where the epoch end's timeout holds, not the batch rhythm). B's stall bound is "auto" over a
+    # floor of 60 s: its rank stopped is found at the idle floor instead (an idle bound of 10 x its slowest batch,
+    # at least 3 s, shorter than 60 s on any machine that trains this at all), though a rank waiting for another
+    # host would get the 60 s.
     hosts = [start_host(tmp_path, 0, port, rdzv_id),
-             start_host(tmp_path, 1, port, rdzv_id, stall_timeout=15, faults=("freeze,at_batch=24,attempt=1",))]
+             start_host(tmp_path, 1, port, rdzv_id, stall_timeout="auto", auto_floor=60,
+                        faults=("freeze,at_batch=24,attempt=1",))]
     deadline = time.monotonic() + 400
     try:
         frozen, frozen_rank = frozen_rank_of_attempt_1(hosts, tmp_path / "state-1", deadline)  # host B's
@@ -137,6 +144,8 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
 
     [hang] = read_incidents(tmp_path / "state-1")
     assert (hang["reason"], hang["phase"], hang["node_rank"]) == ("hang", "train", 1)
+    assert "(train auto, idle " in hang["detail"], hang["detail"]  # a rank of its own stopped: the idle floor
+    assert [r["waiting_kind"] for r in hang["ranks"]] == ["stopped"]
     assert (hang["epoch"], hang["batch"]) == (2, 8)  # where the freeze was asked for: epoch 2's 8th batch of 16
     assert hang["host"] == socket.gethostname() and hang["stopped_first_rank"] == frozen_rank
     assert frozen in [p["pid"] for p in hang["processes"]]
