@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -88,14 +89,19 @@ def run_once(mode: str, args: argparse.Namespace) -> dict:
         wall = time.monotonic() - started
         if args.logs is not None:
             args.logs.mkdir(parents=True, exist_ok=True)
-            (args.logs / f"{mode}-{time.time():.0f}.log").write_text(done.stdout + done.stderr)
+            incidents = tmp_path / "state" / "incidents.jsonl"
+            (args.logs / f"{mode}-{time.time():.0f}.log").write_text(
+                done.stdout + done.stderr + (incidents.read_text() if incidents.exists() else ""))
         lines = (tmp_path / "state" / "incidents.jsonl").read_text().splitlines() \
             if (tmp_path / "state" / "incidents.jsonl").exists() else []
         if done.returncode != 0 or len(lines) != 1:
             raise SystemExit(f"{mode}: exit {done.returncode}, {len(lines)} incidents\n{done.stderr[-3000:]}")
         incident = json.loads(lines[0])
         stall, restart = incident["seconds_since_progress"], incident.get("restart_seconds")
-        return {"mode": mode, "stall": stall, "restart": restart,
+        stacks_s, kill_s = incident.get("stacks_seconds"), (incident.get("kill") or {}).get("seconds")
+        launches = re.findall(r"(?:standby launch|spawn) to first batch [^\n]*", done.stdout + done.stderr)
+        return {"mode": mode, "stall": stall, "restart": restart, "stacks": stacks_s, "kill": kill_s,
+                "launch": launches[-1][:160] if len(launches) > 1 else None,
                 "total": None if restart is None else round(stall + restart, 2), "wall": round(wall, 1),
                 "witness": incident.get("witness"), "detail": incident["detail"]}
 
