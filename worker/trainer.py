@@ -31,7 +31,7 @@ from worker.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_
                             make_epoch_workers, start_workers_with, worker_start_method)
 from worker.patches import batchnorm, conv2d
 from worker.startup_clock import CLOCK
-from worker.startup_steps import STEPS
+from worker.startup_steps import STEPS, few_cpu_threads
 from worker.thread_loader import ThreadDataLoader, thread_loader_from
 from worker.witness import name_loader
 
@@ -136,7 +136,8 @@ class SupervisedTrainerMixin:
 
     def setup_model(self) -> Any:
         STEPS.enter(StartupStep.MODEL)
-        return super().setup_model()
+        with few_cpu_threads():
+            return super().setup_model()
 
     def build_dataset(self, *args: Any, **kwargs: Any) -> Any:
         STEPS.enter(StartupStep.DATASET)
