@@ -17,6 +17,11 @@ Goals: issue 6, conv <= 1.8 x native; issue 40, conv+bn <= 1.15 x native, on an 
     python -m bench.conv_fallback                      # cuda, batch 16, imgsz 640
     python -m bench.conv_fallback --device cpu --batch 2 --imgsz 64 --steps 2 --rounds 1 --warmup 1   # smoke test
     python -m bench.conv_fallback --profile out/       # also writes a kernel table per run
+    python -m bench.conv_fallback --host-overhead      # us per Conv2d forward+backward on tiny tensors, no model
+
+``--host-overhead`` times one Conv2d module's forward and backward, native against the fallback, on tensors so
+small (2x16x8x8) that the arithmetic is negligible: what remains is the host's work per convolution (Python, ATen
+dispatch, kernel launches on a GPU), which is what the fallback adds to a launch-bound step (YOLOv8n has ~64 Conv2d).
 """
 
 from __future__ import annotations
@@ -216,6 +221,59 @@ def compare_layers(device: str, dtype: torch.dtype) -> None:
         torch.backends.cudnn.allow_tf32 = saved_tf32
 
 
+# (kernel, stride, bias) of the convolutions YOLOv8n is made of: 3x3 stride 1 and 2 (Conv, bias off before its
+# BatchNorm), 1x1 (C2f, SPPF; with bias at the Detect head's outputs).
+HOST_CASES = [(3, 1, False), (3, 2, False), (1, 1, False), (1, 1, True), (3, 1, True)]
+
+
+def host_overhead(device: str, shape=(2, 16, 8, 8), calls: int = 200, rounds: int = 7) -> None:
+    """Print microseconds per Conv2d forward+backward, native against the fallback, and ATen ops per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    n, c, h, w = shape
+
+    def per_call(conv, x, gy) -> float:
+        for _ in range(20):
+            conv(x).backward(gy)
+        best = float("inf")  # the least disturbed round: this measures work, not the neighbours' load
+        for _ in range(rounds):
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                conv(x).backward(gy)
+            sync(device)
+            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        return best
+
+    def aten_ops(conv, x, gy) -> int:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            conv(x).backward(gy)
+        return sum(1 for e in prof.events() if e.name.startswith("aten::"))
+
+    print(f"host overhead per Conv2d forward+backward, input {n}x{c}x{h}x{w} (requires grad), {c} output channels, "
+          f"best of {rounds} rounds of {calls} calls, device {device}, torch threads {torch.get_num_threads()}")
+    print(f"{'conv':22s} {'native us':>10s} {'fallback us':>12s} {'added us':>9s} {'ratio':>6s} {'aten ops native/fallback':>25s}")
+    totals = {"native": 0.0, "fallback": 0.0}
+    for k, s, bias in HOST_CASES:
+        torch.manual_seed(0)
+        conv = torch.nn.Conv2d(c, c, k, s, k // 2, bias=bias).to(device)
+        x = torch.randn(n, c, h, w, device=device, requires_grad=True)
+        gy = torch.randn_like(conv(x))
+        got = {}
+        for variant in ("native", "fallback"):
+            use("conv" if variant == "fallback" else "native")
+            try:
+                got[variant] = per_call(conv, x, gy), aten_ops(conv, x, gy)
+            finally:
+                use("native")
+            totals[variant] += got[variant][0]
+        (tn, on), (tf, of) = got["native"], got["fallback"]
+        label = f"{k}x{k} stride {s}{' bias' if bias else ''}"
+        print(f"{label:22s} {tn:10.1f} {tf:12.1f} {tf - tn:9.1f} {tf / tn:6.2f} {on:>12d} / {of:<12d}", flush=True)
+    print(f"{'sum':22s} {totals['native']:10.1f} {totals['fallback']:12.1f} {totals['fallback'] - totals['native']:9.1f} "
+          f"{totals['fallback'] / totals['native']:6.2f}")
+
+
 def profile_step(step: Step, batch, path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -238,7 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="fp32,fp16", help="comma-separated: fp32, fp16")
     parser.add_argument("--check-layers", action="store_true", help="per-layer error against a float32 reference")
     parser.add_argument("--profile", type=Path, help="directory for one profiled step per run")
+    parser.add_argument("--host-overhead", action="store_true",
+                        help="only time one Conv2d forward+backward on tiny tensors, native against the fallback")
     args = parser.parse_args(argv)
+    if args.host_overhead:
+        host_overhead(args.device)
+        return 0
 
     device = args.device
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"

@@ -29,7 +29,6 @@ Public entry points: ``enable()``, ``disable()``, ``is_enabled()``, ``conv2d()``
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,19 +45,64 @@ Pads = tuple[int, int, int, int]  # top, bottom, left, right
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Same arguments and result as ``torch.nn.functional.conv2d``, computed without a conv kernel."""
-    stride, dilation = _pair(stride), _pair(dilation)
-    pads = _resolve_padding(padding, weight.shape[-2:], dilation)
+    return _conv2d(input, weight, bias, _geometry(stride, padding, dilation, weight), groups)
+
+
+def _conv2d(input, weight, bias, geo: _Geometry, groups: int) -> torch.Tensor:
     unbatched = input.dim() == 3
     if unbatched:
         input = input.unsqueeze(0)
-    device_type = input.device.type
-    if torch.is_autocast_enabled(device_type):
-        # conv2d is on autocast's lower-precision list; mirror it so the output dtype matches.
-        dtype = torch.get_autocast_dtype(device_type)
-        input, weight = input.to(dtype), weight.to(dtype)
-        bias = bias.to(dtype) if bias is not None else None
-    out = _Conv2dMatmul.apply(input, weight, bias, stride, pads, dilation, groups)
+    if torch._C._is_any_autocast_enabled():  # one cheap call when no autocast is on, the usual fp32 case
+        device_type = input.device.type
+        if torch.is_autocast_enabled(device_type):
+            # conv2d is on autocast's lower-precision list; mirror it so the output dtype matches.
+            dtype = torch.get_autocast_dtype(device_type)
+            input, weight = input.to(dtype), weight.to(dtype)
+            bias = bias.to(dtype) if bias is not None else None
+    if geo.pointwise and groups == 1 and _matmul_precision_is_cudnns(input):
+        out = _pointwise(input, weight, bias)
+    else:
+        out = _Conv2dMatmul.apply(input, weight, bias, geo, groups)
     return out.squeeze(0) if unbatched else out
+
+
+class _Geometry:
+    """What a convolution's stride, padding, dilation and kernel size decide, worked out once per distinct set (a
+    model has a handful) instead of at every call: the host's work per convolution is what the fallback costs."""
+
+    __slots__ = ("kernel", "stride", "dilation", "padding", "pads", "extra", "pointwise", "input_grad")
+
+    def __init__(self, stride, padding, dilation, kernel: tuple[int, int]):
+        self.kernel, self.stride, self.dilation = kernel, _pair(stride), _pair(dilation)
+        self.pads = pads = _resolve_padding(padding, kernel, self.dilation)
+        top, bottom, left, right = pads
+        self.padding = ph, pw = min(top, bottom), min(left, right)  # the part im2col applies itself
+        # The excess of 'same' padding with an even kernel, padded (and its gradient cut) around im2col.
+        self.extra = (left - pw, right - pw, top - ph, bottom - ph) if pads != (ph, ph, pw, pw) else None
+        # A 1x1 stride-1 unpadded convolution needs no gather: the input is its own column matrix.
+        self.pointwise = kernel == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0)
+        (kh, kw), (dh, dw) = kernel, self.dilation
+        if self.pointwise:
+            self.input_grad = "matmul"  # the transposed weight times the output gradient, nothing to scatter
+        elif self.stride == (1, 1) and dh * (kh - 1) >= ph and dw * (kw - 1) >= pw:
+            self.input_grad = "flipped"  # a stride-1 convolution of the output gradient
+        else:
+            self.input_grad = "col2im"
+
+
+_geometries: dict = {}
+
+
+def _geometry(stride, padding, dilation, weight) -> _Geometry:
+    kernel = (weight.shape[-2], weight.shape[-1])
+    try:
+        key = (stride, padding, dilation, kernel)
+        return _geometries[key]
+    except KeyError:
+        geo = _geometries[key] = _Geometry(stride, padding, dilation, kernel)
+        return geo
+    except TypeError:  # a list among the arguments: not hashable, worked out for this call alone
+        return _Geometry(stride, padding, dilation, kernel)
 
 
 def _resolve_padding(padding, kernel_size, dilation) -> Pads:
@@ -75,144 +119,171 @@ def _resolve_padding(padding, kernel_size, dilation) -> Pads:
     return (ph, ph, pw, pw)
 
 
+def _pointwise(x, weight, bias) -> torch.Tensor:
+    """A 1x1 stride-1 unpadded convolution: one batched GEMM of differentiable ATen ops, whose backward (two GEMMs
+    and a sum over the batch, the kernels _Conv2dMatmul would run) autograd's C++ nodes run without Python."""
+    n, c, h, w = x.shape
+    cout = weight.shape[0]
+    wmat = weight.reshape(cout, c).expand(n, -1, -1)  # a stride-0 batch: no copy; its gradient is summed over it
+    cols = x.reshape(n, c, h * w)  # a view unless x is not contiguous (channels-last): a copy then
+    out = torch.baddbmm(bias.view(1, cout, 1), wmat, cols) if bias is not None else torch.bmm(wmat, cols)
+    return out.view(n, cout, h, w)
+
+
 class _Conv2dMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, input, weight, bias, stride, pads, dilation, groups):
-        x = _pad_asymmetric(input.contiguous(), pads)
-        padding = _symmetric(pads)
+    def forward(ctx, input, weight, bias, geo, groups):
+        x = input.contiguous()
+        if geo.extra is not None:
+            x = F.pad(x, geo.extra)
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        ctx.config = (pads, stride, padding, dilation, groups)
-        with _conv_precision(x):
-            return _conv_matmul(x, weight, bias, stride, padding, dilation, groups)
+        ctx.geo, ctx.groups = geo, groups
+        saved = _tf32_like_cudnn(x)
+        try:
+            return _conv_matmul(x, weight, bias, geo.kernel, geo.stride, geo.padding, geo.dilation, groups,
+                                geo.pointwise)
+        finally:
+            if saved is not None:
+                _set_matmul_precision("cuda", "matmul", saved)
 
     @staticmethod
     def backward(ctx, grad_out):
         x, weight = ctx.saved_tensors
-        pads, stride, padding, dilation, groups = ctx.config
+        geo, groups = ctx.geo, ctx.groups
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
-        n, _, h, w = x.shape
-        cout, cin_g, kh, kw = weight.shape
+        n = x.shape[0]
+        cout = weight.shape[0]
         grad_out = grad_out.contiguous()
         gy = grad_out.view(n, cout, -1)
-        with _conv_precision(gy):
+        saved = _tf32_like_cudnn(gy)
+        try:
             if need_bias and ctx.has_bias:
                 grad_bias = gy.sum((0, 2))
             if need_weight:
-                cols = _columns(x, (kh, kw), stride, padding, dilation)
+                cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, gy.shape[2], geo.pointwise)
                 if groups == 1:
-                    grad_weight = torch.bmm(gy, cols.transpose(1, 2)).sum(0).reshape(weight.shape)
+                    # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
+                    # would need the columns and the gradient transposed in memory, two large copies.
+                    grad_weight = torch.bmm(gy, cols.transpose(1, 2)).sum(0).view(weight.shape)
                 else:
                     cols = cols.view(n, groups, -1, cols.shape[-1]).transpose(2, 3)
                     grad_weight = torch.matmul(gy.view(n, groups, cout // groups, -1), cols).sum(0)
-                    grad_weight = grad_weight.reshape(weight.shape)
+                    grad_weight = grad_weight.view(weight.shape)
             if need_input:
-                grad_input = _unpad_asymmetric(_grad_input(grad_out, weight, (h, w), stride, padding, dilation, groups), pads)
-        return grad_input, grad_weight, grad_bias, None, None, None, None
+                grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
+                if geo.extra is not None:
+                    left, right, top, bottom = geo.extra
+                    h, w = grad_input.shape[-2:]
+                    grad_input = grad_input[..., top : h - bottom, left : w - right]
+        finally:
+            if saved is not None:
+                _set_matmul_precision("cuda", "matmul", saved)
+        return grad_input, grad_weight, grad_bias, None, None
 
 
-def _conv_matmul(x, weight, bias, stride, padding, dilation, groups) -> torch.Tensor:
+def _conv_matmul(x, weight, bias, kernel, stride, padding, dilation, groups, pointwise) -> torch.Tensor:
     """Convolution of a contiguous NCHW tensor with symmetric padding: im2col + one batched GEMM."""
     n, _, h, w = x.shape
-    cout, _, kh, kw = weight.shape
-    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    cols = _columns(x, (kh, kw), stride, padding, dilation)
+    cout = weight.shape[0]
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel, stride, dilation, padding
+    ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    cols = _columns(x, kernel, stride, padding, dilation, ho * wo, pointwise)
     if groups == 1:
         wmat = weight.reshape(cout, -1).expand(n, -1, -1)  # a stride-0 batch: no copy
         out = torch.baddbmm(bias.view(1, cout, 1), wmat, cols) if bias is not None else torch.bmm(wmat, cols)
     else:
         wmat = weight.reshape(groups, cout // groups, -1)
-        out = torch.matmul(wmat, cols.view(n, groups, -1, cols.shape[-1])).view(n, cout, -1)
+        out = torch.matmul(wmat, cols.view(n, groups, -1, ho * wo)).view(n, cout, -1)
         if bias is not None:
             out = out + bias.view(1, cout, 1)
     return out.view(n, cout, ho, wo)
 
 
-def _grad_input(grad_out, weight, input_hw, stride, padding, dilation, groups) -> torch.Tensor:
+def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
     n, cout, ho, wo = grad_out.shape
-    cout, cin_g, kh, kw = weight.shape
-    (dh, dw), (ph, pw) = dilation, padding
-    eh, ew = dh * (kh - 1) - ph, dw * (kw - 1) - pw
-    if stride == (1, 1) and eh >= 0 and ew >= 0:
+    cin_g = weight.shape[1]
+    _, _, h, w = input_shape
+    if geo.input_grad == "flipped":
         # At stride 1 the input gradient is itself a convolution: of the output gradient with the
         # weight flipped in space and with input and output channels swapped within each group.
         # im2col + GEMM is much faster than GEMM + col2im, whose kernel is slow.
-        flipped = weight.reshape(groups, cout // groups, cin_g, kh, kw).transpose(1, 2)
-        flipped = flipped.reshape(groups * cin_g, cout // groups, kh, kw).flip(2, 3)
-        return _conv_matmul(grad_out, flipped, None, (1, 1), (eh, ew), dilation, groups)
+        (kh, kw), (dh, dw), (ph, pw) = geo.kernel, geo.dilation, geo.padding
+        flipped = weight.take(_flip_index(weight, groups))  # one gather kernel, contiguous
+        padding = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
+        return _conv_matmul(grad_out, flipped, None, geo.kernel, (1, 1), padding, geo.dilation, groups, False)
     gy = grad_out.view(n, cout, -1)
-    wmat_t = weight.reshape(groups, cout // groups, -1).transpose(1, 2)
     if groups == 1:
-        gcols = torch.bmm(wmat_t[0].expand(n, -1, -1), gy)
+        gcols = torch.bmm(weight.reshape(cout, -1).t().expand(n, -1, -1), gy)
     else:
+        wmat_t = weight.reshape(groups, cout // groups, -1).transpose(1, 2)
         gcols = torch.matmul(wmat_t, gy.view(n, groups, cout // groups, -1)).view(n, -1, gy.shape[-1])
-    if kh == kw == 1 and stride == (1, 1) and padding == (0, 0):
-        return gcols.view(n, -1, *input_hw)
-    c = gcols.shape[1] // (kh * kw)
+    if geo.input_grad == "matmul":
+        return gcols.view(n, -1, h, w)
+    (kh, kw), c = geo.kernel, cin_g * groups
     # Batch folded into channels: one kernel launch instead of a loop over the images.
-    folded = torch._C._nn.col2im(gcols.view(1, n * c * kh * kw, -1), input_hw, (kh, kw), dilation, padding, stride)
-    return folded.view(n, c, *input_hw)
+    folded = torch._C._nn.col2im(gcols.view(1, n * c * kh * kw, -1), (h, w), geo.kernel, geo.dilation, geo.padding,
+                                 geo.stride)
+    return folded.view(n, c, h, w)
 
 
-def _columns(x, kernel_size, stride, padding, dilation) -> torch.Tensor:
-    """im2col: (N, C*kh*kw, Ho*Wo), rows in (c, i, j) order like the weight's (Cin, kh, kw)."""
+_flip_indices: dict = {}
+
+
+def _flip_index(weight: torch.Tensor, groups: int) -> torch.Tensor:
+    """Indices that ``take`` turns a (Cout, Cin/g, kh, kw) weight into the (Cin, Cout/g, kh, kw) weight of the input
+    gradient's convolution: flipped in space, input and output channels swapped within each group. Made once per
+    shape and device; one gather instead of a transposing copy and a flip."""
+    key = (weight.shape, weight.device, groups)
+    index = _flip_indices.get(key)
+    if index is None:
+        cout, cin_g, kh, kw = weight.shape
+        index = torch.arange(weight.numel(), device=weight.device).view(groups, cout // groups, cin_g, kh, kw)
+        index = index.transpose(1, 2).flip(3, 4).reshape(groups * cin_g, cout // groups, kh, kw)
+        _flip_indices[key] = index
+    return index
+
+
+def _columns(x, kernel, stride, padding, dilation, length, pointwise) -> torch.Tensor:
+    """im2col: (N, C*kh*kw, Ho*Wo = length), rows in (c, i, j) order like the weight's (Cin, kh, kw)."""
     n, c, h, w = x.shape
-    if kernel_size == (1, 1) and stride == (1, 1) and padding == (0, 0):
-        return x.view(n, c, -1)  # a 1x1 convolution needs no gather
+    if pointwise:
+        return x.view(n, c, length)  # a 1x1 stride-1 unpadded convolution needs no gather
     # PyTorch's CUDA im2col launches one kernel per image; channels are independent, so folding
     # the batch into them makes it one launch with the same (n, c, i, j) row order.
     # Written into a buffer of the final size: without out=, im2col allocates an input-sized
     # tensor and then grows it, copying the garbage across (a DtoD copy and a second allocation).
-    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel_size, stride, dilation, padding
-    ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    cols = x.new_empty((1, n * c * kh * kw, ho * wo))
-    torch._C._nn.im2col(x.view(1, n * c, h, w), kernel_size, dilation, padding, stride, out=cols)
-    return cols.view(n, c * kh * kw, -1)
+    k = kernel[0] * kernel[1]
+    cols = x.new_empty((1, n * c * k, length))
+    torch._C._nn.im2col(x.view(1, n * c, h, w), kernel, dilation, padding, stride, out=cols)
+    return cols.view(n, c * k, length)
 
 
-def _symmetric(pads: Pads) -> tuple[int, int]:
-    """The part of the padding im2col applies itself (the same on both sides)."""
-    top, bottom, left, right = pads
-    return min(top, bottom), min(left, right)
+_get_matmul_precision = torch._C._get_fp32_precision_getter
+_set_matmul_precision = torch._C._set_fp32_precision_setter
 
 
-def _pad_asymmetric(x: torch.Tensor, pads: Pads) -> torch.Tensor:
-    """Pad the excess of 'same' padding with an even kernel, as PyTorch's own conv does."""
-    top, bottom, left, right = pads
-    ph, pw = _symmetric(pads)
-    extra = (left - pw, right - pw, top - ph, bottom - ph)
-    return F.pad(x, extra) if any(extra) else x
+def _matmul_precision_is_cudnns(x: torch.Tensor) -> bool:
+    """Whether float32 matrix products of ``x`` already compute as cuDNN's convolutions would, so that no precision
+    has to be set around them: always off CUDA and outside float32."""
+    if not x.is_cuda or x.dtype is not torch.float32:
+        return True
+    return _get_matmul_precision("cuda", "matmul") == ("tf32" if torch._C._get_cudnn_allow_tf32() else "ieee")
 
 
-def _unpad_asymmetric(grad: torch.Tensor, pads: Pads) -> torch.Tensor:
-    """The adjoint of _pad_asymmetric: drop the gradient of the extra rows and columns."""
-    top, bottom, left, right = pads
-    ph, pw = _symmetric(pads)
-    if (top, bottom, left, right) == (ph, ph, pw, pw):
-        return grad
-    h, w = grad.shape[-2:]
-    return grad[..., top - ph : h - (bottom - ph), left - pw : w - (right - pw)]
-
-
-@contextlib.contextmanager
-def _conv_precision(x: torch.Tensor):
-    """Make float32 matrix products use TF32 exactly when cuDNN convolutions would."""
-    if x.dtype != torch.float32 or x.device.type != "cuda":
-        yield
-        return
-    matmul = torch.backends.cuda.matmul
-    wanted = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
-    saved = matmul.fp32_precision
+def _tf32_like_cudnn(x: torch.Tensor) -> str | None:
+    """Make float32 matrix products use TF32 exactly when cuDNN convolutions would (``cudnn.allow_tf32``); returns
+    the matmul precision to restore after, or None when nothing changed. The raw torch._C calls behind
+    ``torch.backends.cuda.matmul.fp32_precision``, and no context manager: this runs twice per convolution."""
+    if not x.is_cuda or x.dtype is not torch.float32:
+        return None
+    wanted = "tf32" if torch._C._get_cudnn_allow_tf32() else "ieee"
+    saved = _get_matmul_precision("cuda", "matmul")
     if saved == wanted:
-        yield
-        return
-    matmul.fp32_precision = wanted
-    try:
-        yield
-    finally:
-        matmul.fp32_precision = saved
+        return None
+    _set_matmul_precision("cuda", "matmul", wanted)
+    return saved
 
 
 # -- patching torch.nn.Conv2d ------------------------------------------------------------------
@@ -224,8 +295,8 @@ def _fallback_conv_forward(self, input, weight, bias):
     # Mirrors torch.nn.Conv2d._conv_forward, with conv2d above in place of F.conv2d.
     if self.padding_mode != "zeros":
         padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-        return conv2d(padded, weight, bias, self.stride, 0, self.dilation, self.groups)
-    return conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        return _conv2d(padded, weight, bias, _geometry(self.stride, 0, self.dilation, weight), self.groups)
+    return _conv2d(input, weight, bias, _geometry(self.stride, self.padding, self.dilation, weight), self.groups)
 
 
 def enable() -> None:
