@@ -12,9 +12,13 @@ GradScaler scales it (the gradient unscaled after), which tells fp16 underflow a
 fallback; on a GPU the conv fallback once more with ``allow_fp16_reduced_precision_reduction`` off (cuBLAS
 accumulates in float32 throughout), which tells half-precision accumulation in its matrix products apart.
 
+On a GPU each variant's step also gets its GPU kernel time (the device time of its kernels, from torch.profiler):
+near the wall time the step is GPU-bound, well below it the host's work (Python, dispatch, launches) sets the pace.
+
 Goals: issue 6, conv <= 1.8 x native; issue 40, conv+bn <= 1.15 x native, on an H100.
 
     python -m bench.conv_fallback                      # cuda, batch 16, imgsz 640
+    python -m bench.conv_fallback --batch 16,32 --precisions fp16   # several batch sizes in one run
     python -m bench.conv_fallback --device cpu --batch 2 --imgsz 64 --steps 2 --rounds 1 --warmup 1   # smoke test
     python -m bench.conv_fallback --profile out/       # also writes a kernel table per run
     python -m bench.conv_fallback --host-overhead      # us per Conv2d forward+backward on tiny tensors, no model
@@ -22,6 +26,8 @@ Goals: issue 6, conv <= 1.8 x native; issue 40, conv+bn <= 1.15 x native, on an 
 ``--host-overhead`` times one Conv2d module's forward and backward, native against the fallback, on tensors so
 small (2x16x8x8) that the arithmetic is negligible: what remains is the host's work per convolution (Python, ATen
 dispatch, kernel launches on a GPU), which is what the fallback adds to a launch-bound step (YOLOv8n has ~64 Conv2d).
+On a CPU the native column is oneDNN's convolution, whose per-call setup is no reference for cuDNN's: compare the
+fallback's figures (and ATen op counts) before and after a change there, and native against fallback on a GPU.
 """
 
 from __future__ import annotations
@@ -231,6 +237,8 @@ def host_overhead(device: str, shape=(2, 16, 8, 8), calls: int = 200, rounds: in
     from torch.profiler import ProfilerActivity, profile
 
     n, c, h, w = shape
+    if device == "cpu":
+        torch.set_num_threads(1)  # no intra-op threads to wake: per-call work, steadier on a shared machine
 
     def per_call(conv, x, gy) -> float:
         for _ in range(20):
@@ -274,6 +282,24 @@ def host_overhead(device: str, shape=(2, 16, 8, 8), calls: int = 200, rounds: in
           f"{totals['fallback'] / totals['native']:6.2f}")
 
 
+KERNEL_STEPS = 3  # profiled steps whose device time is averaged
+
+
+def gpu_kernel_ms(step: Step, batch, device: str, steps: int = KERNEL_STEPS) -> float:
+    """Device time of a step's kernels, copies and memsets (the sum over them, from torch.profiler), in ms."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    step(batch)
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(batch)
+        sync(device)
+    device_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
+    return device_us / steps / 1e3
+
+
 def profile_step(step: Step, batch, path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -288,7 +314,7 @@ def profile_step(step: Step, batch, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", default="16", help="batch size, or several comma-separated: 16,32")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
@@ -304,53 +330,70 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     device = args.device
+    batch_sizes = [int(b) for b in str(args.batch).split(",")]
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"device {name}; torch {torch.__version__}; batch {args.batch}; imgsz {args.imgsz}; "
           f"median of {args.rounds}x{args.steps} steps after {args.warmup} warm-up; "
           f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} (the fallback's fp32 matmuls follow it)")
     base = build_model(device)
-    batch = synthetic_batch(args.batch, args.imgsz, device)
     rows = []
-    for precision in args.precisions.split(","):
-        amp = precision == "fp16"
-        for line in compare_numerics(base, batch, amp, device):
-            print(f"[{precision}] {line}", flush=True)
-        if args.check_layers:
-            compare_layers(device, torch.float16 if amp else torch.float32)
-        # The variants alternate in rounds, so that a drift of the machine (clocks, a neighbour) falls on all;
-        # the figure is the median over all timed steps of each.
-        steps = {v: Step(copy.deepcopy(base), amp, device) for v in VARIANTS}
-        times = {v: [] for v in steps}
-        for round_ in range(args.rounds):
-            for variant, step in steps.items():
-                use(variant)
-                times[variant] += time_steps(step, batch, args.warmup if round_ == 0 else 1, args.steps, device)
-        use("native")
-        medians = {v: statistics.median(t) for v, t in times.items()}
-        for variant, t in times.items():
-            q = statistics.quantiles(t, n=4) if len(t) > 1 else [t[0]] * 3
-            print(f"[{precision}] {variant:8s} median {medians[variant]:8.2f} ms/step "
-                  f"(quartiles {q[0]:.2f}..{q[2]:.2f}, {len(t)} steps)", flush=True)
-        if args.profile:
-            args.profile.mkdir(parents=True, exist_ok=True)
-            for variant, step in steps.items():
-                use(variant)
-                profile_step(step, batch, args.profile / f"profile_{precision}_{variant.replace('+', '_')}.txt")
+    for batch_size in batch_sizes:
+        batch = synthetic_batch(batch_size, args.imgsz, device)
+        for precision in args.precisions.split(","):
+            amp = precision == "fp16"
+            tag = f"[b{batch_size} {precision}]"
+            if batch_size == batch_sizes[0]:  # the numerics once, at the first batch size
+                for line in compare_numerics(base, batch, amp, device):
+                    print(f"{tag} {line}", flush=True)
+                if args.check_layers:
+                    compare_layers(device, torch.float16 if amp else torch.float32)
+            # The variants alternate in rounds, so that a drift of the machine (clocks, a neighbour) falls on all;
+            # the figure is the median over all timed steps of each.
+            steps = {v: Step(copy.deepcopy(base), amp, device) for v in VARIANTS}
+            times = {v: [] for v in steps}
+            for round_ in range(args.rounds):
+                for variant, step in steps.items():
+                    use(variant)
+                    times[variant] += time_steps(step, batch, args.warmup if round_ == 0 else 1, args.steps, device)
             use("native")
-        if device == "cuda":
-            print(f"[{precision}] peak memory of the runs {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
-            torch.cuda.reset_peak_memory_stats()
-        del steps
-        rows.append((precision, medians))
+            medians = {v: statistics.median(t) for v, t in times.items()}
+            kernels = {}
+            if device == "cuda":
+                for variant, step in steps.items():
+                    use(variant)
+                    kernels[variant] = gpu_kernel_ms(step, batch, device)
+                use("native")
+            for variant, t in times.items():
+                q = statistics.quantiles(t, n=4) if len(t) > 1 else [t[0]] * 3
+                gpu = (f"; GPU kernels {kernels[variant]:.2f} ms/step, {kernels[variant] / medians[variant]:.0%} of it"
+                       if variant in kernels else "")
+                print(f"{tag} {variant:8s} median {medians[variant]:8.2f} ms/step "
+                      f"(quartiles {q[0]:.2f}..{q[2]:.2f}, {len(t)} steps){gpu}", flush=True)
+            if args.profile:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                for variant, step in steps.items():
+                    use(variant)
+                    profile_step(step, batch, args.profile / f"profile_b{batch_size}_{precision}_{variant.replace('+', '_')}.txt")
+                use("native")
+            if device == "cuda":
+                print(f"{tag} peak memory of the runs {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+                torch.cuda.reset_peak_memory_stats()
+            del steps
+            rows.append((batch_size, precision, medians, kernels))
 
-    print(f"\n{'precision':10s} " + " ".join(f"{v + ' ms':>11s}" for v in VARIANTS)
+    print(f"\n{'batch':>5s} {'precision':9s} " + " ".join(f"{v + ' ms':>11s}" for v in VARIANTS)
           + " " + " ".join(f"{v + '/native':>15s}" for v in VARIANTS[1:])
-          + f"   ({name}, batch {args.batch}, imgsz {args.imgsz})")
-    for precision, medians in rows:
-        print(f"{precision:10s} " + " ".join(f"{medians[v]:11.2f}" for v in VARIANTS)
-              + " " + " ".join(f"{medians[v] / medians['native']:15.2f}" for v in VARIANTS[1:]))
+          + ("   GPU kernels ms/step " + " ".join(VARIANTS) if device == "cuda" else "")
+          + f"   ({name}, imgsz {args.imgsz})")
+    for batch_size, precision, medians, kernels in rows:
+        gpu = ("   " + " / ".join(f"{kernels[v]:.2f}" for v in VARIANTS)) if kernels else ""
+        print(f"{batch_size:5d} {precision:9s} " + " ".join(f"{medians[v]:11.2f}" for v in VARIANTS)
+              + " " + " ".join(f"{medians[v] / medians['native']:15.2f}" for v in VARIANTS[1:]) + gpu)
+    if device == "cuda":
+        print("GPU kernels: the device time of all kernels and copies of a step (torch.profiler, mean of "
+              f"{KERNEL_STEPS} steps); near the wall time the step is GPU-bound, well below it the host's launches "
+              "set the pace")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

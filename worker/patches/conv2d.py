@@ -8,19 +8,32 @@ copies need no convolution kernel at all.
 How: im2col + batched GEMM, in the model's own NCHW layout so that batch norm, SiLU and
 concatenation run exactly as they do natively. ``im2col`` (a gather kernel, padding included)
 turns the input into (N, Cin*kh*kw, Ho*Wo) columns; one ``baddbmm`` with the (Cout, Cin*kh*kw)
-weight, bias folded in, gives the output. A 1x1 stride-1 convolution skips the gather: the input
-is already its own column matrix. The backward is a custom autograd Function made of the same
-pieces: the weight gradient is a batched GEMM against the columns (recomputed, not saved: they
-are kh*kw times the input, too much memory for an 8 GB card), the input gradient a batched GEMM
-with the transposed weight followed by ``col2im``. No native convolution kernel runs, forward
-or backward.
+weight, bias folded in, gives the output. The backward is a custom autograd Function made of the
+same pieces: the weight gradient is a batched GEMM against the columns (recomputed, not saved: they
+are kh*kw times the input, too much memory for an 8 GB card) summed over the batch; the input
+gradient, at stride 1, a convolution of the output gradient with the weight flipped in space
+(im2col + GEMM again; the flipped weight is one gather), otherwise a batched GEMM with the
+transposed weight followed by ``col2im``. A 1x1 stride-1 unpadded convolution skips the gather
+(the input is already its own column matrix) and the Function: it is one ``bmm`` of ATen ops
+whose backward (two GEMMs and the sum over the batch, the same kernels) autograd runs in C++;
+except for float32 on a GPU whose matmul precision differs from cuDNN's (see Precision), which
+only the Function can set around its backward. No native convolution kernel runs, forward or
+backward.
 
-Why this shape: on an H100 the GPU time of a YOLOv8n step with these kernels is close to
-cuDNN's; what costs is host time per layer, so each convolution is kept to a handful of ATen
-calls (3 forward, about 6 backward) and no layout conversions.
+Why this shape: the step of a small model such as YOLOv8n looks host-bound on a fast GPU (on an
+H100 the fallback's step took as long in fp16 as in fp32, 54.7 ms, though fp16 halves the bytes
+its kernels move; ``bench/conv_fallback.py`` prints each step's GPU kernel time to tell), so what
+the fallback costs is host time per convolution: Python, ATen dispatch and kernel launches, paid
+about 64 times forward and backward.
+So each convolution is kept to a few ATen calls (8 forward, about 16 backward for a 3x3; 5 and
+none in Python for a 1x1) and no layout conversions, and what depends only on a convolution's
+stride, padding, dilation and kernel size (``_Geometry``) is worked out once per distinct set, not
+at every call. ``python -m bench.conv_fallback --host-overhead`` measures it per convolution.
 
 Precision: float32 matrix products follow ``torch.backends.cudnn.allow_tf32``, the flag that
-governs the convolutions they replace (TF32 on by default in PyTorch), not the matmul flag.
+governs the convolutions they replace (TF32 on by default in PyTorch), not the matmul flag: the
+Function sets the matmul precision (``torch.backends.cuda.matmul.fp32_precision``, by its raw
+torch._C calls, twice per convolution) around its products when it differs.
 Under autocast the inputs are cast like ``torch.nn.functional.conv2d`` is (to the autocast dtype).
 
 Public entry points: ``enable()``, ``disable()``, ``is_enabled()``, ``conv2d()`` (a drop-in for
@@ -70,7 +83,7 @@ class _Geometry:
     """What a convolution's stride, padding, dilation and kernel size decide, worked out once per distinct set (a
     model has a handful) instead of at every call: the host's work per convolution is what the fallback costs."""
 
-    __slots__ = ("kernel", "stride", "dilation", "padding", "pads", "extra", "pointwise", "input_grad")
+    __slots__ = ("dilation", "extra", "input_grad", "kernel", "padding", "pads", "pointwise", "stride")
 
     def __init__(self, stride, padding, dilation, kernel: tuple[int, int]):
         self.kernel, self.stride, self.dilation = kernel, _pair(stride), _pair(dilation)
@@ -202,7 +215,7 @@ def _conv_matmul(x, weight, bias, kernel, stride, padding, dilation, groups, poi
 
 
 def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
-    n, cout, ho, wo = grad_out.shape
+    n, cout = grad_out.shape[:2]
     cin_g = weight.shape[1]
     _, _, h, w = input_shape
     if geo.input_grad == "flipped":
