@@ -74,6 +74,23 @@ def test_list_arguments_and_channels_last_tensors_equal_native(kernel, stride, p
         torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("kernel,stride", [(3, 1), (3, 2), (1, 1)])
+@pytest.mark.parametrize("frozen", ["input", "weight"])
+def test_gradients_when_the_input_or_the_weight_needs_none(kernel, stride, frozen):
+    # The first layer's input (the images) needs no gradient, a frozen layer's weight none: the backward
+    # computes only what is asked for, each path on its own (the stride-1 path shares its columns otherwise).
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 4, 9, 9, generator=g, requires_grad=frozen != "input")
+    w = torch.randn(6, 4, kernel, kernel, generator=g, requires_grad=frozen != "weight")
+    b = torch.randn(6, generator=g, requires_grad=True)
+    gy = torch.randn(F.conv2d(x, w, b, stride, kernel // 2).shape, generator=g)
+    params = [t for t in (x, w, b) if t.requires_grad]
+    expected = torch.autograd.grad(F.conv2d(x, w, b, stride, kernel // 2), params, gy)
+    got = torch.autograd.grad(fallback.conv2d(x, w, b, stride, kernel // 2), params, gy)
+    for e, o in zip(expected, got):
+        torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4)
+
+
 class CudaFloat32:
     """What the precision helpers read of a tensor, as a CUDA float32 tensor has it (no GPU here)."""
 

@@ -83,7 +83,7 @@ class _Geometry:
     """What a convolution's stride, padding, dilation and kernel size decide, worked out once per distinct set (a
     model has a handful) instead of at every call: the host's work per convolution is what the fallback costs."""
 
-    __slots__ = ("dilation", "extra", "input_grad", "kernel", "padding", "pads", "pointwise", "stride")
+    __slots__ = ("dilation", "extra", "flip_padding", "input_grad", "kernel", "padding", "pads", "pointwise", "stride")
 
     def __init__(self, stride, padding, dilation, kernel: tuple[int, int]):
         self.kernel, self.stride, self.dilation = kernel, _pair(stride), _pair(dilation)
@@ -95,10 +95,11 @@ class _Geometry:
         # A 1x1 stride-1 unpadded convolution needs no gather: the input is its own column matrix.
         self.pointwise = kernel == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0)
         (kh, kw), (dh, dw) = kernel, self.dilation
+        self.flip_padding = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
         if self.pointwise:
             self.input_grad = "matmul"  # the transposed weight times the output gradient, nothing to scatter
         elif self.stride == (1, 1) and dh * (kh - 1) >= ph and dw * (kw - 1) >= pw:
-            self.input_grad = "flipped"  # a stride-1 convolution of the output gradient
+            self.input_grad = "flipped"  # a stride-1 convolution of the output gradient (_flipped_grads)
         else:
             self.input_grad = "col2im"
 
@@ -154,8 +155,7 @@ class _Conv2dMatmul(torch.autograd.Function):
         ctx.geo, ctx.groups = geo, groups
         saved = _tf32_like_cudnn(x)
         try:
-            return _conv_matmul(x, weight, bias, geo.kernel, geo.stride, geo.padding, geo.dilation, groups,
-                                geo.pointwise)
+            return _conv_matmul(x, weight, bias, geo, groups)
         finally:
             if saved is not None:
                 _set_matmul_precision("cuda", "matmul", saved)
@@ -174,35 +174,30 @@ class _Conv2dMatmul(torch.autograd.Function):
         try:
             if need_bias and ctx.has_bias:
                 grad_bias = gy.sum((0, 2))
-            if need_weight:
-                cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, gy.shape[2], geo.pointwise)
-                if groups == 1:
-                    # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
-                    # would need the columns and the gradient transposed in memory, two large copies.
-                    grad_weight = torch.bmm(gy, cols.transpose(1, 2)).sum(0).view(weight.shape)
-                else:
-                    cols = cols.view(n, groups, -1, cols.shape[-1]).transpose(2, 3)
-                    grad_weight = torch.matmul(gy.view(n, groups, cout // groups, -1), cols).sum(0)
-                    grad_weight = grad_weight.view(weight.shape)
-            if need_input:
-                grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
-                if geo.extra is not None:
-                    left, right, top, bottom = geo.extra
-                    h, w = grad_input.shape[-2:]
-                    grad_input = grad_input[..., top : h - bottom, left : w - right]
+            if need_input and geo.input_grad == "flipped":
+                grad_input, grad_weight = _flipped_grads(x, grad_out, weight, geo, groups, need_weight)
+            else:
+                if need_weight:
+                    grad_weight = _weight_grad(x, gy, weight, geo, groups)
+                if need_input:
+                    grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
+            if grad_input is not None and geo.extra is not None:
+                left, right, top, bottom = geo.extra
+                h, w = grad_input.shape[-2:]
+                grad_input = grad_input[..., top : h - bottom, left : w - right]
         finally:
             if saved is not None:
                 _set_matmul_precision("cuda", "matmul", saved)
         return grad_input, grad_weight, grad_bias, None, None
 
 
-def _conv_matmul(x, weight, bias, kernel, stride, padding, dilation, groups, pointwise) -> torch.Tensor:
+def _conv_matmul(x, weight, bias, geo, groups) -> torch.Tensor:
     """Convolution of a contiguous NCHW tensor with symmetric padding: im2col + one batched GEMM."""
     n, _, h, w = x.shape
     cout = weight.shape[0]
-    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel, stride, dilation, padding
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = geo.kernel, geo.stride, geo.dilation, geo.padding
     ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    cols = _columns(x, kernel, stride, padding, dilation, ho * wo, pointwise)
+    cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, ho * wo, geo.pointwise)
     if groups == 1:
         wmat = weight.reshape(cout, -1).expand(n, -1, -1)  # a stride-0 batch: no copy
         out = torch.baddbmm(bias.view(1, cout, 1), wmat, cols) if bias is not None else torch.bmm(wmat, cols)
@@ -214,18 +209,53 @@ def _conv_matmul(x, weight, bias, kernel, stride, padding, dilation, groups, poi
     return out.view(n, cout, ho, wo)
 
 
+def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Input and weight gradients of a stride-1 convolution, from one im2col of the output gradient.
+
+    The input gradient is itself a convolution: of the output gradient with the weight flipped in
+    space and with input and output channels swapped within each group (im2col + GEMM is much
+    faster than GEMM + col2im, whose kernel is slow). Its columns serve the weight gradient too:
+    summed over the batch, input (Cin, H*W) times columns transposed (H*W, Cout*kh*kw) is the weight
+    gradient with the same swap and flip, undone by the same gather. So the input's own columns,
+    kh*kw times the input, are neither saved nor made again.
+    """
+    n, cin, h, w = x.shape
+    cols = _columns(grad_out, geo.kernel, (1, 1), geo.flip_padding, geo.dilation, h * w, False)
+    flipped = weight.take(_flip_index(weight, groups))  # one gather kernel, contiguous
+    xs = x.view(n, cin, h * w)
+    swapped = None
+    if groups == 1:
+        grad_input = torch.bmm(flipped.view(cin, -1).expand(n, -1, -1), cols)
+        if need_weight:
+            swapped = torch.bmm(xs, cols.transpose(1, 2)).sum(0)
+    else:
+        cols = cols.view(n, groups, -1, h * w)
+        grad_input = torch.matmul(flipped.view(groups, cin // groups, -1), cols)
+        if need_weight:
+            swapped = torch.matmul(xs.view(n, groups, cin // groups, h * w), cols.transpose(2, 3)).sum(0)
+    grad_weight = None
+    if swapped is not None:
+        swapped = swapped.view(flipped.shape)
+        grad_weight = swapped.take(_flip_index(swapped, groups))  # flipping twice is the identity
+    return grad_input.view(n, cin, h, w), grad_weight
+
+
+def _weight_grad(x, gy, weight, geo, groups) -> torch.Tensor:
+    n, cout = gy.shape[:2]
+    cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, gy.shape[2], geo.pointwise)
+    if groups == 1:
+        # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
+        # would need the columns and the gradient transposed in memory, two large copies.
+        return torch.bmm(gy, cols.transpose(1, 2)).sum(0).view(weight.shape)
+    cols = cols.view(n, groups, -1, cols.shape[-1]).transpose(2, 3)
+    return torch.matmul(gy.view(n, groups, cout // groups, -1), cols).sum(0).view(weight.shape)
+
+
 def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
+    """The input gradient by GEMM with the transposed weight, then col2im unless the convolution is pointwise."""
     n, cout = grad_out.shape[:2]
     cin_g = weight.shape[1]
     _, _, h, w = input_shape
-    if geo.input_grad == "flipped":
-        # At stride 1 the input gradient is itself a convolution: of the output gradient with the
-        # weight flipped in space and with input and output channels swapped within each group.
-        # im2col + GEMM is much faster than GEMM + col2im, whose kernel is slow.
-        (kh, kw), (dh, dw), (ph, pw) = geo.kernel, geo.dilation, geo.padding
-        flipped = weight.take(_flip_index(weight, groups))  # one gather kernel, contiguous
-        padding = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
-        return _conv_matmul(grad_out, flipped, None, geo.kernel, (1, 1), padding, geo.dilation, groups, False)
     gy = grad_out.view(n, cout, -1)
     if groups == 1:
         gcols = torch.bmm(weight.reshape(cout, -1).t().expand(n, -1, -1), gy)
