@@ -232,54 +232,74 @@ def compare_layers(device: str, dtype: torch.dtype) -> None:
 HOST_CASES = [(3, 1, False), (3, 2, False), (1, 1, False), (1, 1, True), (3, 1, True)]
 
 
-def host_overhead(device: str, shape=(2, 16, 8, 8), calls: int = 200, rounds: int = 7) -> None:
-    """Print microseconds per Conv2d forward+backward, native against the fallback, and ATen ops per call."""
+def host_overhead(device: str, precisions: list[str], shape=(2, 16, 8, 8), calls: int = 200, rounds: int = 7) -> None:
+    """Print microseconds per Conv2d forward+backward, native against the fallback, and ATen ops per call
+    (kernels too on a GPU). fp16 is under autocast, as in training with AMP."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     n, c, h, w = shape
     if device == "cpu":
         torch.set_num_threads(1)  # no intra-op threads to wake: per-call work, steadier on a shared machine
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
 
-    def per_call(conv, x, gy) -> float:
-        for _ in range(20):
-            conv(x).backward(gy)
-        best = float("inf")  # the least disturbed round: this measures work, not the neighbours' load
-        for _ in range(rounds):
+    def fwd_bwd(conv, x, gy, amp: bool) -> None:
+        with torch.autocast(device, dtype=torch.float16, enabled=amp):
+            out = conv(x)
+        out.backward(gy)
+
+    def timed(conv, x, gy, amp: bool) -> float:
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fwd_bwd(conv, x, gy, amp)
+        sync(device)
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    def counts(conv, x, gy, amp: bool) -> str:
+        with profile(activities=activities) as prof:
+            fwd_bwd(conv, x, gy, amp)
             sync(device)
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                conv(x).backward(gy)
-            sync(device)
-            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
-        return best
+        events = prof.events()
+        ops = sum(1 for e in events if e.name.startswith("aten::"))
+        kernels = sum(1 for e in events if e.device_type == DeviceType.CUDA)
+        return f"{ops}/{kernels}" if device == "cuda" else str(ops)
 
-    def aten_ops(conv, x, gy) -> int:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            conv(x).backward(gy)
-        return sum(1 for e in prof.events() if e.name.startswith("aten::"))
-
+    what = "aten ops/GPU kernels" if device == "cuda" else "aten ops"
     print(f"host overhead per Conv2d forward+backward, input {n}x{c}x{h}x{w} (requires grad), {c} output channels, "
-          f"best of {rounds} rounds of {calls} calls, device {device}, torch threads {torch.get_num_threads()}")
-    print(f"{'conv':22s} {'native us':>10s} {'fallback us':>12s} {'added us':>9s} {'ratio':>6s} {'aten ops native/fallback':>25s}")
-    totals = {"native": 0.0, "fallback": 0.0}
-    for k, s, bias in HOST_CASES:
-        torch.manual_seed(0)
-        conv = torch.nn.Conv2d(c, c, k, s, k // 2, bias=bias).to(device)
-        x = torch.randn(n, c, h, w, device=device, requires_grad=True)
-        gy = torch.randn_like(conv(x))
-        got = {}
-        for variant in ("native", "fallback"):
-            use("conv" if variant == "fallback" else "native")
+          f"best of {rounds} rounds of {calls} calls (native and fallback alternating), device {device}, "
+          f"torch threads {torch.get_num_threads()}")
+    for precision in precisions:
+        amp = precision == "fp16"
+        print(f"{'[' + precision + '] conv':22s} {'native us':>10s} {'fallback us':>12s} {'added us':>9s} {'ratio':>6s}"
+              f"   {what}, native | fallback")
+        totals = {"native": 0.0, "fallback": 0.0}
+        for k, s, bias in HOST_CASES:
+            torch.manual_seed(0)
+            conv = torch.nn.Conv2d(c, c, k, s, k // 2, bias=bias).to(device)
+            x = torch.randn(n, c, h, w, device=device, requires_grad=True)
+            gy = torch.randn_like(conv(x)).to(torch.float16 if amp else torch.float32)
+            best = {"native": float("inf"), "fallback": float("inf")}
+            count = {}
             try:
-                got[variant] = per_call(conv, x, gy), aten_ops(conv, x, gy)
+                for round_ in range(rounds):  # the least disturbed round: this measures work, not a neighbour's load
+                    for variant in best:
+                        use("conv" if variant == "fallback" else "native")
+                        if round_ == 0:
+                            for _ in range(20):
+                                fwd_bwd(conv, x, gy, amp)
+                            count[variant] = counts(conv, x, gy, amp)
+                        best[variant] = min(best[variant], timed(conv, x, gy, amp))
             finally:
                 use("native")
-            totals[variant] += got[variant][0]
-        (tn, on), (tf, of) = got["native"], got["fallback"]
-        label = f"{k}x{k} stride {s}{' bias' if bias else ''}"
-        print(f"{label:22s} {tn:10.1f} {tf:12.1f} {tf - tn:9.1f} {tf / tn:6.2f} {on:>12d} / {of:<12d}", flush=True)
-    print(f"{'sum':22s} {totals['native']:10.1f} {totals['fallback']:12.1f} {totals['fallback'] - totals['native']:9.1f} "
-          f"{totals['fallback'] / totals['native']:6.2f}")
+            tn, tf = best["native"], best["fallback"]
+            for variant in totals:
+                totals[variant] += best[variant]
+            label = f"{k}x{k} stride {s}{' bias' if bias else ''}"
+            print(f"{label:22s} {tn:10.1f} {tf:12.1f} {tf - tn:9.1f} {tf / tn:6.2f}   {count['native']} | {count['fallback']}",
+                  flush=True)
+        print(f"{'sum':22s} {totals['native']:10.1f} {totals['fallback']:12.1f} "
+              f"{totals['fallback'] - totals['native']:9.1f} {totals['fallback'] / totals['native']:6.2f}")
 
 
 KERNEL_STEPS = 3  # profiled steps whose device time is averaged
@@ -326,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="only time one Conv2d forward+backward on tiny tensors, native against the fallback")
     args = parser.parse_args(argv)
     if args.host_overhead:
-        host_overhead(args.device)
+        host_overhead(args.device, args.precisions.split(","))
         return 0
 
     device = args.device
