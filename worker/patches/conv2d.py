@@ -33,7 +33,9 @@ at every call. ``python -m bench.conv_fallback --host-overhead`` measures it per
 Precision: float32 matrix products follow ``torch.backends.cudnn.allow_tf32``, the flag that
 governs the convolutions they replace (TF32 on by default in PyTorch), not the matmul flag: the
 Function sets the matmul precision (``torch.backends.cuda.matmul.fp32_precision``, by its raw
-torch._C calls, twice per convolution) around its products when it differs.
+torch._C calls, in its forward and its backward) around its products when it differs. A float32
+run that sets that precision as cuDNN's (``"tf32"`` while ``cudnn.allow_tf32``, PyTorch's default)
+has nothing set per call, and its 1x1 convolutions take the Function-free path.
 Under autocast the inputs are cast like ``torch.nn.functional.conv2d`` is (to the autocast dtype).
 
 Public entry points: ``enable()``, ``disable()``, ``is_enabled()``, ``conv2d()`` (a drop-in for
