@@ -168,19 +168,16 @@ class _Conv2dMatmul(torch.autograd.Function):
         geo, groups = ctx.geo, ctx.groups
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
-        n = x.shape[0]
-        cout = weight.shape[0]
         grad_out = grad_out.contiguous()
-        gy = grad_out.view(n, cout, -1)
-        saved = _tf32_like_cudnn(gy)
+        saved = _tf32_like_cudnn(grad_out)
         try:
             if need_bias and ctx.has_bias:
-                grad_bias = gy.sum((0, 2))
+                grad_bias = grad_out.sum((0, 2, 3))
             if need_input and geo.input_grad == "flipped":
                 grad_input, grad_weight = _flipped_grads(x, grad_out, weight, geo, groups, need_weight)
             else:
                 if need_weight:
-                    grad_weight = _weight_grad(x, gy, weight, geo, groups)
+                    grad_weight = _weight_grad(x, grad_out, weight, geo, groups)
                 if need_input:
                     grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
             if grad_input is not None and geo.extra is not None:
@@ -223,27 +220,27 @@ def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch
     """
     n, cin, h, w = x.shape
     cols = _columns(grad_out, geo.kernel, (1, 1), geo.flip_padding, geo.dilation, h * w, False)
-    flipped = weight.take(_flip_index(weight, groups))  # one gather kernel, contiguous
+    flip, unflip = _flip_indices(weight, groups)
+    flipped = weight.take(flip)  # one gather kernel: the (Cin, Cout*kh*kw) matrix, or one per group
     xs = x.view(n, cin, h * w)
     swapped = None
     if groups == 1:
-        grad_input = torch.bmm(flipped.view(cin, -1).expand(n, -1, -1), cols)
+        grad_input = torch.bmm(flipped.expand(n, -1, -1), cols)
         if need_weight:
             swapped = torch.bmm(xs, cols.transpose(1, 2)).sum(0)
     else:
         cols = cols.view(n, groups, -1, h * w)
-        grad_input = torch.matmul(flipped.view(groups, cin // groups, -1), cols)
+        grad_input = torch.matmul(flipped, cols)
         if need_weight:
             swapped = torch.matmul(xs.view(n, groups, cin // groups, h * w), cols.transpose(2, 3)).sum(0)
-    grad_weight = None
-    if swapped is not None:
-        swapped = swapped.view(flipped.shape)
-        grad_weight = swapped.take(_flip_index(swapped, groups))  # flipping twice is the identity
+    # Flipping twice is the identity: the inverse gather gives the weight gradient in the weight's shape.
+    grad_weight = swapped.take(unflip) if swapped is not None else None
     return grad_input.view(n, cin, h, w), grad_weight
 
 
-def _weight_grad(x, gy, weight, geo, groups) -> torch.Tensor:
-    n, cout = gy.shape[:2]
+def _weight_grad(x, grad_out, weight, geo, groups) -> torch.Tensor:
+    n, cout = grad_out.shape[:2]
+    gy = grad_out.view(n, cout, -1)
     cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, gy.shape[2], geo.pointwise)
     if groups == 1:
         # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
@@ -273,21 +270,24 @@ def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
     return folded.view(n, c, h, w)
 
 
-_flip_indices: dict = {}
+_flip_index_cache: dict = {}
 
 
-def _flip_index(weight: torch.Tensor, groups: int) -> torch.Tensor:
-    """Indices that ``take`` turns a (Cout, Cin/g, kh, kw) weight into the (Cin, Cout/g, kh, kw) weight of the input
-    gradient's convolution: flipped in space, input and output channels swapped within each group. Made once per
-    shape and device; one gather instead of a transposing copy and a flip."""
+def _flip_indices(weight: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices that ``take`` turns a (Cout, Cin/g, kh, kw) weight with into the weight of its input gradient's
+    convolution, flipped in space with input and output channels swapped within each group, as the matrix the GEMM
+    wants ((Cin, Cout*kh*kw), or (g, Cin/g, Cout/g*kh*kw)); and the inverse, from that layout back to the weight's.
+    Made once per shape and device: one gather instead of a transposing copy and a flip."""
     key = (weight.shape, weight.device, groups)
-    index = _flip_indices.get(key)
-    if index is None:
+    indices = _flip_index_cache.get(key)
+    if indices is None:
         cout, cin_g, kh, kw = weight.shape
-        index = torch.arange(weight.numel(), device=weight.device).view(groups, cout // groups, cin_g, kh, kw)
-        index = index.transpose(1, 2).flip(3, 4).reshape(groups * cin_g, cout // groups, kh, kw)
-        _flip_indices[key] = index
-    return index
+        flip = torch.arange(weight.numel(), device=weight.device).view(groups, cout // groups, cin_g, kh, kw)
+        flip = flip.transpose(1, 2).flip(3, 4).reshape(groups, cin_g, -1)
+        flip = flip[0] if groups == 1 else flip
+        unflip = torch.argsort(flip.flatten()).view(weight.shape)
+        indices = _flip_index_cache[key] = flip, unflip
+    return indices
 
 
 def _columns(x, kernel, stride, padding, dilation, length, pointwise) -> torch.Tensor:
