@@ -24,11 +24,12 @@ Why this shape: the step of a small model such as YOLOv8n looks host-bound on a 
 H100 the fallback's step took as long in fp16 as in fp32, 54.7 ms, though fp16 halves the bytes
 its kernels move; ``bench/conv_fallback.py`` prints each step's GPU kernel time to tell), so what
 the fallback costs is host time per convolution: Python, ATen dispatch and kernel launches, paid
-about 64 times forward and backward.
-So each convolution is kept to a few ATen calls (8 forward, about 16 backward for a 3x3; 5 and
-none in Python for a 1x1) and no layout conversions, and what depends only on a convolution's
-stride, padding, dilation and kernel size (``_Geometry``) is worked out once per distinct set, not
-at every call. ``python -m bench.conv_fallback --host-overhead`` measures it per convolution.
+about 64 times forward and backward. So each convolution is kept to a few ATen calls and kernels
+(a 3x3 at stride 1: 8 calls and 2 kernels forward, about 15 calls and 6 kernels backward; a 1x1:
+5 calls and 1 kernel forward, 3 kernels backward run by autograd's C++) and no layout conversions,
+and what depends only on a convolution's stride, padding, dilation and kernel size
+(``_Geometry``) is worked out once per distinct set, not at every call.
+``python -m bench.conv_fallback --host-overhead`` measures it per convolution.
 
 Precision: float32 matrix products follow ``torch.backends.cudnn.allow_tf32``, the flag that
 governs the convolutions they replace (TF32 on by default in PyTorch), not the matmul flag: the
