@@ -12,11 +12,22 @@ GradScaler scales it (the gradient unscaled after), which tells fp16 underflow a
 fallback; on a GPU the conv fallback once more with ``allow_fp16_reduced_precision_reduction`` off (cuBLAS
 accumulates in float32 throughout), which tells half-precision accumulation in its matrix products apart.
 
+On a GPU each variant's step also gets its GPU kernel time (the device time of its kernels, from torch.profiler):
+near the wall time the step is GPU-bound, well below it the host's work (Python, dispatch, launches) sets the pace.
+
 Goals: issue 6, conv <= 1.8 x native; issue 40, conv+bn <= 1.15 x native, on an H100.
 
     python -m bench.conv_fallback                      # cuda, batch 16, imgsz 640
+    python -m bench.conv_fallback --batch 16,32 --precisions fp16   # several batch sizes in one run
     python -m bench.conv_fallback --device cpu --batch 2 --imgsz 64 --steps 2 --rounds 1 --warmup 1   # smoke test
     python -m bench.conv_fallback --profile out/       # also writes a kernel table per run
+    python -m bench.conv_fallback --host-overhead      # us per Conv2d forward+backward on tiny tensors, no model
+
+``--host-overhead`` times one Conv2d module's forward and backward, native against the fallback, on tensors so
+small (2x16x8x8) that the arithmetic is negligible: what remains is the host's work per convolution (Python, ATen
+dispatch, kernel launches on a GPU), which is what the fallback adds to a launch-bound step (YOLOv8n has ~64 Conv2d).
+On a CPU the native column is oneDNN's convolution, whose per-call setup is no reference for cuDNN's: compare the
+fallback's figures (and ATen op counts) before and after a change there, and native against fallback on a GPU.
 """
 
 from __future__ import annotations
@@ -216,6 +227,99 @@ def compare_layers(device: str, dtype: torch.dtype) -> None:
         torch.backends.cudnn.allow_tf32 = saved_tf32
 
 
+# (kernel, stride, bias) of the convolutions YOLOv8n is made of: 3x3 stride 1 and 2 (Conv, bias off before its
+# BatchNorm), 1x1 (C2f, SPPF; with bias at the Detect head's outputs).
+HOST_CASES = [(3, 1, False), (3, 2, False), (1, 1, False), (1, 1, True), (3, 1, True)]
+
+
+def host_overhead(device: str, precisions: list[str], shape=(2, 16, 8, 8), calls: int = 200, rounds: int = 7) -> None:
+    """Print microseconds per Conv2d forward+backward, native against the fallback, and ATen ops per call
+    (kernels too on a GPU). fp16 is under autocast, as in training with AMP."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    n, c, h, w = shape
+    if device == "cpu":
+        torch.set_num_threads(1)  # no intra-op threads to wake: per-call work, steadier on a shared machine
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+
+    def fwd_bwd(conv, x, gy, amp: bool) -> None:
+        with torch.autocast(device, dtype=torch.float16, enabled=amp):
+            out = conv(x)
+        out.backward(gy)
+
+    def timed(conv, x, gy, amp: bool) -> float:
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fwd_bwd(conv, x, gy, amp)
+        sync(device)
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    def counts(conv, x, gy, amp: bool) -> str:
+        with profile(activities=activities) as prof:
+            fwd_bwd(conv, x, gy, amp)
+            sync(device)
+        events = prof.events()
+        ops = sum(1 for e in events if e.name.startswith("aten::"))
+        kernels = sum(1 for e in events if e.device_type == DeviceType.CUDA)
+        return f"{ops}/{kernels}" if device == "cuda" else str(ops)
+
+    what = "aten ops/GPU kernels" if device == "cuda" else "aten ops"
+    print(f"host overhead per Conv2d forward+backward, input {n}x{c}x{h}x{w} (requires grad), {c} output channels, "
+          f"best of {rounds} rounds of {calls} calls (native and fallback alternating), device {device}, "
+          f"torch threads {torch.get_num_threads()}")
+    for precision in precisions:
+        amp = precision == "fp16"
+        print(f"{'[' + precision + '] conv':22s} {'native us':>10s} {'fallback us':>12s} {'added us':>9s} {'ratio':>6s}"
+              f"   {what}, native | fallback")
+        totals = {"native": 0.0, "fallback": 0.0}
+        for k, s, bias in HOST_CASES:
+            torch.manual_seed(0)
+            conv = torch.nn.Conv2d(c, c, k, s, k // 2, bias=bias).to(device)
+            x = torch.randn(n, c, h, w, device=device, requires_grad=True)
+            gy = torch.randn_like(conv(x)).to(torch.float16 if amp else torch.float32)
+            best = {"native": float("inf"), "fallback": float("inf")}
+            count = {}
+            try:
+                for round_ in range(rounds):  # the least disturbed round: this measures work, not a neighbour's load
+                    for variant in best:
+                        use("conv" if variant == "fallback" else "native")
+                        if round_ == 0:
+                            for _ in range(20):
+                                fwd_bwd(conv, x, gy, amp)
+                            count[variant] = counts(conv, x, gy, amp)
+                        best[variant] = min(best[variant], timed(conv, x, gy, amp))
+            finally:
+                use("native")
+            tn, tf = best["native"], best["fallback"]
+            for variant in totals:
+                totals[variant] += best[variant]
+            label = f"{k}x{k} stride {s}{' bias' if bias else ''}"
+            print(f"{label:22s} {tn:10.1f} {tf:12.1f} {tf - tn:9.1f} {tf / tn:6.2f}   {count['native']} | {count['fallback']}",
+                  flush=True)
+        print(f"{'sum':22s} {totals['native']:10.1f} {totals['fallback']:12.1f} "
+              f"{totals['fallback'] - totals['native']:9.1f} {totals['fallback'] / totals['native']:6.2f}")
+
+
+KERNEL_STEPS = 3  # profiled steps whose device time is averaged
+
+
+def gpu_kernel_ms(step: Step, batch, device: str, steps: int = KERNEL_STEPS) -> float:
+    """Device time of a step's kernels, copies and memsets (the sum over them, from torch.profiler), in ms."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    step(batch)
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(batch)
+        sync(device)
+    device_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
+    return device_us / steps / 1e3
+
+
 def profile_step(step: Step, batch, path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -230,7 +334,7 @@ def profile_step(step: Step, batch, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", default="16", help="batch size, or several comma-separated: 16,32")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
@@ -238,56 +342,78 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="fp32,fp16", help="comma-separated: fp32, fp16")
     parser.add_argument("--check-layers", action="store_true", help="per-layer error against a float32 reference")
     parser.add_argument("--profile", type=Path, help="directory for one profiled step per run")
+    parser.add_argument("--host-overhead", action="store_true",
+                        help="only time one Conv2d forward+backward on tiny tensors, native against the fallback")
     args = parser.parse_args(argv)
+    if args.host_overhead:
+        host_overhead(args.device, args.precisions.split(","))
+        return 0
 
     device = args.device
+    batch_sizes = [int(b) for b in str(args.batch).split(",")]
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"device {name}; torch {torch.__version__}; batch {args.batch}; imgsz {args.imgsz}; "
           f"median of {args.rounds}x{args.steps} steps after {args.warmup} warm-up; "
           f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} (the fallback's fp32 matmuls follow it)")
     base = build_model(device)
-    batch = synthetic_batch(args.batch, args.imgsz, device)
     rows = []
-    for precision in args.precisions.split(","):
-        amp = precision == "fp16"
-        for line in compare_numerics(base, batch, amp, device):
-            print(f"[{precision}] {line}", flush=True)
-        if args.check_layers:
-            compare_layers(device, torch.float16 if amp else torch.float32)
-        # The variants alternate in rounds, so that a drift of the machine (clocks, a neighbour) falls on all;
-        # the figure is the median over all timed steps of each.
-        steps = {v: Step(copy.deepcopy(base), amp, device) for v in VARIANTS}
-        times = {v: [] for v in steps}
-        for round_ in range(args.rounds):
-            for variant, step in steps.items():
-                use(variant)
-                times[variant] += time_steps(step, batch, args.warmup if round_ == 0 else 1, args.steps, device)
-        use("native")
-        medians = {v: statistics.median(t) for v, t in times.items()}
-        for variant, t in times.items():
-            q = statistics.quantiles(t, n=4) if len(t) > 1 else [t[0]] * 3
-            print(f"[{precision}] {variant:8s} median {medians[variant]:8.2f} ms/step "
-                  f"(quartiles {q[0]:.2f}..{q[2]:.2f}, {len(t)} steps)", flush=True)
-        if args.profile:
-            args.profile.mkdir(parents=True, exist_ok=True)
-            for variant, step in steps.items():
-                use(variant)
-                profile_step(step, batch, args.profile / f"profile_{precision}_{variant.replace('+', '_')}.txt")
+    for batch_size in batch_sizes:
+        batch = synthetic_batch(batch_size, args.imgsz, device)
+        for precision in args.precisions.split(","):
+            amp = precision == "fp16"
+            tag = f"[b{batch_size} {precision}]"
+            if batch_size == batch_sizes[0]:  # the numerics once, at the first batch size
+                for line in compare_numerics(base, batch, amp, device):
+                    print(f"{tag} {line}", flush=True)
+                if args.check_layers:
+                    compare_layers(device, torch.float16 if amp else torch.float32)
+            # The variants alternate in rounds, so that a drift of the machine (clocks, a neighbour) falls on all;
+            # the figure is the median over all timed steps of each.
+            steps = {v: Step(copy.deepcopy(base), amp, device) for v in VARIANTS}
+            times = {v: [] for v in steps}
+            for round_ in range(args.rounds):
+                for variant, step in steps.items():
+                    use(variant)
+                    times[variant] += time_steps(step, batch, args.warmup if round_ == 0 else 1, args.steps, device)
             use("native")
-        if device == "cuda":
-            print(f"[{precision}] peak memory of the runs {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
-            torch.cuda.reset_peak_memory_stats()
-        del steps
-        rows.append((precision, medians))
+            medians = {v: statistics.median(t) for v, t in times.items()}
+            kernels = {}
+            if device == "cuda":
+                for variant, step in steps.items():
+                    use(variant)
+                    kernels[variant] = gpu_kernel_ms(step, batch, device)
+                use("native")
+            for variant, t in times.items():
+                q = statistics.quantiles(t, n=4) if len(t) > 1 else [t[0]] * 3
+                gpu = (f"; GPU kernels {kernels[variant]:.2f} ms/step, {kernels[variant] / medians[variant]:.0%} of it"
+                       if variant in kernels else "")
+                print(f"{tag} {variant:8s} median {medians[variant]:8.2f} ms/step "
+                      f"(quartiles {q[0]:.2f}..{q[2]:.2f}, {len(t)} steps){gpu}", flush=True)
+            if args.profile:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                for variant, step in steps.items():
+                    use(variant)
+                    profile_step(step, batch, args.profile / f"profile_b{batch_size}_{precision}_{variant.replace('+', '_')}.txt")
+                use("native")
+            if device == "cuda":
+                print(f"{tag} peak memory of the runs {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+                torch.cuda.reset_peak_memory_stats()
+            del steps
+            rows.append((batch_size, precision, medians, kernels))
 
-    print(f"\n{'precision':10s} " + " ".join(f"{v + ' ms':>11s}" for v in VARIANTS)
+    print(f"\n{'batch':>5s} {'precision':9s} " + " ".join(f"{v + ' ms':>11s}" for v in VARIANTS)
           + " " + " ".join(f"{v + '/native':>15s}" for v in VARIANTS[1:])
-          + f"   ({name}, batch {args.batch}, imgsz {args.imgsz})")
-    for precision, medians in rows:
-        print(f"{precision:10s} " + " ".join(f"{medians[v]:11.2f}" for v in VARIANTS)
-              + " " + " ".join(f"{medians[v] / medians['native']:15.2f}" for v in VARIANTS[1:]))
+          + ("   GPU kernels ms/step " + " ".join(VARIANTS) if device == "cuda" else "")
+          + f"   ({name}, imgsz {args.imgsz})")
+    for batch_size, precision, medians, kernels in rows:
+        gpu = ("   " + " / ".join(f"{kernels[v]:.2f}" for v in VARIANTS)) if kernels else ""
+        print(f"{batch_size:5d} {precision:9s} " + " ".join(f"{medians[v]:11.2f}" for v in VARIANTS)
+              + " " + " ".join(f"{medians[v] / medians['native']:15.2f}" for v in VARIANTS[1:]) + gpu)
+    if device == "cuda":
+        print("GPU kernels: the device time of all kernels and copies of a step (torch.profiler, mean of "
+              f"{KERNEL_STEPS} steps); near the wall time the step is GPU-bound, well below it the host's launches "
+              "set the pace")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -59,6 +59,68 @@ def test_fp32_forward_and_backward_equal_native(groups_cfg, kernel, stride, padd
         torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("kernel,stride,padding", [(1, [1, 1], [0, 0]), (3, [1, 1], [1, 1]), (3, [2, 2], [1, 1])])
+def test_list_arguments_and_channels_last_tensors_equal_native(kernel, stride, padding):
+    # Lists are not hashable (the geometry is worked out for the call alone); channels-last tensors are not
+    # contiguous (the 1x1 path copies, the flipped weight is gathered from the logical layout).
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 4, 9, 9, generator=g).to(memory_format=torch.channels_last).requires_grad_()
+    w = torch.randn(6, 4, kernel, kernel, generator=g).to(memory_format=torch.channels_last).requires_grad_()
+    b = torch.randn(6, generator=g, requires_grad=True)
+    gy = torch.randn(F.conv2d(x, w, b, stride, padding).shape, generator=g)
+    expected = grads(lambda x, w, b: F.conv2d(x, w, b, stride, padding), x, w, b, gy)
+    got = grads(lambda x, w, b: fallback.conv2d(x, w, b, stride, padding), x, w, b, gy)
+    for name, e, o in zip(["out", "grad input", "grad weight", "grad bias"], expected, got):
+        torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("kernel,stride", [(3, 1), (3, 2), (1, 1)])
+@pytest.mark.parametrize("frozen", ["input", "weight"])
+def test_gradients_when_the_input_or_the_weight_needs_none(kernel, stride, frozen):
+    # The first layer's input (the images) needs no gradient, a frozen layer's weight none: the backward
+    # computes only what is asked for, each path on its own (the stride-1 path shares its columns otherwise).
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 4, 9, 9, generator=g, requires_grad=frozen != "input")
+    w = torch.randn(6, 4, kernel, kernel, generator=g, requires_grad=frozen != "weight")
+    b = torch.randn(6, generator=g, requires_grad=True)
+    gy = torch.randn(F.conv2d(x, w, b, stride, kernel // 2).shape, generator=g)
+    params = [t for t in (x, w, b) if t.requires_grad]
+    expected = torch.autograd.grad(F.conv2d(x, w, b, stride, kernel // 2), params, gy)
+    got = torch.autograd.grad(fallback.conv2d(x, w, b, stride, kernel // 2), params, gy)
+    for e, o in zip(expected, got):
+        torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4)
+
+
+class CudaFloat32:
+    """What the precision helpers read of a tensor, as a CUDA float32 tensor has it (no GPU here)."""
+
+    is_cuda = True
+    dtype = torch.float32
+
+
+@pytest.fixture
+def matmul_precision():
+    saved = torch._C._get_fp32_precision_getter("cuda", "matmul"), torch._C._get_cudnn_allow_tf32()
+    yield
+    torch._C._set_fp32_precision_setter("cuda", "matmul", saved[0])
+    torch._C._set_cudnn_allow_tf32(saved[1])
+
+
+@pytest.mark.parametrize("cudnn_tf32,wanted", [(True, "tf32"), (False, "ieee")])
+def test_float32_matmuls_on_cuda_follow_cudnns_tf32_flag(matmul_precision, cudnn_tf32, wanted):
+    torch._C._set_cudnn_allow_tf32(cudnn_tf32)
+    torch._C._set_fp32_precision_setter("cuda", "matmul", "none")
+    assert not fallback._matmul_precision_is_cudnns(CudaFloat32())  # so a 1x1 conv takes the Function's path
+    saved = fallback._tf32_like_cudnn(CudaFloat32())
+    assert saved == "none" and torch._C._get_fp32_precision_getter("cuda", "matmul") == wanted
+    assert fallback._matmul_precision_is_cudnns(CudaFloat32())  # already as cuDNN's: nothing to set
+    assert fallback._tf32_like_cudnn(CudaFloat32()) is None
+    # Nothing is set off CUDA or outside float32.
+    assert fallback._tf32_like_cudnn(torch.ones(1)) is None
+    assert fallback._tf32_like_cudnn(type("Half", (CudaFloat32,), {"dtype": torch.float16})()) is None
+    assert fallback._matmul_precision_is_cudnns(torch.ones(1))
+
+
 def cpu_conv_supports(dtype) -> bool:
     try:
         F.conv2d(torch.ones(1, 1, 3, 3, dtype=dtype), torch.ones(1, 1, 3, 3, dtype=dtype))

@@ -8,19 +8,35 @@ copies need no convolution kernel at all.
 How: im2col + batched GEMM, in the model's own NCHW layout so that batch norm, SiLU and
 concatenation run exactly as they do natively. ``im2col`` (a gather kernel, padding included)
 turns the input into (N, Cin*kh*kw, Ho*Wo) columns; one ``baddbmm`` with the (Cout, Cin*kh*kw)
-weight, bias folded in, gives the output. A 1x1 stride-1 convolution skips the gather: the input
-is already its own column matrix. The backward is a custom autograd Function made of the same
-pieces: the weight gradient is a batched GEMM against the columns (recomputed, not saved: they
-are kh*kw times the input, too much memory for an 8 GB card), the input gradient a batched GEMM
-with the transposed weight followed by ``col2im``. No native convolution kernel runs, forward
-or backward.
+weight, bias folded in, gives the output. The backward is a custom autograd Function made of the
+same pieces: the weight gradient is a batched GEMM against the columns (recomputed, not saved: they
+are kh*kw times the input, too much memory for an 8 GB card) summed over the batch; the input
+gradient, at stride 1, a convolution of the output gradient with the weight flipped in space
+(im2col + GEMM again; the flipped weight is one gather), otherwise a batched GEMM with the
+transposed weight followed by ``col2im``. A 1x1 stride-1 unpadded convolution skips the gather
+(the input is already its own column matrix) and the Function: it is one ``bmm`` of ATen ops
+whose backward (two GEMMs and the sum over the batch, the same kernels) autograd runs in C++;
+except for float32 on a GPU whose matmul precision differs from cuDNN's (see Precision), which
+only the Function can set around its backward. No native convolution kernel runs, forward or
+backward.
 
-Why this shape: on an H100 the GPU time of a YOLOv8n step with these kernels is close to
-cuDNN's; what costs is host time per layer, so each convolution is kept to a handful of ATen
-calls (3 forward, about 6 backward) and no layout conversions.
+Why this shape: the step of a small model such as YOLOv8n looks host-bound on a fast GPU (on an
+H100 the fallback's step took as long in fp16 as in fp32, 54.7 ms, though fp16 halves the bytes
+its kernels move; ``bench/conv_fallback.py`` prints each step's GPU kernel time to tell), so what
+the fallback costs is host time per convolution: Python, ATen dispatch and kernel launches, paid
+about 64 times forward and backward. So each convolution is kept to a few ATen calls and kernels
+(a 3x3 at stride 1: 8 calls and 2 kernels forward, about 15 calls and 6 kernels backward; a 1x1:
+5 calls and 1 kernel forward, 3 kernels backward run by autograd's C++) and no layout conversions,
+and what depends only on a convolution's stride, padding, dilation and kernel size
+(``_Geometry``) is worked out once per distinct set, not at every call.
+``python -m bench.conv_fallback --host-overhead`` measures it per convolution.
 
 Precision: float32 matrix products follow ``torch.backends.cudnn.allow_tf32``, the flag that
-governs the convolutions they replace (TF32 on by default in PyTorch), not the matmul flag.
+governs the convolutions they replace (TF32 on by default in PyTorch), not the matmul flag: the
+Function sets the matmul precision (``torch.backends.cuda.matmul.fp32_precision``, by its raw
+torch._C calls, in its forward and its backward) around its products when it differs. A float32
+run that sets that precision as cuDNN's (``"tf32"`` while ``cudnn.allow_tf32``, PyTorch's default)
+has nothing set per call, and its 1x1 convolutions take the Function-free path.
 Under autocast the inputs are cast like ``torch.nn.functional.conv2d`` is (to the autocast dtype).
 
 Public entry points: ``enable()``, ``disable()``, ``is_enabled()``, ``conv2d()`` (a drop-in for
@@ -29,7 +45,6 @@ Public entry points: ``enable()``, ``disable()``, ``is_enabled()``, ``conv2d()``
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,19 +61,65 @@ Pads = tuple[int, int, int, int]  # top, bottom, left, right
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Same arguments and result as ``torch.nn.functional.conv2d``, computed without a conv kernel."""
-    stride, dilation = _pair(stride), _pair(dilation)
-    pads = _resolve_padding(padding, weight.shape[-2:], dilation)
+    return _conv2d(input, weight, bias, _geometry(stride, padding, dilation, weight), groups)
+
+
+def _conv2d(input, weight, bias, geo: _Geometry, groups: int) -> torch.Tensor:
     unbatched = input.dim() == 3
     if unbatched:
         input = input.unsqueeze(0)
-    device_type = input.device.type
-    if torch.is_autocast_enabled(device_type):
-        # conv2d is on autocast's lower-precision list; mirror it so the output dtype matches.
-        dtype = torch.get_autocast_dtype(device_type)
-        input, weight = input.to(dtype), weight.to(dtype)
-        bias = bias.to(dtype) if bias is not None else None
-    out = _Conv2dMatmul.apply(input, weight, bias, stride, pads, dilation, groups)
+    if torch._C._is_any_autocast_enabled():  # one cheap call when no autocast is on, the usual fp32 case
+        device_type = input.device.type
+        if torch.is_autocast_enabled(device_type):
+            # conv2d is on autocast's lower-precision list; mirror it so the output dtype matches.
+            dtype = torch.get_autocast_dtype(device_type)
+            input, weight = input.to(dtype), weight.to(dtype)
+            bias = bias.to(dtype) if bias is not None else None
+    if geo.pointwise and groups == 1 and _matmul_precision_is_cudnns(input):
+        out = _pointwise(input, weight, bias)
+    else:
+        out = _Conv2dMatmul.apply(input, weight, bias, geo, groups)
     return out.squeeze(0) if unbatched else out
+
+
+class _Geometry:
+    """What a convolution's stride, padding, dilation and kernel size decide, worked out once per distinct set (a
+    model has a handful) instead of at every call: the host's work per convolution is what the fallback costs."""
+
+    __slots__ = ("dilation", "extra", "flip_padding", "input_grad", "kernel", "padding", "pads", "pointwise", "stride")
+
+    def __init__(self, stride, padding, dilation, kernel: tuple[int, int]):
+        self.kernel, self.stride, self.dilation = kernel, _pair(stride), _pair(dilation)
+        self.pads = pads = _resolve_padding(padding, kernel, self.dilation)
+        top, bottom, left, right = pads
+        self.padding = ph, pw = min(top, bottom), min(left, right)  # the part im2col applies itself
+        # The excess of 'same' padding with an even kernel, padded (and its gradient cut) around im2col.
+        self.extra = (left - pw, right - pw, top - ph, bottom - ph) if pads != (ph, ph, pw, pw) else None
+        # A 1x1 stride-1 unpadded convolution needs no gather: the input is its own column matrix.
+        self.pointwise = kernel == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0)
+        (kh, kw), (dh, dw) = kernel, self.dilation
+        self.flip_padding = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
+        if self.pointwise:
+            self.input_grad = "matmul"  # the transposed weight times the output gradient, nothing to scatter
+        elif self.stride == (1, 1) and dh * (kh - 1) >= ph and dw * (kw - 1) >= pw:
+            self.input_grad = "flipped"  # a stride-1 convolution of the output gradient (_flipped_grads)
+        else:
+            self.input_grad = "col2im"
+
+
+_geometries: dict = {}
+
+
+def _geometry(stride, padding, dilation, weight) -> _Geometry:
+    kernel = (weight.shape[-2], weight.shape[-1])
+    try:
+        key = (stride, padding, dilation, kernel)
+        return _geometries[key]
+    except KeyError:
+        geo = _geometries[key] = _Geometry(stride, padding, dilation, kernel)
+        return geo
+    except TypeError:  # a list among the arguments: not hashable, worked out for this call alone
+        return _Geometry(stride, padding, dilation, kernel)
 
 
 def _resolve_padding(padding, kernel_size, dilation) -> Pads:
@@ -75,144 +136,200 @@ def _resolve_padding(padding, kernel_size, dilation) -> Pads:
     return (ph, ph, pw, pw)
 
 
+def _pointwise(x, weight, bias) -> torch.Tensor:
+    """A 1x1 stride-1 unpadded convolution: one batched GEMM of differentiable ATen ops, whose backward (two GEMMs
+    and a sum over the batch, the kernels _Conv2dMatmul would run) autograd's C++ nodes run without Python."""
+    n, c, h, w = x.shape
+    cout = weight.shape[0]
+    wmat = weight.reshape(cout, c).expand(n, -1, -1)  # a stride-0 batch: no copy; its gradient is summed over it
+    cols = x.reshape(n, c, h * w)  # a view unless x is not contiguous (channels-last): a copy then
+    out = torch.baddbmm(bias.view(1, cout, 1), wmat, cols) if bias is not None else torch.bmm(wmat, cols)
+    return out.view(n, cout, h, w)
+
+
 class _Conv2dMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, input, weight, bias, stride, pads, dilation, groups):
-        x = _pad_asymmetric(input.contiguous(), pads)
-        padding = _symmetric(pads)
+    def forward(ctx, input, weight, bias, geo, groups):
+        x = input.contiguous()
+        if geo.extra is not None:
+            x = F.pad(x, geo.extra)
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        ctx.config = (pads, stride, padding, dilation, groups)
-        with _conv_precision(x):
-            return _conv_matmul(x, weight, bias, stride, padding, dilation, groups)
+        ctx.geo, ctx.groups = geo, groups
+        saved = _tf32_like_cudnn(x)
+        try:
+            return _conv_matmul(x, weight, bias, geo, groups)
+        finally:
+            if saved is not None:
+                _set_matmul_precision("cuda", "matmul", saved)
 
     @staticmethod
     def backward(ctx, grad_out):
         x, weight = ctx.saved_tensors
-        pads, stride, padding, dilation, groups = ctx.config
+        geo, groups = ctx.geo, ctx.groups
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
-        n, _, h, w = x.shape
-        cout, cin_g, kh, kw = weight.shape
         grad_out = grad_out.contiguous()
-        gy = grad_out.view(n, cout, -1)
-        with _conv_precision(gy):
+        saved = _tf32_like_cudnn(grad_out)
+        try:
             if need_bias and ctx.has_bias:
-                grad_bias = gy.sum((0, 2))
-            if need_weight:
-                cols = _columns(x, (kh, kw), stride, padding, dilation)
-                if groups == 1:
-                    grad_weight = torch.bmm(gy, cols.transpose(1, 2)).sum(0).reshape(weight.shape)
-                else:
-                    cols = cols.view(n, groups, -1, cols.shape[-1]).transpose(2, 3)
-                    grad_weight = torch.matmul(gy.view(n, groups, cout // groups, -1), cols).sum(0)
-                    grad_weight = grad_weight.reshape(weight.shape)
-            if need_input:
-                grad_input = _unpad_asymmetric(_grad_input(grad_out, weight, (h, w), stride, padding, dilation, groups), pads)
-        return grad_input, grad_weight, grad_bias, None, None, None, None
+                grad_bias = grad_out.sum((0, 2, 3))
+            if need_input and geo.input_grad == "flipped":
+                grad_input, grad_weight = _flipped_grads(x, grad_out, weight, geo, groups, need_weight)
+            else:
+                if need_weight:
+                    grad_weight = _weight_grad(x, grad_out, weight, geo, groups)
+                if need_input:
+                    grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
+            if grad_input is not None and geo.extra is not None:
+                left, right, top, bottom = geo.extra
+                h, w = grad_input.shape[-2:]
+                grad_input = grad_input[..., top : h - bottom, left : w - right]
+        finally:
+            if saved is not None:
+                _set_matmul_precision("cuda", "matmul", saved)
+        return grad_input, grad_weight, grad_bias, None, None
 
 
-def _conv_matmul(x, weight, bias, stride, padding, dilation, groups) -> torch.Tensor:
+def _conv_matmul(x, weight, bias, geo, groups) -> torch.Tensor:
     """Convolution of a contiguous NCHW tensor with symmetric padding: im2col + one batched GEMM."""
     n, _, h, w = x.shape
-    cout, _, kh, kw = weight.shape
-    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    wo = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    cols = _columns(x, (kh, kw), stride, padding, dilation)
+    cout = weight.shape[0]
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = geo.kernel, geo.stride, geo.dilation, geo.padding
+    ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, ho * wo, geo.pointwise)
     if groups == 1:
         wmat = weight.reshape(cout, -1).expand(n, -1, -1)  # a stride-0 batch: no copy
         out = torch.baddbmm(bias.view(1, cout, 1), wmat, cols) if bias is not None else torch.bmm(wmat, cols)
     else:
         wmat = weight.reshape(groups, cout // groups, -1)
-        out = torch.matmul(wmat, cols.view(n, groups, -1, cols.shape[-1])).view(n, cout, -1)
+        out = torch.matmul(wmat, cols.view(n, groups, -1, ho * wo)).view(n, cout, -1)
         if bias is not None:
             out = out + bias.view(1, cout, 1)
     return out.view(n, cout, ho, wo)
 
 
-def _grad_input(grad_out, weight, input_hw, stride, padding, dilation, groups) -> torch.Tensor:
-    n, cout, ho, wo = grad_out.shape
-    cout, cin_g, kh, kw = weight.shape
-    (dh, dw), (ph, pw) = dilation, padding
-    eh, ew = dh * (kh - 1) - ph, dw * (kw - 1) - pw
-    if stride == (1, 1) and eh >= 0 and ew >= 0:
-        # At stride 1 the input gradient is itself a convolution: of the output gradient with the
-        # weight flipped in space and with input and output channels swapped within each group.
-        # im2col + GEMM is much faster than GEMM + col2im, whose kernel is slow.
-        flipped = weight.reshape(groups, cout // groups, cin_g, kh, kw).transpose(1, 2)
-        flipped = flipped.reshape(groups * cin_g, cout // groups, kh, kw).flip(2, 3)
-        return _conv_matmul(grad_out, flipped, None, (1, 1), (eh, ew), dilation, groups)
-    gy = grad_out.view(n, cout, -1)
-    wmat_t = weight.reshape(groups, cout // groups, -1).transpose(1, 2)
+def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Input and weight gradients of a stride-1 convolution, from one im2col of the output gradient.
+
+    The input gradient is itself a convolution: of the output gradient with the weight flipped in
+    space and with input and output channels swapped within each group (im2col + GEMM is much
+    faster than GEMM + col2im, whose kernel is slow). Its columns serve the weight gradient too:
+    summed over the batch, input (Cin, H*W) times columns transposed (H*W, Cout*kh*kw) is the weight
+    gradient with the same swap and flip, undone by the same gather. So the input's own columns,
+    kh*kw times the input, are neither saved nor made again.
+    """
+    n, cin, h, w = x.shape
+    cols = _columns(grad_out, geo.kernel, (1, 1), geo.flip_padding, geo.dilation, h * w, False)
+    flip, unflip = _flip_indices(weight, groups)
+    flipped = weight.take(flip)  # one gather kernel: the (Cin, Cout*kh*kw) matrix, or one per group
+    xs = x.view(n, cin, h * w)
+    swapped = None
     if groups == 1:
-        gcols = torch.bmm(wmat_t[0].expand(n, -1, -1), gy)
+        grad_input = torch.bmm(flipped.expand(n, -1, -1), cols)
+        if need_weight:
+            swapped = torch.bmm(xs, cols.transpose(1, 2)).sum(0)
     else:
+        cols = cols.view(n, groups, -1, h * w)
+        grad_input = torch.matmul(flipped, cols)
+        if need_weight:
+            swapped = torch.matmul(xs.view(n, groups, cin // groups, h * w), cols.transpose(2, 3)).sum(0)
+    # Flipping twice is the identity: the inverse gather gives the weight gradient in the weight's shape.
+    grad_weight = swapped.take(unflip) if swapped is not None else None
+    return grad_input.view(n, cin, h, w), grad_weight
+
+
+def _weight_grad(x, grad_out, weight, geo, groups) -> torch.Tensor:
+    n, cout = grad_out.shape[:2]
+    gy = grad_out.view(n, cout, -1)
+    cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, gy.shape[2], geo.pointwise)
+    if groups == 1:
+        # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
+        # would need the columns and the gradient transposed in memory, two large copies.
+        return torch.bmm(gy, cols.transpose(1, 2)).sum(0).view(weight.shape)
+    cols = cols.view(n, groups, -1, cols.shape[-1]).transpose(2, 3)
+    return torch.matmul(gy.view(n, groups, cout // groups, -1), cols).sum(0).view(weight.shape)
+
+
+def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
+    """The input gradient by GEMM with the transposed weight, then col2im unless the convolution is pointwise."""
+    n, cout = grad_out.shape[:2]
+    cin_g = weight.shape[1]
+    _, _, h, w = input_shape
+    gy = grad_out.view(n, cout, -1)
+    if groups == 1:
+        gcols = torch.bmm(weight.reshape(cout, -1).t().expand(n, -1, -1), gy)
+    else:
+        wmat_t = weight.reshape(groups, cout // groups, -1).transpose(1, 2)
         gcols = torch.matmul(wmat_t, gy.view(n, groups, cout // groups, -1)).view(n, -1, gy.shape[-1])
-    if kh == kw == 1 and stride == (1, 1) and padding == (0, 0):
-        return gcols.view(n, -1, *input_hw)
-    c = gcols.shape[1] // (kh * kw)
+    if geo.input_grad == "matmul":
+        return gcols.view(n, -1, h, w)
+    (kh, kw), c = geo.kernel, cin_g * groups
     # Batch folded into channels: one kernel launch instead of a loop over the images.
-    folded = torch._C._nn.col2im(gcols.view(1, n * c * kh * kw, -1), input_hw, (kh, kw), dilation, padding, stride)
-    return folded.view(n, c, *input_hw)
+    folded = torch._C._nn.col2im(gcols.view(1, n * c * kh * kw, -1), (h, w), geo.kernel, geo.dilation, geo.padding,
+                                 geo.stride)
+    return folded.view(n, c, h, w)
 
 
-def _columns(x, kernel_size, stride, padding, dilation) -> torch.Tensor:
-    """im2col: (N, C*kh*kw, Ho*Wo), rows in (c, i, j) order like the weight's (Cin, kh, kw)."""
+_flip_index_cache: dict = {}
+
+
+def _flip_indices(weight: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices that ``take`` turns a (Cout, Cin/g, kh, kw) weight with into the weight of its input gradient's
+    convolution, flipped in space with input and output channels swapped within each group, as the matrix the GEMM
+    wants ((Cin, Cout*kh*kw), or (g, Cin/g, Cout/g*kh*kw)); and the inverse, from that layout back to the weight's.
+    Made once per shape and device: one gather instead of a transposing copy and a flip."""
+    key = (weight.shape, weight.device, groups)
+    indices = _flip_index_cache.get(key)
+    if indices is None:
+        cout, cin_g, kh, kw = weight.shape
+        flip = torch.arange(weight.numel(), device=weight.device).view(groups, cout // groups, cin_g, kh, kw)
+        flip = flip.transpose(1, 2).flip(3, 4).reshape(groups, cin_g, -1)
+        flip = flip[0] if groups == 1 else flip
+        unflip = torch.argsort(flip.flatten()).view(weight.shape)
+        indices = _flip_index_cache[key] = flip, unflip
+    return indices
+
+
+def _columns(x, kernel, stride, padding, dilation, length, pointwise) -> torch.Tensor:
+    """im2col: (N, C*kh*kw, Ho*Wo = length), rows in (c, i, j) order like the weight's (Cin, kh, kw)."""
     n, c, h, w = x.shape
-    if kernel_size == (1, 1) and stride == (1, 1) and padding == (0, 0):
-        return x.view(n, c, -1)  # a 1x1 convolution needs no gather
+    if pointwise:
+        return x.view(n, c, length)  # a 1x1 stride-1 unpadded convolution needs no gather
     # PyTorch's CUDA im2col launches one kernel per image; channels are independent, so folding
     # the batch into them makes it one launch with the same (n, c, i, j) row order.
     # Written into a buffer of the final size: without out=, im2col allocates an input-sized
     # tensor and then grows it, copying the garbage across (a DtoD copy and a second allocation).
-    (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel_size, stride, dilation, padding
-    ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    cols = x.new_empty((1, n * c * kh * kw, ho * wo))
-    torch._C._nn.im2col(x.view(1, n * c, h, w), kernel_size, dilation, padding, stride, out=cols)
-    return cols.view(n, c * kh * kw, -1)
+    k = kernel[0] * kernel[1]
+    cols = x.new_empty((1, n * c * k, length))
+    torch._C._nn.im2col(x.view(1, n * c, h, w), kernel, dilation, padding, stride, out=cols)
+    return cols.view(n, c * k, length)
 
 
-def _symmetric(pads: Pads) -> tuple[int, int]:
-    """The part of the padding im2col applies itself (the same on both sides)."""
-    top, bottom, left, right = pads
-    return min(top, bottom), min(left, right)
+_get_matmul_precision = torch._C._get_fp32_precision_getter
+_set_matmul_precision = torch._C._set_fp32_precision_setter
 
 
-def _pad_asymmetric(x: torch.Tensor, pads: Pads) -> torch.Tensor:
-    """Pad the excess of 'same' padding with an even kernel, as PyTorch's own conv does."""
-    top, bottom, left, right = pads
-    ph, pw = _symmetric(pads)
-    extra = (left - pw, right - pw, top - ph, bottom - ph)
-    return F.pad(x, extra) if any(extra) else x
+def _matmul_precision_is_cudnns(x: torch.Tensor) -> bool:
+    """Whether float32 matrix products of ``x`` already compute as cuDNN's convolutions would, so that no precision
+    has to be set around them: always off CUDA and outside float32."""
+    if not x.is_cuda or x.dtype is not torch.float32:
+        return True
+    return _get_matmul_precision("cuda", "matmul") == ("tf32" if torch._C._get_cudnn_allow_tf32() else "ieee")
 
 
-def _unpad_asymmetric(grad: torch.Tensor, pads: Pads) -> torch.Tensor:
-    """The adjoint of _pad_asymmetric: drop the gradient of the extra rows and columns."""
-    top, bottom, left, right = pads
-    ph, pw = _symmetric(pads)
-    if (top, bottom, left, right) == (ph, ph, pw, pw):
-        return grad
-    h, w = grad.shape[-2:]
-    return grad[..., top - ph : h - (bottom - ph), left - pw : w - (right - pw)]
-
-
-@contextlib.contextmanager
-def _conv_precision(x: torch.Tensor):
-    """Make float32 matrix products use TF32 exactly when cuDNN convolutions would."""
-    if x.dtype != torch.float32 or x.device.type != "cuda":
-        yield
-        return
-    matmul = torch.backends.cuda.matmul
-    wanted = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
-    saved = matmul.fp32_precision
+def _tf32_like_cudnn(x: torch.Tensor) -> str | None:
+    """Make float32 matrix products use TF32 exactly when cuDNN convolutions would (``cudnn.allow_tf32``); returns
+    the matmul precision to restore after, or None when nothing changed. The raw torch._C calls behind
+    ``torch.backends.cuda.matmul.fp32_precision``, and no context manager: this runs twice per convolution."""
+    if not x.is_cuda or x.dtype is not torch.float32:
+        return None
+    wanted = "tf32" if torch._C._get_cudnn_allow_tf32() else "ieee"
+    saved = _get_matmul_precision("cuda", "matmul")
     if saved == wanted:
-        yield
-        return
-    matmul.fp32_precision = wanted
-    try:
-        yield
-    finally:
-        matmul.fp32_precision = saved
+        return None
+    _set_matmul_precision("cuda", "matmul", wanted)
+    return saved
 
 
 # -- patching torch.nn.Conv2d ------------------------------------------------------------------
@@ -224,8 +341,8 @@ def _fallback_conv_forward(self, input, weight, bias):
     # Mirrors torch.nn.Conv2d._conv_forward, with conv2d above in place of F.conv2d.
     if self.padding_mode != "zeros":
         padded = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-        return conv2d(padded, weight, bias, self.stride, 0, self.dilation, self.groups)
-    return conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        return _conv2d(padded, weight, bias, _geometry(self.stride, 0, self.dilation, weight), self.groups)
+    return _conv2d(input, weight, bias, _geometry(self.stride, self.padding, self.dilation, weight), self.groups)
 
 
 def enable() -> None:
