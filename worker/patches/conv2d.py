@@ -20,15 +20,14 @@ except for float32 on a GPU whose matmul precision differs from cuDNN's (see Pre
 only the Function can set around its backward. No native convolution kernel runs, forward or
 backward.
 
-Why this shape: the step of a small model such as YOLOv8n looks host-bound on a fast GPU (on an
-H100 the fallback's step took as long in fp16 as in fp32, 54.7 ms, though fp16 halves the bytes
-its kernels move; ``bench/conv_fallback.py`` prints each step's GPU kernel time to tell), so what
-the fallback costs is host time per convolution: Python, ATen dispatch and kernel launches, paid
-about 64 times forward and backward. So each convolution is kept to a few ATen calls and kernels
-(a 3x3 at stride 1: 8 calls and 2 kernels forward, about 15 calls and 6 kernels backward; a 1x1:
-5 calls and 1 kernel forward, 3 kernels backward run by autograd's C++) and no layout conversions,
-and what depends only on a convolution's stride, padding, dilation and kernel size
-(``_Geometry``) is worked out once per distinct set, not at every call.
+Why this shape: each convolution is kept to a few ATen calls and kernels (a 3x3 at stride 1: 8
+calls and 2 kernels forward, about 15 calls and 6 kernels backward; a 1x1: 5 calls and 1 kernel
+forward, 3 kernels backward run by autograd's C++) and no layout conversions, and what depends only
+on a convolution's stride, padding, dilation and kernel size (``_Geometry``) is worked out once per
+distinct set, not at every call: on a fast GPU a small model's step is partly host time. What is
+left is the kernels' own: on an H100 (YOLOv8n, batch 16, 640 px) the step's GPU kernel time is
+34.2 ms with this fallback against cuDNN's 26.5 in fp32, 28.9 against 22.0 in fp16: im2col writes
+and reads kh*kw times the input, where cuDNN's implicit GEMM reads it once.
 ``python -m bench.conv_fallback --host-overhead`` measures it per convolution.
 
 Precision: float32 matrix products follow ``torch.backends.cudnn.allow_tf32``, the flag that
