@@ -265,6 +265,13 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}",
                               detail=f"{how} after torch's collective timeout ended a rank "
                                      f"({timed_out.line.strip()[:240]}): {timed_out.advice}")
+    if ending is not None and ending.remedy == Remedy.PEER_LOST and s.config.distributed.several_hosts:
+        # Its rank lost another host's mid-collective: that host's hang or crash, which its own supervisor judges.
+        # This host restarts at once to meet it again: no crash counted, no backoff, no rung change (restart.py).
+        phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
+        return stopping.begin(s, now, Reason.PEER, phase, failure=f"peer:{phase}",
+                              detail=f"{how} after its rank lost another host's ({ending.line.strip()[:240]}): "
+                                     f"{ending.advice}")
     gpu_hang = ending if ending is not None and ending.remedy == Remedy.GPU_HANG else \
         next((seen for seen in a.signatures.values() if seen.remedy == Remedy.GPU_HANG), None)
     if gpu_hang is not None:  # ROCr aborted the worker on a hung GPU: the hang it is, up the ladder as any hang
