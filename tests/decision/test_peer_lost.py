@@ -67,3 +67,23 @@ def test_a_reset_seen_before_another_failure_is_not_the_failure():
     d.beat(kind="error", progress=d.progress, error="RuntimeError: a crash of its own")
     d(core.WorkerExited(1))
     assert d.s.incidents[-1].reason == "crash"
+
+
+def test_a_ranks_lost_peer_in_the_output_stops_the_tree_at_once_before_its_launcher_winds_down():
+    """The rank is dying of it; its launcher then closes its rendezvous and the worker exits, seconds on the path of
+    both hosts' restart: the tree is killed on the line, and the exit that follows is the stop's own."""
+    d = training()
+    actions = d(core.SignatureSeen("peer_lost", core.Remedy.PEER_LOST, "restarted at once", f"[rank0]: {GLOO_RESET}"))
+    assert "KillTree" in kinds(actions)
+    peer = d.s.incidents[-1]
+    assert (peer.reason, peer.phase) == ("peer", "train")
+    assert peer.detail.startswith("a rank lost another host's ([rank0]: RuntimeError: [/__w/pytorch")
+    assert d(core.WorkerExited(1)) == []  # an exit this host caused
+    assert [a.attempt for a in d(core.TreeKilled(killed=3)) if isinstance(a, core.Spawn)] == [2]
+    assert dict(d.s.restarts_by_reason) == {"peer": 1} and len(d.s.incidents) == 1
+
+
+def test_on_one_host_a_lost_peer_in_the_output_is_only_remembered():
+    d = training(several_hosts=False)
+    actions = d(core.SignatureSeen("peer_lost", core.Remedy.PEER_LOST, "restarted at once", GLOO_RESET))
+    assert kinds(actions) == ["Log"] and d.s.state == core.State.HEALTHY
