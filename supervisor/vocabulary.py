@@ -34,6 +34,9 @@ class Reason(str, Enum):
     NAN = "nan"  # non-finite losses batch after batch
     STOP = "stop"  # asked to stop (SIGTERM, SIGINT)
     PROBE = "probe"  # a planned stop to try the faster rung below (not a failure: no budget, nothing lost)
+    # Several hosts: this host's rank lost another host's in a collective (its connection reset, NCCL's remote error):
+    # the other host's failure, not this one's: restarted at once, no crash counted, no backoff, no rung change.
+    PEER = "peer"
 
 
 class KernelKind(str, Enum):
@@ -60,6 +63,7 @@ class Remedy(str, Enum):
     CONV_FALLBACK = "conv_fallback"  # a hang before the first batch after MIOpen's warning: the Conv2d fallback on
     COLLECTIVE_HANG = "collective_hang"  # torch's own collective timeout ended a rank: the hang it was, restarted as one
     GPU_HANG = "gpu_hang"  # ROCr aborted the worker on a GPU hang (or memory it could not free): a hang, up the ladder
+    PEER_LOST = "peer_lost"  # several hosts: a rank lost another host's rank mid-collective: Reason.PEER, restarted at once
 
 
 # The phase of an incident before the worker's first training batch (its own phase is setup, or none yet).

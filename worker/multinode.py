@@ -12,7 +12,9 @@ change") exits at once instead of training from the launch's old checkpoint. So 
 and restarted by its supervisor; the other hosts' ranks fail in their next collective (a dead peer's connection
 closes, a frozen one's collective times out after ``collective_timeout``), or on the second start, their launchers
 exit, and their supervisors restart them too: every host resumes from the newest checkpoint on the shared run
-directory.
+directory. A host's new launcher may join the round of the old store (host 0's old launcher, still up), which closes
+as that launcher fails: a launch whose rendezvous ended before any of its ranks started joins again in place
+(``rejoin``), within join_timeout, instead of ending the attempt.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ ENV_FINGERPRINT = "YOLO_TRAIN_RDZV_FINGERPRINT"  # what every host must agree on
 ENV_STARTED_DIR = "YOLO_TRAIN_RANKS_STARTED"  # where this launch's ranks mark that they started
 DISAGREE = "yolo-train: the hosts' configurations differ"  # a failure signature (supervisor/decision/signatures.py)
 JOIN_GRACE = 5.0  # seconds past join_timeout the launcher has to give up by itself before it is ended
+# torch.distributed.run's ``@record`` writes the launcher's own exception (a RendezvousClosedError) to this file
+ENV_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+# A launch whose rendezvous ended before any rank of this host started joins again after each pause, within
+# join_timeout: as many tries as pauses.
+REJOIN_PAUSES = (0.2, 1.0, 2.0, 4.0)
 
 
 def install(rendezvous: Rendezvous, record_path: str) -> Path:
@@ -131,6 +138,55 @@ def forget_started() -> None:
     import shutil
 
     shutil.rmtree(started_dir(), ignore_errors=True)
+    launcher_error_file(started_dir()).unlink(missing_ok=True)
+
+
+def launcher_error_file(started_dir: Path) -> Path:
+    return started_dir.with_name(f"{started_dir.name}-launcher-error.json")
+
+
+def arm_launcher_error(started_dir: Path) -> None:
+    """Before a launch (each try): torch.distributed.run writes its own exception, if it fails with one, where
+    ``launcher_error`` reads it (its ranks get their own error files from it)."""
+    path = launcher_error_file(started_dir)
+    path.unlink(missing_ok=True)
+    os.environ[ENV_ERROR_FILE] = str(path)
+
+
+def launcher_error(started_dir: Path) -> str | None:
+    """The launcher's own exception, as torch.distributed.run's ``@record`` wrote it ("RendezvousClosedError: ...")."""
+    import json
+
+    try:
+        message = json.loads(launcher_error_file(started_dir).read_text())["message"]["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return " ".join(str(message).split()).rstrip(":")[:240] or None  # "RendezvousClosedError: " has no message
+
+
+def rejoin(rendezvous: Rendezvous, started_dir: Path, began: float, tries: int,
+           returncode: int) -> tuple[float, str] | None:
+    """The launcher failed after ``tries`` tries again: (the pause, one line saying why) before joining the rendezvous
+    again, or None when its failure is the launch's. Again only while no rank of this host started (nothing trained,
+    nothing to lose), within join_timeout, ``len(REJOIN_PAUSES)`` times at most, and not over a port another program
+    holds. The case: another host's new launcher joined the round of this host's old store (host 0's old launcher),
+    whose launcher then failed (its rank lost the other host's) and closed the round on its way out
+    (``rdzv_handler.shutdown()``: RendezvousClosedError) or took the store with it (RendezvousConnectionError); a
+    new store comes with that host's next launch. torchrun itself joins again after a closed round only with
+    ``--max-restarts``, which would restart the ranks from the launch's old checkpoint (``mark_rank_started``)."""
+    if tries >= len(REJOIN_PAUSES) or ranks_started(started_dir):
+        return None
+    if rendezvous.node_rank == 0 and port_taken(rendezvous.endpoint):
+        return None
+    pause = REJOIN_PAUSES[tries]
+    left = rendezvous.join_timeout - (time.monotonic() - began) - pause
+    if left <= 0:
+        return None
+    why = launcher_error(started_dir) or f"torch.distributed.run exited with status {returncode}"
+    return pause, (f"yolo-train worker: host {rendezvous.node_rank} of {rendezvous.nnodes}: the rendezvous at "
+                   f"{rendezvous.endpoint} ended before any rank of this host started ({why}): another host's "
+                   f"launcher closed the round or its store went; joining again in {pause:g} s (try {tries + 2} of "
+                   f"{len(REJOIN_PAUSES) + 1}, {left:.0f} s of join_timeout left)")
 
 
 def ranks_started(directory: Path) -> bool:

@@ -139,7 +139,8 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
 
 def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record: LaunchRecord) -> int:
     """Ultralytics' own DDP launch, each rank supervised (worker/ddp.py). A rank that fails fails the launch; after
-    the supervisor's "save and exit" that is rank 0 stopping as asked."""
+    the supervisor's "save and exit" that is rank 0 stopping as asked. Several hosts: a rendezvous that ended before
+    any rank of this host started is joined again in place (``multinode.rejoin``), not a crash."""
     if record_path is None:
         raise ValueError("DDP training needs the launch record's path for its ranks: run `python -m worker FILE`")
     ddp.prepare_ranks(record_path, hb.fd, trainer.link.resume_point)
@@ -151,17 +152,31 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
     bound = multinode.bound_the_launch(record.rendezvous, multinode.started_dir()) \
         if record.rendezvous is not None else None
     try:
-        trainer.train()
-    except subprocess.CalledProcessError as e:
-        if STOP_REQUESTED:
-            return 0
-        if record.rendezvous is not None:
-            code, line = multinode.launch_failure(record.rendezvous, multinode.started_dir(), began)
-            print(line, file=sys.stderr, flush=True)
-            return code
-        print(f"yolo-train worker: a rank failed (torch.distributed.run exited with {e.returncode})",
-              file=sys.stderr, flush=True)
-        return 1
+        tries = 0
+        while True:
+            if record.rendezvous is not None:
+                multinode.arm_launcher_error(multinode.started_dir())
+            try:
+                trainer.train()
+                break
+            except subprocess.CalledProcessError as e:
+                if STOP_REQUESTED:
+                    return 0
+                if record.rendezvous is None:
+                    print(f"yolo-train worker: a rank failed (torch.distributed.run exited with {e.returncode})",
+                          file=sys.stderr, flush=True)
+                    return 1
+                again = multinode.rejoin(record.rendezvous, multinode.started_dir(), began, tries, e.returncode)
+                if again is None:
+                    code, line = multinode.launch_failure(record.rendezvous, multinode.started_dir(), began)
+                    print(line, file=sys.stderr, flush=True)
+                    return code
+                pause, line = again
+                print(line, file=sys.stderr, flush=True)
+                time.sleep(pause)
+                tries += 1
+                if STOP_REQUESTED:
+                    return 0
     finally:
         if bound is not None:
             bound.cancel()

@@ -113,7 +113,7 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
     if isinstance(event, KernelMessage):
         return kernel.message(s, event, now)
     if isinstance(event, SignatureSeen):
-        return _signature(s, event)
+        return _signature(s, event, now)
     if isinstance(event, SearchNews):
         return kernel_search.news(s, event, now)
     if isinstance(event, SupervisorPaused):
@@ -265,6 +265,8 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}",
                               detail=f"{how} after torch's collective timeout ended a rank "
                                      f"({timed_out.line.strip()[:240]}): {timed_out.advice}")
+    if ending is not None and ending.remedy == Remedy.PEER_LOST and s.config.distributed.several_hosts:
+        return _peer_lost(s, now, ending, f"{how} after its rank")
     gpu_hang = ending if ending is not None and ending.remedy == Remedy.GPU_HANG else \
         next((seen for seen in a.signatures.values() if seen.remedy == Remedy.GPU_HANG), None)
     if gpu_hang is not None:  # ROCr aborted the worker on a hung GPU: the hang it is, up the ladder as any hang
@@ -400,12 +402,25 @@ def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any
     return []
 
 
-def _signature(s: Supervision, event: SignatureSeen) -> list[Any]:
-    """Remembered for this attempt; acted on if the worker then hangs (a crash is judged by its own last words)."""
+def _signature(s: Supervision, event: SignatureSeen, now: Now) -> list[Any]:
+    """Remembered for this attempt; acted on if the worker then hangs (a crash is judged by its own last words).
+    Several hosts: a rank's lost peer is acted on at once: that rank is dying of it, and its launcher's wind-down
+    (seconds: its rendezvous closed, the worker's exit) is the critical path of both hosts' restart."""
     if s.state in (State.STARTING, State.HEALTHY) and event.name not in s.current.signatures:
         s.current.signatures[event.name] = event
-        return [Log("warning", f"worker output shows {event.name}: {event.line[:200]}")]
+        seen = [Log("warning", f"worker output shows {event.name}: {event.line[:200]}")]
+        if event.remedy == Remedy.PEER_LOST and s.config.distributed.several_hosts and s.current.recovery is None:
+            return seen + _peer_lost(s, now, event, "a rank")
+        return seen
     return []
+
+
+def _peer_lost(s: Supervision, now: Now, seen: SignatureSeen, who: str) -> list[Any]:
+    """A rank of this host lost another host's mid-collective: that host's hang or crash, which its own supervisor
+    judges. This host restarts at once to meet it again: no crash counted, no backoff, no rung change (restart.py)."""
+    phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
+    return stopping.begin(s, now, Reason.PEER, phase, failure=f"peer:{phase}",
+                          detail=f"{who} lost another host's ({seen.line.strip()[:240]}): {seen.advice}")
 
 
 def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:

@@ -2,9 +2,10 @@
 
 The stop plan (stopping.py) says which: the run ends (reboot needed, a configuration error, finished, stopped), or
 the failure is counted against the restart budget, a remedy or a rung change applies, and the next worker is spawned
-at once (a hang, a probe) or after a backoff (a crash). A restart after an attempt that saved no checkpoint spends the
-budget; the same hang at the same point climbs while an untried rung changes what hung (same_point.py), and ends
-the run as deterministic once hangs there from different resume points leave no such rung.
+at once (a hang, a probe, another host's ranks lost: ``Reason.PEER``) or after a backoff (a crash). A restart after
+an attempt that saved no checkpoint spends the budget; the same hang at the same point climbs while an untried rung
+changes what hung (same_point.py), and ends the run as deterministic once hangs there from different resume points
+leave no such rung.
 """
 
 from __future__ import annotations

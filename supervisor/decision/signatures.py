@@ -11,6 +11,8 @@ The seeds lost days to failures that are recognisable from one line. Each signat
 - ``rocr_gpu_hang``, ``rocr_memory_error``: ROCr (the HSA runtime under HIP) says the GPU hung, or that it could
   not free memory the GPU still uses, and aborts the process (SIGABRT). The exit is read as the GPU hang it is:
   the incident's reason is a hang, and the restart climbs the ladder as after any hang, not as after a crash.
+- ``peer_lost``: with several hosts, a rank lost its peer on another host mid-collective (gloo's connection reset,
+  NCCL's remote error): the other host's failure. Restarted at once (reason ``peer``): no crash counted, no backoff.
 - ``miopen_kdb_missing``: MIOpen has no kernel database for the GPU; a worker that then hangs before its
   first batch is searching kernels forever. The next attempt turns the Conv2d fallback on.
 - NaN or inf losses come through the heartbeat, not the output: restart from last.pt with AMP off.
@@ -94,6 +96,22 @@ SIGNATURES: tuple[Signature, ...] = (
         Remedy.COLLECTIVE_HANG,
         "torch's collective timeout ended a rank that waited for a hung peer: the hang, restarted from the newest "
         "checkpoint as one"),
+    # Several hosts: a rank lost its peer on another host mid-collective (that host's ranks were killed for a hang,
+    # crashed, or its supervisor went). Gloo's pair.cc, seen here when the other host's frozen rank was SIGKILLed:
+    # "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error
+    # [127.0.0.1]:43440: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the
+    # application." (and its "Connection closed by peer"); NCCL through torch: "torch.distributed.DistBackendError:
+    # NCCL error in: .../ProcessGroupNCCL.cpp:1347, remote process exited or there was a network error, NCCL version
+    # 2.18.5" / "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting
+    # prematurely." (NVIDIA/nccl #934, #2076), and the communicator torch aborted on it: "NCCL communicator was
+    # aborted on rank 0." Read as such only with several hosts and only as the worker's last words (core._exited):
+    # on one host the supervisor kills the whole tree itself, and a rank's own crash says so first.
+    Signature("peer_lost", re.compile(
+        r"gloo/transport/tcp/pair\.cc:\d+\] .*Connection (?:reset|closed) by peer|"
+        r"remote process exited or there was a network error|ncclRemoteError|NCCL communicator was aborted"),
+        Remedy.PEER_LOST,
+        "a rank of this host lost its peer on another host (that host's ranks hung and were killed, crashed, or its "
+        "supervisor went): that host's failure, not this one's; restarted at once, from the newest checkpoint"),
     # ROCr's own last words before std::abort(), from rocr-runtime's core/runtime/runtime.cpp. Runtime::
     # HwExceptionHandler, on the KFD's HW exception event when no system event handler took it:
     #   fprintf(stderr, "HW Exception by GPU node-%u (Agent handle: %p) reason :%s\n", exception.NodeId, ...,

@@ -156,6 +156,14 @@ def test_rocrs_abort_on_a_hung_gpu_is_a_hang_restarted_as_one_not_a_crash(run_fa
       "out waiting 3000ms for recv operation to complete"), "collective_timeout"),
     (("[rank1]:[E1126 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank 1] ProcessGroupNCCL's watchdog "
       "got stuck for 480 seconds without making progress in monitoring enqueued collectives."), "collective_timeout"),
+    (("[rank1]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error "
+      "[127.0.0.1]:43440: Connection reset by peer. This is typically caused by a remote worker hanging"), "peer_lost"),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.2]:5231",
+     "peer_lost"),
+    (("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1347, "
+      "remote process exited or there was a network error, NCCL version 2.18.5"), "peer_lost"),
+    ("RuntimeError: NCCL communicator was aborted on rank 0.", "peer_lost"),
+    ("socketProgressOpt: Call to recv from 172.16.0.2<33759> failed : Connection reset by peer", None),  # NCCL's detail
     ("RuntimeError: HIPBLAS_STATUS_ALLOC_FAILED when calling `hipblasCreate(handle)`", "rocm_mismatch"),
     ("hipErrorNoBinaryForGpu: Unable to find code object for all current devices!", "rocm_mismatch"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "gpu_oom"),

@@ -134,7 +134,9 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     a, b = (read_state(tmp_path / f"state-{n}")["status"] for n in (0, 1))
     for host in (a, b):
         assert host["state"] == "succeeded" and (host["epoch"], host["epochs"]) == (2, 2)
-        assert host["attempt"] >= 2 and host["resumed_from"] == str(tmp_path / "shared" / "weights" / "last.pt")
+        # one restart a host: B's new launcher, had it met the round of A's old store, which A's old launcher closes
+        # as it fails, joined again in place (worker/multinode.py's rejoin), not a second attempt
+        assert host["attempt"] == 2 and host["resumed_from"] == str(tmp_path / "shared" / "weights" / "last.pt")
         assert host["settings"]["resumed"] is True
     assert (tmp_path / "shared" / "weights" / "best.pt").exists()
     # the same checkpoint: both hosts' last attempts began at the same epoch of it
@@ -149,8 +151,10 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     assert (hang["epoch"], hang["batch"]) == (2, 8)  # where the freeze was asked for: epoch 2's 8th batch of 16
     assert hang["host"] == socket.gethostname() and hang["stopped_first_rank"] == frozen_rank
     assert frozen in [p["pid"] for p in hang["processes"]]
-    [peer] = read_incidents(tmp_path / "state-0")  # host A's rank failed with its peer, and A restarted
-    assert (peer["reason"], peer["node_rank"]) == ("crash", 0), peer["detail"]
+    [peer] = read_incidents(tmp_path / "state-0")  # host A's rank lost its peer, and A restarted at once
+    assert (peer["reason"], peer["node_rank"]) == ("peer", 0), peer["detail"]  # B's failure: no crash of A's
+    assert "Connection reset by peer" in peer["detail"] or "Connection closed by peer" in peer["detail"]
+    assert a["restarts_by_reason"] == {"peer": 1} and b["restarts_by_reason"] == {"hang": 1}
     # and its incident names the host and rank that stopped first
     assert {k: peer["caused_by"][k] for k in ("node_rank", "stopped_first_rank", "reason", "id")} == \
         {"node_rank": 1, "stopped_first_rank": frozen_rank, "reason": "hang", "id": hang["id"]}
@@ -420,7 +424,22 @@ def test_a_rank_started_twice_by_one_launch_exits_and_a_launch_that_never_met_it
     assert code == 78 and line.startswith("yolo-train worker: host 1 of 2: the rendezvous at 10.0.0.1:29400 (rdzv_id "
                                           "'job') did not complete in 31 s ([distributed] join_timeout 30 s)")
     assert multinode.launch_failure(r, started, began=time.monotonic() - 5)[0] == 1  # a peer left: retry
+    # no rank started, within join_timeout: the rendezvous is joined again in place, a few times, saying why
+    pause, line = multinode.rejoin(r, started, time.monotonic() - 5, tries=0, returncode=1)
+    assert pause == multinode.REJOIN_PAUSES[0] and line.startswith(
+        "yolo-train worker: host 1 of 2: the rendezvous at 10.0.0.1:29400 ended before any rank of this host started "
+        "(torch.distributed.run exited with status 1)") and "try 2 of 5" in line
+    monkeypatch.setenv(multinode.ENV_ERROR_FILE, "")  # restored after the test
+    multinode.arm_launcher_error(started)  # what torch.distributed.run's @record writes of its own exception
+    Path(os.environ[multinode.ENV_ERROR_FILE]).write_text(json.dumps({"message": {
+        "message": "RendezvousClosedError: ", "extraInfo": {"py_callstack": "Traceback ..."}}}))
+    assert "started (RendezvousClosedError): another host's launcher closed the round" in \
+        multinode.rejoin(r, started, time.monotonic() - 5, tries=1, returncode=1)[1]
+    assert multinode.rejoin(r, started, time.monotonic() - 5, tries=len(multinode.REJOIN_PAUSES), returncode=1) \
+        is None  # tried enough
+    assert multinode.rejoin(r, started, time.monotonic() - 29.9, tries=0, returncode=1) is None  # join_timeout spent
     multinode.mark_rank_started()
+    assert multinode.rejoin(r, started, time.monotonic() - 5, tries=0, returncode=1) is None  # a rank started
     assert multinode.launch_failure(r, started, began=time.monotonic() - 31)[0] == 1  # it trained: a crash
     with pytest.raises(SystemExit) as e:
         multinode.mark_rank_started()
