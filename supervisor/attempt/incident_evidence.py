@@ -128,8 +128,9 @@ def drop_ahead(config: Config, worker: WorkerProcess | None, action: core.DropSt
     """The stall they were read for is over: their file goes, and so does the CPU window they began."""
     if worker is not None:
         worker.cpu_since = None
-    if action.path is not None:
-        shutil.rmtree(Path(config.state_dir, action.path).parent, ignore_errors=True)
+    folder = Path(config.state_dir, action.path).parent if action.path is not None else None
+    if folder is not None and folder.name.startswith("ahead-"):  # (never an incident's own)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _moved_in(config: Config, incident: Incident, found: Stacks) -> Stacks:
