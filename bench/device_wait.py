@@ -8,7 +8,9 @@ waits for the device, as a lost completion leaves the host (ROCm's ``BusyWaitSig
 the runtime). Two modes, alternated: ``witness`` (``Heartbeat.from_env(witness=True)``: the training process says it
 waits for the device) and ``tree`` (no witness: a host that spins in the runtime is busy, so ``auto_floor`` bounds
 it). Printed per run, from the supervisor's incident: the stall (the last batch to the verdict), the restart (the
-verdict to the next attempt's first batch) and their sum; then each mode's min/median/max. ``--ultralytics`` runs our
+verdict to the next attempt's first batch) and their sum, the stacks' capture (``stacks``) and how long before the
+verdict it began (``ahead``: None where the kill read them), the verdict to the kill's first signal (``to_kill``) and
+the kill; then each mode's min/median/max. ``--ultralytics`` runs our
 worker instead (YOLOv8n at 640 px, batch 32, 8 workers, 1024 images) with the fault ``device_hang`` after batch
 ``--hang-at`` of its first attempt: the witness's verdict, then the restart from the standby.
 
@@ -98,12 +100,24 @@ def run_once(mode: str, args: argparse.Namespace) -> dict:
             raise SystemExit(f"{mode}: exit {done.returncode}, {len(lines)} incidents\n{done.stderr[-3000:]}")
         incident = json.loads(lines[0])
         stall, restart = incident["seconds_since_progress"], incident.get("restart_seconds")
-        stacks_s, kill_s = incident.get("stacks_seconds"), (incident.get("kill") or {}).get("seconds")
+        kill = incident.get("kill") or {}
+        stacks_s, kill_s = incident.get("stacks_seconds"), kill.get("seconds")
         launches = re.findall(r"(?:standby launch|spawn) to first batch [^\n]*", done.stdout + done.stderr)
-        return {"mode": mode, "stall": stall, "restart": restart, "stacks": stacks_s, "kill": kill_s,
+        return {"mode": mode, "stall": stall, "restart": restart, "stacks": stacks_s,
+                "ahead": incident.get("stacks_ahead_seconds"), "to_kill": verdict_to_kill(incident), "kill": kill_s,
                 "launch": launches[-1][:160] if len(launches) > 1 else None,
                 "total": None if restart is None else round(stall + restart, 2), "wall": round(wall, 1),
                 "witness": incident.get("witness"), "detail": incident["detail"]}
+
+
+def verdict_to_kill(incident: dict) -> float | None:
+    """Seconds from the verdict to the kill's first signal: the kill's end (``confirmed_wall``) less its duration,
+    less the verdict's time; about 0 where the stacks were read ahead of the verdict (``stacks_ahead_seconds``),
+    the capture's seconds where the kill read them. None: the incident does not say."""
+    kill = incident.get("kill") or {}
+    if kill.get("confirmed_wall") is None or kill.get("seconds") is None or incident.get("time") is None:
+        return None
+    return round(kill["confirmed_wall"] - kill["seconds"] - incident["time"], 3)
 
 
 def main() -> int:
@@ -124,7 +138,7 @@ def main() -> int:
             print(json.dumps(r), flush=True)
     for mode in modes:
         mine = [r for r in results if r["mode"] == mode]
-        for key in ("stall", "restart", "total"):
+        for key in ("stall", "to_kill", "restart", "total"):
             values = [r[key] for r in mine if r[key] is not None]
             if values:
                 print(f"{mode:8s} {key:8s} min {min(values):6.2f}  median {statistics.median(values):6.2f}  "

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from supervisor.attempt import in_place, search_lines
-from supervisor.attempt.incident_evidence import what_the_tree_shows
+from supervisor.attempt.incident_evidence import drop_ahead, read_ahead, what_the_tree_shows
 from supervisor.attempt.read_throttle import ReadThrottle
 from supervisor.attempt.standby import Standby
 from supervisor.attempt.tree_activity import ActivitySampler
@@ -93,7 +93,7 @@ class Agent:
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
         self.handle(core.Boot())
         while self.s.exit is None:
-            due = watchdog.deadline(self.s)
+            due = watchdog.wake(self.s)
             wake = min(due.at or math.inf, self.reads.next_wake(), self._next_sample())
             timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
             self.metrics.retry_if_due()
@@ -110,10 +110,10 @@ class Agent:
             for source in self.kernel.polled():
                 self._on_kernel(source)
             self._sample_tree()
-            due = watchdog.deadline(self.s)
+            due = watchdog.wake(self.s)
             if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                 self._drain_worker()  # what is queued is read before anyone is judged
-                due = watchdog.deadline(self.s)
+                due = watchdog.wake(self.s)
                 if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                     self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
@@ -181,6 +181,12 @@ class Agent:
         elif isinstance(action, in_place.ACTIONS):  # a recovery tier's own actions, carried out by its shell module
             self.handle(in_place.carry_out(action, self.config, self.worker, self._spare(), self.metrics.gpu_readers,
                                            self.systemd.keepalive))
+        elif isinstance(action, core.ReadStacksAhead):
+            answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
+            if answer is not None:
+                self.handle(answer)
+        elif isinstance(action, core.DropStacksAhead):
+            drop_ahead(self.config, self.worker, action)
         elif isinstance(action, core.AwaitSurvivors):
             self._await_survivors(action.pids)
         elif isinstance(action, core.RecordIncident):

@@ -69,6 +69,27 @@ class KillTree:
 
 
 @dataclass(frozen=True)
+class ReadStacksAhead:
+    """Read the stacks of the worker's tree now, left running, ahead of the verdict of the stall it is in
+    (stacks_ahead.py): as a hang's kill would ([incidents] stacks_budget, stacks.json), into this attempt's own
+    directory, the incident not being opened yet; told back as ``StacksReadAhead``. ``loader_pids``: the loader
+    worker processes the worker reported; ``rank_pids``: each DDP rank's pid, pid -> rank; ``hung_rank``: the rank
+    the witnesses name hung (host/stacks.py names the processes by them)."""
+    attempt: int
+    since: float  # monotonic: the stall's clock, told back so the stacks are kept only for that stall
+    loader_pids: tuple[int, ...] = ()
+    rank_pids: dict[int, int] = field(default_factory=dict)
+    hung_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class DropStacksAhead:
+    """The stall some stacks were read ahead for is over (progress, news, a startup step) or ended without a hang's
+    verdict: remove their file (``path``, relative to the state directory; None: none was written)."""
+    path: str | None
+
+
+@dataclass(frozen=True)
 class AwaitSurvivors:
     """Watch these survivors of SIGKILL (not held by a driver) and say ``SurvivorsGone`` once none is left; the
     core bounds the wait (``[watchdog] survivor_timeout``)."""

@@ -36,14 +36,15 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import (heartbeats, kernel, kernel_search, recovery, restart, stopping, survivors, watchdog,
-                                 witness)
-from supervisor.decision.actions import (AwaitSurvivors, Exit, KeepVerifiedCopy, KillTree, Log, PrepareStandby,
-                                         PublishCheckpoint, PublishLadder, RecordIncident, RequestCheckpoint, Spawn)
+from supervisor.decision import (heartbeats, kernel, kernel_search, recovery, restart, stacks_ahead, stopping,
+                                 survivors, watchdog, witness)
+from supervisor.decision.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
+                                         PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
+                                         RecordIncident, RequestCheckpoint, Spawn)
 from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
-                                        KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StateDirTaken,
-                                        StopRequested, SupervisorPaused, SurvivorsGone, Tick, TreeActivity, TreeKilled,
-                                        WorkerExited)
+                                        KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StacksReadAhead,
+                                        StateDirTaken, StopRequested, SupervisorPaused, SurvivorsGone, Tick,
+                                        TreeActivity, TreeKilled, WorkerExited)
 from supervisor.decision.hang_history import HangHistory
 from supervisor.decision.incident import one_line
 from supervisor.decision.signatures import scan
@@ -56,12 +57,12 @@ from worker.contract import Phase, WaitKind
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
 # are in its module (decision/in_place.py), which its shell part (attempt/in_place.py) imports.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
-           "Now", "SearchNews", "SignatureSeen", "Spawned", "StateDirTaken", "StopRequested", "SupervisorPaused",
-           "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone", "AwaitSurvivors", "Exit",
-           "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby", "PublishCheckpoint", "PublishLadder",
-           "RecordIncident",
-           "RequestCheckpoint", "Spawn", "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide",
-           "describe_exit", "training_fingerprint"]
+           "Now", "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StateDirTaken", "StopRequested",
+           "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone",
+           "AwaitSurvivors", "DropStacksAhead", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
+           "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "RequestCheckpoint", "Spawn",
+           "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide", "describe_exit",
+           "training_fingerprint"]
 
 MIN_BATCH = 1  # halving the batch after GPU OOM stops here
 OOM_EXIT_WINDOW = 30.0  # an OOM kill names the crash only if the worker exits within this many seconds of it
@@ -86,6 +87,7 @@ class TransitionError(RuntimeError):
 def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]]:
     before = s.state
     actions = _dispatch(s, event, now)
+    actions += stacks_ahead.stale(s)  # stacks read ahead for a stall that is over go
     if s.state not in TRANSITIONS[before]:
         raise TransitionError(f"{before.value} -> {s.state.value} on {type(event).__name__}")
     return s, actions
@@ -126,6 +128,8 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
         return heartbeats.job_checkpoint(s, event, now)
     if isinstance(event, TreeActivity):
         return _tree_activity(s, event)
+    if isinstance(event, StacksReadAhead):
+        return stacks_ahead.read(s, event, now)
     if isinstance(event, recovery.EVENTS):  # a recovery tier's own events (its module defines them)
         return recovery.on_event(s, event, now)
     raise TypeError(f"unknown event {event!r}")
@@ -180,7 +184,8 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 def _tick(s: Supervision, now: Now) -> list[Any]:
     due = watchdog.deadline(s)
     if due.at is None or now.mono < due.at:
-        return []
+        ahead = watchdog.stacks_ahead_at(s)  # (a verdict due already reads them before its kill, as before)
+        return stacks_ahead.ask(s, now) if ahead is not None and now.mono >= ahead else []
     if due.kind == DeadlineKind.BACKOFF:
         return [restart.spawn(s)]
     if due.kind == DeadlineKind.SURVIVORS:

@@ -71,6 +71,15 @@ class IncidentEnriched:
 
 
 @dataclass(frozen=True)
+class StacksReadAhead:
+    """The stacks the core asked for ahead of a stall's verdict (``ReadStacksAhead``), read from ``at``
+    (monotonic, the reading's start) for the stall whose clock started at ``since``."""
+    since: float
+    at: float
+    stacks: Stacks
+
+
+@dataclass(frozen=True)
 class KernelMessage:
     """A classified kernel log line or GPU device event (see supervisor/kernel/catalogue.KernelEvent)."""
     kind: KernelKind

@@ -130,11 +130,10 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     if recent(s, now.wall) >= cfg.in_place_max:
         return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries within in_place_window "
                         f"({cfg.in_place_window:g} s)")
+    declined = _declines(s)
+    if declined is not None:
+        return Escalate(declined)
     seen, culprit = witness.telling(a.waits, a.loaders)
-    if witness.all_stopped(a.ranks, a.stopped):  # /proc shows each rank stopped: whatever one said before, not a hang
-        return Escalate(f"{witness.FROZEN}: restart")
-    if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
-        return Escalate(f"the hang is not the loader's: the training process {witness.describe(seen)}")
     stall = now.mono - (a.last_progress_at or now.mono)
     if verdict.incident is None:
         incident = s.open_incident(now, Reason.HANG, phase, detail, tier=Tier.IN_PLACE, tiers=(Tier.IN_PLACE,),
@@ -160,6 +159,24 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     return [Log("warning", f"hang in {phase}: {detail}; reading the stacks before killing anything (in-place tier)"),
             InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()},
                          {view.pid: rank for rank, view in a.ranks.items()})]
+
+
+def _declines(s: Supervision) -> str | None:
+    """Why the tree as the core knows it is not this tier's (``Escalate``'s reason); None: it may be."""
+    a = s.current
+    seen, culprit = witness.telling(a.waits, a.loaders)
+    if witness.all_stopped(a.ranks, a.stopped):  # /proc shows each rank stopped: whatever one said before, not a hang
+        return f"{witness.FROZEN}: restart"
+    if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
+        return f"the hang is not the loader's: the training process {witness.describe(seen)}"
+    return None
+
+
+def takes(s: Supervision, phase: str) -> bool:
+    """A verdict now in ``phase`` would begin this tier (its own stacks, or the loader workers replaced without any),
+    not go straight to the restart: as ``begin`` judges, bar ``in_place_max`` (that escalation reads the stacks at
+    the kill, as before)."""
+    return TIER.applies(s, phase) and _declines(s) is None
 
 
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:

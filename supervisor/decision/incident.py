@@ -75,6 +75,8 @@ class Stacks:
     in_loader_worker: bool = kept(default=False)
     # a known hang a native frame names, with its cause and remedy (stack_reading.NATIVE_SIGNATURES)
     native_signature: str | None = kept(default=None, omitted=True)
+    # read ahead of the verdict (stacks_ahead.py): seconds from the reading's start to the verdict; None: read after it
+    ahead: float | None = kept(default=None, omitted=True, key="stacks_ahead_seconds")
 
 
 @dataclass(frozen=True)

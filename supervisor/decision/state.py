@@ -25,7 +25,7 @@ from supervisor.decision import checkpoint_interval, persistence, restart_budget
 from supervisor.decision.actions import Exit, RecordIncident
 from supervisor.decision.events import KernelMessage, SignatureSeen
 from supervisor.decision.hang_history import HangHistory, HangPoint
-from supervisor.decision.incident import Incident, Tier
+from supervisor.decision.incident import Incident, Stacks, Tier
 from supervisor.decision.ladder import Ladder
 from supervisor.decision.persistence import kept
 from supervisor.decision.rung_record import RungRecord
@@ -101,6 +101,15 @@ class Recovery:
         self.verdict_at += gap
         if self.acted_at is not None:
             self.acted_at += gap
+
+
+@dataclass
+class StacksAhead:
+    """The stacks of a stall read ahead of its verdict (watchdog.stacks_ahead_at): the stall they are of, from when,
+    and what they showed; kept only while that stall goes on (no progress, news or startup step since)."""
+    since: float  # monotonic: the stall's clock (watchdog.Stall.since) when they were asked for
+    at: float  # monotonic: when the reading began (when it was asked, until the shell tells)
+    stacks: Stacks | None = None  # None: asked for, not told yet
 
 
 @dataclass
@@ -219,6 +228,7 @@ class Attempt:
     train_resuming: bool = False  # training re-entered after an epoch end or a save, its first batch still to come
     loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
     recovery: Recovery | None = None  # a hang's recovery under way, by a tier before the restart (tier.py)
+    stacks_ahead: StacksAhead | None = None  # the current stall's stacks, read ahead of its verdict (stacks_ahead.py)
     idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
     waits_outside: frozenset[int] = frozenset()  # its processes that wait on a socket or a remote file (TreeActivity)
     stopped: frozenset[int] = frozenset()  # its processes /proc shows stopped (state T or t) (TreeActivity)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from supervisor.decision import choices, goodput, kernel_search, rung_choice, watchdog, witness
+from supervisor.decision import choices, goodput, kernel_search, rung_choice, stacks_ahead, watchdog, witness
 from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.events import KernelMessage, Now
 from supervisor.decision.hang_history import HangPoint
@@ -60,10 +60,13 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped) if point is not None else {}
     if named:  # under DDP: which rank hung, and where each one waited (or that it is stopped)
         stopped.update(named, witness=named["witness"] or stopped.get("witness"))
-    if incident is not None:
+    ahead = None
+    if incident is not None:  # (an escalated hang's stacks are its first tier's, or read at the kill)
         incident = s.amend(incident, **stopped, tiers=incident.tiers + ((tier,) if tier else ()))
-    else:
-        incident = s.open_incident(now, reason, phase, detail, **stopped, tiers=(tier,) if tier else ())
+    else:  # a hang's stacks read ahead of this verdict: the kill need not wait for them
+        ahead = stacks_ahead.taken(s, now) if point is not None else None
+        incident = s.open_incident(now, reason, phase, detail, **stopped, tiers=(tier,) if tier else (),
+                                   stacks=ahead)
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
                        climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
                        at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice))
@@ -74,7 +77,8 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     elif reason == Reason.PROBE:
         log = Log("info", detail)
     else:
-        log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree")
+        log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree"
+                           + (f" (its stacks were read {ahead.ahead:.2f} s before the verdict)" if ahead else ""))
     published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})},
                         cause_of(incident)) if climb or remedy else []
     return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])

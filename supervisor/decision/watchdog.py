@@ -18,9 +18,9 @@ from enum import Enum
 from typing import Iterable
 
 from supervisor.config import AUTO, WatchdogConfig
-from supervisor.decision import witness
+from supervisor.decision import in_place, witness
 from supervisor.decision.state import Supervision
-from supervisor.vocabulary import State
+from supervisor.vocabulary import STARTUP_PHASE, State
 from worker.contract import Phase, StartupStep, WaitKind, split_rung
 
 
@@ -34,6 +34,7 @@ class DeadlineKind(Enum):
     SAVE_STALLED = "save stalled"  # while asked to save, the worker stopped progressing: it is hung
     RECOVERY = "recovery"  # a recovery tier's deadline for its proof (tier.py) passed: escalate to the next
     SURVIVORS = "survivors"  # survivors of SIGKILL waited for (survivors.py) are still there: the run ends
+    STACKS_AHEAD = "stacks ahead"  # a stall nears its verdict: its stacks are read now, not between it and the kill
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,39 @@ def deadline(s: Supervision) -> Deadline:
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
         if due.at is None or confirm < due.at:
             return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
+    return due
+
+
+def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None:
+    """When the stacks of the current stall are read ahead of its verdict (stacks_ahead.py): once it has lasted its
+    bound less a lead, the capture's budget (``[incidents] stacks_budget``) at most half the bound (an idle floor of
+    3 s reads them at 1.5 s), so the verdict kills at once. Only where that verdict would read them before its kill
+    (``[incidents] stacks``, a hang's stall that goes to the restart, not to the in-place tier, which reads its own
+    or needs none), and once per stall: again only where its bound grew past the reading by more than the lead.
+    None: not in this stall, or read already. ``due``: ``deadline(s)``, where the caller has it."""
+    a = s.current
+    if not s.config.incidents.stacks or s.state not in (State.STARTING, State.HEALTHY) or a.worker_pid is None \
+            or a.recovery is not None:
+        return None
+    stall, due = current_stall(s), due or deadline(s)
+    if stall is None or due.at is None or due.kind not in (DeadlineKind.PHASE, DeadlineKind.STARTUP):
+        return None
+    if in_place.takes(s, STARTUP_PHASE if s.state == State.STARTING else a.progress.phase):
+        return None
+    at = due.at - min(s.config.incidents.stacks_budget, (due.at - stall.since) / 2)
+    read = a.stacks_ahead
+    if read is not None and read.since == stall.since and read.at >= at:
+        return None
+    return at
+
+
+def wake(s: Supervision) -> Deadline:
+    """What the shell waits for: the watchdog's ``deadline``, or the stacks read ahead of it where that comes first
+    (``DeadlineKind.STACKS_AHEAD``)."""
+    due = deadline(s)
+    ahead = stacks_ahead_at(s, due)
+    if ahead is not None and (due.at is None or ahead < due.at):
+        return Deadline(ahead, DeadlineKind.STACKS_AHEAD, "stacks ahead")
     return due
 
 

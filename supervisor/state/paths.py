@@ -6,6 +6,8 @@
     STATE_DIR/supervisor.reserve    space kept for the last state write: on a full disk, how the run ended still lands
     STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
     STATE_DIR/incidents/ID/         an incident's files: stacks.json, the hung tree's stacks (host/stacks.py)
+    STATE_DIR/incidents/ahead-N/    attempt N's stall's stacks, read ahead of its verdict (decision/stacks_ahead.py):
+                                    moved into the incident's directory at the verdict, removed when the stall ends
     STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
     STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
     STATE_DIR/attempt-N.fault       a fault's flag, armed for attempt N (worker/faults.py)
@@ -71,6 +73,9 @@ class StatePaths:
 
     def incident_dir(self, incident_id: str) -> Path:
         return self.path / INCIDENTS_DIR / incident_id
+
+    def stacks_ahead_dir(self, attempt: int) -> Path:
+        return self.path / INCIDENTS_DIR / f"ahead-{attempt}"
 
     def stacks(self, incident_id: str) -> Path:
         return self.incident_dir(incident_id) / STACKS_FILE

@@ -11,7 +11,7 @@ from supervisor.decision.signatures import scan
 from supervisor.decision.survivors import Survivor
 from supervisor.vocabulary import KernelKind
 from supervisor.decision.status_view import snapshot
-from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make
+from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make, verdicts
 from worker.contract import HeartbeatMessage
 
 
@@ -22,7 +22,7 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     d.train_until(1010, 0.5)  # healthy at 0.5 s per batch: auto = max(10, 10 x 0.5) = 10 s
     assert d.s.state == core.State.HEALTHY
     last = d.t
-    assert d.at(last + 9.9)(core.Tick()) == []
+    assert verdicts(d.at(last + 9.9)(core.Tick())) == []
     actions = d.at(last + 10.01)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"]
     incident = actions[1].incident
@@ -141,7 +141,7 @@ def test_startup_timeout_covers_spawn_to_first_training_batch():
     d.boot_and_spawn()
     d.at(1030).beat("setup", kind="phase")  # setup messages do not end startup
     d.at(1031).beat("train", kind="phase")
-    assert d.at(1059)(core.Tick()) == []
+    assert verdicts(d.at(1059)(core.Tick())) == []
     actions = d.at(1060.1)(core.Tick())
     assert actions[-1].incident.phase == "startup"
 
@@ -153,7 +153,7 @@ def test_validation_uses_val_intervals_and_falls_back_to_training_ones():
     d.train_until(1010, 2.0)  # train: 20 s auto
     d.at(d.t + 1).beat("val", kind="phase")
     last = d.t
-    assert d.at(last + 19)(core.Tick()) == []  # no val interval yet: the training ones decide
+    assert verdicts(d.at(last + 19)(core.Tick())) == []  # no val interval yet: the training ones decide
     actions = d.at(last + 20.1)(core.Tick())
     assert actions[-1].incident.phase == "val"
 
@@ -249,7 +249,7 @@ def test_a_worker_that_never_exits_after_done_is_killed_and_the_run_succeeds_wit
     d.beat("train", kind="phase")
     d.beat()
     d.beat("done", kind="phase")
-    assert d.at(d.t + 19)(core.Tick()) == []
+    assert verdicts(d.at(d.t + 19)(core.Tick())) == []
     actions = d.at(d.t + 2)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"]
     incident = actions[1].incident
@@ -375,7 +375,7 @@ def test_intervals_are_per_attempt_so_a_slower_rung_gets_a_longer_timeout():
     for _ in range(5):
         d.t += 4.0  # workers=0 runs 20x slower per batch
         d.beat(pid=PID + 1)
-    assert d.at(d.t + 39)(core.Tick()) == []
+    assert verdicts(d.at(d.t + 39)(core.Tick())) == []
 
 
 def test_exhausted_ladder_keeps_the_top_rung_and_says_so():
@@ -1006,7 +1006,7 @@ def test_a_wrappers_script_speaks_for_the_worker_and_its_own_dataloader_workers_
     from_tree(PID + 2, 39)  # the script's own DataLoader worker, also in the tree
     d.beat(pid=PID + 3, progress=10_000, batch=40)  # a stranger
     assert d.s.messages_ignored == 2 and d.s.progress.batch == 20
-    assert d.at(d.t + 9.9)(core.Tick()) == []
+    assert verdicts(d.at(d.t + 9.9)(core.Tick())) == []
 
 
 def test_it_s_is_timed_by_when_beats_were_sent_not_when_a_burst_of_them_arrived():

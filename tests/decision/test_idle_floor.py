@@ -7,7 +7,7 @@ from supervisor.config import parse
 from supervisor.decision import core, watchdog
 from supervisor.decision.ladder import build_ladder
 from supervisor.decision.status_view import snapshot
-from tests.helpers.driver import PID, Driver, healthy, kinds, make
+from tests.helpers.driver import PID, Driver, healthy, kinds, make, verdicts
 
 
 def trained_at(interval: float, **sections) -> Driver:
@@ -23,7 +23,7 @@ def verdict_at(d: Driver, start: float, step: float = 0.05, limit: float = 60.0)
     """The first tick from ``start`` on at which the watchdog acts: seconds after the last progress, to ``step``."""
     last = d.s.current.last_progress_at
     for k in range(int(limit / step)):
-        if d.at(start + k * step)(core.Tick()):
+        if verdicts(d.at(start + k * step)(core.Tick())):
             return round(round((start + k * step - last) / step) * step, 2)
     raise AssertionError("no verdict")
 
@@ -45,7 +45,7 @@ def test_the_same_stall_on_a_busy_tree_waits_for_auto_floor():
     last = d.t
     d.at(last + 0.6)(core.TreeActivity(idle_since=last + 0.4))
     d.at(last + 2.0)(core.TreeActivity(idle_since=None))  # busy again before its idle_floor was up
-    assert d.at(last + 9.9)(core.Tick()) == []
+    assert verdicts(d.at(last + 9.9)(core.Tick())) == []
     assert (watchdog.deadline(d.s).label, verdict_at(d, last + 9.9)) == ("train auto", 10.0)
 
 

@@ -14,7 +14,7 @@ from supervisor.decision import core, watchdog
 from supervisor.decision.status_view import snapshot
 from supervisor.verbs.status import render
 from tests.decision.test_startup_steps import STEPS_OF_A_START, start, step
-from tests.helpers.driver import Driver, kinds, make
+from tests.helpers.driver import Driver, kinds, make, verdicts
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "miopen" / "search.log"
 SEARCH = [n for line in FIXTURE.read_text().splitlines() if (n := search_lines.read(line)) is not None]
@@ -57,7 +57,7 @@ def test_a_search_that_goes_silent_for_the_steps_bound_is_a_hang_and_its_inciden
     search(d, 100.0, SEARCH[:4])  # 262 left at the last line
     last = d.t
     assert watchdog.deadline(d.s).at == last + 600
-    assert d.at(last + 599.9)(core.Tick()) == []
+    assert verdicts(d.at(last + 599.9)(core.Tick())) == []
     actions = d.at(last + 600.01)(core.Tick())
     assert kinds(actions)[-1] == "KillTree"
     incident = actions[-1].incident

@@ -8,7 +8,7 @@ import copy
 
 from supervisor.decision import core, watchdog
 from supervisor.decision.status_view import snapshot
-from tests.helpers.driver import PID, Driver, kinds, make
+from tests.helpers.driver import PID, Driver, kinds, make, verdicts
 from worker.contract import StartupStep
 
 STEPS_OF_A_START = [("checkpoint", 0.5), ("model", 0.4), ("amp_check", 0.2), ("dataset", 2.0), ("loaders", 0.3),
@@ -55,7 +55,7 @@ def test_a_first_batch_that_never_runs_is_found_in_the_first_batch_steps_bound_l
     # ... and the first batch that never runs (the seeds' post-resume hang) is found 10 s after its step began,
     # not 10 x the whole startup (10 x 8.3 s) nor the 600 s of startup_timeout.
     assert (due.at - entered, due.label) == (10.0, "first_batch auto")
-    assert d.at(entered + 9.9)(core.Tick()) == []
+    assert verdicts(d.at(entered + 9.9)(core.Tick())) == []
     actions = d.at(entered + 10.01)(core.Tick())
     assert kinds(actions)[-2:] == ["Log", "KillTree"]
     incident = actions[-1].incident
@@ -105,7 +105,7 @@ def test_a_long_scan_that_progresses_is_never_a_hang_and_one_that_stops_progress
     for _ in range(2):  # the same word again, from a loop that no longer scans: no news
         d.at(d.t + 4)
         step(d, "dataset", done=1, total=50_000)
-    assert d(core.Tick()) == []
+    assert verdicts(d(core.Tick())) == []
     actions = d.at(last + 10.01)(core.Tick())
     assert actions[-1].incident.startup_step == "dataset" and "no progress for 10.0 s" in actions[-1].incident.detail
 

@@ -6,7 +6,7 @@ import pytest
 
 from supervisor.decision import core, in_place, watchdog
 from supervisor.decision.incident import Stacks, Tier
-from tests.helpers.driver import PID, Driver, kinds, loading, make
+from tests.helpers.driver import PID, Driver, kinds, loading, make, verdicts
 
 LAST_BATCH = 1010.0  # loading()'s last progress
 
@@ -53,7 +53,7 @@ def test_a_wait_on_io_or_a_sleep_is_never_bounded_by_the_idle_floor_whatever_the
         d(core.TreeActivity(idle_since=LAST_BATCH + 0.5))  # nothing of the tree runs: a socket, a FUSE read
         d.t = LAST_BATCH + 1.0
         word(d, kind, **({"function": function} if function else {}))
-        assert d.at(LAST_BATCH + 9.99)(core.Tick()) == [], kind  # no idle-floor kill of a healthy wait
+        assert verdicts(d.at(LAST_BATCH + 9.99)(core.Tick())) == [], kind  # no idle-floor kill of a healthy wait
         actions = d.at(LAST_BATCH + 10.01)(core.Tick())
         assert "KillTree" in kinds(actions), kind  # its own auto bound; and no loader to blame: the restart
         incident = d.s.incidents[-1].to_dict()
@@ -69,7 +69,7 @@ def test_a_device_wait_in_training_is_found_at_its_own_bound_and_restarts_with_t
     d = loading()
     d.t = LAST_BATCH + 1.0
     word(d, "device", function="synchronize")
-    assert d.at(LAST_BATCH + 2.99)(core.Tick()) == []
+    assert verdicts(d.at(LAST_BATCH + 2.99)(core.Tick())) == []
     actions = d.at(LAST_BATCH + 3.01)(core.Tick())
     assert "KillTree" in kinds(actions) and "InspectStall" not in kinds(actions)
     incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
@@ -201,6 +201,6 @@ def test_a_device_wait_is_bounded_by_the_device_waits_seen_in_its_phase():
     assert d.s.device_waits_seen == {"train": pytest.approx(1.2)}
     d.t += 0.6
     word(d, "device", function="synchronize")
-    assert d.at(LAST_BATCH + 1.2 + 11.9)(core.Tick()) == []
+    assert verdicts(d.at(LAST_BATCH + 1.2 + 11.9)(core.Tick())) == []
     assert "KillTree" in kinds(d.at(LAST_BATCH + 1.2 + 12.01)(core.Tick()))
     assert watchdog.device_wait_bound(d.s, "val") == 3.0

@@ -57,6 +57,11 @@ def kinds(actions):
     return [type(a).__name__ for a in actions]
 
 
+def verdicts(actions):
+    """A tick's actions but the stacks read ahead of a verdict (decision/stacks_ahead.py): [] where none is due."""
+    return [a for a in actions if not isinstance(a, core.ReadStacksAhead)]
+
+
 def healthy(**sections) -> Driver:
     d = Driver(make(**sections))
     d.boot_and_spawn()
