@@ -206,6 +206,10 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - (since or due.at):.1f} s)"
     if (search := kernel_search.in_step(s)) is not None:
         detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
+    seen, culprit = witness.telling(a.waits, a.loaders)
+    if (place := witness.held_at(seen, culprit, s.state)) is not None:
+        who = "the training process" if seen.rank is None else f"rank {seen.rank}"
+        detail += f": {who} was held at one place ({place}) for {quiet:.1f} s"
     if phase == Phase.DONE.value:
         # Training finished and its last checkpoint is written: a worker that then never exits (stuck in the GPU
         # runtime's teardown) has nothing left to lose. Its tree is killed and the run ends as it would have.

@@ -21,13 +21,13 @@ import math
 from collections import deque
 from typing import Any
 
-from supervisor.decision import goodput, in_place, kernel, kernel_search, probe, recovery, standby, stopping, watchdog
+from supervisor.decision import (goodput, in_place, kernel, kernel_search, probe, recovery, standby, stopping, watchdog,
+                                 witness)
 from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.events import JobCheckpointRead, Now
 from supervisor.decision.span import span
 from supervisor.decision.state import (THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision,
                                       TrainingClock)
-from supervisor.decision.witness import WaitSeen
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
 
@@ -88,7 +88,7 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
     if m.kind == MessageKind.WAIT:  # every rank's word is kept: the one that tells the stall is chosen at need
-        s.current.waits[m.rank] = WaitSeen(m.wait, now.mono, m.rank)
+        s.current.waits[m.rank] = witness.heard(s.current.waits.get(m.rank), m.wait, now.mono, m.rank)
         return False
     if m.progress > view.progress:
         view.progress, view.last_progress_at = m.progress, now.mono
@@ -108,7 +108,7 @@ def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     if m.kind == MessageKind.STEP:
         return _startup_step(s, m, now)
     if m.kind == MessageKind.WAIT:
-        s.current.waits[None] = WaitSeen(m.wait, now.mono)
+        s.current.waits[None] = witness.heard(s.current.waits.get(None), m.wait, now.mono)
         return []
     return _checkpoint_saved(s, m, now)
 
@@ -234,10 +234,14 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
         a.trained_through = True
     said = a.waits.get(None) or a.waits.get(0)
-    if said is not None and said.report.kind == WaitKind.DEVICE and s.state == State.HEALTHY \
-            and a.recovery is None and a.last_progress_at is not None and p.phase in watchdog.DEVICE_PHASES:
-        # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter)
-        s.device_waits_seen[p.phase] = max(s.device_waits_seen.get(p.phase, 0.0), now.mono - a.last_progress_at)
+    if said is not None and s.state == State.HEALTHY and a.recovery is None and a.last_progress_at is not None \
+            and p.phase in watchdog.DEVICE_PHASES:
+        # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter);
+        # a stall held at one place that ended: that loop's own (a long legitimate one is not killed at its length)
+        seen = s.device_waits_seen if said.report.kind == WaitKind.DEVICE else \
+            s.one_place_seen if said.place is not None else None
+        if seen is not None:
+            seen[p.phase] = max(seen.get(p.phase, 0.0), now.mono - a.last_progress_at)
     a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
     if a.training is not None:
         a.training.progressed(sent_at(m, now))

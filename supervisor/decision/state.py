@@ -347,6 +347,9 @@ class Supervision:
     # the longest stall the witness put in a device wait that then ended, by phase ("train", "val"): the device's own
     # rhythm, which bounds the next device wait of that phase (watchdog.device_wait_bound)
     device_waits_seen: dict[str, float] = kept(default_factory=dict)
+    # the same of a stall the witness put at one place (``ELSEWHERE`` at one file and function, every word of it) that
+    # then ended: a loop's own rhythm, which bounds the next such stall of that phase (watchdog.one_place_bound)
+    one_place_seen: dict[str, float] = kept(default_factory=dict)
     amp_passed: bool = False  # an attempt trained with AMP on after its check (heartbeats._first_batch)
 
     def __post_init__(self) -> None:

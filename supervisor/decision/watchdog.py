@@ -6,8 +6,8 @@ tracks the machine and the rung (``workers = 0`` is several times slower per bat
 without anyone tuning it. Intervals are kept per attempt for that reason. While the worker's whole process tree
 does nothing at all (``TreeActivity``), ``idle_floor`` stands for ``auto_floor`` (``current_stall``): a training that
 works runs, so a stall in which nothing runs is a hang well before 10 s. The witness's word comes first
-(witness.py): a batch owed by a known loader worker or a device wait is bounded so whatever the tree does, a wait on
-something outside the worker's processes never is.
+(witness.py): a batch owed by a known loader worker, a device wait or the main thread held at one place is bounded so
+whatever the tree does, a wait on something outside the worker's processes never is.
 """
 
 from __future__ import annotations
@@ -119,13 +119,16 @@ def deadline(s: Supervision) -> Deadline:
     if stall is not None:
         due = stall.deadline
         seen, culprit = witness.telling(a.waits, a.loaders)
+        held = witness.held_at(seen, culprit, s.state) is not None
         idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit,
-                                        a.waits_outside)
+                                        a.waits_outside, held)
         if stall.idle_bound is not None and idle_since is not None:
             at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
             why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
             if seen is not None and seen.report.kind == WaitKind.DEVICE and culprit is None:
                 at = min(at, stall.since + device_wait_bound(s, a.progress.phase))  # its own rhythm
+            elif held:
+                at, why = min(at, stall.since + one_place_bound(s, a.progress.phase)), "witness: one place"
             due = Deadline(at, due.kind, f"{due.label}, {why}") if at < due.at else due
         elif culprit is not None and culprit not in a.waits_outside and s.state == State.HEALTHY:
             # A batch owed by a named loader worker where the phase has no rhythm of its own (an epoch's end, up to
@@ -183,9 +186,22 @@ def device_wait_bound(s: Supervision, phase: str) -> float:
     waits this run has seen end in that phase: ``auto_factor`` x the longest, at least ``idle_floor`` (or
     ``auto_floor`` with ``idle_floor = "off"``). The waits under the witness's interval are never seen: a kernel that
     never ends in a phase whose syncs take milliseconds is found at the floor, whether the host spins or sleeps."""
+    return _rhythm_bound(s, s.device_waits_seen, phase)
+
+
+def one_place_bound(s: Supervision, phase: str) -> float:
+    """A stall in ``phase`` for whose whole the witness put the main thread at one place (``witness.held_at``: a
+    loop in Python, a native busy wait; training's and validation's, as ``device_wait_bound``'s, with its
+    exceptions) is bounded by the stalls held at one place this run has seen end in that phase: ``auto_factor`` x
+    the longest, at least ``idle_floor``. A training process spinning for ever is found at the floor though its
+    tree is busy; a long legitimate loop, once seen to end, is not killed at its length again."""
+    return _rhythm_bound(s, s.one_place_seen, phase)
+
+
+def _rhythm_bound(s: Supervision, seen: dict[str, float], phase: str) -> float:
     w = s.config.watchdog
     floor = w.idle_floor if w.idle_floor is not None else w.auto_floor
-    return max(floor, w.auto_factor * s.device_waits_seen.get(phase, 0.0))
+    return max(floor, w.auto_factor * seen.get(phase, 0.0))
 
 
 @dataclass(frozen=True)

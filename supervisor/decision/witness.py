@@ -13,12 +13,16 @@ The witness is judged first; the tree's activity and the stacks come after it:
 - a wait on something outside the worker's processes (a socket, a file, a subprocess) or a sleep it chose, or a batch
   owed by a loader worker that itself waits on a socket or a remote or FUSE file (``TreeActivity.outside``): the
   phase's own bound, never the idle floor, whatever the tree does;
+- the main thread held at one place (``ELSEWHERE`` at one file and function, every word of the stall: a loop in
+  Python, a native busy wait) in training or validation: bounded as an idle tree's, over the longest such stretch
+  this run has seen end in that phase (``watchdog.one_place_bound``), whether the tree spins or sleeps; the restart;
 - a lock, a collective, anything else: the tree's activity decides the floor, as without a witness; the restart;
 - no word in this stall (a plain script, a native call that holds the GIL, a stopped process): as without a witness.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
@@ -34,6 +38,31 @@ class WaitSeen:
     report: WaitReport
     at: float
     rank: int | None = None
+    # where every word of this sender in this stall put its main thread, each ``ELSEWHERE`` ("file:function", the
+    # line left out: a spin loop of a few lines moves between them); None: a word of another kind or place
+    place: str | None = None
+
+
+def heard(before: WaitSeen | None, report: WaitReport, at: float, rank: int | None = None) -> WaitSeen:
+    """A sender's word as received, after ``before`` (its word before in this stall; None: its first)."""
+    place = place_of(report.where) if report.kind == WaitKind.ELSEWHERE else None
+    if before is not None and before.place != place:
+        place = None
+    return WaitSeen(report, at, rank, place)
+
+
+def place_of(where: str) -> str:
+    """``where`` without its line number: "sitecustomize.py:32 in _bench_hang" -> "sitecustomize.py:_bench_hang"."""
+    match = re.fullmatch(r"(.*):\d+ in (.*)", where)
+    return f"{match[1]}:{match[2]}" if match else where
+
+
+def held_at(seen: WaitSeen | None, culprit: int | None, state: State) -> str | None:
+    """The place (``place_of``) where the training process's main thread has been held for the whole of this stall,
+    by the word that tells it, once it trains; None: not so."""
+    if seen is None or culprit is not None or state != State.HEALTHY or seen.report.kind != WaitKind.ELSEWHERE:
+        return None
+    return seen.place
 
 
 # The order in which the ranks' words tell a stall: a batch owed by a known loader worker names the culprit; a
@@ -63,14 +92,15 @@ def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | Non
 
 
 def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: float | None, state: State,
-               culprit: int | None, outside: frozenset[int] = frozenset()) -> float | None:
+               culprit: int | None, outside: frozenset[int] = frozenset(), held: bool = False) -> float | None:
     """From when the stall counts as an idle tree's for the idle floor (None: never in this stall). ``outside``: the
-    tree's processes seen waiting on a socket or a remote file (a culprit among them waits on the world)."""
+    tree's processes seen waiting on a socket or a remote file (a culprit among them waits on the world); ``held``:
+    the main thread held at one place for the whole stall (``held_at``)."""
     if report is None:
         return tree_idle_since
     if report.kind in OUTSIDE or culprit is not None and culprit in outside:
         return None
-    if culprit is not None or report.kind == WaitKind.DEVICE and state == State.HEALTHY:
+    if culprit is not None or report.kind == WaitKind.DEVICE and state == State.HEALTHY or held:
         return stall_since
     return tree_idle_since
 

@@ -182,7 +182,7 @@ BEFORE = {
 RUNG_MAPS = ("rung_speeds", "rung_hangs", "rung_in_place_seconds", "probation", "failed")
 # The same training in today's state file: each rung's facts in its record.
 TODAY = {**{k: v for k, v in BEFORE.items() if k not in RUNG_MAPS}, "checkpoint_seen": 0.6,
-         "device_waits_seen": {"train": 1.5},
+         "device_waits_seen": {"train": 1.5}, "one_place_seen": {"train": 2.5, "val": 0.8},
          "hang_history": {k: v for k, v in BEFORE["hang_history"].items() if k not in ("rung_seconds", "rung_starts")},
          "rungs": {"0": {"speeds": [2.0, 2.0, 2.0], "seconds": 24.5, "hangs": 1, "starts": [0.5], "failed_probes": 1,
                          "in_place_seconds": 12.5},
@@ -221,7 +221,7 @@ def test_a_state_file_with_a_map_per_rung_fact_restores_into_the_rung_records():
     assert restored.rungs == {0: RungRecord([2.0, 2.0, 2.0], 24.5, 1, [0.5], None, 1, 12.5),
                               1: RungRecord([1.4286, 1.4286, 1.4286], 20.3, 0, [0.7, 0.7], 120.0)}
     # (that file knew no mid-epoch checkpoint's own stretch: none is seen until one is)
-    assert restored.persistent(0.0) == {**TODAY, "checkpoint_seen": None, "device_waits_seen": {},
+    assert restored.persistent(0.0) == {**TODAY, "checkpoint_seen": None, "device_waits_seen": {}, "one_place_seen": {},
                                         "state": State.STARTING.value,
                                         "run_seconds": None,
                                         "checkpoint": {**TODAY["checkpoint"], "mono": -math.inf}}

@@ -204,3 +204,102 @@ def test_a_device_wait_is_bounded_by_the_device_waits_seen_in_its_phase():
     assert verdicts(d.at(LAST_BATCH + 1.2 + 11.9)(core.Tick())) == []
     assert "KillTree" in kinds(d.at(LAST_BATCH + 1.2 + 12.01)(core.Tick()))
     assert watchdog.device_wait_bound(d.s, "val") == 3.0
+
+
+def spinning(d: Driver, at: float, *places: str, phase: str = "train") -> None:
+    """The witness's words from ``at``, one each half second: the main thread in no known wait at each of ``places``
+    (a loop in Python moves between the lines of its function)."""
+    for k, where in enumerate(places):
+        d.t = at + 0.5 * k
+        d.beat(phase, kind="wait", pid=PID, progress=d.progress, wait={"kind": "elsewhere", "where": where,
+                                                                          "stalled": d.t - LAST_BATCH})
+
+
+SPIN = tuple(f"sitecustomize.py:{line} in _bench_hang" for line in (32, 33, 32))
+
+
+def test_a_training_process_held_at_one_place_is_found_at_the_idle_floor_though_its_tree_is_busy():
+    """Issue 38: the training process spinning in Python, its tree busy (no TreeActivity says idle), was found at the
+    10 s auto_floor; held at one file and function for the whole stall, it is bounded as a device wait is: by the
+    one-place stalls this run has seen end in training (none yet: idle_floor, 3 s), and restarted."""
+    d = loading()
+    spinning(d, LAST_BATCH + 1.0, *SPIN)
+    assert watchdog.deadline(d.s).label == "train auto, witness: one place"
+    assert verdicts(d.at(LAST_BATCH + 2.99)(core.Tick())) == []
+    actions = d.at(LAST_BATCH + 3.01)(core.Tick())
+    assert "KillTree" in kinds(actions)
+    incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
+    assert incident.tiers == (Tier.RESTART,) and "the hang is not the loader's" in incident.escalation
+    assert "(train auto, witness: one place 3.0 s)" in incident.detail
+    assert incident.detail.endswith("the training process was held at one place (sitecustomize.py:_bench_hang) "
+                                    "for 3.0 s")
+    assert d.s.one_place_seen == {}  # it never ended: no rhythm learned from it
+
+
+def test_a_long_stretch_at_one_place_that_ends_in_progress_raises_the_bound_to_ten_times_it():
+    """A legitimate 2.5 s in one function (a metric, a callback) that then made progress: the next stall held at one
+    place in training is not killed at that length again, nor before 10 x 2.5 s; the record is kept across
+    attempts and supervisor restarts (a kept field) and is training's alone."""
+    d = loading()
+    spinning(d, LAST_BATCH + 1.0, "metrics.py:10 in compute", "metrics.py:12 in compute", "metrics.py:10 in compute")
+    d.at(LAST_BATCH + 2.5).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
+    assert d.s.one_place_seen == {"train": pytest.approx(2.5)} and d.s.device_waits_seen == {}
+    assert watchdog.one_place_bound(d.s, "train") == pytest.approx(25.0)
+    assert watchdog.one_place_bound(d.s, "val") == 3.0
+    since = d.t
+    spinning(d, since + 1.0, "metrics.py:10 in compute", "metrics.py:11 in compute")
+    assert verdicts(d.at(since + 3.01)(core.Tick())) == []  # the floor's kill of a known stretch: no more
+    assert verdicts(d.at(since + 24.9)(core.Tick())) == []
+    assert "KillTree" in kinds(d.at(since + 25.01)(core.Tick()))
+
+
+def test_a_stretch_that_moved_between_places_teaches_nothing():
+    d = loading()
+    spinning(d, LAST_BATCH + 1.0, "model.py:40 in forward", "loss.py:7 in __call__")
+    d.at(LAST_BATCH + 2.5).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
+    assert d.s.one_place_seen == {}
+
+
+def test_a_place_that_changes_within_the_stall_keeps_todays_bound():
+    """Another function, or another kind of wait before the same place, in this stall: not held at one place; a busy
+    tree keeps the auto_floor (10 s), as without the rule."""
+    for places in (("model.py:40 in forward", "model.py:41 in forward", "loss.py:7 in __call__"),
+                   ("a.py:3 in step", "b.py:3 in step")):
+        d = loading()
+        spinning(d, LAST_BATCH + 1.0, *places)
+        assert watchdog.deadline(d.s).label == "train auto", places
+        assert verdicts(d.at(LAST_BATCH + 9.99)(core.Tick())) == [], places
+        assert verdicts(d.at(LAST_BATCH + 10.01)(core.Tick())) != [], places
+    locked = loading()
+    locked.t = LAST_BATCH + 1.0
+    word(locked, "lock", function="acquire")
+    spinning(locked, LAST_BATCH + 1.5, *SPIN)
+    assert watchdog.deadline(locked.s).label == "train auto"
+    assert verdicts(locked.at(LAST_BATCH + 9.99)(core.Tick())) == []
+
+
+def test_idle_floor_off_turns_the_one_place_bound_off():
+    d = loading(watchdog={"idle_floor": "off"})
+    spinning(d, LAST_BATCH + 1.0, *SPIN)
+    assert watchdog.deadline(d.s).label == "train auto"
+    assert verdicts(d.at(LAST_BATCH + 9.99)(core.Tick())) == []
+    assert "KillTree" in kinds(d.at(LAST_BATCH + 10.01)(core.Tick()))
+
+
+def test_before_the_first_batch_and_at_validations_first_one_place_keeps_the_own_bound():
+    """A first step (CUDA's warm-up, a kernel search in Python) and validation's first batch (no rhythm of its own
+    yet) keep their own bounds, as a device wait there does."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("setup", kind="step", step="first_step")
+    for k in range(3):
+        d.t += 0.5
+        d.beat("setup", kind="wait", pid=PID, progress=d.progress,
+               wait={"kind": "elsewhere", "where": f"autotune.py:{k} in search", "stalled": 0.5 * (k + 1)})
+    assert d.at(d.t + 30)(core.Tick()) == [] and watchdog.deadline(d.s).label == "startup_timeout"
+    val = loading()
+    val.beat("val", kind="phase", epoch=1, batch=10)
+    since = val.t
+    spinning(val, since + 1.0, "validator.py:5 in update", "validator.py:6 in update", phase="val")
+    assert watchdog.deadline(val.s).label == "val auto"
+    assert verdicts(val.at(since + 9.99)(core.Tick())) == []
