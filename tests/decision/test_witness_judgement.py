@@ -6,6 +6,7 @@ import pytest
 
 from supervisor.decision import core, in_place, watchdog
 from supervisor.decision.incident import Stacks, Tier
+from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import PID, Driver, kinds, loading, make, verdicts
 
 LAST_BATCH = 1010.0  # loading()'s last progress
@@ -224,7 +225,9 @@ def test_a_training_process_held_at_one_place_is_found_at_the_idle_floor_though_
     one-place stalls this run has seen end in training (none yet: idle_floor, 3 s), and restarted."""
     d = loading()
     spinning(d, LAST_BATCH + 1.0, *SPIN)
-    assert watchdog.deadline(d.s).label == "train auto, witness: one place"
+    shown = snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()["watchdog"]  # status --json
+    assert (shown["timeout"], shown["waiting_kind"]) == ("train auto, witness: one place", "elsewhere")
+    assert shown["fires_in"] == pytest.approx(LAST_BATCH + 3.0 - d.t)
     assert verdicts(d.at(LAST_BATCH + 2.99)(core.Tick())) == []
     actions = d.at(LAST_BATCH + 3.01)(core.Tick())
     assert "KillTree" in kinds(actions)

@@ -118,12 +118,15 @@ def test_a_resumed_attempts_loader_hang_is_recovered_in_place_after_the_training
 
 def test_a_training_process_spinning_in_python_is_restarted_not_taken_for_the_loaders(tmp_path):
     """The training process itself spins (its forward, a callback): the witness puts the wait in its own code, so
-    the in-place tier declines at once and the restart resumes from the checkpoint at batch 4."""
+    the in-place tier declines at once and the restart resumes from the checkpoint at batch 4. Held at one place
+    for the whole stall, its busy tree is bounded by the one-place stalls seen (none: idle_floor), not auto_floor."""
     status, incidents, _, fed = run_loop(tmp_path, {"hang": "main_spinning", "epoch": 1, "batch": 5})
     assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 0, "restart": 1}, status
     [incident] = incidents
     assert incident["tiers"] == ["restart"], incident  # the in-place tier declined at the verdict
     assert "the hang is not the loader's" in incident["escalation"] and "in no known wait" in incident["witness"]
+    assert "(train auto, witness: one place 3.0 s)" in incident["detail"], incident["detail"]
+    assert "was held at one place (tests/fixtures/loader_loop.py:hang_here)" in incident["detail"], incident["detail"]
     assert_each_sample_once(fed, epochs=(2,))
 
 
