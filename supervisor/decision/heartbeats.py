@@ -90,10 +90,12 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     if m.kind == MessageKind.WAIT:  # every rank's word is kept: the one that tells the stall is chosen at need
         s.current.waits[m.rank] = witness.heard(s.current.waits.get(m.rank), m.wait, now.mono, m.rank)
         return False
+    speaks_for_the_run = (m.rank if m.local_rank is None else m.local_rank) == 0
     if m.progress > view.progress:
         view.progress, view.last_progress_at = m.progress, now.mono
-        s.current.waits.pop(m.rank, None)
-    return (m.rank if m.local_rank is None else m.local_rank) == 0
+        if not speaks_for_the_run:  # (the run's rank's word is read by its progress first: _progressed)
+            s.current.waits.pop(m.rank, None)
+    return speaks_for_the_run
 
 
 def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -233,7 +235,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         # A command says no "done"; its bar at its very end does. What follows is its exit, watched as our
         # worker's after "done" is: one that never comes ends the run succeeded, nothing to restart.
         a.trained_through = True
-    said = a.waits.get(None) or a.waits.get(0)
+    said = a.waits.get(m.rank)  # the word of the process whose progress this is (None outside DDP)
     if said is not None and s.state == State.HEALTHY and a.recovery is None and a.last_progress_at is not None \
             and p.phase in watchdog.DEVICE_PHASES:
         # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter);
@@ -246,7 +248,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     if a.training is not None:
         a.training.progressed(sent_at(m, now))
     a.waits_outside, a.stopped = frozenset(), frozenset()
-    a.waits.pop(None, None)  # a word said before this progress is of a stall that is over
+    a.waits.pop(m.rank, None)  # a word said before this progress is of a stall that is over
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value
 
 

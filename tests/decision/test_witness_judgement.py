@@ -306,3 +306,17 @@ def test_before_the_first_batch_and_at_validations_first_one_place_keeps_the_own
     spinning(val, since + 1.0, "validator.py:5 in update", "validator.py:6 in update", phase="val")
     assert watchdog.deadline(val.s).label == "val auto"
     assert verdicts(val.at(since + 9.99)(core.Tick())) == []
+
+
+def test_under_ddp_the_device_wait_rank_0_said_before_its_progress_is_learned():
+    """Rank 0 speaks for the run: its word of a device wait that ended in its progress is the phase's rhythm, as a
+    single process's is (its liveness bookkeeping must not drop the word before the progress reads it)."""
+    d = loading()
+    d.t = LAST_BATCH + 0.2
+    d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4, pid=7002, rank=0, progress=1)
+    d.t = LAST_BATCH + 0.9
+    word(d, "device", pid=7002, rank=0, function="synchronize")
+    d.t = LAST_BATCH + 1.6
+    d.beat(epoch=1, epochs=3, batch=5, batches=10, samples=4, pid=7002, rank=0, progress=2)
+    assert d.s.device_waits_seen == {"train": pytest.approx(1.4)}
+    assert 0 not in d.s.current.waits  # and the word is of a stall that is over
