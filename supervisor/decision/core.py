@@ -84,6 +84,12 @@ class TransitionError(RuntimeError):
     pass
 
 
+# Another host's decisions made for these end its ranks at once (its tree killed, no save): the others restart with it.
+# A probe's or a remedy's saves first (rank 0 may be on this host), and a crash's peers learn from their collectives.
+HOST_FAILURES = (Reason.HANG.value, Reason.KERNEL.value)
+CLOCK_SKEW = 2.0  # seconds two hosts' wall clocks may differ by (NTP keeps them within milliseconds)
+
+
 def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]]:
     before = s.state
     actions = _dispatch(s, event, now)
@@ -123,7 +129,7 @@ def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
     if isinstance(event, StateDirTaken):
         return _state_dir_taken(s, event, now)
     if isinstance(event, JobLadderRead):
-        return _job_ladder(s, event)
+        return _job_ladder(s, event, now)
     if isinstance(event, JobCheckpointRead):
         return heartbeats.job_checkpoint(s, event, now)
     if isinstance(event, TreeActivity):
@@ -172,7 +178,7 @@ def training_fingerprint(s: Supervision) -> str:
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall, step_since=now.mono,
-                        resumed_from=event.resumed_from,
+                        resumed_from=event.resumed_from, job_seq=s.job_seq,
                         resumed_at=(s.checkpoint.epoch, s.checkpoint.batch) if event.resumed_from and s.checkpoint
                         else None)
     s.hang_history.spawned(now.mono)
@@ -450,24 +456,49 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 
 
-def _job_ladder(s: Supervision, event: JobLadderRead) -> list[Any]:
+def _ends_this_attempt(s: Supervision, event: JobLadderRead) -> bool:
+    """Another host's decision for its hang, newer than the one this attempt started under and made after its spawn
+    (a shared directory's cached attributes may show an old one late; the hosts' clocks agree within SKEW)."""
+    made = event.cause.get("time")
+    return event.cause.get("reason") in HOST_FAILURES and event.seq > s.current.job_seq \
+        and s.current.recovery is None and s.current.spawned_wall is not None \
+        and (not isinstance(made, (int, float)) or made >= s.current.spawned_wall - CLOCK_SKEW)
+
+
+def _peer_restarts(s: Supervision, now: Now, event: JobLadderRead) -> list[Any]:
+    """Another host said it kills its tree for a hang: this host's ranks lose theirs; restarted at once as for a lost
+    peer (reason peer: no crash counted, no backoff, no rung change)."""
+    phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
+    host = f"host {event.node_rank}" + (f" ({event.host})" if event.host else "")
+    what = str(event.cause.get("reason")) + (f" in {event.cause['phase']}" if event.cause.get("phase") else "")
+    return stopping.begin(s, now, Reason.PEER, phase, failure=f"peer:{phase}",
+                          detail=f"{host} restarts for its {what}: this host's ranks would lose theirs")
+
+
+def _job_ladder(s: Supervision, event: JobLadderRead, now: Now) -> list[Any]:
     """Another host's ladder decision: this host's next attempt goes where it says, whatever this host decided at
     the same moment (its own choice is dropped; the running attempt keeps its rung). Two decisions with the same
-    number (made at once) resolve to the one the file kept, which every host reads."""
+    number (made at once) resolve to the one the file kept, which every host reads. One made for that host's hang,
+    newer than the one this attempt started under, is that host's tree being killed: this attempt's ranks are about
+    to lose theirs, so it restarts now, as for a lost peer, not when a collective fails or its own bound runs out
+    (NCCL may say nothing of a peer gone: the other host's 10 s bound was the critical path, 2x H200)."""
     own = event.node_rank == s.config.distributed.node_rank
     if not s.config.distributed.several_hosts or event.seq < s.job_seq or own:
         return []
     s.job_seq = event.seq
+    restarts = []
     if s.state in (State.STARTING, State.HEALTHY):
         s.current.peer_cause = {**event.cause, "node_rank": event.node_rank, "host": event.host}
+        if _ends_this_attempt(s, event):
+            restarts = _peer_restarts(s, now, event)
     if not 0 <= event.rung < len(s.ladder):
-        return []
+        return restarts
     s.job_next = JobRung(event.rung, dict(event.remedies))
     replaced = s.stop is not None and (s.stop.climb or bool(s.stop.remedy))
     if s.stop is not None:  # this host's own climb or remedy, decided at the same moment, is the job's to replace
         s.stop.climb, s.stop.choice, s.stop.remedy = False, None, None
     if (event.rung, event.remedies) == (s.rung, s.remedies) and not replaced:
-        return []
-    return [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {event.rung} "
+        return restarts
+    return restarts + [Log("warning", f"job-wide ladder: host {event.node_rank} moved the job to rung {event.rung} "
                            f"({s.ladder.label(event.rung)})" + (f" with {event.remedies}" if event.remedies else "")
                            + "; this host's next attempt starts there")]

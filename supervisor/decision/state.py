@@ -203,6 +203,7 @@ class Attempt:
     step_total: int | None = None  # ... of how many
     search: SearchSeen | None = None  # a kernel search's news in the current startup step (kernel_search.py)
     resumed_from: str | None = None
+    job_seq: int = 0  # several hosts: the job-wide decision this attempt started under (a newer one ends it)
     resumed_at: tuple[int, int] | None = None  # the (epoch, batch) of the checkpoint it resumed from, where known
     trained_through: bool = False  # the command's training reached its last batch of its last epoch: its exit is due
     progress_counter: int = -1

@@ -79,8 +79,10 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree"
                            + (f" (its stacks were read {ahead.ahead:.2f} s before the verdict)" if ahead else ""))
+    # With several hosts a hang is said even where it moves nothing: the other hosts restart with this one at once
+    announced = several_hosts and reason in (Reason.HANG, Reason.KERNEL) and then in (None, After.RESTART)
     published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})},
-                        cause_of(incident)) if climb or remedy else []
+                        cause_of(incident)) if climb or remedy or announced else []
     return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])
 
 
@@ -144,7 +146,7 @@ def cause_of(incident: Incident | None) -> dict[str, Any]:
     if incident is None:
         return {}
     return {"id": incident.id, "reason": incident.reason.value, "phase": incident.phase,
-            "stopped_first_rank": incident.stopped_first_rank}
+            "stopped_first_rank": incident.stopped_first_rank, "time": incident.time}
 
 
 def publish(s: Supervision, rung: int, remedies: dict[str, Any], cause: dict[str, Any]) -> list[Any]:
