@@ -254,10 +254,12 @@ class IncidentsConfig:
     SECTION: ClassVar[str] = "incidents"
     stacks: bool = key(Flag(), True, (
         "record where every thread of every process of a hung tree waits (py-spy: Python and native frames; /proc: "
-        "wchan and the kernel stack; the GPU's state) as STATE_DIR/incidents/ID/stacks.json, before it is killed"))
+        "wchan and the kernel stack; the GPU's state) as STATE_DIR/incidents/ID/stacks.json, read ahead of the "
+        "verdict (a stall's bound less stacks_budget, at most half of it) so the kill waits for none"))
     stacks_budget: float = key(Seconds(most=10, expected="seconds, more than 0 and at most 10 (the kill waits for it)"),
                                3.0, "seconds the whole capture may take, all processes in parallel; the rest is "
-                                    "abandoned and noted, and the kill goes on")
+                                    "abandoned and noted, and the kill goes on; also how far ahead of a restart's "
+                                    "verdict the capture starts")
 
 
 @dataclass(frozen=True)
