@@ -452,7 +452,7 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=stacks,
                        detail=detail, host=event.host, witness_agreed=agreed,
                        flight_recorder=event.flight_recorder or incident.flight_recorder)
-    # Where it hung, in the journal before the kill's own lines.
+    # Where it hung, in the journal: decided once the kill's own lines are out (the agent queues this event).
     return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 
 
