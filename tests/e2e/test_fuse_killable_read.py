@@ -17,16 +17,14 @@ import pytest
 
 from tests.e2e.test_loader_hangs import assert_each_sample_once, assert_in_place, run_loop
 from tests.helpers.fuse_held_read import FuseHeldRead
-from tests.helpers.fuse_passthrough import unavailable
+from tests.helpers.fuse_passthrough import skip_without_fuse
 
 AUTO_FLOOR = 4  # [watchdog] auto_floor: the bound of this wait (the default 10 s would only make the test longer)
 
 
 @pytest.fixture
 def held_read(tmp_path):
-    why = unavailable()
-    if why:
-        pytest.skip(f"no FUSE mount here: {why}")
+    skip_without_fuse()
     with FuseHeldRead(tmp_path / "dataset", tmp_path / "fuse-control") as mount:
         yield mount
 

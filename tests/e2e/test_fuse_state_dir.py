@@ -12,7 +12,7 @@ import pytest
 
 from supervisor.state import history
 from tests.e2e.test_loader_hangs import assert_each_sample_once, assert_in_place, run_loop
-from tests.helpers.fuse_passthrough import FusePassthrough, unavailable
+from tests.helpers.fuse_passthrough import FusePassthrough, skip_without_fuse
 from tests.helpers.supervised import yolo_train
 
 
@@ -26,9 +26,7 @@ def mount_type(path: Path) -> str | None:
 
 @pytest.fixture
 def fuse_dir(tmp_path):
-    why = unavailable()
-    if why:
-        pytest.skip(f"no FUSE mount here: {why}")
+    skip_without_fuse()
     with FusePassthrough(tmp_path / "beneath", tmp_path / "fuse") as mount:
         assert mount_type(mount.mountpoint) == "fuse"  # the kernel's FUSE, not the directory beneath
         yield mount

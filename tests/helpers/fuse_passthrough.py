@@ -34,6 +34,15 @@ def unavailable() -> str | None:
     return None
 
 
+def skip_without_fuse() -> None:
+    """Skip the calling test, saying why, where no FUSE file system can be mounted."""
+    import pytest
+
+    why = unavailable()
+    if why:
+        pytest.skip(f"no FUSE mount here: {why}")
+
+
 class FusePassthrough:
     def __init__(self, root: Path, mountpoint: Path):
         self.root, self.mountpoint = Path(root), Path(mountpoint)
