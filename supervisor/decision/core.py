@@ -433,9 +433,13 @@ def _signature(s: Supervision, event: SignatureSeen, now: Now) -> list[Any]:
 def _peer_lost(s: Supervision, now: Now, seen: SignatureSeen, who: str) -> list[Any]:
     """A rank of this host lost another host's mid-collective: that host's hang or crash, which its own supervisor
     judges. This host restarts at once to meet it again: no crash counted, no backoff, no rung change (restart.py)."""
+    return _restart_with_peers(s, now, f"{who} lost another host's ({seen.line.strip()[:240]}): {seen.advice}")
+
+
+def _restart_with_peers(s: Supervision, now: Now, detail: str) -> list[Any]:
+    """Another host's failure ends this attempt: restarted at once, reason peer (restart.py)."""
     phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
-    return stopping.begin(s, now, Reason.PEER, phase, failure=f"peer:{phase}",
-                          detail=f"{who} lost another host's ({seen.line.strip()[:240]}): {seen.advice}")
+    return stopping.begin(s, now, Reason.PEER, phase, failure=f"peer:{phase}", detail=detail)
 
 
 def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
@@ -468,11 +472,9 @@ def _ends_this_attempt(s: Supervision, event: JobLadderRead) -> bool:
 def _peer_restarts(s: Supervision, now: Now, event: JobLadderRead) -> list[Any]:
     """Another host said it kills its tree for a hang: this host's ranks lose theirs; restarted at once as for a lost
     peer (reason peer: no crash counted, no backoff, no rung change)."""
-    phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
     host = f"host {event.node_rank}" + (f" ({event.host})" if event.host else "")
     what = str(event.cause.get("reason")) + (f" in {event.cause['phase']}" if event.cause.get("phase") else "")
-    return stopping.begin(s, now, Reason.PEER, phase, failure=f"peer:{phase}",
-                          detail=f"{host} restarts for its {what}: this host's ranks would lose theirs")
+    return _restart_with_peers(s, now, f"{host} restarts for its {what}: this host's ranks would lose theirs")
 
 
 def _job_ladder(s: Supervision, event: JobLadderRead, now: Now) -> list[Any]:
