@@ -239,6 +239,22 @@ def test_a_training_process_held_at_one_place_is_found_at_the_idle_floor_though_
     assert d.s.one_place_seen == {}  # it never ended: no rhythm learned from it
 
 
+def test_a_word_at_one_place_from_a_process_then_stopped_is_the_stopped_trees_not_a_place():
+    """CI, a rank that stopped itself (SIGSTOP) just after its witness put it in an import: the word is from before
+    the stop. /proc shows the sender stopped: the idle bound's stall (10 x 0.5 s here), said so, not "held at one
+    place" (3 s); another process of the tree stopped changes nothing."""
+    for stopped, label, bound in ((frozenset({PID}), "train auto, idle", 5.0),
+                                  (frozenset({PID + 7}), "train auto, witness: one place", 3.0)):
+        d = loading()
+        spinning(d, LAST_BATCH + 0.2, "<frozen importlib._bootstrap_external>:1 in _path_stat")
+        d(core.TreeActivity(idle_since=LAST_BATCH + 0.5, stopped=stopped))
+        assert watchdog.deadline(d.s) == watchdog.Deadline(LAST_BATCH + bound, watchdog.DeadlineKind.PHASE, label)
+        assert verdicts(d.at(LAST_BATCH + bound - 0.01)(core.Tick())) == []  # the stacks read ahead of the verdict
+        actions = d.at(LAST_BATCH + bound + 0.01)(core.Tick())
+        detail = [a for a in actions if isinstance(a, core.KillTree)][0].incident.detail
+        assert ("held at one place (<frozen importlib._bootstrap_external>:_path_stat)" in detail) == (bound == 3.0)
+
+
 def test_a_long_stretch_at_one_place_that_ends_in_progress_raises_the_bound_to_ten_times_it():
     """A legitimate 2.5 s in one function (a metric, a callback) that then made progress: the next stall held at one
     place in training is not killed at that length again, nor before 10 x 2.5 s; the record is kept across
