@@ -282,7 +282,9 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
                               detail=f"{how} after torch's collective timeout ended a rank "
                                      f"({timed_out.line.strip()[:240]}): {timed_out.advice}")
     if ending is not None and ending.remedy == Remedy.PEER_LOST and s.config.distributed.several_hosts:
-        return _peer_lost(s, now, ending, f"{how} after its rank")
+        if not _own_error_first(a):
+            return _peer_lost(s, now, ending, f"{how} after its rank")
+        a.last_error = a.first_error  # its own crash, whose reset reached its local peers: the crash its words name
     gpu_hang = ending if ending is not None and ending.remedy == Remedy.GPU_HANG else \
         next((seen for seen in a.signatures.values() if seen.remedy == Remedy.GPU_HANG), None)
     if gpu_hang is not None:  # ROCr aborted the worker on a hung GPU: the hang it is, up the ladder as any hang
@@ -425,10 +427,18 @@ def _signature(s: Supervision, event: SignatureSeen, now: Now) -> list[Any]:
     if s.state in (State.STARTING, State.HEALTHY) and event.name not in s.current.signatures:
         s.current.signatures[event.name] = event
         seen = [Log("warning", f"worker output shows {event.name}: {event.line[:200]}")]
-        if event.remedy == Remedy.PEER_LOST and s.config.distributed.several_hosts and s.current.recovery is None:
+        if event.remedy == Remedy.PEER_LOST and s.config.distributed.several_hosts and s.current.recovery is None \
+                and not _own_error_first(s.current):
             return seen + _peer_lost(s, now, event, "a rank")
         return seen
     return []
+
+
+def _own_error_first(a: Attempt) -> bool:
+    """A rank of this host reported an error of its own before any lost a peer: with several local ranks, the reset
+    its local peers then met is its own crash's, judged as a crash when the worker exits (not another host's)."""
+    found = scan(a.first_error) if a.first_error else None
+    return a.first_error is not None and (found is None or found.remedy != Remedy.PEER_LOST)
 
 
 def _peer_lost(s: Supervision, now: Now, seen: SignatureSeen, who: str) -> list[Any]:

@@ -87,6 +87,7 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
         return False
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
+        s.current.first_error = s.current.first_error or s.current.last_error
     if m.kind == MessageKind.WAIT:  # every rank's word is kept: the one that tells the stall is chosen at need
         s.current.waits[m.rank] = witness.heard(s.current.waits.get(m.rank), m.wait, now.mono, m.rank)
         return False
@@ -101,6 +102,7 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
 def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     if m.kind == MessageKind.ERROR:
         s.current.last_error = (m.error or "")[:500]
+        s.current.first_error = s.current.first_error or s.current.last_error
         return []
     if m.kind == MessageKind.IN_FORCE:
         s.current.in_force = m.in_force

@@ -87,3 +87,28 @@ def test_on_one_host_a_lost_peer_in_the_output_is_only_remembered():
     d = training(several_hosts=False)
     actions = d(core.SignatureSeen("peer_lost", core.Remedy.PEER_LOST, "restarted at once", GLOO_RESET))
     assert kinds(actions) == ["Log"] and d.s.state == core.State.HEALTHY
+
+
+def test_a_local_ranks_own_crash_whose_reset_reached_its_local_peer_is_this_hosts_crash():
+    """Two ranks on this host: rank 1 crashed on its own, and rank 0 then met gloo's reset from it. The reset is not
+    another host's failure: no restart at once on the line; the exit is this host's crash, named by rank 1's words,
+    with its backoff."""
+    d = training()
+    d.beat(kind="error", pid=PID + 11, rank=1, local_rank=1, progress=0, error="RuntimeError: CUDA error: boom")
+    d.beat(kind="error", pid=PID + 10, rank=0, local_rank=0, progress=0, error=GLOO_RESET)
+    assert "KillTree" not in kinds(d(core.SignatureSeen("peer_lost", core.Remedy.PEER_LOST, "restarted at once",
+                                                        f"[rank0]: {GLOO_RESET}")))
+    d(core.WorkerExited(1))
+    crash = d.s.incidents[-1]
+    assert crash.reason == "crash" and "rank 1: RuntimeError: CUDA error: boom" in crash.detail, crash.detail
+    d(core.TreeKilled(killed=3))
+    assert d.s.state == core.State.BACKOFF and dict(d.s.restarts_by_reason) == {"crash": 1}
+
+
+def test_a_reset_that_is_every_local_ranks_first_error_is_another_hosts_failure():
+    """Two ranks on the healthy host: both met the reset of another host's rank; the first error is a reset."""
+    d = training()
+    d.beat(kind="error", pid=PID + 11, rank=1, local_rank=1, progress=0, error=GLOO_RESET)
+    assert "KillTree" in kinds(d(core.SignatureSeen("peer_lost", core.Remedy.PEER_LOST, "restarted at once",
+                                                    f"[rank1]: {GLOO_RESET}")))
+    assert d.s.incidents[-1].reason == "peer"
