@@ -7,26 +7,14 @@ import sys
 
 from supervisor.state.paths import StatePaths
 from tests.helpers import ROOT
-from tests.helpers.supervised import quiet_config, read_incidents, read_state, yolo_train
+from tests.helpers.supervised import quiet_config, read_incidents, read_state, witnessed_loop, yolo_train
 
-BLOCKS_ON_A_LOCK_ONCE = f"""
-import os, sys, threading, time
-sys.path.insert(0, {str(ROOT)!r})
-from worker.heartbeat import Heartbeat
-hb = Heartbeat.from_env(witness=True)
-hb.phase("train")
-for step in range(1, 41):
-    until = time.monotonic() + 0.03
-    while time.monotonic() < until:  # a step of work
-        pass
-    hb.beat(epoch=1, epochs=1, batch=step, batches=40)
-    if step == 20 and not os.path.exists("hung-once"):
-        open("hung-once", "w").close()
-        lock = threading.Lock()
-        lock.acquire()
-        lock.acquire()  # the training process blocked forever: its tree idle
-hb.phase("done")
-"""
+BLOCKS_ON_A_LOCK_ONCE = witnessed_loop(40, 'step == 20 and not os.path.exists("hung-once")', """
+open("hung-once", "w").close()
+lock = threading.Lock()
+lock.acquire()
+lock.acquire()  # the training process blocked forever: its tree idle
+""")
 
 
 def test_a_restarts_stacks_were_read_ahead_of_its_verdict_and_its_kill_read_none(write_config, tmp_path):
@@ -52,29 +40,17 @@ def test_a_restarts_stacks_were_read_ahead_of_its_verdict_and_its_kill_read_none
     assert [p.name for p in (state_dir / "incidents").iterdir()] == [incident["id"]]  # no ahead-N left
 
 
-RESUMES_ONCE_ITS_STACKS_ARE_READ = f"""
-import os, sys, threading, time
-sys.path.insert(0, {str(ROOT)!r})
-from worker.heartbeat import Heartbeat
-hb = Heartbeat.from_env(witness=True)
-hb.phase("train")
+RESUMES_ONCE_ITS_STACKS_ARE_READ = witnessed_loop(30, "step == 15", """
 ahead = sys.argv[1]
-for step in range(1, 31):
-    until = time.monotonic() + 0.03
-    while time.monotonic() < until:
-        pass
-    hb.beat(epoch=1, epochs=1, batch=step, batches=30)
-    if step == 15:
-        lock = threading.Lock()
-        lock.acquire()
-        def release():  # the stall ends only once its stacks were read ahead: the precondition, not a race
-            while not os.path.exists(ahead):
-                time.sleep(0.02)
-            lock.release()
-        threading.Thread(target=release, daemon=True).start()
-        lock.acquire()
-hb.phase("done")
-"""
+lock = threading.Lock()
+lock.acquire()
+def release():  # the stall ends only once its stacks were read ahead: the precondition, not a race
+    while not os.path.exists(ahead):
+        time.sleep(0.02)
+    lock.release()
+threading.Thread(target=release, daemon=True).start()
+lock.acquire()
+""")
 
 
 def test_stacks_read_ahead_of_a_stall_that_then_ends_are_dropped_and_nothing_restarts(write_config, tmp_path):

@@ -16,25 +16,15 @@ import pytest
 
 from tests.helpers import ROOT
 from tests.helpers.supervised import (demo_train, freeze_a_loader_worker, python_without_py_spy, quiet_config,
-                                      read_incidents, read_state, slow_server, yolo_train)
+                                      read_incidents, read_state, slow_server, witnessed_loop, yolo_train)
 from worker.trainer import RECORD_FED_ENV
 
-WAITS_ON_A_SOCKET = f"""
-import os, socket, sys, time
-sys.path.insert(0, {str(ROOT)!r})
-from worker.heartbeat import Heartbeat
-hb = Heartbeat.from_env(witness=True)
-hb.phase("train")
-for step in range(1, 81):
-    until = time.monotonic() + 0.03
-    while time.monotonic() < until:  # a step of work
-        pass
-    hb.beat(epoch=1, epochs=1, batch=step, batches=80)
-    if step == 40:  # a checkpoint's upload, a FUSE blip: seconds on something outside the tree, nothing runs
-        with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
-            s.sendall(b"upload")
-            assert s.recv(16) == b"stored"
-"""
+# a checkpoint's upload, a FUSE blip: seconds on something outside the tree, nothing runs
+WAITS_ON_A_SOCKET = witnessed_loop(80, "step == 40", """
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as s:
+    s.sendall(b"upload")
+    assert s.recv(16) == b"stored"
+""", imports="os, socket, sys, time", done=False)
 
 
 def test_seven_seconds_on_a_socket_after_fast_batches_is_no_hang(write_config, tmp_path):

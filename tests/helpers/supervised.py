@@ -49,6 +49,28 @@ prior_between_hangs = "off"
 """
 
 
+def witnessed_loop(steps: int, at_step: str, then: str, imports: str = "os, sys, threading, time",
+                    done: bool = True) -> str:
+    """A plain training loop's script under our heartbeat client with its witness on: ``steps`` steps of 0.03 s of
+    work, each beaten as a batch; after the step where ``at_step`` holds (an expression of ``step``), ``then`` runs
+    (a hang, a wait: indented as the loop's body). ``done``: it says training is done at its end."""
+    body = "\n".join("        " + line if line else line for line in then.strip("\n").splitlines())
+    return f"""
+import {imports}
+sys.path.insert(0, {str(ROOT)!r})
+from worker.heartbeat import Heartbeat
+hb = Heartbeat.from_env(witness=True)
+hb.phase("train")
+for step in range(1, {steps + 1}):
+    until = time.monotonic() + 0.03
+    while time.monotonic() < until:  # a step of work
+        pass
+    hb.beat(epoch=1, epochs=1, batch=step, batches={steps})
+    if {at_step}:
+{body}
+""" + ('hb.phase("done")\n' if done else "")
+
+
 def worker_launcher(tmp_path: Path, script: str) -> Path:
     """An executable that runs `script` (Python source) with the arguments the supervisor gives
     `[worker] python`: a stand-in for the Ultralytics worker. Started as a standby (`-m worker --standby`) it keeps
