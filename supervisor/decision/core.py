@@ -213,8 +213,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     if (search := kernel_search.in_step(s)) is not None:
         detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
     seen, culprit = witness.telling(a.waits, a.loaders)
-    stopped = witness.sender_stopped(seen, a.ranks, a.progress_pid, a.stopped)
-    if (place := witness.held_at(seen, culprit, s.state, stopped)) is not None:
+    if (place := witness.held_at(seen, culprit, s.state)) is not None:
         who = "the training process" if seen.rank is None else f"rank {seen.rank}"
         detail += f": {who} was held at one place ({place}) for {quiet:.1f} s"
     if phase == Phase.DONE.value:
@@ -396,10 +395,11 @@ def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
 
 def _tree_activity(s: Supervision, event: TreeActivity) -> list[Any]:
     """An idle tree lowers the floor of its stall's auto bound (watchdog.current_stall); a report that comes
-    between two workers is nobody's."""
+    between two workers is nobody's. A process it shows stopped has said its last word (witness.still_said)."""
     if s.state in (State.STARTING, State.HEALTHY) and s.current.worker_pid is not None:
-        s.current.idle_since, s.current.waits_outside = event.idle_since, event.outside
-        s.current.stopped = event.stopped
+        a = s.current
+        a.idle_since, a.waits_outside, a.stopped = event.idle_since, event.outside, event.stopped
+        a.waits = witness.still_said(a.waits, a.ranks, a.progress_pid, event.stopped)
     return []
 
 

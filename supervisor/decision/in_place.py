@@ -167,6 +167,10 @@ def _declines(s: Supervision) -> str | None:
     seen, culprit = witness.telling(a.waits, a.loaders)
     if witness.all_stopped(a.ranks, a.stopped):  # /proc shows each rank stopped: whatever one said before, not a hang
         return f"{witness.FROZEN}: restart"
+    if not a.ranks and a.progress_pid is not None and a.progress_pid in a.stopped:
+        # the training process itself stopped (the tree frozen): its word is from before, and no rebuilt loader can
+        # bring it a batch
+        return f"the training process (pid {a.progress_pid}) is stopped: restart"
     if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
         return f"the hang is not the loader's: the training process {witness.describe(seen)}"
     return None

@@ -119,8 +119,7 @@ def deadline(s: Supervision) -> Deadline:
     if stall is not None:
         due = stall.deadline
         seen, culprit = witness.telling(a.waits, a.loaders)
-        held = witness.held_at(seen, culprit, s.state, witness.sender_stopped(seen, a.ranks, a.progress_pid,
-                                                                             a.stopped)) is not None
+        held = witness.held_at(seen, culprit, s.state) is not None
         idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit,
                                         a.waits_outside, held)
         if stall.idle_bound is not None and idle_since is not None:

@@ -57,24 +57,22 @@ def place_of(where: str) -> str:
     return f"{match[1]}:{match[2]}" if match else where
 
 
-def held_at(seen: WaitSeen | None, culprit: int | None, state: State, sender_stopped: bool = False) -> str | None:
+def held_at(seen: WaitSeen | None, culprit: int | None, state: State) -> str | None:
     """The place (``place_of``) where the training process's main thread has been held for the whole of this stall,
-    by the word that tells it, once it trains; None: not so. A sender /proc shows stopped (``sender_stopped``) is
-    held nowhere: its last word is from before the stop (a SIGSTOP, a debugger), and its stall is a stopped tree's."""
-    if seen is None or culprit is not None or state != State.HEALTHY or seen.report.kind != WaitKind.ELSEWHERE \
-            or sender_stopped:
+    by the word that tells it, once it trains; None: not so."""
+    if seen is None or culprit is not None or state != State.HEALTHY or seen.report.kind != WaitKind.ELSEWHERE:
         return None
     return seen.place
 
 
-def sender_stopped(seen: WaitSeen | None, ranks: dict[int, Rank], progress_pid: int | None,
-                   stopped: frozenset[int]) -> bool:
-    """Whether the process that said ``seen`` is one /proc shows stopped (TreeActivity's ``stopped``): a rank's under
-    DDP, else the training process's (the sender of its progress, ``progress_pid``)."""
-    if seen is None:
-        return False
-    pid = progress_pid if seen.rank is None else getattr(ranks.get(seen.rank), "pid", None)
-    return pid is not None and pid in stopped
+def still_said(waits: dict[int | None, WaitSeen], ranks: dict[int, Rank], progress_pid: int | None,
+               stopped: frozenset[int]) -> dict[int | None, WaitSeen]:
+    """The words whose sender /proc does not show stopped (TreeActivity's ``stopped``): a rank's process under DDP,
+    else the training process (the sender of its progress, ``progress_pid``). A stopped sender's word is from before
+    the stop (a SIGSTOP, a debugger): its stall is a stopped process's, said by /proc, not where it last waited."""
+    def sender(seen: WaitSeen) -> int | None:
+        return progress_pid if seen.rank is None else getattr(ranks.get(seen.rank), "pid", None)
+    return {r: seen for r, seen in waits.items() if sender(seen) not in stopped}
 
 
 # The order in which the ranks' words tell a stall: a batch owed by a known loader worker names the culprit; a

@@ -42,6 +42,27 @@ def test_a_batch_owed_by_a_known_loader_worker_is_bounded_as_an_idle_tree_and_re
     assert d.s.recoveries["in_place"] == 1 and d.s.attempt == 1
 
 
+def test_a_batch_owed_while_the_training_process_itself_is_stopped_is_the_frozen_trees_restart():
+    """The whole tree frozen (SIGSTOP) while the training process waited for a batch: its word names a worker, but no
+    rebuilt loader can bring a stopped process its batch. /proc shows it stopped: the restart, saying so."""
+    d = loading()
+    d.t = LAST_BATCH + 1.0
+    loader_word(d, 5001)
+    d(core.TreeActivity(idle_since=LAST_BATCH + 1.0, stopped=frozenset({PID, 5001, 5002})))
+    assert verdicts(d.at(LAST_BATCH + 4.99)(core.Tick())) == []
+    actions = d.at(LAST_BATCH + 5.01)(core.Tick())
+    assert "ReplaceLoaderWorkers" not in kinds(actions) and "KillTree" in kinds(actions)
+    incident = d.s.incidents[-1].to_dict()
+    assert incident["tier"] == "restart"
+    assert incident["escalation"] == f"the training process (pid {PID}) is stopped: restart"
+    # a loader worker stopped alone is its own hang: in place
+    alone = loading()
+    alone.t = LAST_BATCH + 1.0
+    loader_word(alone, 5001)
+    alone(core.TreeActivity(idle_since=LAST_BATCH + 1.0, stopped=frozenset({5001})))
+    assert "ReplaceLoaderWorkers" in kinds(alone.at(LAST_BATCH + 5.01)(core.Tick()))
+
+
 def test_without_a_word_a_busy_tree_keeps_the_auto_floor():
     d = loading()
     assert d.at(LAST_BATCH + 5.01)(core.Tick()) == []
