@@ -72,12 +72,14 @@ def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
     seen there bounds it like a batch interval. A mid-epoch checkpoint is bounded alike by the longest seen of its
     own (``checkpoint_seen``, given only for one), and until then as an epoch's end: a hold of 0.1 s must not bound
     an epoch's end, nor wait for one to be seen. ``floor`` replaces ``auto_floor`` over a phase's own intervals
-    only: validation's first batch, bounded by training's, keeps it."""
+    only: validation's first batch, bounded by training's, keeps it, and so does an attempt's first batch interval,
+    with none seen yet (a step of 4 s, the host asleep in its device wait, is no hang at 3 s in every attempt)."""
     if phase == "save" and checkpoint_seen is not None and cfg.save_timeout is not None:
         observed = auto_timeout(cfg, [checkpoint_seen], floor)
         return (observed, "checkpoint auto") if observed < cfg.save_timeout else (cfg.save_timeout, "save_timeout")
     if phase == "train":
         configured, samples = cfg.stall_timeout, intervals.get("train", ())
+        floor = floor if samples else None
     elif phase == "val":
         configured = cfg.val_timeout
         samples = intervals.get("val") or intervals.get("train", ())

@@ -185,3 +185,46 @@ def test_progress_forgets_the_idleness_of_the_stall_before_it():
     assert d.s.current.idle_since is None and watchdog.deadline(d.s).label == "train auto"
     d.beat("setup", kind="step", step="first_batch")  # a step's news, too
     assert d.s.current.idle_since is None
+
+
+def first_batch_done(step: float = 8.0) -> Driver:
+    """An attempt's first batch just done (after ``step`` s of startup): no batch interval seen yet."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.t += step
+    d.beat(epoch=1, epochs=3, batch=1, batches=4, samples=8)
+    assert d.s.state == core.State.HEALTHY and not d.s.current.intervals.get("train")
+    return d
+
+
+def said(d: Driver, since: float, kind: str, where: str, n: int, **fields) -> None:
+    for k in range(1, n + 1):
+        d.t = since + 0.5 * k
+        d.beat("train", kind="wait", pid=PID, progress=d.progress,
+               wait={"kind": kind, "where": where, "stalled": 0.5 * k, **fields})
+
+
+def test_an_attempts_first_batch_interval_has_no_short_bound_whatever_the_witness_or_the_tree_says():
+    """A slow step (4-5 s on a CPU, or a big model on a small GPU) in an attempt's second batch, with no interval seen
+    yet: its host asleep in the device wait and the tree idle, or its forward in one conv function after another, is
+    no hang at idle_floor; the auto_floor (10 s) holds until the phase has a rhythm. Else every attempt's second batch
+    is killed, a loop."""
+    for kind, where, fields in (("device", "loss.py:80 in __call__", {"function": "item"}),
+                                ("elsewhere", "torch/nn/modules/conv.py:456 in _conv_forward", {})):
+        d = first_batch_done()
+        last = d.t
+        said(d, last, kind, where, 9, **fields)
+        d(core.TreeActivity(idle_since=last + 0.2))
+        assert watchdog.deadline(d.s).label == "train auto", kind
+        assert verdict_at(d, last + 0.5) == 10.0, kind
+
+
+def test_once_a_batch_interval_is_seen_a_device_wait_has_the_short_bound_again():
+    d = first_batch_done()
+    d.t += 0.2
+    d.beat(epoch=1, epochs=3, batch=2, batches=4, samples=8)  # one interval: 0.2 s
+    last = d.t
+    said(d, last, "device", "loss.py:80 in __call__", 3, function="item")
+    assert watchdog.deadline(d.s).label == "train auto, witness: device"
+    assert verdict_at(d, last + 1.5) == 3.0

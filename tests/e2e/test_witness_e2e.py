@@ -42,6 +42,39 @@ def test_seven_seconds_on_a_socket_after_fast_batches_is_no_hang(write_config, t
     assert status["state"] == "succeeded" and status["attempt"] == 1 and status["restarts"] == 0
 
 
+# every step 4.5 s of work in one function: the witness puts each stall at one place for all of it
+SLOW_STEPS_AT_ONE_PLACE = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from worker.heartbeat import Heartbeat
+hb = Heartbeat.from_env(witness=True)
+hb.phase("train")
+def step(seconds):
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
+for batch in range(1, 4):
+    step(4.5)
+    hb.beat(epoch=1, epochs=1, batch=batch, batches=3)
+hb.phase("done")
+"""
+
+
+@pytest.mark.e2e
+def test_slow_steps_held_at_one_place_are_no_hang_in_an_attempts_first_interval(write_config, tmp_path):
+    """A big model on a CPU: each step 4.5 s in one function. The second batch's stall, with no interval seen yet,
+    was judged "held at one place" at idle_floor (3 s) in every attempt; the auto_floor holds until a rhythm is seen,
+    and that rhythm (4.5 s) bounds the rest."""
+    (tmp_path / "train.py").write_text(SLOW_STEPS_AT_ONE_PLACE)
+    config = write_config(f'[worker]\ncommand = ["{sys.executable}", "train.py"]\ncwd = "{tmp_path}"\n',
+                          quiet_config())
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(tmp_path / "state"), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_incidents(tmp_path / "state") == []
+    status = read_state(tmp_path / "state")["status"]
+    assert status["state"] == "succeeded" and status["attempt"] == 1 and status["restarts"] == 0
+
+
 @pytest.mark.e2e
 def test_without_py_spy_a_frozen_loader_worker_is_replaced_in_place_on_the_witness_word(write_config, tmp_path):
     python = python_without_py_spy(tmp_path)
