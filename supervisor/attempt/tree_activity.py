@@ -51,11 +51,28 @@ def state(stat: bytes) -> str:
 
 
 def stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped (state T: SIGSTOP, SIGTSTP; t: a tracer), as its /proc/PID/stat says."""
+    """Whether ``pid`` is stopped (state T: SIGSTOP, SIGTSTP; t: a tracer), as its /proc/PID/stat says. A tracer that
+    is py-spy reading its stacks does not count: the supervisor's own reading (ahead of a verdict, or the in-place
+    tier's) holds each process for a second or so, and a process held so has not stopped (its last word still
+    holds, witness.still_said)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return state(f.read()) in ("T", "t")
+            letter = state(f.read())
     except OSError:
+        return False
+    return letter == "T" or letter == "t" and not traced_by_py_spy(pid)
+
+
+def traced_by_py_spy(pid: int) -> bool:
+    """Whether the tracer of ``pid`` (/proc/PID/status's TracerPid) is a py-spy (its /proc/PID/comm)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            tracer = next((int(line.split()[1]) for line in f if line.startswith("TracerPid:")), 0)
+        if not tracer:
+            return False
+        with open(f"/proc/{tracer}/comm") as f:
+            return f.read().strip().startswith("py-spy")
+    except (OSError, ValueError, IndexError):
         return False
 
 

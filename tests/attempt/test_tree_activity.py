@@ -14,7 +14,7 @@ import pytest
 
 from supervisor.decision import core
 from supervisor.host import process_tree
-from supervisor.attempt.tree_activity import ActivitySampler, in_uninterruptible_sleep, state
+from supervisor.attempt.tree_activity import ActivitySampler, in_uninterruptible_sleep, state, stopped
 from tests.helpers import ROOT
 from tests.helpers.supervised import quiet_config, read_incidents, yolo_train
 
@@ -197,3 +197,41 @@ def test_the_next_reading_is_due_one_interval_after_the_last_whatever_wakes_the_
     finally:
         child.kill()
         child.wait()
+
+
+# A tracer named as it is told: it attaches with ptrace (the tracee enters state t, as under py-spy's --native dump or
+# a debugger's breakpoint), says so, and detaches when its stdin closes.
+TRACER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(15, sys.argv[2].encode(), 0, 0, 0)  # PR_SET_NAME: its /proc/PID/comm
+pid = int(sys.argv[1])
+if libc.ptrace(16, pid, None, None) != 0:  # PTRACE_ATTACH
+    print("denied", ctypes.get_errno(), flush=True)
+    sys.exit(0)
+os.waitpid(pid, 0)  # the tracee stopped: state t
+print("attached", flush=True)
+sys.stdin.read()
+libc.ptrace(17, pid, None, None)  # PTRACE_DETACH
+"""
+
+
+@pytest.mark.parametrize("tracer, counts", [("py-spy", False), ("gdb", True)])
+def test_a_process_held_by_a_py_spy_reading_is_not_stopped_and_one_held_by_a_debugger_is(tracer, counts):
+    """py-spy's --native dump holds each process it reads in state t for a second or so: the supervisor's own reading
+    of the stacks, ahead of a verdict, must not make the training process look stopped (its word would be dropped)."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    holder = subprocess.Popen([sys.executable, "-c", TRACER, str(sleeper.pid), tracer], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        said = holder.stdout.readline().split()
+        if said[:1] == ["denied"]:
+            pytest.skip(f"ptrace is not allowed here (errno {said[1]})")
+        assert said == ["attached"]
+        assert state(Path(f"/proc/{sleeper.pid}/stat").read_bytes()) == "t"
+        assert stopped(sleeper.pid) is counts
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        sleeper.kill()
+        sleeper.wait()
