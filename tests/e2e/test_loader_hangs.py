@@ -7,27 +7,28 @@ alone decides. Each asserts the tier, the cost fields and the fed-images record 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers import ROOT
 from tests.helpers.supervised import (demo_train, python_without_py_spy, quiet_config, read_incidents, read_state,
-                                      slow_server, worker_launcher)
+                                      slow_server, status_of, wait_for, worker_launcher)
 from worker.trainer import RECORD_FED_ENV
 
 LOOP = ROOT / "tests" / "fixtures" / "loader_loop.py"
 EPOCHS, TRAIN, VAL = 2, 20, 12  # the loop's epochs and samples (loader_loop.py)
 
 
-def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: bool = False,
-             state_dir: Path | None = None) -> tuple[dict, list[dict], str]:
-    """The loop under `yolo-train run` with ``plan`` (loader_loop.py's LOADER_LOOP) to its end: its final status, its
-    incidents and the supervisor's stderr, after checking that the run succeeded with every sample fed once.
-    ``state_dir``: tmp_path/state unless given."""
+def start_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: bool = False,
+               state_dir: Path | None = None) -> tuple[subprocess.Popen, Path, Path]:
+    """The loop under `yolo-train run` with ``plan`` (loader_loop.py's LOADER_LOOP), left running: the supervisor,
+    its state directory (tmp_path/state unless given) and the fed-images record."""
     marks = tmp_path / "marks"
     marks.mkdir()
     launcher = worker_launcher(tmp_path, f"import runpy, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
@@ -41,12 +42,31 @@ def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: b
     env = {**os.environ, RECORD_FED_ENV: str(fed)}
     if not py_spy:
         env["PATH"] = "/usr/bin:/bin"
-    result = subprocess.run([python, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
-                             str(state_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
-    assert result.returncode == 0, result.stderr[-3000:]
+    return subprocess.Popen([python, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                             str(state_dir)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True), state_dir, fed
+
+
+def finish_loop(supervisor: subprocess.Popen, state_dir: Path, fed: Path) -> tuple[dict, list[dict], str, list]:
+    """The loop's run to its end: its final status, its incidents, the supervisor's stderr and the fed-images
+    record, after checking that the run succeeded."""
+    try:
+        _, stderr = supervisor.communicate(timeout=150)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+    assert supervisor.returncode == 0, stderr[-3000:]
     status = read_state(state_dir)["status"]
     assert status["state"] == "succeeded", status
-    return status, read_incidents(state_dir), result.stderr, fed_record(fed)
+    return status, read_incidents(state_dir), stderr, fed_record(fed)
+
+
+def run_loop(tmp_path: Path, plan: dict | list[dict], extra: str = "", py_spy: bool = False,
+             state_dir: Path | None = None) -> tuple[dict, list[dict], str, list]:
+    """The loop under `yolo-train run` with ``plan`` to its end (``start_loop``, ``finish_loop``); each sample's
+    record is the caller's to check."""
+    return finish_loop(*start_loop(tmp_path, plan, extra, py_spy, state_dir))
 
 
 def fed_record(path: Path) -> list[tuple[int, str, int]]:
@@ -146,6 +166,34 @@ def test_a_sample_that_waits_seconds_on_a_socket_after_fast_batches_is_no_hang(t
     assert answered.is_set()
     assert incidents == [] and status["attempt"] == 1 and status["restarts"] == 0, incidents
     assert_each_sample_once(fed)
+
+
+def test_a_tree_frozen_while_it_waits_for_a_batch_is_restarted_not_taken_for_the_loaders(tmp_path):
+    """The whole tree frozen from outside (SIGSTOP) while the training process waited for a batch: its last word
+    named the worker that owed it, but no rebuilt loader brings a stopped process its batch. /proc shows it stopped:
+    its word is dropped, and the stall is the frozen tree's restart, said so; before, the in-place tier replaced the
+    workers of a process that could not take the batch, then escalated. The worker owes the batch because it waits
+    on a server (an outside wait: the phase's own bound), so the freeze comes once the status shows the word."""
+    port, _ = slow_server(120.0)
+    supervisor, state_dir, fed = start_loop(tmp_path, {"hang": "socket", "port": port, "epoch": 1, "batch": 6,
+                                                       "attempt": 1}, extra="[watchdog]\nauto_floor = 60\n")
+    try:
+        def waiting_for_a_batch() -> dict | None:
+            shown = ((status_of(state_dir) or {}).get("watchdog") or {})
+            return shown if shown.get("waiting_kind") == "loader" else None
+        watchdog = wait_for(waiting_for_a_batch, timeout=120, what="the training process's word on its batch")
+        trainer = psutil.Process(read_state(state_dir)["status"]["worker_pid"])
+        for process in [trainer, *trainer.children(recursive=True)]:
+            process.send_signal(signal.SIGSTOP)
+    finally:
+        status, incidents, _, fed_lines = finish_loop(supervisor, state_dir, fed)
+    assert "waits for a batch from train loader worker" in watchdog["waiting"], watchdog
+    assert status["attempt"] == 2 and status["recoveries"] == {"in_place": 0, "restart": 1}, status
+    [incident] = incidents
+    assert incident["tiers"] == ["restart"], incident
+    assert incident["escalation"] == f"the training process (pid {trainer.pid}) is stopped: restart", incident
+    assert "(train auto, idle " in incident["detail"], incident["detail"]
+    assert_each_sample_once(fed_lines, epochs=(2,))
 
 
 def test_workers_killed_inside_a_batch_handover_are_replaced_without_a_traceback(tmp_path):
