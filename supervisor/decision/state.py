@@ -215,7 +215,8 @@ class Attempt:
     intervals: dict[str, deque] = field(default_factory=dict)
     throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (monotonic time sent, samples)
     last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
-    first_error: str | None = None  # the first error any of its ranks reported: several local ranks, whose failure
+    first_error: str | None = None  # the first error any of its ranks reported: with several ranks a host, the one
+    # whose crash the others then met (core._own_error_first)
     suspicion: Suspicion | None = None
     oom: OomKill | None = None
     peer_cause: dict[str, Any] | None = None  # another host's decision in this attempt: why this host's ranks fail
