@@ -83,7 +83,7 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     if m.kind == MessageKind.IN_FORCE and m.in_force:
         view.device = m.in_force.device or None
     if m.kind == MessageKind.LOADER:  # every rank's loader workers are this tier's to replace (in_place.py)
-        in_place.loader_started(s, m)
+        in_place.loader_started(s, m, now)
         return False
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
@@ -108,7 +108,7 @@ def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
         s.current.in_force = m.in_force
         return []
     if m.kind == MessageKind.LOADER:
-        return in_place.loader_started(s, m)
+        return in_place.loader_started(s, m, now)
     if m.kind == MessageKind.STEP:
         return _startup_step(s, m, now)
     if m.kind == MessageKind.WAIT:

@@ -15,7 +15,9 @@ worker processes (our Ultralytics worker with a process loader: not the threads 
 Escalation, never a hole: the stacks show something else (a hang not the loader's restarts as before); a loader
 worker survives SIGKILL (D state: the restart's kill then finds it too, and "reboot needed" holds); the command
 cannot be sent; the worker exits; no batch within ``bound`` (a rebuilt loader that hangs again, a pin-memory
-thread that never joins: ``witness.loader_start_bound``, learned from this run's loader starts); more than ``in_place_max`` in-place recoveries within ``in_place_window``.
+thread that never joins: ``witness.loader_start_bound``, learned from this run's loader starts), counted from the
+kill, or from the rebuilt loader's new workers once the worker reports them; more than ``in_place_max`` in-place
+recoveries within ``in_place_window``.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ class InPlaceTier:
     def deadline(self, r: Recovery) -> tuple[float, str] | None:
         if r.acted_at is None:
             return None  # the stacks are being read: the shell answers at once
+        if r.rebuilt_at is not None:
+            return r.rebuilt_at + r.bound, f"no batch within {r.bound:.0f} s after the rebuilt loader's new workers"
         return r.acted_at + r.bound, f"no batch within {r.bound:.0f} s after the loader workers were replaced"
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
@@ -231,8 +235,10 @@ def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> li
             *s.record_complete()]
 
 
-def loader_started(s: Supervision, m: HeartbeatMessage) -> list[Any]:
-    """A loader's worker processes, as the worker reports them at each start: the ones this tier may replace."""
+def loader_started(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    """A loader's worker processes, as the worker reports them at each start: the ones this tier may replace. Made
+    while this tier waits for its proof, they are the rebuilt loader's: the rebuild is done, and the bound for their
+    first batch counts from here (a busy machine forks slowly: that is no hang of the new workers)."""
     if m.pids is None:
         return []
     a = s.current
@@ -240,4 +246,6 @@ def loader_started(s: Supervision, m: HeartbeatMessage) -> list[Any]:
     a.loaders.update({pid: (m.rank, m.loader) for pid in m.pids})
     if m.seconds is not None:
         s.loader_start_seen = max(s.loader_start_seen or 0.0, m.seconds)
+    elif a.recovery is not None and a.recovery.tier is TIER and a.recovery.acted_at is not None:
+        a.recovery.rebuilt_at = now.mono
     return []

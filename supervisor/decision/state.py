@@ -95,12 +95,15 @@ class Recovery:
     stall: float  # seconds from the last progress to the verdict
     acted_at: float | None = None  # its action confirmed; None while it is being taken (the shell answers at once)
     bound: float | None = None  # seconds from acted_at for its proof
+    rebuilt_at: float | None = None  # the rebuilt loader's new workers reported (in place): the bound counts from here
 
     def shift(self, gap: float) -> None:
         """The supervisor itself did not run for ``gap`` seconds: the tier's clock moves by as much."""
         self.verdict_at += gap
         if self.acted_at is not None:
             self.acted_at += gap
+        if self.rebuilt_at is not None:
+            self.rebuilt_at += gap
 
 
 @dataclass

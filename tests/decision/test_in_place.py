@@ -87,6 +87,22 @@ def test_no_batch_within_the_bound_restarts():
     escalated(d, d.at(d.t + 3.01)(core.Tick()), "no batch within 3 s")
 
 
+def test_the_rebuilt_loaders_new_workers_start_the_bounds_clock_again():
+    """A busy machine forks the rebuilt loader's workers slowly (CI, the VM oversubscribed four times over: 3 s
+    passed before their first batch). Once the worker reports them, the bound for their first batch counts from
+    there; a rebuild that never reports them keeps the bound from the kill."""
+    d = loading()
+    inspect = stall(d)
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
+    d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
+    killed = d.t
+    d.t = killed + 2.5
+    d.beat("train", kind="loader", pids=[5101, 5102], loader="train")  # made, not yet at their first batch
+    assert d.at(killed + 3.01)(core.Tick()) == []
+    assert d.s.current.loaders == {5101: (None, "train"), 5102: (None, "train")}
+    escalated(d, d.at(killed + 5.51)(core.Tick()), "no batch within 3 s after the rebuilt loader's new workers")
+
+
 def test_a_worker_that_exits_during_the_recovery_restarts():
     d = loading()
     inspect = stall(d)
