@@ -121,16 +121,18 @@ def deadline(s: Supervision) -> Deadline:
     if stall is not None:
         due = stall.deadline
         seen, culprit = witness.telling(a.waits, a.loaders)
-        held = witness.held_at(seen, culprit, s.state) is not None
+        phase = stall_phase(s)
+        held = witness.held_at(seen, culprit, s.state, phase) is not None
         idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit,
-                                        a.waits_outside, held)
+                                        a.waits_outside, held, phase)
         if stall.idle_bound is not None and idle_since is not None:
             at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
             why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
-            if seen is not None and seen.report.kind == WaitKind.DEVICE and culprit is None:
-                at = min(at, stall.since + device_wait_bound(s, a.progress.phase))  # its own rhythm
+            if seen is not None and seen.report.kind == WaitKind.DEVICE and culprit is None \
+                    and phase in DEVICE_PHASES:
+                at = min(at, stall.since + device_wait_bound(s, phase))  # its own rhythm
             elif held:
-                at, why = min(at, stall.since + one_place_bound(s, a.progress.phase)), "witness: one place"
+                at, why = min(at, stall.since + one_place_bound(s, phase)), "witness: one place"
             due = Deadline(at, due.kind, f"{due.label}, {why}") if at < due.at else due
         elif culprit is not None and culprit not in a.waits_outside and s.state == State.HEALTHY:
             # A batch owed by a named loader worker where the phase has no rhythm of its own (an epoch's end, up to
@@ -179,7 +181,12 @@ def wake(s: Supervision) -> Deadline:
     return due
 
 
-DEVICE_PHASES = (Phase.TRAIN.value, Phase.VAL.value)
+DEVICE_PHASES = witness.RHYTHM_PHASES
+
+
+def stall_phase(s: Supervision) -> str:
+    """The phase the current stall is bounded as: an epoch's end (``save``) until the next epoch's first batch."""
+    return Phase.SAVE.value if s.current.train_resuming else s.current.progress.phase
 
 
 def device_wait_bound(s: Supervision, phase: str) -> float:
@@ -227,7 +234,7 @@ def current_stall(s: Supervision) -> Stall | None:
         kind = DeadlineKind.STARTUP
     elif s.state == State.HEALTHY and a.last_progress_at is not None and a.recovery is None:
         since = a.last_progress_at
-        phase = Phase.SAVE.value if a.train_resuming else a.progress.phase  # until the first batch
+        phase = stall_phase(s)  # an epoch's end until the first batch
         checkpoint = s.checkpoint_seen if a.save_mid_epoch else None
         t, label = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint)
         idle = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint, w.idle_floor)[0]

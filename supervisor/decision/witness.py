@@ -27,9 +27,13 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from supervisor.vocabulary import State
-from worker.contract import WaitKind, WaitReport
+from worker.contract import Phase, WaitKind, WaitReport
 
 OUTSIDE = frozenset({WaitKind.IO, WaitKind.SLEEP})  # waits on the world, or chosen: never an idle tree's bound
+# The phases with a batch rhythm, where a device wait or one place is bounded by its own (watchdog.device_wait_bound):
+# never an epoch's end (validation's set-up and its imports, the save), whose stretch is one of its kind
+RHYTHM_PHASES = (Phase.TRAIN.value, Phase.VAL.value)
+IMPORTING = "<frozen importlib."  # the innermost frame of an import under way: work, at no place of its own
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,8 @@ class WaitSeen:
 
 def heard(before: WaitSeen | None, report: WaitReport, at: float, rank: int | None = None) -> WaitSeen:
     """A sender's word as received, after ``before`` (its word before in this stall; None: its first)."""
-    place = place_of(report.where) if report.kind == WaitKind.ELSEWHERE else None
+    place = place_of(report.where) if report.kind == WaitKind.ELSEWHERE and not report.where.startswith(IMPORTING) \
+        else None
     if before is not None and before.place != place:
         place = None
     return WaitSeen(report, at, rank, place)
@@ -57,10 +62,12 @@ def place_of(where: str) -> str:
     return f"{match[1]}:{match[2]}" if match else where
 
 
-def held_at(seen: WaitSeen | None, culprit: int | None, state: State) -> str | None:
-    """The place (``place_of``) where the training process's main thread has been held for the whole of this stall,
-    by the word that tells it, once it trains; None: not so."""
-    if seen is None or culprit is not None or state != State.HEALTHY or seen.report.kind != WaitKind.ELSEWHERE:
+def held_at(seen: WaitSeen | None, culprit: int | None, state: State, phase: str) -> str | None:
+    """The place (``place_of``) where the training process's main thread has been held for the whole of this stall
+    in ``phase`` (the stall's: ``watchdog.stall_phase``), by the word that tells it, once it trains and in a phase of
+    ``RHYTHM_PHASES``; None: not so."""
+    if seen is None or culprit is not None or state != State.HEALTHY or seen.report.kind != WaitKind.ELSEWHERE \
+            or phase not in RHYTHM_PHASES:
         return None
     return seen.place
 
@@ -102,15 +109,18 @@ def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | Non
 
 
 def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: float | None, state: State,
-               culprit: int | None, outside: frozenset[int] = frozenset(), held: bool = False) -> float | None:
+               culprit: int | None, outside: frozenset[int] = frozenset(), held: bool = False,
+               phase: str = Phase.TRAIN.value) -> float | None:
     """From when the stall counts as an idle tree's for the idle floor (None: never in this stall). ``outside``: the
     tree's processes seen waiting on a socket or a remote file (a culprit among them waits on the world); ``held``:
-    the main thread held at one place for the whole stall (``held_at``)."""
+    the main thread held at one place for the whole stall (``held_at``); ``phase``: the stall's (a device wait counts
+    so in ``RHYTHM_PHASES`` only)."""
     if report is None:
         return tree_idle_since
     if report.kind in OUTSIDE or culprit is not None and culprit in outside:
         return None
-    if culprit is not None or report.kind == WaitKind.DEVICE and state == State.HEALTHY or held:
+    device = report.kind == WaitKind.DEVICE and state == State.HEALTHY and phase in RHYTHM_PHASES
+    if culprit is not None or device or held:
         return stall_since
     return tree_idle_since
 
