@@ -239,7 +239,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         a.trained_through = True
     said = a.waits.get(m.rank)  # the word of the process whose progress this is (None outside DDP)
     if said is not None and s.state == State.HEALTHY and a.recovery is None and a.last_progress_at is not None \
-            and p.phase in watchdog.DEVICE_PHASES:
+            and p.phase in witness.RHYTHM_PHASES:
         # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter);
         # a stall held at one place that ended: that loop's own (a long legitimate one is not killed at its length)
         seen = s.device_waits_seen if said.report.kind == WaitKind.DEVICE else \

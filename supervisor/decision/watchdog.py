@@ -129,7 +129,7 @@ def deadline(s: Supervision) -> Deadline:
             at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
             why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
             if seen is not None and seen.report.kind == WaitKind.DEVICE and culprit is None \
-                    and phase in DEVICE_PHASES:
+                    and phase in witness.RHYTHM_PHASES:
                 at = min(at, stall.since + device_wait_bound(s, phase))  # its own rhythm
             elif held:
                 at, why = min(at, stall.since + one_place_bound(s, phase)), "witness: one place"
@@ -179,9 +179,6 @@ def wake(s: Supervision) -> Deadline:
     if ahead is not None and (due.at is None or ahead < due.at):
         return Deadline(ahead, DeadlineKind.STACKS_AHEAD, "stacks ahead")
     return due
-
-
-DEVICE_PHASES = witness.RHYTHM_PHASES
 
 
 def stall_phase(s: Supervision) -> str:

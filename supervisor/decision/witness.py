@@ -109,8 +109,7 @@ def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | Non
 
 
 def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: float | None, state: State,
-               culprit: int | None, outside: frozenset[int] = frozenset(), held: bool = False,
-               phase: str = Phase.TRAIN.value) -> float | None:
+               culprit: int | None, outside: frozenset[int], held: bool, phase: str) -> float | None:
     """From when the stall counts as an idle tree's for the idle floor (None: never in this stall). ``outside``: the
     tree's processes seen waiting on a socket or a remote file (a culprit among them waits on the world); ``held``:
     the main thread held at one place for the whole stall (``held_at``); ``phase``: the stall's (a device wait counts
