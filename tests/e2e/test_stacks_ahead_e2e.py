@@ -1,5 +1,5 @@
 """A hang's stacks read ahead of its verdict in a real supervised run (decision/stacks_ahead.py): a plain loop that
-blocks on a lock is found at the idle floor, its stacks were read before the verdict, and the restart's kill read
+blocks on a lock is found at its phase's bound, its stacks were read before the verdict, and the restart's kill read
 none again: its incident's stacks.json, moved into the incident's directory, was written before the verdict."""
 
 import os
@@ -18,9 +18,12 @@ lock.acquire()  # the training process blocked forever: its tree idle
 
 
 def test_a_restarts_stacks_were_read_ahead_of_its_verdict_and_its_kill_read_none(write_config, tmp_path):
+    """The stall's bound is auto_floor's 4 s, fixed once it began: with the idle floor, a blocked tree's bound counts
+    from its idleness, which one busy second of a loaded machine moves on, and the stacks were then read once more
+    for the longer bound (a CI run: "read ahead" twice, both right). Read at 2 s, the verdict at 4 s."""
     (tmp_path / "train.py").write_text(BLOCKS_ON_A_LOCK_ONCE)
     config = write_config(f'[worker]\ncommand = ["{sys.executable}", "train.py"]\ncwd = "{tmp_path}"\n',
-                          quiet_config())
+                          quiet_config(), '\n[watchdog]\nidle_floor = "off"\nauto_floor = 4\n')
     state_dir = tmp_path / "state"
     result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
