@@ -530,7 +530,7 @@ def _hosts(table: dict[str, Any], config: Config, reader: Reader) -> None:
         reader.refuse("[distributed]: several hosts are for the Ultralytics worker; with a [worker] command, give "
                       "torchrun its --nnodes and --rdzv-* arguments yourself")
     if hosts.several_hosts and hosts.run_dir is None:
-        reader.fail("distributed.run_dir", expected("distributed.run_dir"), None)
+        reader.missing("distributed.run_dir", expected("distributed.run_dir"), f"nnodes = {hosts.nnodes}")
     startup = config.watchdog.startup_timeout
     if hosts.several_hosts and startup is not None and hosts.join_timeout >= startup:
         reader.fail("distributed.join_timeout", f"less than watchdog.startup_timeout ({startup:g} s), which bounds a "

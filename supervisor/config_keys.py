@@ -40,6 +40,10 @@ class Reader:
         shown = str(got).lower() if isinstance(got, bool) else repr(got)  # as TOML spells it
         self.refuse(f"{where}: expected {expected}, got {shown}")
 
+    def missing(self, where: str, expected: str, needed_by: str) -> NoReturn:
+        """A key that must be written and is not: which, what needs it, and what to write."""
+        self.refuse(f"{where}: not set, and {needed_by} needs it: expected {expected}")
+
     def table(self, section: str, table: Any, allowed: set[str]) -> None:
         """A table, of known keys only (a misspelt key is refused, not ignored)."""
         if not isinstance(table, dict):
@@ -328,7 +332,7 @@ def read_keys(raw: dict[str, Any], keys: list[Key], reader: Reader) -> dict[str,
             if k.name in given:
                 values[k.where] = k.kind.read(given[k.name], k.where, reader)
             elif k.required and given:
-                reader.fail(k.where, k.kind.expected, None)
+                reader.missing(k.where, k.kind.expected, f"a [{section}] table")
     return values
 
 
