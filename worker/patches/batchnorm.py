@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from worker.contract import BATCHNORM_FALLBACK_MODES
-from worker.patches.miopen_db import gpu_arch_seen_by_runtime, kernel_db_lookup
+from worker.patches.miopen_db import configured, gpu_arch_seen_by_runtime, kernel_db_lookup
 
 # Architectures whose MIOpen batch-norm kernels are known not to run, by the card's real name (an
 # HSA_OVERRIDE_GFX_VERSION does not change the hardware's instruction set).
@@ -126,12 +126,9 @@ def should_enable(
     (gfx101x: MIOpen's batch-norm backward fails there), or when MIOpen has no kernel database for the architecture
     the runtime reports.
     """
-    if mode not in BATCHNORM_FALLBACK_MODES:
-        raise ValueError(f"[patches] batchnorm_fallback = {mode!r}: expected one of {', '.join(BATCHNORM_FALLBACK_MODES)}")
-    if mode == "on":
-        return True, "batchnorm_fallback = 'on' in the configuration"
-    if mode == "off":
-        return False, "batchnorm_fallback = 'off' in the configuration"
+    decided = configured("batchnorm_fallback", mode, BATCHNORM_FALLBACK_MODES)
+    if decided is not None:
+        return decided
     if not hip_version:
         return False, "auto: not a ROCm build of torch (no MIOpen)"
     if conv_fallback:

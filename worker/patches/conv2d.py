@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch.nn.modules.utils import _pair
 
 from worker.contract import CONV_FALLBACK_MODES
-from worker.patches.miopen_db import gpu_arch_seen_by_runtime, kernel_db_lookup
+from worker.patches.miopen_db import configured, gpu_arch_seen_by_runtime, kernel_db_lookup
 
 Pads = tuple[int, int, int, int]  # top, bottom, left, right
 
@@ -384,12 +384,9 @@ def should_enable(
     kfd topology under ``root``): that is when MIOpen compiles kernels at run time, the case in
     which runs were seen to hang before their first batch.
     """
-    if mode not in CONV_FALLBACK_MODES:
-        raise ValueError(f"[patches] conv_fallback = {mode!r}: expected one of {', '.join(CONV_FALLBACK_MODES)}")
-    if mode == "on":
-        return True, "conv_fallback = 'on' in the configuration"
-    if mode == "off":
-        return False, "conv_fallback = 'off' in the configuration"
+    decided = configured("conv_fallback", mode, CONV_FALLBACK_MODES)
+    if decided is not None:
+        return decided
     if not hip_version:
         return False, "auto: not a ROCm build of torch (cuDNN or CPU convolutions need no MIOpen database)"
     arch = gpu_arch_seen_by_runtime(root, env)

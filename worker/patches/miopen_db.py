@@ -170,3 +170,13 @@ def kernel_db_lookup(root: Path, env: Mapping[str, str], *, torch_dir: Path | No
     """MIOpen's kernel database for the architecture the runtime reports, looked up as MIOpen does."""
     dirs = miopen_db_dirs(root, env, torch_dir=torch_dir)
     return KernelDbLookup(dirs, find_kernel_db(dirs, arch.name, arch.compute_units))
+
+
+def configured(key: str, mode: str, modes: tuple[str, ...]) -> tuple[bool, str] | None:
+    """A MIOpen fallback's ``[patches] key = mode`` where the configuration decides it ("on", "off"): (enable, reason
+    in words); None for "auto", which the machine decides. A mode not in ``modes`` is a ValueError naming the key."""
+    if mode not in modes:
+        raise ValueError(f"[patches] {key} = {mode!r}: expected one of {', '.join(modes)}")
+    if mode in ("on", "off"):
+        return mode == "on", f"{key} = {mode!r} in the configuration"
+    return None
