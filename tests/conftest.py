@@ -1,6 +1,7 @@
 """The suite's hooks and fixtures; the helpers the tests share are in tests/helpers/."""
 
 import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -45,3 +46,31 @@ def demo_config(write_config):
         return write_config(E2E_CONFIG.format(train=demo_train(), quiet=quiet_config(kernel_log=kernel_log),
                                               startup=startup, restart=restart) + textwrap.dedent(extra))
     return make
+
+
+class SmallDisk:
+    """A real disk that fills: a 2 MiB tmpfs mounted at ``path``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fill(self) -> None:
+        """Write until the disk is full, as training's checkpoints do."""
+        with open(self.path / "filler", "wb") as f:
+            with pytest.raises(OSError):
+                while True:
+                    f.write(b"x" * 65536)
+                    f.flush()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A ``SmallDisk`` under tmp_path, unmounted after the test; the test is skipped where none can be mounted."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        yield SmallDisk(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])

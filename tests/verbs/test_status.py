@@ -163,40 +163,27 @@ def test_render_shows_the_startup_step_its_scan_and_its_bound():
     assert "startup" not in render({"state": "healthy", "startup_step": None})
 
 
-def test_on_a_full_disk_a_supervisor_whose_loop_runs_is_said_to_run_and_why_its_state_is_old(tmp_path):
+def test_on_a_full_disk_a_supervisor_whose_loop_runs_is_said_to_run_and_why_its_state_is_old(small_disk):
     """Issue 41: with the disk full the state file stays as it was and `status` said "not responding" while training
     went on. A real full disk: a small tmpfs, filled; the supervisor's StateDir writes (and fails) as its loop does."""
     import os
-    import subprocess
     import time
-
-    import pytest
 
     from supervisor.config import parse
     from supervisor.state.state_dir import StateDir
     from supervisor.verbs.status import gather
 
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (not root)")
-    try:
-        state = StateDir(mount, "test.toml")
-        state.lock()
-        live = {"state": "healthy", "supervisor_pid": os.getpid(), "it_s": 7.5, "eta_seconds": 99.0, "epoch": 2}
-        state.write_state({"status": {**live, "updated": time.time() - 60}})  # its last write, a minute ago
-        with open(mount / "filler", "wb") as f:  # training's checkpoints fill the disk
-            with pytest.raises(OSError):
-                while True:
-                    f.write(b"x" * 65536)
-                    f.flush()
-        config = parse({"train": {"epochs": 1}}, "<test>", state_dir=mount)
-        os.utime(mount / "supervisor.json", (time.time() - 60, time.time() - 60))
-        assert gather(config)["state"] == "not responding"  # nothing touched it since: its loop may hang
-        state.write_state({"status": {**live, "updated": time.time(), "padding": "x" * 100_000}})  # fails: full
-        status = gather(config)
-        assert status["state"] == "cannot write state" and status["it_s"] is None and status["epoch"] == 2
-        assert f"{mount}: the disk is full" in status["problem"] and "the supervisor runs" in status["problem"]
-        assert render(status).startswith("cannot write state: ")
-    finally:
-        subprocess.run(["umount", "-l", str(mount)])
+    mount = small_disk.path
+    state = StateDir(mount, "test.toml")
+    state.lock()
+    live = {"state": "healthy", "supervisor_pid": os.getpid(), "it_s": 7.5, "eta_seconds": 99.0, "epoch": 2}
+    state.write_state({"status": {**live, "updated": time.time() - 60}})  # its last write, a minute ago
+    small_disk.fill()
+    config = parse({"train": {"epochs": 1}}, "<test>", state_dir=mount)
+    os.utime(mount / "supervisor.json", (time.time() - 60, time.time() - 60))
+    assert gather(config)["state"] == "not responding"  # nothing touched it since: its loop may hang
+    state.write_state({"status": {**live, "updated": time.time(), "padding": "x" * 100_000}})  # fails: full
+    status = gather(config)
+    assert status["state"] == "cannot write state" and status["it_s"] is None and status["epoch"] == 2
+    assert f"{mount}: the disk is full" in status["problem"] and "the supervisor runs" in status["problem"]
+    assert render(status).startswith("cannot write state: ")
