@@ -7,7 +7,6 @@ import pytest
 from supervisor.config import AUTO, ConfigError, load
 from tests.helpers.supervised import yolo_train
 
-RENDEZVOUS = '[distributed]\nnnodes = 2\nnode_rank = 1\nrdzv_endpoint = "10.0.0.1:29400"\nrdzv_id = "coco-1"\n'
 LISTEN = 'metrics.listen: expected "HOST:PORT" or "off", e.g. "127.0.0.1:10133", '
 
 
@@ -34,13 +33,6 @@ def test_the_demo_config_loads():
     ("[worker]\nstandby = \"yes\"\n", "worker.standby: expected true or false, got 'yes'"),
     ("[worker]\ncommand = [\"python\", \"train.py\"]\nstandby = true\n",
      "worker.standby: a [worker] command cannot be started ahead of its launch"),
-    (RENDEZVOUS.replace("node_rank = 1", ""),
-     "distributed.node_rank: not set, and a [distributed] table needs it: expected this host's number"),
-    (RENDEZVOUS.replace('rdzv_id = "coco-1"', ""),
-     "distributed.rdzv_id: not set, and a [distributed] table needs it: expected the job's name"),
-    (RENDEZVOUS.replace('node_rank = 1', 'node_rank = 2'),
-     "distributed.node_rank: expected this host's number, a whole number from 0 to 1 (nnodes - 1), got 2"),
-    (RENDEZVOUS, "distributed.run_dir: not set, and nnodes = 2 needs it: expected a directory on storage"),
 ])
 def test_bad_configs_are_rejected_with_file_and_key(write_config, body, message):
     path = write_config(body)

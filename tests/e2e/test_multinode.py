@@ -238,7 +238,13 @@ def distributed(**table):
     ({"rdzv_endpoint": "10.0.0.1:0"}, r"distributed\.rdzv_endpoint: expected"),
     ({"rdzv_endpoint": "bad host:29400"}, r"distributed\.rdzv_endpoint: expected"),
     ({"rdzv_id": ""}, r"distributed\.rdzv_id: expected the job's name"),
-    ({"run_dir": None}, r"distributed\.run_dir: expected a directory on storage every host shares"),
+    ({"run_dir": None}, r"distributed\.run_dir: not set, and nnodes = 2 needs it: expected a directory on storage "
+                        r"every host shares"),
+    ({"node_rank": None}, r"distributed\.node_rank: not set, and a \[distributed\] table needs it: expected this "
+                          r"host's number"),
+    ({"rdzv_endpoint": None}, r"distributed\.rdzv_endpoint: not set, and a \[distributed\] table needs it"),
+    ({"rdzv_id": None}, r"distributed\.rdzv_id: not set, and a \[distributed\] table needs it: expected the job's "
+                        r"name"),
     ({"collective_timeout": 0}, r"distributed\.collective_timeout: expected seconds"),
     ({"join_timeout": "10m"}, r"distributed\.join_timeout: expected seconds"),
     ({"hosts": 2}, r"\[distributed\]: unknown key 'hosts'"),
