@@ -128,10 +128,20 @@ def recent(s: Supervision, wall: float) -> int:
     return sum(1 for t in s.in_place_times if wall - t <= s.config.recovery.in_place_window)
 
 
+def spent(s: Supervision, wall: float | None = None) -> bool:
+    """``in_place_max`` in-place recoveries within ``in_place_window`` of ``wall``; None: of the last one, which no
+    later count exceeds (ahead of a verdict, whose time is not known yet)."""
+    if wall is None:
+        wall = max(s.in_place_times, default=None)
+        if wall is None:
+            return False
+    return recent(s, wall) >= s.config.recovery.in_place_max
+
+
 def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     """The verdict on a stall the in-place tier may recover: look at the stacks first, kill nothing yet."""
     a, cfg, phase, detail = s.current, s.config.recovery, verdict.phase, verdict.detail
-    if recent(s, now.wall) >= cfg.in_place_max:
+    if spent(s, now.wall):
         return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries within in_place_window "
                         f"({cfg.in_place_window:g} s)")
     declined = _declines(s)
@@ -182,9 +192,9 @@ def _declines(s: Supervision) -> str | None:
 
 def takes(s: Supervision, phase: str) -> bool:
     """A verdict now in ``phase`` would begin this tier (its own stacks, or the loader workers replaced without any),
-    not go straight to the restart: as ``begin`` judges, bar ``in_place_max`` (that escalation reads the stacks at
-    the kill, as before)."""
-    return TIER.applies(s, phase) and _declines(s) is None
+    not go straight to the restart: as ``begin`` judges. ``in_place_max`` spent, the restart takes it (and its stacks
+    are read ahead: read at the kill, they cost 1-2 s more in every restart of a night of loader hangs)."""
+    return TIER.applies(s, phase) and not spent(s) and _declines(s) is None
 
 
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:

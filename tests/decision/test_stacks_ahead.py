@@ -141,3 +141,23 @@ def test_a_hang_the_in_place_tier_takes_is_not_read_ahead_one_it_would_pass_on_i
     assert watchdog.stacks_ahead_at(d.s) == last + 1.5  # half of the device wait's 3 s
     actions = ticks(d, last + 1.1, last + 3.0)
     assert len(asked(actions)) == 1 and verdicts(actions)[-1].incident.tiers[-1].value == "restart"
+
+
+def test_a_loader_hang_past_in_place_max_is_the_restarts_and_read_ahead():
+    """in_place_max (3) recoveries within in_place_window: the next loader hang goes to the restart, which finds its
+    stacks read ahead and reads none at the kill (read there, they cost 1-2 s more in every such restart)."""
+    d = loading()
+    last = d.s.current.last_progress_at
+    wall = 1_700_000_000 + last  # the driver's wall clock at the last batch
+    d.s.in_place_times = [wall - 4000, wall - 300, wall - 100]  # one out of in_place_window (3600 s): 2 recent
+    assert watchdog.stacks_ahead_at(d.s) is None  # the tier would take it, and reads its own
+    d.s.in_place_times = [wall - 600, wall - 300, wall - 100]
+    assert watchdog.stacks_ahead_at(d.s) == last + 7.0
+    [ask] = asked(ticks(d, last + 0.1, last + 9.9))
+    d.at(last + 8.0)(core.StacksReadAhead(ask.since, last + 7.0, READ))
+    actions = d.at(last + 10.0)(core.Tick())
+    assert kinds(actions)[-1] == "KillTree"
+    incident = actions[-1].incident
+    assert incident.tiers[-1].value == "restart" and "in_place_max" in incident.escalation
+    assert incident.stacks.where == READ.where
+    assert incident.stacks.ahead == 3.0  # the kill reads nothing again
