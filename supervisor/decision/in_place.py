@@ -132,9 +132,9 @@ def spent(s: Supervision, wall: float | None = None) -> bool:
     """``in_place_max`` in-place recoveries within ``in_place_window`` of ``wall``; None: of the last one, which no
     later count exceeds (ahead of a verdict, whose time is not known yet)."""
     if wall is None:
-        wall = max(s.in_place_times, default=None)
-        if wall is None:
+        if not s.in_place_times:
             return False
+        wall = max(s.in_place_times)
     return recent(s, wall) >= s.config.recovery.in_place_max
 
 
