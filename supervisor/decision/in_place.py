@@ -141,12 +141,12 @@ def spent(s: Supervision, wall: float | None = None) -> bool:
 def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     """The verdict on a stall the in-place tier may recover: look at the stacks first, kill nothing yet."""
     a, cfg, phase, detail = s.current, s.config.recovery, verdict.phase, verdict.detail
+    declined = _declines(s)  # first: a hang that is not this tier's says why, whatever the count
+    if declined is not None:
+        return Escalate(declined)
     if spent(s, now.wall):
         return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries within in_place_window "
                         f"({cfg.in_place_window:g} s)")
-    declined = _declines(s)
-    if declined is not None:
-        return Escalate(declined)
     seen, culprit = witness.telling(a.waits, a.loaders)
     stall = now.mono - (a.last_progress_at or now.mono)
     if verdict.incident is None:

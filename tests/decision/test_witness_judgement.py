@@ -85,10 +85,15 @@ def test_a_wait_on_io_or_a_sleep_is_never_bounded_by_the_idle_floor_whatever_the
     assert kinds(idle.at(LAST_BATCH + 5.01)(core.Tick())) == ["Log", "InspectStall"]
 
 
-def test_a_device_wait_in_training_is_found_at_its_own_bound_and_restarts_with_the_witness_in_the_incident():
+@pytest.mark.parametrize("in_place_spent", [False, True])
+def test_a_device_wait_in_training_is_found_at_its_own_bound_and_restarts_with_the_witness_in_the_incident(
+        in_place_spent):
     """No device wait of training was seen to last (none reached the witness's interval): the device's own rhythm
-    is the floor, idle_floor (3 s), under the batches' (5 s over idle_floor at 0.5 s a batch)."""
+    is the floor, idle_floor (3 s), under the batches' (5 s over idle_floor at 0.5 s a batch). With in_place_max
+    spent, the restart's incident still says why the hang was not the tier's (a CPU night said in_place_max)."""
     d = loading()
+    if in_place_spent:
+        d.s.in_place_times = [1_700_000_000 + LAST_BATCH - k for k in (300, 200, 100)]
     d.t = LAST_BATCH + 1.0
     word(d, "device", function="synchronize")
     assert verdicts(d.at(LAST_BATCH + 2.99)(core.Tick())) == []
