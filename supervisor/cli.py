@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--png", action="store_true", help="also write the timeline as a picture (OUTPUT.png)")
     check = commands.add_parser("check-config", help="validate a config and print the ladder")
     check.add_argument("--config", type=Path)
+    check.add_argument("--portable", action="store_true", help="check the file alone, not this machine's data file "
+                       "and GPUs (for a file that trains on another machine); `run` always checks them")
     commands.add_parser("doctor", help="check torch, ROCm, GPU access, kernel log and disk", add_help=False)
     commands.add_parser("install-service", help="install the systemd unit, config, user and directories",
                         add_help=False)
@@ -97,11 +99,13 @@ def _main(argv: list[str]) -> int:
             from dataclasses import replace
 
             from supervisor.agent import run
+            from supervisor.host import machine_fit
 
             try:
                 extra = tuple(Fault.parse(spec) for spec in args.fault)
             except FaultError as e:
                 raise ConfigError(f"--fault: {e}") from None
+            machine_fit.check(config)  # before the state directory is taken: nothing is written for what cannot run
             return run(replace(config, faults=config.faults + extra))
         if args.command == "status":
             from supervisor.verbs.status import status_main
@@ -116,6 +120,7 @@ def _main(argv: list[str]) -> int:
 
             return report_main(config, args.output, png=args.png)
         if args.command == "check-config":
+            from supervisor.host import machine_fit
             from supervisor.host.torch_build import ladder_for
             from supervisor.telemetry.notify_command import not_found
 
@@ -123,6 +128,8 @@ def _main(argv: list[str]) -> int:
             if missing:
                 raise ConfigError(f"{config.source}: notify.command: {missing}; give the program's full path or "
                                   f"install it")
+            if not args.portable:
+                machine_fit.check(config)
             ladder = ladder_for(config)
             print(f"{config.source}: ok; state_dir {config.state_dir}")
             for i in range(len(ladder)):
