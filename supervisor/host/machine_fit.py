@@ -48,6 +48,7 @@ def check(config: Config, count_gpus: Any = None) -> None:
 
 
 def _task(train: dict[str, Any]) -> str:
+    """The task as Ultralytics' guess_model_task reads a model's name: only classification resolves data otherwise."""
     return str(train.get("task") or ("classify" if "-cls" in str(train.get("model", "")) else "detect"))
 
 
