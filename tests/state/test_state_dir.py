@@ -82,6 +82,24 @@ def test_a_corrupt_state_file_is_moved_aside_with_one_line_and_the_run_goes_on(t
     assert json.loads((state / "supervisor.json").read_text())["rung"] == 0
 
 
+def test_a_state_file_found_corrupt_halfway_restores_nothing_of_it(tmp_path):
+    """Its attempt and rung are read before the value that is not a float: none of them is kept."""
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "supervisor.json").write_text(json.dumps({"version": 1, "rung": 3, "attempt": 7, "lost_seconds": "x"}))
+    run = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                            str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (s := status_of(state)) and s["worker_pid"])
+        status = status_of(state)
+    finally:
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+    assert "corrupt state file: 'lost_seconds' is not float" in err.splitlines()[0]
+    assert (status["attempt"], status["rung"]) == (1, 0)
+
+
 def test_a_read_only_state_directory_is_one_line_and_78():
     # Root may write anywhere: run the CLI as nobody, in a directory nobody can read but not write.
     with tempfile.TemporaryDirectory() as work:
