@@ -321,7 +321,8 @@ def sleep_wait(stack: Stack) -> Match | None:
 # is made of another: a loader's and a collective's waits are made of queue, lock and socket waits further in.
 RULES = (
     Rule(WaitKind.LOADER, "torch's _MultiProcessingDataLoaderIter waits in _next_data/_get_data/_try_get_data for the "
-         "batch _rcvd_idx, which _task_info says one worker owes: its own queue read or the pin thread's, inside",
+         "batch _rcvd_idx, which _task_info says one worker owes: its own queue read or the pin thread's, inside; or "
+         "it reads another worker's batch that came first, from that worker's resource sharer",
          loader_wait),
     Rule(WaitKind.COLLECTIVE, "every torch.distributed collective is a function of distributed_c10d.py (and waits "
          "in it, or in the Work it returned)", collective_wait),
