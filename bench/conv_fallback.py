@@ -342,9 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="fp32,fp16", help="comma-separated: fp32, fp16")
     parser.add_argument("--check-layers", action="store_true", help="per-layer error against a float32 reference")
     parser.add_argument("--profile", type=Path, help="directory for one profiled step per run")
+    parser.add_argument("--matmul-tf32", action="store_true",
+                        help="float32 matmuls in TF32 for the whole run (as cuDNN's convolutions): the conv fallback's "
+                        "1x1 convolutions then skip its autograd Function in fp32, as they do in fp16")
     parser.add_argument("--host-overhead", action="store_true",
                         help="only time one Conv2d forward+backward on tiny tensors, native against the fallback")
     args = parser.parse_args(argv)
+    if args.matmul_tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
     if args.host_overhead:
         host_overhead(args.device, args.precisions.split(","))
         return 0
@@ -354,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"device {name}; torch {torch.__version__}; batch {args.batch}; imgsz {args.imgsz}; "
           f"median of {args.rounds}x{args.steps} steps after {args.warmup} warm-up; "
-          f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} (the fallback's fp32 matmuls follow it)")
+          f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} (the fallback's fp32 matmuls follow it), "
+          f"matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32}")
     base = build_model(device)
     rows = []
     for batch_size in batch_sizes:
