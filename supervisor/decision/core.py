@@ -36,26 +36,28 @@ import json
 import signal
 from typing import Any
 
-from supervisor.decision import (heartbeats, kernel, kernel_search, recovery, restart, stacks_ahead, stopping,
-                                 survivors, watchdog, witness)
-from supervisor.decision.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
+from supervisor.decision import heartbeats, kernel, recovery
+from supervisor.decision.model import survivors
+from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
                                          PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
                                          RecordIncident, RequestCheckpoint, Spawn)
-from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
+from supervisor.decision.model.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StacksReadAhead,
                                         StateDirTaken, StopRequested, SupervisorPaused, SurvivorsGone, Tick,
                                         TreeActivity, TreeKilled, WorkerExited)
-from supervisor.decision.hang_history import HangHistory
-from supervisor.decision.incident import one_line
-from supervisor.decision.signatures import scan
-from supervisor.decision.state import Attempt, JobRung, Supervision
-from supervisor.decision.watchdog import DeadlineKind
+from supervisor.decision.model.hang_history import HangHistory
+from supervisor.decision.model.incident import one_line
+from supervisor.decision.model.signatures import scan
+from supervisor.decision.model.state import Attempt, JobRung, Supervision
+from supervisor.decision.recovery import restart, stacks_ahead, stopping
+from supervisor.decision.stall import kernel_search, watchdog, witness
+from supervisor.decision.stall.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from worker.contract import Phase, WaitKind
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
-# are in its module (decision/in_place.py), which its shell part (attempt/in_place.py) imports.
+# are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StateDirTaken", "StopRequested",
            "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone",
@@ -494,7 +496,7 @@ def _job_ladder(s: Supervision, event: JobLadderRead, now: Now) -> list[Any]:
     number (made at once) resolve to the one the file kept, which every host reads. One made for that host's hang,
     newer than the one this attempt started under, is that host's tree being killed: this attempt's ranks are about
     to lose theirs, so it restarts now, as for a lost peer, not when a collective fails or its own bound runs out
-    (NCCL may say nothing of a peer gone: the other host's 10 s bound was the critical path, 2x H200)."""
+    (NCCL may say nothing of a peer gone, and the other host's bound would be the critical path)."""
     own = event.node_rank == s.config.distributed.node_rank
     if not s.config.distributed.several_hosts or event.seq < s.job_seq or own:
         return []

@@ -21,13 +21,15 @@ import math
 from collections import deque
 from typing import Any
 
-from supervisor.decision import (goodput, in_place, kernel, kernel_search, probe, recovery, standby, stopping, watchdog,
-                                 witness)
-from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
-from supervisor.decision.events import JobCheckpointRead, Now
-from supervisor.decision.span import span
-from supervisor.decision.state import (THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision,
+from supervisor.decision import kernel, recovery
+from supervisor.decision.learning import goodput
+from supervisor.decision.model.actions import KeepVerifiedCopy, Log, PublishCheckpoint
+from supervisor.decision.model.events import JobCheckpointRead, Now
+from supervisor.decision.model.persistence import span
+from supervisor.decision.model.state import (THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision,
                                       TrainingClock)
+from supervisor.decision.recovery import in_place, probe, standby, stopping
+from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from supervisor.decision.actions import Exit, RecordIncident
-from supervisor.decision.incident import Incident, Tier
-from supervisor.decision.state import Supervision
+from supervisor.decision.model.actions import Exit, RecordIncident
+from supervisor.decision.model.incident import Incident, Tier
+from supervisor.decision.model.state import Supervision
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import Reason, State
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from supervisor.decision.stack_reading import UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture
+from supervisor.decision import UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture
 
 STACKS_FILE = "stacks.json"
 

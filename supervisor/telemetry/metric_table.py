@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from supervisor.decision.incident import Tier, one_line
-from supervisor.decision.status_view import Heartbeats, Status
+from supervisor.decision import Tier, one_line, Heartbeats, Status
 from supervisor.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
 
 if TYPE_CHECKING:

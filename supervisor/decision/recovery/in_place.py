@@ -25,16 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision import witness
-from supervisor.decision.actions import Log
-from supervisor.decision.events import Now
-from supervisor.decision.incident import Incident, InPlaceCost, Stacks, Tier
-from supervisor.decision.state import Recovery, Supervision
-from supervisor.decision.tier import Escalate, Verdict, recovered
+from supervisor.decision.model.actions import Log
+from supervisor.decision.model.events import Now
+from supervisor.decision.model.incident import Incident, InPlaceCost, Stacks, Tier
+from supervisor.decision.model.state import Recovery, Supervision
+from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
+from supervisor.decision.stall import watchdog, witness
 from supervisor.vocabulary import Reason, State
 from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
 
-# The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/in_place.py), and
+# The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/loader_workers.py), and
 # what that part says back.
 
 
@@ -59,7 +59,7 @@ class ReplaceLoaderWorkers:
 
 @dataclass(frozen=True)
 class StallInspected:
-    """What the stacks taken for an in-place recovery show (decision/loader_judgement.py): whether the training process
+    """What the stacks taken for an in-place recovery show (decision/stall/loader_judgement.py): whether the training process
     waits for a batch from its DataLoader, and which of its loader worker processes are stuck."""
     incident_id: str
     loader_wait: bool
@@ -193,9 +193,11 @@ def _declines(s: Supervision) -> str | None:
 def takes(s: Supervision, phase: str) -> bool:
     """A verdict now in ``phase`` would begin this tier (its own stacks, or the loader workers replaced without any),
     not go straight to the restart: as ``begin`` judges. ``in_place_max`` spent, the restart takes it (and its stacks
-    are read ahead: read at the kill, they cost 1-2 s more in every restart of a night of loader hangs)."""
+    are read ahead: read at the kill, they would delay that restart by their capture)."""
     return TIER.applies(s, phase) and not spent(s) and _declines(s) is None
 
+
+watchdog.OWN_STACKS.append(takes)
 
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:
     if r.incident.id != event.incident_id or r.acted_at is not None:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from supervisor.decision import witness
-from supervisor.decision.state import Supervision
+from supervisor.decision.model.state import Supervision
+from supervisor.decision.stall import witness
 from worker.contract import Phase, WaitKind
 
 LOADER_KEYS = frozenset({"workers", "persistent_workers", "loader", "threads", "start_method"})

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from supervisor.decision.events import Now
-from supervisor.decision.incident import Incident, Tier
-from supervisor.decision.state import Recovery, Supervision
+from supervisor.decision.model.events import Now
+from supervisor.decision.model.incident import Incident, Tier
+from supervisor.decision.model.state import Recovery, Supervision
 
 
 @dataclass(frozen=True)

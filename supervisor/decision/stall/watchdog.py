@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
+from typing import Callable, Iterable
 
 from supervisor.config import AUTO, WatchdogConfig
-from supervisor.decision import in_place, witness
-from supervisor.decision.state import Supervision
+from supervisor.decision.model.state import Supervision
+from supervisor.decision.stall import witness
 from supervisor.vocabulary import STARTUP_PHASE, State
 from worker.contract import Phase, StartupStep, WaitKind, split_rung
 
@@ -148,6 +148,11 @@ def deadline(s: Supervision) -> Deadline:
     return due
 
 
+# A recovery tier that reads a stall's stacks itself (or needs none) adds its ``takes`` here when it is imported
+# (recovery/in_place.py): the judge stands below the tiers, and asks them through this list, not by name.
+OWN_STACKS: list[Callable[[Supervision, str], bool]] = []
+
+
 def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None:
     """When the stacks of the current stall are read ahead of its verdict (stacks_ahead.py): once it has lasted its
     bound less a lead, the capture's budget (``[incidents] stacks_budget``) at most half the bound (an idle floor of
@@ -162,7 +167,7 @@ def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None
     stall, due = current_stall(s), due or deadline(s)
     if stall is None or due.at is None or due.kind not in (DeadlineKind.PHASE, DeadlineKind.STARTUP):
         return None
-    if in_place.takes(s, STARTUP_PHASE if s.state == State.STARTING else a.progress.phase):
+    if any(takes(s, STARTUP_PHASE if s.state == State.STARTING else a.progress.phase) for takes in OWN_STACKS):
         return None
     at = due.at - min(s.config.incidents.stacks_budget, (due.at - stall.since) / 2)
     read = a.stacks_ahead
@@ -274,8 +279,8 @@ def tree_reading_from(s: Supervision) -> float | None:
 
 def step_key(s: Supervision, step: StartupStep) -> str:
     """Where this run keeps what it has seen of ``step`` at the current rung. The first batch of spawned loader
-    workers (each a fresh interpreter importing torch and Ultralytics: 28 s for 8 on the H100, against 0.9 s
-    forked) is kept apart: a hang's climb to such a rung must not meet the bound of forked workers."""
+    workers (each a fresh interpreter importing torch and Ultralytics, far slower than forked ones) is kept
+    apart: a hang's climb to such a rung must not meet the bound of forked workers."""
     spawned = split_rung(s.ladder.settings(s.rung)).options.start_method == "spawn"
     return f"{step.value} spawn" if step == StartupStep.FIRST_BATCH and spawned else step.value
 

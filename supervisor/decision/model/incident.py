@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from supervisor.decision import persistence
-from supervisor.decision.persistence import kept
+from supervisor.decision.model import persistence
+from supervisor.decision.model.persistence import kept
 from supervisor.vocabulary import Reason
 
 

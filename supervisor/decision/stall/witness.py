@@ -26,6 +26,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
+from supervisor.decision.model.state import WaitSeen
 from supervisor.vocabulary import State
 from worker.contract import Phase, WaitKind, WaitReport
 
@@ -36,15 +37,6 @@ RHYTHM_PHASES = (Phase.TRAIN.value, Phase.VAL.value)
 IMPORTING = "<frozen importlib."  # the innermost frame of an import under way: work, at no place of its own
 
 
-@dataclass(frozen=True)
-class WaitSeen:
-    """A report as the supervisor received it: from which rank (None outside DDP), and when (monotonic)."""
-    report: WaitReport
-    at: float
-    rank: int | None = None
-    # where every word of this sender in this stall put its main thread, each ``ELSEWHERE`` ("file:function", the
-    # line left out: a spin loop of a few lines moves between them); None: a word of another kind or place
-    place: str | None = None
 
 
 def heard(before: WaitSeen | None, report: WaitReport, at: float, rank: int | None = None) -> WaitSeen:
@@ -125,7 +117,7 @@ def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: f
 
 
 class Rank(Protocol):
-    """What the ranks' naming reads of a rank (decision/state.py's RankView)."""
+    """What the ranks' naming reads of a rank (decision/model/state.py's RankView)."""
     pid: int
     last_progress_at: float | None
 
