@@ -21,7 +21,7 @@ from supervisor.config import AUTO, WatchdogConfig
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.stall import witness
 from supervisor.vocabulary import STARTUP_PHASE, State
-from worker.contract import Phase, StartupStep, WaitKind, split_rung
+from worker.contract import Phase, StartupStep, split_rung
 
 
 class DeadlineKind(Enum):
@@ -128,7 +128,7 @@ def deadline(s: Supervision) -> Deadline:
         if stall.idle_bound is not None and idle_since is not None:
             at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
             why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
-            if seen is not None and seen.report.kind == WaitKind.DEVICE and culprit is None \
+            if seen is not None and witness.WAITS[seen.report.kind].rhythm and culprit is None \
                     and phase in witness.RHYTHM_PHASES:
                 at = min(at, stall.since + device_wait_bound(s, phase))  # its own rhythm
             elif held:
