@@ -18,7 +18,7 @@ import selectors
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from supervisor import decision
 from supervisor.attempt import loader_workers, search_lines
@@ -165,47 +165,27 @@ class Agent:
             self._write_state(force=True)
 
     def _execute(self, action: Any) -> None:
-        if isinstance(action, decision.Log):
-            fields = {"RUNG": self.s.rung, "ATTEMPT": self.s.attempt, "EPOCH": self.s.progress.epoch,
-                      "BATCH": self.s.progress.batch}
-            if self.s.stop is not None and self.s.stop.incident is not None:
-                fields["INCIDENT_ID"] = self.s.stop.incident.id  # journalctl INCIDENT_ID=... finds the story
-            log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
-        elif isinstance(action, decision.Spawn):
-            self._spawn(action)
-        elif isinstance(action, decision.PrepareStandby):
-            self.standby.prepare(self.spawner.env(action.rung_settings))
-        elif isinstance(action, decision.KillTree):
-            self._kill(action.incident)
-        elif isinstance(action, loader_workers.ACTIONS):  # a recovery tier's own actions, carried out by its shell module
-            self.handle(loader_workers.carry_out(action, self.config, self.worker, self._spare(), self.metrics.gpu_readers,
-                                           self.systemd.keepalive))
-        elif isinstance(action, decision.ReadStacksAhead):
-            answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
-            if answer is not None:
-                self.handle(answer)
-        elif isinstance(action, decision.DropStacksAhead):
-            drop_ahead(self.config, self.worker, action)
-        elif isinstance(action, decision.AwaitSurvivors):
-            self._await_survivors(action.pids)
-        elif isinstance(action, decision.RecordIncident):
-            self.state_dir.append_incident(action.incident.to_dict())
-        elif isinstance(action, decision.RequestCheckpoint):
-            if self.worker is not None:
-                self.worker.request_checkpoint()
-        elif isinstance(action, decision.KeepVerifiedCopy):
-            note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
-            if note:
-                log.error(note)
-        elif isinstance(action, decision.PublishLadder):
-            self._publish(self.job_ladder, action, "the job-wide ladder decision", "the other hosts stay on their rung")
-        elif isinstance(action, decision.PublishCheckpoint):
-            self._publish(self.job_checkpoint, action, "the job's checkpoint",
-                          "the other hosts count their restarts as if none was saved")
-        elif isinstance(action, decision.Exit):
-            pass  # the loop ends on s.exit
-        else:
+        carry_out = CARRY_OUT.get(type(action))
+        if carry_out is None:
             raise TypeError(f"unknown action {action!r}")
+        carry_out(self, action)
+
+    def _log(self, action: Any) -> None:
+        fields = {"RUNG": self.s.rung, "ATTEMPT": self.s.attempt, "EPOCH": self.s.progress.epoch,
+                  "BATCH": self.s.progress.batch}
+        if self.s.stop is not None and self.s.stop.incident is not None:
+            fields["INCIDENT_ID"] = self.s.stop.incident.id  # journalctl INCIDENT_ID=... finds the story
+        log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
+
+    def _read_ahead(self, action: Any) -> None:
+        answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
+        if answer is not None:
+            self.handle(answer)
+
+    def _keep_verified_copy(self) -> None:
+        note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
+        if note:
+            log.error(note)
 
     @staticmethod
     def _publish(shared: SharedFile, action: Any, what: str, otherwise: str) -> None:
@@ -390,3 +370,27 @@ def run(config: Config) -> int:
     except state_file.StateFileError as e:
         log.error(str(e))
         return EXIT_FAILED
+
+
+# Each action of the core and how the agent carries it out: the one place an action is routed. A recovery tier's own
+# actions go to its shell module (the in-place tier's: attempt/loader_workers.py).
+CARRY_OUT: dict[type, Callable[[Agent, Any], None]] = {
+    decision.Log: lambda a, x: a._log(x),
+    decision.Spawn: lambda a, x: a._spawn(x),
+    decision.PrepareStandby: lambda a, x: a.standby.prepare(a.spawner.env(x.rung_settings)),
+    decision.KillTree: lambda a, x: a._kill(x.incident),
+    **{kind: lambda a, x: a.handle(loader_workers.carry_out(x, a.config, a.worker, a._spare(), a.metrics.gpu_readers,
+                                                             a.systemd.keepalive))
+       for kind in loader_workers.ACTIONS},
+    decision.ReadStacksAhead: lambda a, x: a._read_ahead(x),
+    decision.DropStacksAhead: lambda a, x: drop_ahead(a.config, a.worker, x),
+    decision.AwaitSurvivors: lambda a, x: a._await_survivors(x.pids),
+    decision.RecordIncident: lambda a, x: a.state_dir.append_incident(x.incident.to_dict()),
+    decision.RequestCheckpoint: lambda a, x: a.worker.request_checkpoint() if a.worker is not None else None,
+    decision.KeepVerifiedCopy: lambda a, x: a._keep_verified_copy(),
+    decision.PublishLadder: lambda a, x: a._publish(a.job_ladder, x, "the job-wide ladder decision",
+                                                    "the other hosts stay on their rung"),
+    decision.PublishCheckpoint: lambda a, x: a._publish(a.job_checkpoint, x, "the job's checkpoint",
+                                                        "the other hosts count their restarts as if none was saved"),
+    decision.Exit: lambda a, x: None,  # the loop ends on s.exit
+}

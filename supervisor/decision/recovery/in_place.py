@@ -32,7 +32,7 @@ from supervisor.decision.model.state import Recovery, Supervision
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
 from supervisor.decision.stall import watchdog, witness
 from supervisor.vocabulary import Reason, State
-from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
+from worker.contract import HeartbeatMessage, MessageKind, Phase
 
 # The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/loader_workers.py), and
 # what that part says back.
@@ -121,6 +121,7 @@ class InPlaceTier:
 
 
 TIER = InPlaceTier()
+TIER.reports = {MessageKind.LOADER: lambda s, m, now: loader_started(s, m, now)}
 
 
 def recent(s: Supervision, wall: float) -> int:
@@ -155,11 +156,9 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     else:
         incident = s.amend(verdict.incident, tier=Tier.IN_PLACE, tiers=verdict.incident.tiers + (Tier.IN_PLACE,),
                            escalation=verdict.why)
-    if seen is not None:
-        incident = s.amend(incident, witness=witness.describe(seen))
-    named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped)
-    if named:  # under DDP: the rank whose loader owes the batch, and where each rank waits
-        incident = s.amend(incident, **{**named, "witness": named["witness"] or incident.witness})
+    said = witness.incident_fields(a.waits, a.loaders, a.ranks, a.stopped)
+    if said:
+        incident = s.amend(incident, **said)
     a.recovery = Recovery(TIER, incident, phase, a.progress.epoch, a.progress.batch, now.mono, stall)
     if culprit is not None:  # the training process's own word: no stacks to read, whatever the worker's state
         # Every worker of that loader goes: the rebuilt iterator replaces them all anyway, and a sibling stopped while
@@ -185,7 +184,7 @@ def _declines(s: Supervision) -> str | None:
         # the training process itself stopped (the tree frozen): its word is from before, and no rebuilt loader can
         # bring it a batch
         return f"the training process (pid {a.progress_pid}) is stopped: restart"
-    if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
+    if seen is not None and culprit is None and not witness.WAITS[seen.report.kind].names_loader:
         return f"the hang is not the loader's: the training process {witness.describe(seen)}"
     return None
 

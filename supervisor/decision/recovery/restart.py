@@ -34,6 +34,7 @@ class RestartTier:
     and the restart budget, not a further tier, bounds it."""
     name = Tier.RESTART
     events: tuple[type, ...] = ()
+    reports: dict = {}
 
     def applies(self, s: Supervision, phase: str) -> bool:
         return True
