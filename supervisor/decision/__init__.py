@@ -19,7 +19,7 @@ from supervisor.decision.model.events import (Boot, HeartbeatReceived, IncidentE
                                               JobLadderRead, KernelMessage, Now, SearchNews, SignatureSeen, Spawned,
                                               StacksReadAhead, StateDirTaken, StopRequested, SupervisorPaused,
                                               SurvivorsGone, Tick, TreeActivity, TreeKilled, WorkerExited)
-from supervisor.decision.model.incident import Incident, Stacks, Tier, one_line, where_of
+from supervisor.decision.model.incident import Incident, Stacks, one_line, where_of
 from supervisor.decision.model.ladder import Ladder, build_ladder
 from supervisor.decision.model.persistence import Unreadable
 from supervisor.decision.model.signatures import scan
@@ -41,6 +41,6 @@ __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "deci
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "ReplaceLoaderWorkers",
            "RequestCheckpoint", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
            "StacksReadAhead", "StallInspected", "StateDirTaken", "Status", "StopRequested", "Supervision", "Supervisor",
-           "SupervisorPaused", "Survivor", "SurvivorsGone", "ThreadStack", "Tick", "Tier", "tree_reading_from",
+           "SupervisorPaused", "Survivor", "SurvivorsGone", "ThreadStack", "Tick", "tree_reading_from",
            "TreeActivity", "TreeCapture", "TreeKilled", "Unreadable", "UNTRACEABLE_STATES", "wake", "where_of",
            "WorkerExited", "WorkerKind"]

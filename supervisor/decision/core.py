@@ -182,7 +182,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 def _tick(s: Supervision, now: Now) -> list[Any]:
     due = watchdog.deadline(s)
     if due.at is None or now.mono < due.at:
-        ahead = watchdog.stacks_ahead_at(s)  # (a verdict due already reads them before its kill, as before)
+        ahead = watchdog.stacks_ahead_at(s)  # (a verdict due already reads them before its kill)
         return stacks_ahead.ask(s, now) if ahead is not None and now.mono >= ahead else []
     if due.kind == DeadlineKind.BACKOFF:
         return [restart.spawn(s)]

@@ -42,7 +42,7 @@ def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
         return []
     if event.pid is not None and event.pid in a.loaders and not event.in_worker_tree:
         # A loader worker the worker reported is its own, whatever the shell's walk saw: a victim killed and reaped
-        # before its line was read is in no walk (seen once: an OOM-killed loader worker's crash taken for a plain one)
+        # before its line was read is in no walk (an OOM-killed loader worker's crash would be taken for a plain one)
         event = replace(event, in_worker_tree=True)
     if event.in_worker_tree is False:
         return [Log("info", f"kernel {event.kind.value} line about pid {event.pid}, not the worker's: counted "

@@ -16,10 +16,10 @@ from enum import Enum
 from typing import Any
 
 from supervisor.decision.model.actions import Exit, RecordIncident
-from supervisor.decision.model.incident import Incident, Tier
+from supervisor.decision.model.incident import Incident
 from supervisor.decision.model.state import Supervision
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REBOOT_NEEDED
-from supervisor.vocabulary import Reason, State
+from supervisor.vocabulary import Reason, State, Tier
 
 BURST = 3  # notices sent as they come within WINDOW; later ones wait for one summary
 WINDOW = 3600.0  # seconds

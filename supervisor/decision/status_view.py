@@ -22,11 +22,10 @@ from supervisor.decision.learning import choices
 from supervisor.decision.model import persistence, rung_choice
 from supervisor.decision.model.actions import Exit
 from supervisor.decision.model.events import Now
-from supervisor.decision.model.incident import Tier
 from supervisor.decision.model.state import Attempt, Supervision
 from supervisor.decision.recovery import probe
 from supervisor.decision.stall import kernel_search, watchdog, witness
-from supervisor.vocabulary import State
+from supervisor.vocabulary import State, Tier
 from worker.contract import Phase
 
 FLAT = "flat"  # a field's metadata: its record's keys sit beside the holder's

@@ -10,7 +10,7 @@ witness.py): the ladder climbs where the evidence points (issue 38). Pure.
 - the training process's own lock, or I/O outside its processes: no rung changes it, and it counts against no rung's
   record;
 - a sleep (the wait the code chose says nothing of what it waits for: the faults that stand for the seeds' hangs in
-  the training loop sleep), a collective, or no word at all: any rung, as before.
+  the training loop sleep), a collective, or no word at all: any rung, as without a witness.
 
 A hang whose rungs the ladder lacks above the current one leaves the run where it is; one that no rung of the
 ladder can change counts against none (its hang is not added to the rung's record).

@@ -25,14 +25,14 @@ from supervisor.decision.model import checkpoint_interval, persistence, rung_cho
 from supervisor.decision.model.actions import Exit, RecordIncident
 from supervisor.decision.model.events import KernelMessage, SignatureSeen
 from supervisor.decision.model.hang_history import HangHistory, HangPoint
-from supervisor.decision.model.incident import Incident, Stacks, Tier
+from supervisor.decision.model.incident import Incident, Stacks
 from supervisor.decision.model.ladder import Ladder
 from supervisor.decision.model.persistence import kept
 from supervisor.decision.model.persistence import span
 from supervisor.decision.model.rung_record import RungRecord
 from supervisor.decision.model.survivors import Survivor
 from supervisor.decision.model.worker_kind import WorkerKind
-from supervisor.vocabulary import After, KernelKind, Reason, State
+from supervisor.vocabulary import After, KernelKind, Reason, State, Tier
 from worker.contract import InForce, Phase, StartupStep, WaitReport
 
 INCIDENTS_KEPT = 20

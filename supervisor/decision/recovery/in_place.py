@@ -12,7 +12,7 @@ worker processes (our Ultralytics worker with a process loader: not the threads 
       anything else --> ``Escalate``: the next tier, the restart (kill, rung choice), amends the same incident
         with the reason
 
-Escalation, never a hole: the stacks show something else (a hang not the loader's restarts as before); a loader
+Escalation, never a hole: the stacks show something else (a hang not the loader's goes to the restart); a loader
 worker survives SIGKILL (D state: the restart's kill then finds it too, and "reboot needed" holds); the command
 cannot be sent; the worker exits; no batch within ``bound`` (a rebuilt loader that hangs again, a pin-memory
 thread that never joins: ``witness.loader_start_bound``, learned from this run's loader starts), counted from the
@@ -27,11 +27,11 @@ from typing import Any
 
 from supervisor.decision.model.actions import Log
 from supervisor.decision.model.events import Now
-from supervisor.decision.model.incident import Incident, InPlaceCost, Stacks, Tier
+from supervisor.decision.model.incident import Incident, InPlaceCost, Stacks
 from supervisor.decision.model.state import Recovery, Supervision
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
 from supervisor.decision.stall import watchdog, witness
-from supervisor.vocabulary import Reason, State
+from supervisor.vocabulary import Reason, State, Tier
 from worker.contract import HeartbeatMessage, MessageKind, Phase
 
 # The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/loader_workers.py), and

@@ -17,14 +17,14 @@ from supervisor.decision.learning import choices, goodput
 from supervisor.decision.model import hang_history, survivors
 from supervisor.decision.model.actions import AwaitSurvivors, Exit, Log, Spawn
 from supervisor.decision.model.events import Now, SurvivorsGone, TreeKilled
-from supervisor.decision.model.incident import Kill, Tier
+from supervisor.decision.model.incident import Kill
 from supervisor.decision.model.rung_choice import Choice
 from supervisor.decision.model.state import (Recovery, StopPlan, Supervision, backoff_delay, restarts_in_window,
                                               trains_on_cpu)
 from supervisor.decision.recovery import probe, stopping
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
-from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
+from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State, Tier
 from worker.contract import split_rung
 
 

@@ -50,7 +50,7 @@ def read(s: Supervision, event: StacksReadAhead, now: Now) -> list[Any]:
 
 def taken(s: Supervision, now: Now) -> Stacks | None:
     """At a hang's verdict: the stacks read ahead of it in this stall, for its incident, with how long before it they
-    were read (``Stacks.ahead``); None: none (the kill reads them, as before). The attempt no longer keeps them."""
+    were read (``Stacks.ahead``); None: none (the kill reads them). The attempt keeps them no more."""
     a, stall = s.current, _stall(s)
     ahead, a.stacks_ahead = a.stacks_ahead, None
     if ahead is None or ahead.stacks is None or stall is None or ahead.since != stall.since:

@@ -17,11 +17,11 @@ from supervisor.decision.model import rung_choice
 from supervisor.decision.model.actions import Exit, KillTree, Log, PublishLadder
 from supervisor.decision.model.events import KernelMessage, Now
 from supervisor.decision.model.hang_history import HangPoint
-from supervisor.decision.model.incident import Incident, Tier
+from supervisor.decision.model.incident import Incident
 from supervisor.decision.model.state import StopPlan, Supervision
 from supervisor.decision.recovery import stacks_ahead
 from supervisor.decision.stall import kernel_search, watchdog, witness
-from supervisor.vocabulary import After, Reason, State
+from supervisor.vocabulary import After, Reason, State, Tier
 
 SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoint when save_timeout is "off"
 

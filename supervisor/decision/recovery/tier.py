@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from supervisor.decision.model.events import Now
-from supervisor.decision.model.incident import Incident, Tier
+from supervisor.decision.model.incident import Incident
+from supervisor.vocabulary import Tier
 from supervisor.decision.model.state import Recovery, Supervision
 from worker.contract import HeartbeatMessage, MessageKind
 
