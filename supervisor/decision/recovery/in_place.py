@@ -108,6 +108,12 @@ class InPlaceTier:
             return r.rebuilt_at + r.bound, f"no batch within {r.bound:.0f} s after the rebuilt loader's new workers"
         return r.acted_at + r.bound, f"no batch within {r.bound:.0f} s after the loader workers were replaced"
 
+    def recovered(self, i: Incident, where: str) -> str | None:
+        if i.tier != Tier.IN_PLACE or i.cost is None:
+            return None
+        return (f"recovered in place from {where}: training again {i.cost.to_next_batch or 0.0:.0f} s after the loader "
+                f"workers were replaced, {i.cost.batches_lost} batches lost")  # the same process trains on
+
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         if r.acted_at is not None:
             # The loader workers the first look blamed are gone and the hang is still there: what that look saw is

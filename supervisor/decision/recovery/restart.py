@@ -17,7 +17,7 @@ from supervisor.decision.learning import choices, goodput
 from supervisor.decision.model import hang_history, survivors
 from supervisor.decision.model.actions import AwaitSurvivors, Exit, Log, Spawn
 from supervisor.decision.model.events import Now, SurvivorsGone, TreeKilled
-from supervisor.decision.model.incident import Kill
+from supervisor.decision.model.incident import Incident, Kill
 from supervisor.decision.model.rung_choice import Choice
 from supervisor.decision.model.state import (Recovery, StopPlan, Supervision, backoff_delay, restarts_in_window,
                                               trains_on_cpu)
@@ -51,6 +51,13 @@ class RestartTier:
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         return []
+
+    def recovered(self, i: Incident, where: str) -> str | None:
+        if i.restart_seconds is None:
+            return None
+        lost = "lost work unknown" if i.loss is None or i.loss.seconds is None else \
+            f"{i.loss.seconds:.0f} s of training lost"
+        return f"recovered from {where}: training again after {i.restart_seconds:.0f} s, {lost}"
 
 
 TIER = RestartTier()

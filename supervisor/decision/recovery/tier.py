@@ -11,6 +11,7 @@ amends the same incident. Every tier answers the same questions::
     reports                      the worker's reports (heartbeat kinds) it reads whether or not it is under way
     deadline(r)                  when it must have shown its proof, and the escalation's reason if it did not
     escalate(s, r, now, why)     what it leaves behind when it gives up (its log line); the walk goes on
+    recovered(incident, where)   the notice of a hang it recovered (None: not its, or not recovered)
 
 A tier under way keeps one ``state.Recovery`` in the attempt (``Attempt.recovery``): the hang's one incident,
 where it sat, and the clock of its action. A new tier is its module here, its events and actions, the shell's part
@@ -60,6 +61,8 @@ class RecoveryTier(Protocol):
     def deadline(self, r: Recovery) -> tuple[float, str] | None: ...
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]: ...
+
+    def recovered(self, i: Incident, where: str) -> str | None: ...
 
 
 def recovered(s: Supervision, tier: Tier) -> None:
