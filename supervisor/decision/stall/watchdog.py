@@ -119,12 +119,8 @@ def deadline(s: Supervision) -> Deadline:
         return Deadline(bound[0], DeadlineKind.RECOVERY, f"{a.recovery.tier.name.label} bound")
     stall = current_stall(s)
     if stall is not None:
-        due = stall.deadline
-        seen, culprit = witness.telling(a.waits, a.loaders)
-        phase = stall_phase(s)
-        held = witness.held_at(seen, culprit, s.state, phase) is not None
-        idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit,
-                                        a.waits_outside, held, phase)
+        due, word, phase = stall.deadline, stall.word, stall_phase(s)
+        seen, culprit, held, idle_since = word.seen, word.culprit, word.held is not None, word.idle_since
         if stall.idle_bound is not None and idle_since is not None:
             at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
             why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
@@ -224,6 +220,7 @@ class Stall:
     # Several hosts: the idle bound a stall would get with a rank of this host stopped, where none is as far as the
     # core knows; the tree is read for it (``tree_reading_from``). None: none to get.
     frozen_bound: float | None = None
+    word: witness.Word = witness.Word(None, None, None, None)  # the witness's word on it, read once
 
 
 def current_stall(s: Supervision) -> Stall | None:
@@ -243,14 +240,15 @@ def current_stall(s: Supervision) -> Stall | None:
         kind = DeadlineKind.PHASE
     else:
         return None
+    word = witness.word_on(a, since, s.state, stall_phase(s))
     if t is None:
-        return Stall(since, Deadline(None, kind, label), None)
+        return Stall(since, Deadline(None, kind, label), None, word=word)
     shorter = idle is not None and idle < t and w.idle_floor is not None
     if shorter and s.config.distributed.several_hosts and not rank_stopped(s):
         # A rank waiting for another host is idle: with several hosts the idle floor is only for a stall of this
         # host's own making, a rank of it stopped (SIGSTOP to the tree, a debugger), which waits for nobody.
-        return Stall(since, Deadline(since + t, kind, label), None, idle)
-    return Stall(since, Deadline(since + t, kind, label), idle if shorter else None)
+        return Stall(since, Deadline(since + t, kind, label), None, idle, word)
+    return Stall(since, Deadline(since + t, kind, label), idle if shorter else None, word=word)
 
 
 def rank_stopped(s: Supervision) -> bool:
@@ -272,8 +270,7 @@ def tree_reading_from(s: Supervision) -> float | None:
     if stall.frozen_bound is not None:  # several hosts: read whether a rank of this host is stopped
         return stall.since + max(IDLE_READING_AFTER, stall.frozen_bound - s.config.watchdog.idle_floor)
     if stall.idle_bound is None:  # a loader start's bound for a named worker: read whether it waits on the world
-        culprit = witness.telling(s.current.waits, s.current.loaders)[1]
-        return None if culprit is None else stall.since + IDLE_READING_AFTER
+        return None if stall.word.culprit is None else stall.since + IDLE_READING_AFTER
     return stall.since + max(IDLE_READING_AFTER, stall.idle_bound - s.config.watchdog.idle_floor)
 
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from supervisor.decision.model.state import WaitSeen
+from supervisor.decision.model.state import Attempt, WaitSeen
 from supervisor.vocabulary import State
 from worker.contract import Phase, WaitKind, WaitReport
 
@@ -133,20 +133,34 @@ def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | Non
     return report.worker_pid
 
 
-def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: float | None, state: State,
-               culprit: int | None, outside: frozenset[int], held: bool, phase: str) -> float | None:
-    """From when the stall counts as an idle tree's for the idle floor (None: never in this stall). ``outside``: the
-    tree's processes seen waiting on a socket or a remote file (a culprit among them waits on the world); ``held``:
-    the main thread held at one place for the whole stall (``held_at``); ``phase``: the stall's (a device wait counts
-    so in ``RHYTHM_PHASES`` only)."""
+@dataclass(frozen=True)
+class Word:
+    """The witness's word on the stall under way, read once for it: the word that tells it best (None: none said),
+    the loader worker that word names (None: none), the place it held the main thread at for the whole stall (None:
+    not one place), and from when the stall counts as an idle tree's for the idle floor (None: never in this stall)."""
+    seen: WaitSeen | None
+    culprit: int | None
+    held: str | None
+    idle_since: float | None
+
+
+def word_on(a: Attempt, stall_since: float, state: State, phase: str) -> Word:
+    """The witness's word on attempt ``a``'s stall since ``stall_since``, in ``phase`` (the stall's: a device wait
+    counts as an idle tree's in ``RHYTHM_PHASES`` only). A culprit among the tree's processes seen waiting on a socket
+    or a remote file (``Attempt.waits_outside``) waits on the world."""
+    seen, culprit = telling(a.waits, a.loaders)
+    held = held_at(seen, culprit, state, phase)
+    report = seen.report if seen is not None else None
     if report is None:
-        return tree_idle_since
-    if report.kind in OUTSIDE or culprit is not None and culprit in outside:
-        return None
-    device = WAITS[report.kind].rhythm and state == State.HEALTHY and phase in RHYTHM_PHASES
-    if culprit is not None or device or held:
-        return stall_since
-    return tree_idle_since
+        idle = a.idle_since
+    elif report.kind in OUTSIDE or culprit is not None and culprit in a.waits_outside:
+        idle = None
+    elif culprit is not None or held is not None or WAITS[report.kind].rhythm and state == State.HEALTHY \
+            and phase in RHYTHM_PHASES:
+        idle = stall_since
+    else:
+        idle = a.idle_since
+    return Word(seen, culprit, held, idle)
 
 
 class Rank(Protocol):
