@@ -27,6 +27,7 @@ from supervisor.attempt.read_throttle import ReadThrottle
 from supervisor.attempt.standby_worker import Standby
 from supervisor.attempt.tree_activity import ActivitySampler
 from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
+from supervisor.attempt.worker_command import newest_checkpoint
 from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import Config
 from supervisor.decision import Incident, scan
@@ -87,7 +88,7 @@ class Agent:
         self.metrics.start()
         process_tree.become_subreaper()
         self.selector.register(catch_signals(), selectors.EVENT_READ, self._on_signal)
-        record = self.state_dir.read_state(self.s.restore)
+        record = self.state_dir.read_state(self._restore, None if self.config.command is None else self._resume_point)
         for source in self.kernel.open((record or {}).get("kernel_log_position") or {}):
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
         self.handle(decision.Boot())
@@ -129,6 +130,18 @@ class Agent:
         log.log(logging.INFO if self.s.exit.code == 0 else logging.ERROR, self.s.exit.text)
         self.notify.close(self.systemd.keepalive)  # the last notices get their time (bounded by [notify] timeout)
         return self.s.exit.code
+
+    def _restore(self, record: dict[str, Any]) -> None:
+        """The state file's record into a fresh Supervision, taken only whole: a file found corrupt halfway (moved
+        aside by read_state) leaves the run at rung 0, not half restored."""
+        restored = decision.Supervision(self.config, self.ladder)
+        restored.restore(record)
+        self.s = restored
+
+    def _resume_point(self) -> str:
+        """Where a [worker] command's next attempt resumes, in words (the Ultralytics worker's: StateDir's own)."""
+        found = newest_checkpoint(self.config.command)
+        return str(found) if found else "the command's own resume point"
 
     def now(self) -> decision.Now:
         return decision.Now(mono=time.monotonic(), wall=time.time())

@@ -19,11 +19,13 @@ def _run(config: Config, args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from supervisor.agent import run
+    from supervisor.host import machine_fit
 
     try:
         extra = tuple(Fault.parse(spec) for spec in args.fault)
     except FaultError as e:
         raise ConfigError(f"--fault: {e}") from None
+    machine_fit.check(config)  # before the state directory is taken: nothing is written for what cannot run
     return run(replace(config, faults=config.faults + extra))
 
 
@@ -46,6 +48,7 @@ def _report(config: Config, args: argparse.Namespace) -> int:
 
 
 def _check_config(config: Config, args: argparse.Namespace) -> int:
+    from supervisor.host import machine_fit
     from supervisor.host.torch_build import ladder_for
     from supervisor.telemetry.notify_command import not_found
 
@@ -53,6 +56,8 @@ def _check_config(config: Config, args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError(f"{config.source}: notify.command: {missing}; give the program's full path or "
                           f"install it")
+    if not args.portable:
+        machine_fit.check(config)
     ladder = ladder_for(config)
     print(f"{config.source}: ok; state_dir {config.state_dir}")
     for i in range(len(ladder)):
@@ -67,6 +72,11 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 def _json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _check_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--portable", action="store_true", help="check the file alone, not this machine's data file "
+                        "and GPUs (for a file that trains on another machine); `run` always checks them")
 
 
 def _report_options(parser: argparse.ArgumentParser) -> None:
@@ -91,7 +101,7 @@ VERBS: dict[str, Verb] = {
     "status": Verb("the live state of the supervisor for a config", _status, _json_option),
     "incidents": Verb("the incidents grouped by where they hung, the newest in full", _incidents, _json_option),
     "report": Verb("the night as one offline HTML page: timeline, incidents, goodput", _report, _report_options),
-    "check-config": Verb("validate a config and print the ladder", _check_config, state_dir=False),
+    "check-config": Verb("validate a config and print the ladder", _check_config, _check_options, state_dir=False),
 }
 OWN_OPTIONS = {"doctor": "check torch, ROCm, GPU access, kernel log and disk",
                "install-service": "install the systemd unit, config, user and directories"}

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from supervisor import ultralytics_args
-from supervisor.config_keys import (AUTO, Address, Argv, Choice, ConfigError, Flag, Folder, Key, Kind, Moment,
-                                    Reader, Seconds, Strings, Text, Whole, build, declared_keys, key, parse_address,
+from supervisor.config_keys import (AUTO, LONGEST, Address, Argv, Choice, ConfigError, Flag, Folder, Key, Kind,
+                                    Moment, Reader, Seconds, Strings, Text, Whole, build, declared_keys, key, parse_address,
                                     parse_deadline, read_keys, table)
 from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
 from worker.contract import BATCHNORM_FALLBACK_MODES, CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
@@ -27,6 +27,14 @@ DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 # the loop for up to kill_grace + kill_timeout (no heartbeat read, no stop request handled), so their sum must fit.
 UNIT_WATCHDOG_SEC = 30.0
 CHECKPOINT_FLOOR = 5.0  # [checkpoint] max and "auto" never closer: a save every few seconds wears the disk
+# An "auto" bound is the factor times the slowest recent interval: beyond this one it waits hours for a batch of
+# seconds, and no stall is ever found.
+AUTO_FACTOR_MOST = 1000.0
+# A loader's worker count is refused above this many per core of the machine. Ultralytics starts no more than the
+# cores (build_dataloader: min(os.cpu_count() // devices, workers)), so a larger count trains as the cores; the factor
+# leaves room for a file written on a smaller machine than the one that trains, while the default ladder, which
+# halves the written count rung by rung, spends at most two rungs on counts Ultralytics caps anyway.
+WORKERS_PER_CORE = 4
 OFF = {"off": None}
 AUTO_OR_OFF = {AUTO: AUTO, "off": None}
 
@@ -156,7 +164,8 @@ class WatchdogConfig:
         "observed, then max(auto_floor, auto_factor x its longest gap) (`save auto`); a mid-epoch checkpoint the same "
         "way by its own kind once one has been observed (`checkpoint auto`); also how long a stop waits for the "
         "worker's checkpoint, and how long a worker that said training is done may take to exit"))
-    auto_factor: float = key(Seconds(expected="a positive number"), 10.0, 'the safety factor of every "auto" timeout')
+    auto_factor: float = key(Seconds(most=AUTO_FACTOR_MOST, expected=f"a positive number, at most {AUTO_FACTOR_MOST:g}"),
+                             10.0, 'the safety factor of every "auto" timeout')
     auto_floor: float = key(Seconds(), 10.0, 'the lower bound of every "auto" timeout, in seconds')
     idle_floor: float | None = key(Seconds(words=OFF), 3.0, (
         'the lower bound of an "auto" timeout while the worker\'s whole process tree is idle: under 5% of one core, '
@@ -223,7 +232,8 @@ class CheckpointConfig:
         'max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; "epoch": Ultralytics\' end-of-epoch '
         "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
     max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
-        f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses), e.g. max = "10m"')), 600.0,
+        f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses) and at most a day '
+        f'({LONGEST:g}), e.g. max = "10m"')), 600.0,
         'the longest interval "auto" chooses: the interval of a run that has not hung')
 
 
@@ -484,6 +494,7 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                                           f"moves at a checkpoint boundary",
                     raw.get("ladder", {}).get("probe_after", config.probe.probe_after))
     _hosts(raw.get("distributed", {}), config, reader)
+    _worker_counts(config, reader)
     if not config.train and not command:
         reader.refuse("no [train] table: nothing to train; add one with Ultralytics' train arguments, e.g. [train] "
                       "data = \"coco8.yaml\" model = \"yolov8n.yaml\" (see units/config.example.toml)")
@@ -494,6 +505,20 @@ def parse(raw: dict[str, Any], label: str, path: Path | None = None, state_dir: 
                       f"supervisor's loop that long, and the unit's WatchdogSec=30s (units/yolo-train.service) is the "
                       f"longest it may be away")
     return config
+
+
+def _worker_counts(config: Config, reader: Reader) -> None:
+    """No loader count above WORKERS_PER_CORE per core of this machine: [train] workers, and a rung's workers and
+    threads."""
+    cores = os.cpu_count() or 1
+    most = cores * WORKERS_PER_CORE
+    counts = [("train.workers", config.train.get("workers"))] + [
+        (f"ladder.rungs[{i}].{name}", rung.get(name)) for i, rung in enumerate(config.ladder or ())
+        for name in ("workers", "threads")]
+    for where, count in counts:
+        if isinstance(count, (int, float)) and not isinstance(count, bool) and count > most:
+            reader.fail(where, f"at most {most} ({WORKERS_PER_CORE} per core of this machine's {cores}; loaders past "
+                               f"the cores buy nothing: Ultralytics caps its workers at them)", count)
 
 
 def _only_with_a_command(raw: dict[str, Any], worker: dict[str, Any], reader: Reader) -> None:

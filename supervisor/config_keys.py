@@ -75,6 +75,10 @@ def one_of(choices: tuple[str, ...]) -> str:
 
 
 DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# The longest any bound, interval or window may be. A supervisor watches a training night by night: a phase it would
+# wait more than a day for is no bound but a slip of the keyboard (1e308, "1000d"), and such a deadline overflows the
+# waits it is given to (select's timeout). "off", where a key takes it, is the way to say no limit.
+LONGEST = 86400.0
 
 
 def parse_seconds(value: Any, words: dict[str, Any] | None = None, durations: bool = True) -> Any:
@@ -93,14 +97,17 @@ def parse_seconds(value: Any, words: dict[str, Any] | None = None, durations: bo
 
 
 class Seconds(Kind):
-    """Seconds, from ``least`` (exclusive at 0) to ``most``; a duration string where ``durations``; and ``words``."""
+    """Seconds, from ``least`` (exclusive at 0) to ``most`` (a day, LONGEST, unless said); a duration string where
+    ``durations``; and ``words``."""
 
     def __init__(self, *, words: dict[str, Any] | None = None, durations: bool = False, least: float = 0.0,
-                 most: float = math.inf, expected: str | None = None, beyond: str | None = None):
+                 most: float = LONGEST, expected: str | None = None, beyond: str | None = None):
         self.words, self.durations, self.least, self.most = words or {}, durations, least, most
-        self.expected = expected or " or ".join(["seconds (a positive number)"] + (
-            ['a duration such as "10m"'] if durations else []) + [f'"{w}"' for w in self.words])
-        self.beyond = beyond or self.expected  # said when the value is seconds, but out of bounds
+        others = (['a duration such as "10m"'] if durations else []) + [f'"{w}"' for w in self.words]
+        self.expected = expected or " or ".join(["seconds (a positive number)"] + others)
+        # said when the value is seconds, but out of bounds
+        self.beyond = beyond or (" or ".join([f"seconds up to a day ({LONGEST:g})"] + others) if most == LONGEST
+                                 and expected is None else self.expected)
 
     def read(self, value: Any, where: str, reader: Reader) -> Any:
         try:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from supervisor.config import KEYS, RUNG_SETTINGS, SECTION_DOCS
-from supervisor.config_keys import Key
+from supervisor.config import KEYS, RUNG_SETTINGS, SECTION_DOCS, WORKERS_PER_CORE
+from supervisor.config_keys import LONGEST, Key
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 COMMAND = "python -m supervisor.config_reference"
@@ -22,8 +22,17 @@ INTRO = f"""\
 One TOML file: `yolo-train run --config FILE` (without one, the embedded demo). Every key is optional except
 `[train]` (or a `[worker] command`). Unknown keys and bad values are refused with one line naming the file, the key
 and the form expected, and exit status 78; `yolo-train check-config --config FILE` checks a file and prints the
-ladder. `units/config.example.toml` is a complete example. Times are seconds; where a key takes a duration,
-`"90s"`, `"10m"`, `"2h"` or `"1h30m"` say the same.
+ladder. `units/config.example.toml` is a complete example. Times are seconds, at most a day ({LONGEST:g}: a longer
+bound is a slip, and `"off"`, where a key takes it, says no limit); where a key takes a duration, `"90s"`, `"10m"`,
+`"2h"` or `"1h30m"` say the same.
+
+What the machine must have is checked against the machine the check runs on (supervisor/host/machine_fit.py).
+Wherever the file is read: a loader's count (`[train] workers`, a rung's `workers` or `threads`) of at most
+{WORKERS_PER_CORE} per core. By `run` before it trains, and by `check-config` unless given `--portable` (a file that
+trains on another machine): `[train] data` as Ultralytics resolves it (a path that exists, relative to the directory
+`run` starts in; a name in Ultralytics' own `cfg/datasets` such as `"coco8.yaml"`; a URL; for classification a bare
+name it downloads), and `[train] device` among the GPUs the worker's torch sees (counted by `[worker] python` in the
+worker's environment; `"cpu"` always, `"mps"` on macOS only, `"0,1"` for DDP).
 """
 
 

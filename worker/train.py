@@ -112,7 +112,9 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
             if ckpt.get("optimizer") is not None:  # stopped in the final validation, before Ultralytics' own strip
                 strip_finished(Path(resume))
             print(f"yolo-train worker: {resume} holds a finished training; nothing to resume", flush=True)
-            hb.phase("done")
+            # where it finished: a host restarted once the job was done shows the epochs trained, not 0 of 0
+            epochs = (ckpt.get("train_args") or {}).get("epochs")
+            hb.phase("done", **({"epoch": epochs, "epochs": epochs} if isinstance(epochs, int) else {}))
             return 0
         exact = ckpt.get(EXACT_KEY)
         resume_point = ResumePoint(exact["epoch"], exact["batch"], exact.get("samples")) if exact else None

@@ -36,6 +36,8 @@ import dis
 import linecache
 import os
 import re
+import socket
+import struct
 import sys
 import threading
 import time
@@ -180,9 +182,45 @@ def loader_wait(stack: Stack) -> Match | None:
     info = it._task_info.get(batch)  # (worker,) while outstanding; (worker, data) once arrived out of order
     worker = info[0] if info else None
     workers = it._workers
+    sender = _sharing_worker(stack, workers)
+    if sender is not None and sender != worker:
+        # It reads another worker's batch than the one it awaits, arrived first: that worker holds it up. A worker
+        # sends its batches in the order it was given them: this one is the oldest it owes.
+        owed = [i for i, task in tuple(it._task_info.items()) if len(task) == 1 and task[0] == sender]
+        worker, batch = sender, min(owed, default=batch)
     pid = workers[worker].pid if worker is not None and worker < len(workers) else None
     return Match(frame.f_code.co_name, (("loader", loader_name(it)), ("worker", worker), ("worker_pid", pid),
                                         ("batch_index", batch)))
+
+
+_SHARER = stdlib(os.path.join("multiprocessing", "resource_sharer.py"))
+
+
+def _sharing_worker(stack: Stack, workers: list[Any]) -> int | None:
+    """The worker whose resource sharer the reading thread is connected to, or None. A batch's tensors come in shared
+    memory whose descriptor the sending worker's resource sharer (a thread of that process) hands over while the
+    batch is unpickled: a worker that is stopped, or holds its GIL in a C call, never answers, and the read waits
+    there (multiprocessing/connection.py, beneath torch's queue read), on a Unix socket whose peer is that worker."""
+    if stack.first(_SHARER) is None:
+        return None
+    connection = sys.modules.get("multiprocessing.connection")
+    for f in stack.frames:
+        if f.f_code.co_filename.endswith(_SHARER):
+            return None
+        for value in (getattr(f, "f_locals", None) or {}).values():
+            if isinstance(value, socket.socket) or connection is not None and isinstance(value, connection.Connection):
+                pid = _peer_pid(value)
+                return next((i for i, w in enumerate(workers) if pid is not None and w.pid == pid), None)
+    return None
+
+
+def _peer_pid(endpoint: Any) -> int | None:
+    """The process at the other end of a Unix socket (SO_PEERCRED), through a duplicate of its descriptor."""
+    try:
+        with socket.fromfd(endpoint.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    except (OSError, ValueError):
+        return None
 
 
 _C10D = ("torch/distributed/distributed_c10d.py",)
@@ -283,7 +321,8 @@ def sleep_wait(stack: Stack) -> Match | None:
 # is made of another: a loader's and a collective's waits are made of queue, lock and socket waits further in.
 RULES = (
     Rule(WaitKind.LOADER, "torch's _MultiProcessingDataLoaderIter waits in _next_data/_get_data/_try_get_data for the "
-         "batch _rcvd_idx, which _task_info says one worker owes: its own queue read or the pin thread's, inside",
+         "batch _rcvd_idx, which _task_info says one worker owes: its own queue read or the pin thread's, inside; or "
+         "it reads another worker's batch that came first, from that worker's resource sharer",
          loader_wait),
     Rule(WaitKind.COLLECTIVE, "every torch.distributed collective is a function of distributed_c10d.py (and waits "
          "in it, or in the Work it returned)", collective_wait),

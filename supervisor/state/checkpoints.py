@@ -88,6 +88,14 @@ def choose_resume(run_dir: Path) -> tuple[Path | None, list[str]]:
     return fallback, notes
 
 
+def resume_point(run_dir: Path) -> Path | None:
+    """The checkpoint ``choose_resume`` would take, changing nothing (None: scratch); to say where a run goes on."""
+    last = weights_in(run_dir) / "last.pt"
+    if last.exists() and verify(last) is None:
+        return last
+    return _newest_good(weights_in(run_dir))[0]
+
+
 def _newest_good(weights: Path) -> tuple[Path | None, list[str]]:
     """The newest checkpoint that verifies among the fallbacks, and the ones skipped as unusable."""
     candidates = [weights / "last.good.pt", weights / "best.pt", *weights.glob("epoch*.pt")]

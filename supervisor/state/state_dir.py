@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from supervisor.config import ConfigError
 from supervisor.decision import Unreadable
-from supervisor.state import state_file
+from supervisor.state import checkpoints, state_file
 from supervisor.state.paths import LOCK_FILE, StatePaths
 
 log = logging.getLogger("yolo-train")
@@ -149,9 +149,12 @@ class StateDir(StatePaths):
         except OSError:
             return "?"
 
-    def read_state(self, restore: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
-        """The previous supervisor's record, given to ``restore``; a corrupt one (torn, or a value ``restore`` finds
-        of the wrong type) is moved aside and said in one line (ConfigError)."""
+    def read_state(self, restore: Callable[[dict[str, Any]], None],
+                   resume_point: Callable[[], str] | None = None) -> dict[str, Any] | None:
+        """The previous supervisor's record, given to ``restore``. A corrupt one (torn, or a value ``restore`` finds
+        of the wrong type) is moved aside, said in one line with ``resume_point()`` (where the next attempt resumes,
+        in words; by default the checkpoint the Ultralytics worker would take), and None returned: the run goes on at rung 0 from its checkpoints, which hold the training. Only
+        a file that cannot be moved aside or read at all ends the run (ConfigError)."""
         try:
             record = state_file.read(self.path)
             if record is not None:
@@ -169,10 +172,15 @@ class StateDir(StatePaths):
             except OSError as move:
                 raise ConfigError(f"{e}; cannot move it aside ({move.strerror}): move or delete it to start the "
                                   f"ladder afresh") from None
-            raise ConfigError(f"{e}; moved aside to {aside.name}: run again to start the ladder afresh (restart "
-                              f"count and rung are lost; checkpoints are kept)") from None
+            log.error(f"{e}; moved aside to {aside}; training resumes from {(resume_point or self._resume_point)()} at rung 0 (the restart "
+                      f"count and the rungs' history are lost)")
+            return None
         except state_file.StateFileError as e:
             raise ConfigError(f"{e}; make it readable by user {_user()}") from None
+
+    def _resume_point(self) -> str:
+        checkpoint = checkpoints.resume_point(self.run_dir)
+        return str(checkpoint) if checkpoint else "scratch (no usable checkpoint of this run)"
 
     def write_state(self, record: dict[str, Any], final: bool = False) -> None:
         """Replace the state file; a failure is said once and supervision goes on (the previous file stays). The

@@ -33,7 +33,7 @@ def gather(config: Config) -> dict[str, Any]:
         record = state_file.read(config.state_dir)
     except state_file.StateFileError as e:
         # Read-only here: `run` moves a corrupt file aside, status only says what is wrong.
-        fix = ("`yolo-train run` moves it aside and starts the ladder afresh"
+        fix = ("`yolo-train run` moves it aside and goes on from the newest checkpoint at rung 0"
                if isinstance(e, state_file.CorruptStateFile) else "make it readable by this user")
         return {"state": "unreadable", "state_dir": str(config.state_dir), "problem": f"{e}; {fix}", "pids": [],
                 "supervisor_running": False}

@@ -182,10 +182,17 @@ def test_a_rank_frozen_while_the_other_host_validates_is_found_and_both_resume_f
     """Global rank 1 stops itself right after its last batch of epoch 2, so rank 0 validates epoch 2 while rank 1 is
     frozen, and then waits for it in the collective at validation's end (Ultralytics broadcasts the metrics before the
     save). Which host holds which rank is the rendezvous' choice: the fault goes to both hosts and fires in rank 1
-    alone. Its host finds it frozen; rank 0's validation is no hang; both resume from epoch 1's last.pt."""
+    alone. Its host finds it frozen; rank 0's validation is no hang; both resume from epoch 1's last.pt.
+
+    Which host speaks first is not left to the machine's speed: the frozen rank's is found at its train timeout (15 s),
+    while a wait at an epoch's end, rank 0's in the collective, is bounded by "save auto" over a floor of 60 s. The
+    floor also bounds the final validation's silent set-up (best.pt loaded, its loader built) and the wait of a host
+    whose ranks are done for the other's: on a loaded machine those passed a floor of 10 s, killed a host that had
+    finished, and it came back to a finished checkpoint."""
     port, rdzv_id = free_port(), f"validating-{os.getpid()}"
     fault = ("freeze,at_batch=32,attempt=1,rank=1",)  # epoch 2's 16th batch of 16
-    hosts = [start_host(tmp_path, n, port, rdzv_id, stall_timeout=15, epochs=3, faults=fault) for n in (0, 1)]
+    hosts = [start_host(tmp_path, n, port, rdzv_id, stall_timeout=15, epochs=3, faults=fault, auto_floor=60)
+             for n in (0, 1)]
     deadline = time.monotonic() + 500
     try:
         ranks = {}  # global rank -> (node_rank, pid) in attempt 1
@@ -206,21 +213,16 @@ def test_a_rank_frozen_while_the_other_host_validates_is_found_and_both_resume_f
 
     for n in (0, 1):
         host = read_state(tmp_path / f"state-{n}")["status"]
-        assert host["state"] == "succeeded" and (host["epoch"], host["epochs"]) == (3, 3) and host["attempt"] >= 2
+        assert host["state"] == "succeeded" and (host["epoch"], host["epochs"]) == (3, 3) and host["attempt"] == 2
         # one checkpoint for both: epoch 1's (epoch 2's save never came, its validation waiting on rank 1)
         assert host["settings"]["start_epoch"] == 2
     (frozen_host, frozen), (validating_host, _) = ranks[1], ranks[0]
-    [hang, *_] = read_incidents(tmp_path / f"state-{frozen_host}")
-    # rank 0's host judged no validation a hang: its verdict, if it gave one first, is the wait after it, and then the
-    # frozen rank's host, reading it on the shared run_dir, restarted with it at once (reason peer)
-    validating = [i["phase"] for i in read_incidents(tmp_path / f"state-{validating_host}") if i["reason"] == "hang"]
-    if hang["reason"] == "peer":
-        assert validating == ["save"] and hang["caused_by"]["node_rank"] == validating_host, hang
-        assert hang["caused_by"]["phase"] == "save"
-    else:
-        assert (hang["reason"], hang["epoch"], hang["batch"], hang["stopped_first_rank"]) == ("hang", 2, 16, 1)
-        assert frozen in [p["pid"] for p in hang["processes"]]
-        assert validating in ([], ["save"])
+    [hang] = read_incidents(tmp_path / f"state-{frozen_host}")
+    assert (hang["reason"], hang["epoch"], hang["batch"], hang["stopped_first_rank"]) == ("hang", 2, 16, 1), hang
+    assert frozen in [p["pid"] for p in hang["processes"]]
+    # rank 0's host judged no wait a hang: it read the frozen host's verdict on the shared run_dir and restarted at once
+    [peer] = read_incidents(tmp_path / f"state-{validating_host}")
+    assert (peer["reason"], peer["phase"], peer["caused_by"]["id"]) == ("peer", "save", hang["id"]), peer
     assert ours(tmp_path, rdzv_id) == []
 
 

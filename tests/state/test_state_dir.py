@@ -14,7 +14,8 @@ import pytest
 
 from supervisor.state.state_dir import StateDir
 from tests.helpers import ROOT
-from tests.helpers.supervised import quiet_config, sources_for_nobody, worker_launcher, yolo_train
+from tests.helpers.supervised import (E2E_CONFIG, assert_finished, demo_train, quiet_config, sources_for_nobody,
+                                     start_supervisor, status_of, worker_launcher, yolo_train)
 
 SLEEPING_WORKER = "import time\ntime.sleep(120)\n"
 
@@ -55,7 +56,7 @@ def test_deleting_the_state_directory_does_not_let_a_second_supervisor_in(tmp_pa
     assert "supervisor.lock was removed while this supervisor ran" in err
 
 
-def test_a_corrupt_state_file_is_moved_aside_with_one_line_and_78(tmp_path):
+def test_a_corrupt_state_file_is_moved_aside_with_one_line_and_the_run_goes_on(tmp_path):
     config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
     state = tmp_path / "state"
     state.mkdir()
@@ -66,27 +67,37 @@ def test_a_corrupt_state_file_is_moved_aside_with_one_line_and_78(tmp_path):
                                     f"`yolo-train run` moves it aside")
     as_json = yolo_train("status", "--json", "--config", str(config), "--state-dir", str(state))
     assert json.loads(as_json.stdout)["state"] == "unreadable"
-    run = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
-    assert run.returncode == 78
+    run = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                            str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:  # the same run goes on: a worker is started and the state file written anew
+        assert wait_for(lambda: (s := status_of(state)) and s["worker_pid"])
+    finally:
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
     (aside,) = state.glob("supervisor.json.corrupt-*")
-    assert run.stderr.strip().splitlines() == [
-        f"yolo-train: {state / 'supervisor.json'}: corrupt state file: empty; moved aside to {aside.name}: run again "
-        f"to start the ladder afresh (restart count and rung are lost; checkpoints are kept)"]
-    assert not (state / "supervisor.json").exists()
+    assert err.strip().splitlines()[0] == (
+        f"yolo-train: {state / 'supervisor.json'}: corrupt state file: empty; moved aside to {aside}; training "
+        f"resumes from scratch (no usable checkpoint of this run) at rung 0 (the restart count and the rungs' "
+        f"history are lost)")
+    assert json.loads((state / "supervisor.json").read_text())["rung"] == 0
 
 
-def test_a_wrongly_typed_state_file_is_moved_aside_by_run_with_one_line_and_78(tmp_path):
-    """Issue 30: `"rung": "x"` ended `run` in a traceback and exit 1, which systemd restarts, forever."""
+def test_a_state_file_found_corrupt_halfway_restores_nothing_of_it(tmp_path):
+    """Its attempt and rung are read before the value that is not a float: none of them is kept."""
     config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
     state = tmp_path / "state"
     state.mkdir()
-    (state / "supervisor.json").write_text(json.dumps({"version": 1, "rung": "x", "attempt": 3}))
-    run = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
-    assert run.returncode == 78 and "Traceback" not in run.stderr
-    (aside,) = state.glob("supervisor.json.corrupt-*")
-    [line] = run.stderr.strip().splitlines()
-    assert line.startswith(f"yolo-train: {state / 'supervisor.json'}: corrupt state file: 'rung' is not int")
-    assert f"moved aside to {aside.name}: run again to start the ladder afresh" in line
+    (state / "supervisor.json").write_text(json.dumps({"version": 1, "rung": 3, "attempt": 7, "lost_seconds": "x"}))
+    run = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                            str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: (s := status_of(state)) and s["worker_pid"])
+        status = status_of(state)
+    finally:
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+    assert "corrupt state file: 'lost_seconds' is not float" in err.splitlines()[0]
+    assert (status["attempt"], status["rung"]) == (1, 0)
 
 
 def test_a_read_only_state_directory_is_one_line_and_78():
@@ -199,3 +210,31 @@ def test_a_supervisor_whose_directory_another_one_took_stops_its_worker_with_one
     assert "this one stopped its worker; stop the other, or give each supervisor its own state_dir" in last
     assert "free disk space" not in err
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.e2e
+def test_a_wrongly_typed_state_file_is_moved_aside_and_training_resumes_from_last_pt_at_rung_0(write_config,
+                                                                                                tmp_path):
+    """Issue 30: `"rung": "x"` ended `run` in a traceback and exit 1, which systemd restarts, forever; issue 50: then
+    in exit 78, which systemd never restarts, with the checkpoints intact. The real demo: stopped after its first
+    checkpoint, its state file damaged, the next run trains on from last.pt at rung 0 and finishes."""
+    config = write_config(E2E_CONFIG.format(train=demo_train(epochs=3), quiet=quiet_config(), startup=90,
+                                            restart="backoff_initial = 0.5"))
+    state = tmp_path / "state"
+    last = state / "train" / "weights" / "last.pt"
+    first = start_supervisor(config, state)
+    assert wait_for(lambda: (s := status_of(state)) and s["state"] == "healthy" and s["epoch"] >= 2 and last.exists(),
+                    timeout=180)
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err[-2000:]
+    record = json.loads((state / "supervisor.json").read_text())
+    (state / "supervisor.json").write_text(json.dumps({**record, "rung": "x"}))
+    run = yolo_train("run", "--config", str(config), "--state-dir", str(state))
+    status = assert_finished(state, run)
+    (aside,) = state.glob("supervisor.json.corrupt-*")
+    [line] = [line for line in run.stderr.splitlines() if "supervisor.json" in line]
+    assert line.startswith(f"yolo-train: {state / 'supervisor.json'}: corrupt state file: 'rung' is not int")
+    assert line.endswith(f"; moved aside to {aside}; training resumes from {last} at rung 0 (the restart count and "
+                         f"the rungs' history are lost)")
+    assert status["rung"] == 0 and status["resumed_from"] == str(last)

@@ -1,0 +1,135 @@
+"""What a configuration asks of the machine it trains on: its data file and its GPUs, refused in one line (ConfigError,
+exit 78) before a worker starts rather than found by a worker that crashes at each start until the budget is spent.
+
+Checked by ``run`` before training, and by ``check-config`` unless it is given ``--portable`` (a file checked on
+another machine than the one that trains). The rest of a configuration, which the file alone decides, is checked by
+``config.parse`` wherever it is read.
+
+``data`` is resolved as Ultralytics resolves it, without the network: a path that exists (relative to the directory
+``run`` starts in: the worker's), a name its ``check_file`` finds in its own package (``coco8.yaml``, ``coco8``:
+``ultralytics/cfg/datasets``), a URL, or for classification a bare name it downloads itself (``mnist160``). The
+device is counted by the worker's Python with the worker's environment, in a child process: torch in the
+supervisor would cost it seconds and hundreds of MB, and a GPU driver that hangs would hang it.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from supervisor.config import Config, ConfigError
+
+DATASET_SUFFIXES = (".yaml", ".yml")
+REMOTE = "://"  # Ultralytics downloads these (https://, ul://, gs://): nothing to check without the network
+NOT_COUNTED = ("npu", "xpu", "tpu", "intel", "vulkan")  # other backends Ultralytics passes through: not checked here
+PROBE_TIMEOUT = 120.0  # importing torch on a loaded machine; a probe that does not answer refuses nothing
+COUNT_SCRIPT = "import torch; print(torch.cuda.device_count())"  # ROCm's HIP devices count here too
+
+
+def check(config: Config, count_gpus: Any = None) -> None:
+    """ConfigError (one line: file, key, the fix) where this machine cannot run ``config``'s training."""
+    if config.command is not None:
+        return  # a command's data and devices are its own arguments
+    data = config.train.get("data")
+    if isinstance(data, str):
+        problem = data_problem(data, _task(config.train))
+        if problem:
+            raise ConfigError(f"{config.source}: train.data: {problem}")
+    device = config.train.get("device")
+    if device is not None:
+        problem = device_problem(device, count_gpus or (lambda: gpu_count(config)), _visible(config))
+        if problem:
+            raise ConfigError(f"{config.source}: train.device: {problem}")
+
+
+def _task(train: dict[str, Any]) -> str:
+    """The task as Ultralytics' guess_model_task reads a model's name: only classification resolves data otherwise."""
+    return str(train.get("task") or ("classify" if "-cls" in str(train.get("model", "")) else "detect"))
+
+
+def data_problem(data: str, task: str = "detect") -> str | None:
+    """Why Ultralytics would not find ``data`` on this machine, as the fix; None where it would (or cannot be told)."""
+    if data == "demo" or REMOTE in data or os.path.exists(data):
+        return None
+    path_like = os.sep in data or data.startswith(("~", "."))
+    if task == "classify" and not path_like and not Path(data).suffix:
+        return None  # a bare name Ultralytics' check_cls_dataset downloads from its assets
+    names = [data] if Path(data).suffix in DATASET_SUFFIXES else [data, *(data + s for s in DATASET_SUFFIXES)]
+    found = [_ultralytics_finds(name) for name in names]
+    if any(found) or not path_like and None in found:
+        return None
+    where = Path(data) if Path(data).is_absolute() else Path.cwd() / data
+    return (f"no such file {str(where)!r} (a relative path is from the directory `run` starts in, {Path.cwd()}), and "
+            f"not a dataset Ultralytics resolves itself (a name in ultralytics/cfg/datasets such as \"coco8.yaml\", "
+            f"or a URL); give the path of an existing dataset YAML or directory")
+
+
+def _ultralytics_finds(name: str) -> bool | None:
+    """Whether Ultralytics' ``check_file`` search finds ``name`` in its package (None: no Ultralytics here)."""
+    spec = importlib.util.find_spec("ultralytics")  # located, not imported: that would import torch
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    return bool(glob.glob(str(root / "**" / name), recursive=True) or glob.glob(str(root.parent / name)))
+
+
+def canonical_device(device: Any) -> str:
+    """[train] device as Ultralytics' ``parse_device`` spells it: "", "cpu", "mps", "0" or "0,1"."""
+    text = ",".join(str(d) for d in device) if isinstance(device, (list, tuple)) else str(device)
+    text = text.lower()
+    for noise in ("cuda:", "none", "(", ")", "[", "]", "'", " "):
+        text = text.replace(noise, "")
+    return "0" if text == "cuda" else text
+
+
+def device_problem(device: Any, count_gpus: Any, visible: set[str]) -> str | None:
+    """Why this machine lacks ``device``, as the fix; None where it has it (or where its GPUs cannot be counted).
+    ``count_gpus()``: the GPUs the worker's torch sees (None: unknown); ``visible``: CUDA_VISIBLE_DEVICES' ids, which
+    Ultralytics also takes for the indices they stand for."""
+    text = canonical_device(device)
+    if text in ("", "cpu") or text.startswith(NOT_COUNTED):
+        return None
+    if text in ("mps", "mps:0"):
+        if sys.platform == "darwin":
+            return None
+        return ("expected \"cpu\" or a GPU index on this machine: \"mps\" is Apple silicon's GPU, which a "
+                f"{sys.platform} machine has none of (Ultralytics would train on the CPU), got {device!r}")
+    ids = text.split(",")
+    if not all(i.isdigit() or i == "-1" for i in ids):
+        return f"expected \"cpu\", a GPU index (\"0\") or a comma list of them for DDP (\"0,1\"), got {device!r}"
+    count = count_gpus()
+    if count is None:
+        return None
+    lacking = [i for i in ids if i != "-1" and int(i) >= count and i not in visible]
+    if not lacking and len(ids) <= count:
+        return None
+    seen = f"GPUs 0 to {count - 1}" if count else "no GPU"
+    return (f"expected a device this machine has: the worker's torch sees {seen}"
+            f"{' (under CUDA_VISIBLE_DEVICES)' if visible else ''}; use device = \"cpu\""
+            f"{' or indices below ' + str(count) if count else ''}, got {device!r}")
+
+
+def _worker_env(config: Config) -> dict[str, str]:
+    return {**os.environ, **config.worker_env}
+
+
+def _visible(config: Config) -> set[str]:
+    env = _worker_env(config)
+    return {i.strip() for i in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if i.strip().isdigit()}
+
+
+def gpu_count(config: Config) -> int | None:
+    """The GPUs the worker's torch sees, counted by the worker's Python in its environment; None when it cannot
+    say (no torch, a crash, no answer within PROBE_TIMEOUT): the worker's own start says more then."""
+    try:
+        done = subprocess.run([config.worker_python or sys.executable, "-c", COUNT_SCRIPT], capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT, env=_worker_env(config), stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdigit() else None
