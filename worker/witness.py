@@ -189,17 +189,19 @@ _C10D = ("torch/distributed/distributed_c10d.py",)
 
 
 _BACKWARD = ("torch/autograd/graph.py",)
+DDP_BACKWARD = "DDP's backward all-reduce"  # the function a wait in backward under a process group is said to be in
 
 
 def collective_wait(stack: Stack) -> Match | None:
     frame = stack.first(_C10D)
     if frame is not None:
         return Match(frame.f_code.co_name)
-    if stack.first(_BACKWARD, ("_engine_run_backward",)) is not None and in_process_group() \
-            and not stack.device_busy():
-        # DDP's reducer all-reduces the gradients from inside the autograd engine; on the CPU (gloo) backward
-        # returns only when its peers sent theirs (on a GPU it only queues them: a wait there is the device's)
-        return Match("backward (DDP's gradient all-reduce)")
+    if stack.first(_BACKWARD, ("_engine_run_backward",)) is not None and in_process_group():
+        # DDP's reducer all-reduces the gradients from inside the autograd engine: on the CPU (gloo) backward returns
+        # only when its peers sent theirs; on a GPU the all-reduce is queued on this rank's own stream, so the device
+        # looks busy, but what it holds is the process group's: the rank waits for its peers either way. A rank whose
+        # own kernel hangs in backward is named by its peers' words (all in a collective: the oldest progress).
+        return Match(DDP_BACKWARD)
     call = re.search(r"([A-Za-z_][\w.]*)\.wait\(", stack.line)
     if call and _type_named(stack.named_on_line().get(call.group(1)), "Work"):  # an async collective's Work.wait()
         return Match("wait")
