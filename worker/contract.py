@@ -323,7 +323,8 @@ class WaitKind(str, Enum):
     LOCK = "lock"  # on a lock, a condition, an event or a queue of its own process
     IO = "io"  # on a socket, a pipe, a file, a subprocess: something outside its own processes
     SLEEP = "sleep"  # in time.sleep: a wait it chose
-    ELSEWHERE = "elsewhere"  # none of these (a native call, a loop in Python): ``where`` says where
+    ELSEWHERE = "elsewhere"  # none of these (a native call, a loop in Python): ``where`` says where; ``function``
+    # names the native call the innermost frame is inside, none in a loop of Python
 
 
 @dataclass(frozen=True)

@@ -305,7 +305,18 @@ def classify(stack: Stack, stalled: float) -> WaitReport:
         if found is not None:
             return WaitReport(kind=rule.kind, where=stack.where(), stalled=round(stalled, 3),
                               function=found.function, **dict(found.fields))
-    return WaitReport(kind=WaitKind.ELSEWHERE, where=stack.where(), stalled=round(stalled, 3))
+    return WaitReport(kind=WaitKind.ELSEWHERE, where=stack.where(), stalled=round(stalled, 3),
+                      function=native_call(stack))
+
+
+def native_call(stack: Stack) -> str | None:
+    """The native call the innermost frame is inside (its name on the line, or "native"); None: the thread runs
+    Python there, a loop of its own. It tells the process's own spin, which no rung changes, from a busy wait in a
+    native call (ROCm's lost completion), which an environment rung may."""
+    if not in_native_call(stack.innermost):
+        return None
+    call = re.search(r"\.?(\w+)\(", stack.line)
+    return call.group(1) if call else "native"
 
 
 def device_busy() -> bool:

@@ -131,6 +131,14 @@ def test_a_main_thread_spinning_in_python_is_elsewhere_at_its_line(trainer, tmp_
         assert report.function is None
 
 
+def test_a_main_thread_inside_a_native_call_is_elsewhere_and_named_by_the_call(trainer, tmp_path):
+    """A busy wait in native code (ROCm's lost completion) is told from a loop of Python, which has no function."""
+    with scenario(trainer, tmp_path, kind="main", how="native") as s:
+        report = s.wait_for(WaitKind.ELSEWHERE)
+        assert report.where == f"tests/fixtures/witness_process.py:{fixture_line('native')} in main_thread"
+        assert report.function == "pause"
+
+
 def test_a_main_thread_in_time_sleep_sleeps(trainer, tmp_path):
     with scenario(trainer, tmp_path, kind="main", how="sleep") as s:
         report = s.wait_for(WaitKind.SLEEP)
