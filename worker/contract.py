@@ -327,6 +327,11 @@ class WaitKind(str, Enum):
     # names the native call the innermost frame is inside, none in a loop of Python
 
 
+# A COLLECTIVE's ``function`` where the rank waits inside autograd's backward under a process group: DDP's reducer
+# all-reduces the gradients there, so the rank waits for its peers (on a GPU too, where its own stream holds the work)
+DDP_BACKWARD = "DDP's backward all-reduce"
+
+
 @dataclass(frozen=True)
 class WaitReport:
     """What the witness says, about twice a second while the main thread makes no progress."""

@@ -43,7 +43,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, WaitKind, WaitReport
+from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, DDP_BACKWARD, WaitKind, WaitReport
 
 INTERVAL = 0.5  # seconds between looks; also the stall after which the first report is sent
 MAX_FRAMES = 200  # frames walked outward from the innermost; a deeper stack is classified by its innermost ones
@@ -189,7 +189,6 @@ _C10D = ("torch/distributed/distributed_c10d.py",)
 
 
 _BACKWARD = ("torch/autograd/graph.py",)
-DDP_BACKWARD = "DDP's backward all-reduce"  # the function a wait in backward under a process group is said to be in
 
 
 def collective_wait(stack: Stack) -> Match | None:
