@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from supervisor.vocabulary import State
-from worker.contract import Phase, WaitKind, WaitReport
+from worker.contract import DDP_BACKWARD, Phase, WaitKind, WaitReport
 
 OUTSIDE = frozenset({WaitKind.IO, WaitKind.SLEEP})  # waits on the world, or chosen: never an idle tree's bound
 # The phases with a batch rhythm, where a device wait or one place is bounded by its own (watchdog.device_wait_bound):
@@ -270,6 +270,8 @@ def _waits(report: WaitReport) -> str:
         which = f"{report.loader} " if report.loader else ""
         return (f"waits for a batch from {which}loader worker {report.worker} (pid {report.worker_pid}, batch "
                 f"{report.batch_index}) at {report.where}")
+    if report.kind == WaitKind.COLLECTIVE and report.function == DDP_BACKWARD:
+        return f"waits in {DDP_BACKWARD} at {report.where}"
     what = {WaitKind.COLLECTIVE: "in a collective", WaitKind.DEVICE: "for the device", WaitKind.LOCK: "on a lock",
             WaitKind.IO: "on I/O outside its processes", WaitKind.SLEEP: "in a sleep",
             WaitKind.ELSEWHERE: "in no known wait"}[report.kind]
