@@ -195,11 +195,13 @@ def collective_wait(stack: Stack) -> Match | None:
     frame = stack.first(_C10D)
     if frame is not None:
         return Match(frame.f_code.co_name)
-    if stack.first(_BACKWARD, ("_engine_run_backward",)) is not None and in_process_group():
+    if stack.first(_BACKWARD, ("_engine_run_backward",)) is stack.innermost and in_process_group():
         # DDP's reducer all-reduces the gradients from inside the autograd engine: on the CPU (gloo) backward returns
         # only when its peers sent theirs; on a GPU the all-reduce is queued on this rank's own stream, so the device
         # looks busy, but what it holds is the process group's: the rank waits for its peers either way. A rank whose
         # own kernel hangs in backward is named by its peers' words (all in a collective: the oldest progress).
+        # Only where backward is the innermost frame: Python run from inside it (a hook, a signal's handler) waits
+        # on what it waits on, not on the peers.
         return Match(DDP_BACKWARD)
     call = re.search(r"([A-Za-z_][\w.]*)\.wait\(", stack.line)
     if call and _type_named(stack.named_on_line().get(call.group(1)), "Work"):  # an async collective's Work.wait()
