@@ -353,5 +353,8 @@ def test_backward_under_a_process_group_waits_for_the_peers_even_while_the_devic
     # Python run from inside backward (a hook, a signal's handler) waits on its own: here a lock
     handler = stack(frame("/hook/sitecustomize.py", "_hang", 30), *backward.frames, line="lock.acquire()")
     assert classify(handler, 2.0).kind == WaitKind.LOCK
+    in_broadcast = stack(frame("/hook/sitecustomize.py", "_hang", 30),
+                         frame(f"{TORCH}/distributed/distributed_c10d.py", "broadcast", 3787), line="lock.acquire()")
+    assert classify(in_broadcast, 2.0).kind == WaitKind.LOCK
     monkeypatch.setattr(witness, "in_process_group", lambda: False)  # one process: its backward waits for its device
     assert classify(backward, 2.0).kind == WaitKind.DEVICE
