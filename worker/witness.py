@@ -186,7 +186,7 @@ def loader_wait(stack: Stack) -> Match | None:
 
 
 _C10D = ("torch/distributed/distributed_c10d.py",)
-_TORCH_DISTRIBUTED = "torch/distributed/"
+_TORCH = "/torch/"  # torch's own code: what runs inside a collective of its own (a device sync in a barrier)
 
 
 _BACKWARD = ("torch/autograd/graph.py",)
@@ -195,8 +195,8 @@ _BACKWARD = ("torch/autograd/graph.py",)
 def collective_wait(stack: Stack) -> Match | None:
     frame = stack.first(_C10D)
     inner = stack.frames[:stack.frames.index(frame)] if frame is not None else ()
-    if frame is not None and all(_TORCH_DISTRIBUTED in f.f_code.co_filename for f in inner):
-        # (Python of another's run from inside a collective, a signal's handler: waits on what it waits on)
+    if frame is not None and all(_TORCH in f.f_code.co_filename for f in inner):
+        # (other Python run from inside a collective, a signal's handler: waits on what it waits on)
         return Match(frame.f_code.co_name)
     if stack.first(_BACKWARD, ("_engine_run_backward",)) is stack.innermost and in_process_group():
         # DDP's reducer all-reduces the gradients from inside the autograd engine: on the CPU (gloo) backward returns
