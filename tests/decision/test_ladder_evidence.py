@@ -62,8 +62,10 @@ def test_a_frozen_tree_restarts_where_the_ladder_stands_and_the_log_says_why():
 def test_a_loop_of_python_in_the_training_process_stays_and_a_native_busy_wait_weighs_the_environment_rungs():
     spin = Night({0: 2.0, 1: 1.8}, ladder={"prior_between_hangs": "off"})
     spin.train(6)
-    spin.hang({"kind": "elsewhere"})
+    actions = spin.hang({"kind": "elsewhere"})
     assert spin.d.s.rung == 0 and choices.rung_facts(spin.d.s)[0].hangs == 0
+    why = [a.text for a in actions if isinstance(a, core.Log) and "a loop of its own" in a.text]
+    assert why and "no rung changes it" in why[0] and "counts against no rung" in why[0]
     native = Night({0: 2.0, 1: 1.8}, ladder={"prior_between_hangs": "off"})
     native.train(6)
     native.d.beat("train", kind="wait", pid=native.pid, progress=native.d.progress,
