@@ -323,7 +323,13 @@ class WaitKind(str, Enum):
     LOCK = "lock"  # on a lock, a condition, an event or a queue of its own process
     IO = "io"  # on a socket, a pipe, a file, a subprocess: something outside its own processes
     SLEEP = "sleep"  # in time.sleep: a wait it chose
-    ELSEWHERE = "elsewhere"  # none of these (a native call, a loop in Python): ``where`` says where
+    ELSEWHERE = "elsewhere"  # none of these (a native call, a loop in Python): ``where`` says where; ``function``
+    # names the native call the innermost frame is inside, none in a loop of Python
+
+
+# A COLLECTIVE's ``function`` where the rank waits inside autograd's backward under a process group: DDP's reducer
+# all-reduces the gradients there, so the rank waits for its peers (on a GPU too, where its own stream holds the work)
+DDP_BACKWARD = "DDP's backward all-reduce"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, WaitKind, WaitReport
+from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, DDP_BACKWARD, WaitKind, WaitReport
 
 INTERVAL = 0.5  # seconds between looks; also the stall after which the first report is sent
 MAX_FRAMES = 200  # frames walked outward from the innermost; a deeper stack is classified by its innermost ones
@@ -224,6 +224,7 @@ def _peer_pid(endpoint: Any) -> int | None:
 
 
 _C10D = ("torch/distributed/distributed_c10d.py",)
+_TORCH = "/torch/"  # torch's own code: what runs inside a collective of its own (a device sync in a barrier)
 
 
 _BACKWARD = ("torch/autograd/graph.py",)
@@ -231,13 +232,18 @@ _BACKWARD = ("torch/autograd/graph.py",)
 
 def collective_wait(stack: Stack) -> Match | None:
     frame = stack.first(_C10D)
-    if frame is not None:
+    inner = stack.frames[:stack.frames.index(frame)] if frame is not None else ()
+    if frame is not None and all(_TORCH in f.f_code.co_filename for f in inner):
+        # (other Python run from inside a collective, a signal's handler: waits on what it waits on)
         return Match(frame.f_code.co_name)
-    if stack.first(_BACKWARD, ("_engine_run_backward",)) is not None and in_process_group() \
-            and not stack.device_busy():
-        # DDP's reducer all-reduces the gradients from inside the autograd engine; on the CPU (gloo) backward
-        # returns only when its peers sent theirs (on a GPU it only queues them: a wait there is the device's)
-        return Match("backward (DDP's gradient all-reduce)")
+    if stack.first(_BACKWARD, ("_engine_run_backward",)) is stack.innermost and in_process_group():
+        # DDP's reducer all-reduces the gradients from inside the autograd engine: on the CPU (gloo) backward returns
+        # only when its peers sent theirs; on a GPU the all-reduce is queued on this rank's own stream, so the device
+        # looks busy, but what it holds is the process group's: the rank waits for its peers either way. A rank whose
+        # own kernel hangs in backward is named by its peers' words (all in a collective: the oldest progress).
+        # Only where backward is the innermost frame: Python run from inside it (a hook, a signal's handler) waits
+        # on what it waits on, not on the peers.
+        return Match(DDP_BACKWARD)
     call = re.search(r"([A-Za-z_][\w.]*)\.wait\(", stack.line)
     if call and _type_named(stack.named_on_line().get(call.group(1)), "Work"):  # an async collective's Work.wait()
         return Match("wait")
@@ -342,7 +348,18 @@ def classify(stack: Stack, stalled: float) -> WaitReport:
         if found is not None:
             return WaitReport(kind=rule.kind, where=stack.where(), stalled=round(stalled, 3),
                               function=found.function, **dict(found.fields))
-    return WaitReport(kind=WaitKind.ELSEWHERE, where=stack.where(), stalled=round(stalled, 3))
+    return WaitReport(kind=WaitKind.ELSEWHERE, where=stack.where(), stalled=round(stalled, 3),
+                      function=native_call(stack))
+
+
+def native_call(stack: Stack) -> str | None:
+    """The native call the innermost frame is inside (its name on the line, or "native"); None: the thread runs
+    Python there, a loop of its own. It tells the process's own spin, which no rung changes, from a busy wait in a
+    native call (ROCm's lost completion), which an environment rung may."""
+    if not in_native_call(stack.innermost):
+        return None
+    call = re.search(r"\.?(\w+)\(", stack.line)
+    return call.group(1) if call else "native"
 
 
 def device_busy() -> bool:

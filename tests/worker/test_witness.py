@@ -141,6 +141,14 @@ def test_a_main_thread_spinning_in_python_is_elsewhere_at_its_line(trainer, tmp_
         assert report.function is None
 
 
+def test_a_main_thread_inside_a_native_call_is_elsewhere_and_named_by_the_call(trainer, tmp_path):
+    """A busy wait in native code (ROCm's lost completion) is told from a loop of Python, which has no function."""
+    with scenario(trainer, tmp_path, kind="main", how="native") as s:
+        report = s.wait_for(WaitKind.ELSEWHERE)
+        assert report.where == f"tests/fixtures/witness_process.py:{fixture_line('native')} in main_thread"
+        assert report.function == "pause"
+
+
 def test_a_main_thread_in_time_sleep_sleeps(trainer, tmp_path):
     with scenario(trainer, tmp_path, kind="main", how="sleep") as s:
         report = s.wait_for(WaitKind.SLEEP)
@@ -337,3 +345,26 @@ def test_loaders_are_named_by_themselves_or_by_the_iterator_they_hold():
     loader.iterator = object()  # rebuilt in place (worker/loader_recovery.py)
     assert witness.loader_name(loader.iterator) == "train" and witness.loader_name(object()) is None
     witness.name_loader(object(), "val")  # not weakly referable: left unnamed, never an error in training
+
+
+def test_backward_under_a_process_group_waits_for_the_peers_even_while_the_device_holds_the_all_reduce(monkeypatch):
+    """On a GPU, DDP's all-reduce is queued on the waiting rank's own stream: the device looks busy, yet the rank
+    waits for its peers, never for a device of its own (issue 49: rank 0 in run_backward was named over rank 1)."""
+    from worker import witness
+
+    backward = stack(frame(f"{TORCH}/autograd/graph.py", "_engine_run_backward", 869),
+                     frame(f"{TORCH}/_tensor.py", "backward", 626), frame("/job/train.py", "step", 60),
+                     line="return Variable._execution_engine.run_backward(", busy=True)
+    monkeypatch.setattr(witness, "in_process_group", lambda: True)
+    for busy in (True, False):
+        s = Stack(backward.frames, backward.line, lambda: busy)
+        report = classify(s, 2.0)
+        assert (report.kind, report.function) == (WaitKind.COLLECTIVE, "DDP's backward all-reduce")
+    # Python run from inside backward (a hook, a signal's handler) waits on its own: here a lock
+    handler = stack(frame("/hook/sitecustomize.py", "_hang", 30), *backward.frames, line="lock.acquire()")
+    assert classify(handler, 2.0).kind == WaitKind.LOCK
+    in_broadcast = stack(frame("/hook/sitecustomize.py", "_hang", 30),
+                         frame(f"{TORCH}/distributed/distributed_c10d.py", "broadcast", 3787), line="lock.acquire()")
+    assert classify(in_broadcast, 2.0).kind == WaitKind.LOCK
+    monkeypatch.setattr(witness, "in_process_group", lambda: False)  # one process: its backward waits for its device
+    assert classify(backward, 2.0).kind == WaitKind.DEVICE

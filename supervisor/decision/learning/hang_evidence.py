@@ -5,12 +5,16 @@ witness.py): the ladder climbs where the evidence points (issue 38). Pure.
   method);
 - a device wait: the rungs that change the device's runtime (environment rungs, the forkserver, whose loader workers
   inherit no GPU runtime state), and ``val = false`` when it hung in validation;
-- no known wait (a native call: ROCm's lost completion leaves the host spinning in a busy wait the witness cannot
-  name): the environment rungs, and ``val = false`` in validation;
-- the training process's own lock, or I/O outside its processes: no rung changes it, and it counts against no rung's
-  record;
+- no known wait inside a native call (ROCm's lost completion leaves the host spinning in a busy wait the witness
+  cannot name): the environment rungs, and ``val = false`` in validation;
+- the training process's own lock, its own loop of Python (no known wait, in no native call), or I/O outside its
+  processes: no rung changes it, and it counts against no rung's record;
+- the tree frozen (/proc shows the training process, every rank under DDP, stopped: SIGSTOP from outside, a
+  debugger): no rung changes it either;
 - a sleep (the wait the code chose says nothing of what it waits for: the faults that stand for the seeds' hangs in
   the training loop sleep), a collective, or no word at all: any rung, as without a witness.
+
+Under DDP the evidence is the hung rank's word (witness.hung_rank), never its peers', which wait for it in a collective.
 
 A hang whose rungs the ladder lacks above the current one leaves the run where it is; one that no rung of the
 ladder can change counts against none (its hang is not added to the rung's record).
@@ -23,7 +27,7 @@ from typing import Callable
 
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.stall import witness
-from worker.contract import Phase
+from worker.contract import Phase, WaitKind
 
 LOADER_KEYS, RUNTIME_KEYS = witness.LOADER_KEYS, witness.RUNTIME_KEYS  # the loader's settings, the runtime's
 
@@ -41,14 +45,36 @@ class Evidence:
 def of(s: Supervision) -> Evidence:
     """What the witness said of the hang under way (at its verdict: the attempt's words are still there)."""
     a = s.current
-    seen, _ = witness.telling(a.waits, a.loaders)
+    if frozen(s):
+        return Evidence(frozenset(), "every process of the training is stopped (the tree frozen from outside): no "
+                                     "rung changes it")
+    seen = told(s)
     if seen is None:
         return Evidence(None, "")
     wait = witness.WAITS[seen.report.kind]  # the rungs its kind weighs
+    said = witness.describe(seen) if seen.rank is not None else f"the training process {witness.describe(seen)}"
+    if seen.report.kind == WaitKind.ELSEWHERE and seen.report.function is None:
+        return Evidence(frozenset(), f"{said}, a loop of its own: no rung changes it")
     if wait.weighs is None:
         return Evidence(None, "")
     val = frozenset({"val"}) if wait.weighs and a.progress.phase == Phase.VAL.value else frozenset()
-    return Evidence(wait.weighs | val, f"the training process {witness.describe(seen)}: {wait.weighs_why}")
+    return Evidence(wait.weighs | val, f"{said}: {wait.weighs_why}")
+
+
+def frozen(s: Supervision) -> bool:
+    """/proc shows the training process stopped: every rank's under DDP, else the sender of its progress."""
+    a = s.current
+    if a.ranks:
+        return witness.all_stopped(a.ranks, a.stopped)
+    return a.progress_pid is not None and a.progress_pid in a.stopped
+
+
+def told(s: Supervision) -> witness.WaitSeen | None:
+    """The word that tells the hang: under DDP the hung rank's (None where it said nothing), else the best said."""
+    a = s.current
+    if a.ranks:
+        return a.waits.get(witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped))
+    return witness.telling(a.waits, a.loaders)[0]
 
 
 def eligible(s: Supervision, evidence: Evidence) -> Callable[[int], bool]:

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from supervisor.decision.model.state import Attempt, WaitSeen
 from supervisor.vocabulary import State
-from worker.contract import Phase, WaitKind, WaitReport
+from worker.contract import DDP_BACKWARD, Phase, WaitKind, WaitReport
 
 
 
@@ -315,5 +315,7 @@ def _waits(report: WaitReport) -> str:
         which = f"{report.loader} " if report.loader else ""
         return (f"waits for a batch from {which}loader worker {report.worker} (pid {report.worker_pid}, batch "
                 f"{report.batch_index}) at {report.where}")
+    if report.kind == WaitKind.COLLECTIVE and report.function == DDP_BACKWARD:
+        return f"waits in {DDP_BACKWARD} at {report.where}"
     call = f" ({report.function})" if report.function else ""
     return f"waits {WAITS[report.kind].words}{call} at {report.where}"
