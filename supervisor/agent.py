@@ -381,6 +381,7 @@ class Agent:
             updated=now.wall,
             heartbeats=status_view.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
             metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
+            standby_kind=self.standby.kind, standby_why=self.standby.why,
             run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
             checkpoint=str(self.state_dir.last_checkpoint)))
 

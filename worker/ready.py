@@ -1,0 +1,115 @@
+"""The ready standby: what a standby worker holds, built while the attempt before it trains, so that the next attempt
+takes it instead of building it after the verdict.
+
+The supervisor asks for it (``ENV_READY``, the train arguments it needs as JSON) only where the device has room
+(supervisor/attempt/ready_room.py); the standby then builds the device context and the model, on few CPU threads,
+and sleeps on its stdin. At the launch the trainer's ``get_model`` takes the held model when it is the one the
+launch would build (same architecture, classes and channels) and loads the checkpoint's weights into it, as a cold
+build does into a new one: the weights, the buffers and every later step are the same; only the build is gone. A
+model that does not match is dropped, and the launch builds its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from worker.contract import ENV_READY
+# Keys of a model's YAML that a build fills in from the dataset or the file: the rest is the architecture.
+FILLED_IN = ("yaml_file", "nc", "ch", "channels")
+
+HELD: dict[str, Any] = {}  # "model": the model built ahead, until the launch takes or drops it
+
+
+def architecture(cfg: Any) -> dict[str, Any] | None:
+    from ultralytics.nn.tasks import yaml_model_load
+
+    if isinstance(cfg, dict):
+        yaml = cfg
+    elif isinstance(cfg, str) and cfg.endswith((".yaml", ".yml")):
+        yaml = yaml_model_load(cfg)
+    else:
+        return None
+    return {k: v for k, v in yaml.items() if k not in FILLED_IN}
+
+
+def prepare(spec: dict[str, Any]) -> str:
+    """Build what the next attempt would build first (``spec``: its model, data, device); the line that says what is
+    held, or why nothing is. Runs while another process trains: on at most two CPU threads, once, then it sleeps."""
+    from worker.startup_steps import few_cpu_threads
+
+    began = time.monotonic()
+    try:
+        with few_cpu_threads(2):
+            what = _build(spec)
+    except Exception as e:  # a standby that cannot prepare is today's standby: the launch builds all
+        HELD.clear()
+        return f"not ready ({type(e).__name__}: {e}): the launch builds the model"
+    return f"ready in {time.monotonic() - began:.1f} s: {what}"
+
+
+def _build(spec: dict[str, Any]) -> str:
+    import torch
+    from ultralytics.data.utils import check_det_dataset
+    from ultralytics.nn.tasks import DetectionModel, guess_model_task
+    from ultralytics.utils.torch_utils import select_device
+
+    model = spec.get("model", "yolov8n.yaml")
+    if architecture(model) is None:
+        return f"the device only (model {model} is not a YAML: its build reads the checkpoint)"
+    task = spec.get("task") or guess_model_task(model)
+    if task != "detect":
+        return f"the device only (task {task}: only a detection model is built ahead)"
+    device = select_device(str(spec.get("device", "")), verbose=False)
+    if device.type == "cuda":
+        torch.zeros(1, device=device)  # the device context, created now rather than after the verdict
+    data = spec.get("data")
+    if data == "demo":
+        from worker.demo_data import ensure_demo_dataset
+
+        data = str(ensure_demo_dataset())
+    dataset = check_det_dataset(data)
+    built = DetectionModel(model, nc=dataset["nc"], ch=dataset.get("channels", 3), verbose=False)
+    if device.type == "cuda":
+        built = built.to(device)
+        _first_step(built, device, int(spec.get("imgsz", 640)), int(spec.get("batch", 16)))
+    HELD["model"] = built
+    return f"the model {model} built on {device.type}"
+
+
+def _first_step(model: Any, device: Any, imgsz: int, batch: int) -> None:
+    """One forward and backward at the training's shape, so the kernels are chosen (cuDNN's benchmark) before the
+    verdict; the weights and buffers it changes are the checkpoint's after the launch."""
+    import torch
+
+    batch = max(1, min(batch, 64)) if batch > 0 else 16
+    images = torch.zeros(batch, 3, imgsz, imgsz, device=device)
+    model.train()
+    outputs = model(images)
+    sum(o.float().sum() for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])).backward()
+    for p in model.parameters():
+        p.grad = None
+    torch.cuda.synchronize(device)
+
+
+def take_model(cfg: Any, nc: int, ch: int) -> Any | None:
+    """The held model if the launch would build the same (architecture, classes, channels), else None; either
+    way it is no longer held."""
+    model = HELD.pop("model", None)
+    if model is None:
+        return None
+    wanted = architecture(cfg)
+    if wanted is None or wanted != architecture(model.yaml) or model.yaml.get("nc") != nc \
+            or model.yaml.get("channels", 3) != ch:
+        print("yolo-train worker: the model held ready is not this launch's: building it", file=sys.stderr, flush=True)
+        return None
+    return model
+
+
+def prepare_from_env() -> None:
+    spec = os.environ.get(ENV_READY)
+    if spec:
+        print(f"yolo-train standby: {prepare(json.loads(spec))}", flush=True)
