@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Callable
 
+from supervisor.vocabulary import WorkerStart
 from worker.contract import ENV_READY
 
 MIB = 1 << 20
 
 
-class StandbyKind(str, Enum):
-    """What a waiting standby holds: ``status --json``'s ``standby_kind``."""
-    IMPORTED = "imported"  # torch, Ultralytics and the trainer imported; the launch builds everything
-    READY = "ready"  # also the device context and the model (worker/ready.py); the launch loads the checkpoint
-
-
 @dataclass(frozen=True)
 class Room:
-    kind: StandbyKind
+    kind: WorkerStart
     why: str  # ``status --json``'s ``standby_why``: the one line the log says too
 
     def env(self, train: dict[str, Any]) -> dict[str, str]:
         """What a standby of this kind is told beyond its rung's environment: what to build, for a ready one."""
-        if self.kind is not StandbyKind.READY:
+        if self.kind is not WorkerStart.READY:
             return {}
         spec = {k: train[k] for k in ("model", "data", "task", "device", "imgsz", "batch") if k in train}
         return {ENV_READY: json.dumps(spec, default=str)}
@@ -73,17 +67,17 @@ def room(mode: str, needs_mib: int, train: dict[str, Any], ranks_standby: bool,
          gpu_free: Callable[[int], int | None] = nvml_free, cpu_free: Callable[[], int] = host_available) -> Room:
     """The kind of standby to make now and why."""
     if mode == "off":
-        return Room(StandbyKind.IMPORTED, "[worker] standby_ready = \"off\"")
+        return Room(WorkerStart.IMPORTED, "[worker] standby_ready = \"off\"")
     if ranks_standby:
-        return Room(StandbyKind.IMPORTED, "DDP: the ranks are forked at the launch, each builds its own model")
+        return Room(WorkerStart.IMPORTED, "DDP: the ranks are forked at the launch, each builds its own model")
     index = cuda_index(train.get("device"))
     if index == "several":
-        return Room(StandbyKind.IMPORTED, "several devices: the ranks are forked at the launch")
+        return Room(WorkerStart.IMPORTED, "several devices: the ranks are forked at the launch")
     where = "the host" if index is None else f"GPU {index}"
     free = cpu_free() if index is None else gpu_free(index)
     if free is None:
-        return Room(StandbyKind.IMPORTED, f"the free memory of {where} is unknown (NVML unavailable)")
+        return Room(WorkerStart.IMPORTED, f"the free memory of {where} is unknown (NVML unavailable)")
     if free < needs_mib * MIB:
-        return Room(StandbyKind.IMPORTED, f"no room: {where} has {free // MIB} MiB free, a ready standby needs "
+        return Room(WorkerStart.IMPORTED, f"no room: {where} has {free // MIB} MiB free, a ready standby needs "
                                           f"{needs_mib} MiB ([worker] standby_memory_mib)")
-    return Room(StandbyKind.READY, f"{where} has {free // MIB} MiB free, {needs_mib} MiB needed")
+    return Room(WorkerStart.READY, f"{where} has {free // MIB} MiB free, {needs_mib} MiB needed")

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Callable
 
 from supervisor.attempt.read_throttle import ReadThrottle
-from supervisor.attempt.ready_room import Room, StandbyKind, room
+from supervisor.attempt.ready_room import Room, room
 from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import ConfigError
 from supervisor.host import process_tree
+from supervisor.vocabulary import WorkerStart
 from worker.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG
 
 log = logging.getLogger("yolo-train")
@@ -48,6 +49,7 @@ class Standby:
         self.keepalive = keepalive  # called while a kill waits: the agent pings systemd's watchdog from it
         self.process: WorkerProcess | None = None  # imported and waiting to be the next attempt
         self.room: Room | None = None  # the kind of the one waiting, and why
+        self.took = WorkerStart.COLD  # how the last launch's worker came: cold, or the kind of standby it took
 
     @property
     def pid(self) -> int | None:
@@ -58,8 +60,8 @@ class Standby:
         return (self.process.pid,) if self.process is not None else ()
 
     @property
-    def kind(self) -> str | None:
-        return self.room.kind.value if self.process is not None and self.room is not None else None
+    def kind(self) -> WorkerStart | None:
+        return self.room.kind if self.process is not None and self.room is not None else None
 
     @property
     def why(self) -> str | None:
@@ -79,7 +81,7 @@ class Standby:
             return
         self.room = made
         self.selector.register(self.process.pidfd, selectors.EVENT_READ, self._on_exit)
-        if made.kind is StandbyKind.READY:
+        if made.kind is WorkerStart.READY:
             log.info(f"standby worker pid {self.process.pid}: importing now, then building the device context and "
                      f"the model, to start the next attempt without them (ready standby: {made.why})")
         else:
@@ -90,7 +92,7 @@ class Standby:
         """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
         standby, one that died or is stopped (SIGSTOP), or one made for another environment (the rung's variables
         are read at import)."""
-        standby, self.process = self.process, None
+        standby, self.process, self.took = self.process, None, WorkerStart.COLD
         if standby is None:
             return None
         self.reads.forget(standby.pidfd)
@@ -103,8 +105,9 @@ class Standby:
             self._kill(standby)
             return None
         held = "its imports, device context and model are" if self.room is not None and \
-            self.room.kind is StandbyKind.READY else "its imports are"
+            self.room.kind is WorkerStart.READY else "its imports are"
         log.info(f"standby worker pid {standby.pid} takes the attempt: {held} done")
+        self.took = self.room.kind if self.room is not None else WorkerStart.IMPORTED
         return standby
 
     def discard(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from supervisor.decision import persistence
 from supervisor.decision.persistence import kept
-from supervisor.vocabulary import Reason
+from supervisor.vocabulary import Reason, WorkerStart
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,8 @@ class Incident:
     settings: dict[str, Any] | None = kept(default=None, with_field="kill")  # what the worker reported in force
     kill: Kill | None = kept(default=None, omitted=True)
     restart_seconds: float | None = kept(default=None, omitted=True)  # from the verdict to the next first batch
+    restart_start: WorkerStart | None = kept(default=None, omitted=True)  # how the next worker came
+    restart_parts: dict[str, float] | None = kept(default=None, omitted=True)  # heartbeats.restart_parts
     # -- the recovery tiers (tier.py, recovery.py); None, (): no recovery (a stop, a probe) --
     tier: Tier | None = kept(default=None, omitted=True)  # the last tier it went to: the one that recovered it
     tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order
