@@ -38,12 +38,12 @@ def architecture(cfg: Any) -> dict[str, Any] | None:
 
 def prepare(spec: dict[str, Any]) -> str:
     """Build what the next attempt would build first (``spec``: its model, data, device); the line that says what is
-    held, or why nothing is. Runs while another process trains: on at most two CPU threads, once, then it sleeps."""
+    held, or why nothing is. Runs while another process trains: on one CPU thread, once, then it sleeps."""
     from worker.startup_steps import few_cpu_threads
 
     began = time.monotonic()
     try:
-        with few_cpu_threads(2):
+        with few_cpu_threads(1):
             what = _build(spec)
     except Exception as e:  # a standby that cannot prepare is today's standby: the launch builds all
         HELD.clear()
