@@ -49,11 +49,15 @@ def main() -> None:
 STARTS = {"cold": "standby = false", "imported": 'standby_ready = "off"', "ready": 'standby_ready = "auto"'}
 # The parts' order: the supervisor's, then the next worker's startup steps (worker/contract.py StartupStep).
 ORDER = ("kill", "to_spawn", "imports", "checkpoint", "model", "model_load", "amp_check", "dataset", "loaders",
-         "first_batch", "first_step", "restart_seconds", "freeze")
+         "first_batch", "first_step", "restart_seconds", "freeze", "it/s after", "it/s next epoch")
+# Ultralytics' progress line at an epoch's end: "  2/3   0G  ...  64: 100% ━━━ 8/8 1.8it/s 4.5s"
+EPOCH_LINE = re.compile(r"^(?:\x1b\[K)?\s*(\d+)/\d+\s+\S+G\s.*?100%.*?\s(\d+)/\d+\s+([\d.]+)(it/s|s/it)", re.M)
 
 
 def print_side_by_side(parts: dict[str, list[dict[str, float]]]) -> None:
-    """Each part's seconds per start (min-max over the runs), the restart's total and the freeze's below."""
+    """Each part's seconds per start (min-max over the runs), the restart's total and the freeze's below, then the
+    slow batches after it: the rate of the epoch that held the restart (its batches after the resume, the first
+    included) beside the next epoch's."""
     names = [n for n in ORDER if any(n in run for runs in parts.values() for run in runs)]
 
     def cell(runs: list[dict[str, float]], name: str) -> str:
@@ -63,7 +67,7 @@ def print_side_by_side(parts: dict[str, list[dict[str, float]]]) -> None:
         low, high = min(values), max(values)
         return f"{low:.2f}" if high - low < 0.005 else f"{low:.2f}-{high:.2f}"
 
-    print(f"\nseconds, {max(len(r) for r in parts.values())} run(s) each (min-max)")
+    print(f"\nseconds (it/s: rates), {max(len(r) for r in parts.values())} run(s) each (min-max)")
     print(f"{'part':<16}" + "".join(f"{start:>14}" for start in parts))
     for name in names:
         print(f"{name:<16}" + "".join(f"{cell(runs, name):>14}" for runs in parts.values()))
@@ -87,8 +91,14 @@ def run_once(args: argparse.Namespace, data: Path, start: str) -> dict[str, floa
     restart = core_incident.get("restart_seconds", float("nan"))
     print(f"{start} ({STARTS[start]}): the restart came from {core_incident.get('restart_start', '?')}")
     print(f"  resumed attempt: {lines[1] if len(lines) > 1 else '?'}")
+    rates = {int(e): float(r) if unit == "it/s" else 1 / float(r)
+             for e, _, r, unit in EPOCH_LINE.findall(result.stderr + result.stdout)}  # the last line of each epoch
+    held = args.hang_after // max(1, args.images // args.batch) + 1  # the epoch the hang came in, resumed after it
+    slow = {"it/s after": rates[held]} if held in rates else {}
+    if held + 1 in rates:
+        slow["it/s next epoch"] = rates[held + 1]
     return {**core_incident.get("restart_parts", {}), "restart_seconds": restart,
-            "freeze": incident["seconds_since_progress"] + restart}
+            "freeze": incident["seconds_since_progress"] + restart, **slow}
 
 
 if __name__ == "__main__":
