@@ -85,6 +85,7 @@ def stand_by(parent: int) -> str | None:
 
     line = sys.stdin.readline().strip()
     CLOCK.restart()  # the start that counts is the launch's, not the wait's
+    ready.launched()
     return line or None
 
 

@@ -22,13 +22,14 @@ MIB = 1 << 20
 class Room:
     kind: WorkerStart
     why: str  # ``status --json``'s ``standby_why``: the one line the log says too
+    memory_mib: int = 0  # what a ready one may hold on the device: its allocations are capped there
 
     def env(self, train: dict[str, Any]) -> dict[str, str]:
         """What a standby of this kind is told beyond its rung's environment: what to build, for a ready one."""
         if self.kind is not WorkerStart.READY:
             return {}
         spec = {k: train[k] for k in ("model", "data", "task", "device", "imgsz", "batch") if k in train}
-        return {ENV_READY: json.dumps(spec, default=str)}
+        return {ENV_READY: json.dumps({**spec, "memory_mib": self.memory_mib}, default=str)}
 
 
 def cuda_index(device: Any) -> int | None | str:
@@ -80,4 +81,4 @@ def room(mode: str, needs_mib: int, train: dict[str, Any], ranks_standby: bool,
     if free < needs_mib * MIB:
         return Room(WorkerStart.IMPORTED, f"no room: {where} has {free // MIB} MiB free, a ready standby needs "
                                           f"{needs_mib} MiB ([worker] standby_memory_mib)")
-    return Room(WorkerStart.READY, f"{where} has {free // MIB} MiB free, {needs_mib} MiB needed")
+    return Room(WorkerStart.READY, f"{where} has {free // MIB} MiB free, {needs_mib} MiB needed", needs_mib)

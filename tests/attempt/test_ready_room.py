@@ -18,8 +18,8 @@ def test_a_card_that_the_training_fills_keeps_the_imported_standby_and_says_why(
     assert full.why == "no room: GPU 0 has 512 MiB free, a ready standby needs 1024 MiB ([worker] standby_memory_mib)"
     roomy = room("auto", 1024, TRAIN, False, gpu_free=lambda index: 60 * GIB)
     assert roomy.kind is WorkerStart.READY and "GPU 0 has 61440 MiB free" in roomy.why
-    assert json.loads(roomy.env(TRAIN)[ENV_READY]) == {k: TRAIN[k] for k in ("model", "data", "device", "imgsz",
-                                                                             "batch")}
+    assert json.loads(roomy.env(TRAIN)[ENV_READY]) == {**{k: TRAIN[k] for k in ("model", "data", "device", "imgsz",
+                                                                                "batch")}, "memory_mib": 1024}
 
 
 def test_the_cpu_has_room_unless_configured_otherwise_and_what_rules_a_ready_standby_out():
