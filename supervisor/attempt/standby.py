@@ -27,8 +27,9 @@ log = logging.getLogger("yolo-train")
 
 def serves(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
     """A standby made in ``made_for`` can be a launch in ``wanted``: the same environment, but for whether the
-    standby started a forkserver or was made ready while it waited (neither read at import: a launch whose rung forks its loader workers
-    from one starts it if none runs, and one that runs idle is no harm)."""
+    standby started a forkserver or was made ready while it waited (neither is read at import: a launch whose rung
+    forks its loader workers from one starts it if none runs, and one that runs idle is no harm; a held model that is
+    not the launch's is dropped there, worker/ready.py)."""
     def imported(env: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in env.items() if k not in (ENV_FORKSERVER, ENV_READY)}
     return imported(made_for) == imported(wanted)
