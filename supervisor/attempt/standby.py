@@ -72,8 +72,10 @@ class Standby:
         config = self.spawner.config
         made = room(config.standby_ready, config.standby_memory_mib, config.train, env.get(ENV_RANK_STANDBY) == "1")
         if self.process is not None and covers(self.process.env, env) and self.room is not None \
-                and self.room.kind is made.kind:
-            return  # the one waiting serves the next attempt already
+                and (self.room.kind is WorkerStart.READY or made.kind is not WorkerStart.READY):
+            # It serves the next attempt already, and is as ready as a new one would be (one that holds its device
+            # memory is kept, though that memory may be what a new one would now find missing).
+            return
         self.discard()
         try:
             self.process = self.spawner.worker([STANDBY_FLAG], {**env, **made.env(config.train)}, standby=True)
