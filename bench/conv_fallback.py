@@ -22,6 +22,7 @@ Goals: issue 6, conv <= 1.8 x native; issue 40, conv+bn <= 1.15 x native, on an 
     python -m bench.conv_fallback --device cpu --batch 2 --imgsz 64 --steps 2 --rounds 1 --warmup 1   # smoke test
     python -m bench.conv_fallback --profile out/       # also writes a kernel table per run
     python -m bench.conv_fallback --host-overhead      # us per Conv2d forward+backward on tiny tensors, no model
+    python -m bench.conv_fallback --bn-kernels         # ms per BatchNorm2d forward+backward by way, YOLOv8n shapes
 
 ``--host-overhead`` times one Conv2d module's forward and backward, native against the fallback, on tensors so
 small (2x16x8x8) that the arithmetic is negligible: what remains is the host's work per convolution (Python, ATen
@@ -302,6 +303,55 @@ def host_overhead(device: str, precisions: list[str], shape=(2, 16, 8, 8), calls
               f"{totals['fallback'] - totals['native']:9.1f} {totals['fallback'] / totals['native']:6.2f}")
 
 
+# (N, C, H, W) of YOLOv8n's batch norms at batch 16, 640 px: the largest planes, where the time is.
+BN_SHAPES = [(16, 16, 320, 320), (16, 32, 160, 160), (16, 64, 80, 80), (16, 128, 40, 40), (16, 256, 20, 20)]
+
+
+def bn_kernels(device: str, precisions: list[str], calls: int = 20) -> None:
+    """Milliseconds per training-mode BatchNorm2d forward+backward at YOLOv8n's shapes, by way: native (cuDNN),
+    the fallback (ATen's NCHW kernels: one block per channel), the fallback on a channels-last copy (ATen's
+    channels-last kernels, the copies to and from NCHW included), and statistics by var_mean with the rest in
+    elementwise autograd ops. Where a batch-norm fallback could take its time from."""
+    import torch.nn.functional as F
+
+    def var_mean_bn(x, weight, bias, eps=1e-5):
+        var, mean = torch.var_mean(x, (0, 2, 3), correction=0, keepdim=True)
+        scale = weight.view(1, -1, 1, 1) * torch.rsqrt(var + eps)
+        return (x - mean) * scale + bias.view(1, -1, 1, 1)
+
+    ways = {
+        "native": lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, True),
+        "fallback": lambda x, w, b, rm, rv: bn_fallback.batch_norm(x, rm, rv, w, b, True),
+        "fallback-cl": lambda x, w, b, rm, rv: bn_fallback.batch_norm(
+            x.contiguous(memory_format=torch.channels_last), rm, rv, w, b, True).contiguous(),
+        "var_mean": lambda x, w, b, rm, rv: var_mean_bn(x, w, b),
+    }
+    for precision in precisions:
+        dtype = torch.float16 if precision == "fp16" else torch.float32
+        print(f"[{precision}] BatchNorm2d forward+backward ms/call, " + " ".join(f"{w:>12s}" for w in ways))
+        total = dict.fromkeys(ways, 0.0)
+        for shape in BN_SHAPES:
+            c = shape[1]
+            x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
+            gy = torch.randn(shape, device=device, dtype=dtype)
+            w = torch.rand(c, device=device, requires_grad=True)
+            b = torch.rand(c, device=device, requires_grad=True)
+            rm, rv = torch.zeros(c, device=device), torch.ones(c, device=device)
+            row = {}
+            for name, fn in ways.items():
+                for _ in range(3):
+                    fn(x, w, b, rm, rv).backward(gy)
+                sync(device)
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn(x, w, b, rm, rv).backward(gy)
+                sync(device)
+                row[name] = (time.perf_counter() - t0) / calls * 1e3
+                total[name] += row[name]
+            print(f"  {'x'.join(map(str, shape)):>18s} " + " ".join(f"{row[n]:12.3f}" for n in ways), flush=True)
+        print(f"  {'sum':>18s} " + " ".join(f"{total[n]:12.3f}" for n in ways))
+
+
 KERNEL_STEPS = 3  # profiled steps whose device time is averaged
 
 
@@ -342,9 +392,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", default="fp32,fp16", help="comma-separated: fp32, fp16")
     parser.add_argument("--check-layers", action="store_true", help="per-layer error against a float32 reference")
     parser.add_argument("--profile", type=Path, help="directory for one profiled step per run")
+    parser.add_argument("--matmul-tf32", action="store_true",
+                        help="float32 matmuls in TF32 for the whole run (as cuDNN's convolutions): the conv fallback's "
+                        "1x1 convolutions then skip its autograd Function in fp32, as they do in fp16")
     parser.add_argument("--host-overhead", action="store_true",
                         help="only time one Conv2d forward+backward on tiny tensors, native against the fallback")
+    parser.add_argument("--bn-kernels", action="store_true",
+                        help="only time one BatchNorm2d forward+backward at YOLOv8n's shapes, by way (see bn_kernels)")
     args = parser.parse_args(argv)
+    if args.bn_kernels:
+        bn_kernels(args.device, args.precisions.split(","))
+        return 0
+    if args.matmul_tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
     if args.host_overhead:
         host_overhead(args.device, args.precisions.split(","))
         return 0
@@ -354,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"device {name}; torch {torch.__version__}; batch {args.batch}; imgsz {args.imgsz}; "
           f"median of {args.rounds}x{args.steps} steps after {args.warmup} warm-up; "
-          f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} (the fallback's fp32 matmuls follow it)")
+          f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} (the fallback's fp32 matmuls follow it), "
+          f"matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32}")
     base = build_model(device)
     rows = []
     for batch_size in batch_sizes:

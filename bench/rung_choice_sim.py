@@ -12,7 +12,7 @@ done over those rung 0 would have done in the same wall time, hangs paid at its 
     .venv/bin/python -m bench.rung_choice_sim                                 # the issue's: 200 seeds, 30 hangs
     .venv/bin/python -m bench.rung_choice_sim --between 60,300 --before 4746f81 --prior 600
 
-``--before`` is a git commit whose supervisor/decision/rung_choice.py is loaded as "before" (the rule at main when
+``--before`` is a git commit whose supervisor/decision/model/rung_choice.py is loaded as "before" (the rule at main when
 issue 29 was filed: 4746f81); "after" is this checkout's, with ``--prior`` as ``[ladder] prior_between_hangs``.
 """
 
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field, fields
 
 from bench.harness import ROOT
 from supervisor.config import ProbeConfig
-from supervisor.decision import rung_choice
+from supervisor.decision.model import rung_choice
 
 MEASURED_AFTER = 1.0  # training seconds before a rung's speed is known (the core: two beats)
 
 
 def rule_at(commit: str) -> types.ModuleType:
     """rung_choice.py as it was at ``commit``, loaded as a module of its own."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:supervisor/decision/rung_choice.py"],
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:supervisor/decision/model/rung_choice.py"],
                             capture_output=True, text=True, check=True).stdout
     module = types.ModuleType(f"rung_choice_{commit}")
     sys.modules[module.__name__] = module  # dataclasses look their module up

@@ -342,7 +342,7 @@ def threads_sweep(entries: list[str], n: int, data_yaml: Path, args: argparse.Na
 def ladder_rates(n: int, data_yaml: Path, args: argparse.Namespace) -> None:
     """Each rung of the default ladder for ``workers = n`` trained in turn, its training throughput against rung 0's.
     ``val = false`` changes no training step (validation is off in every run here): its saving is the validation."""
-    from supervisor.decision.ladder import default_ladder
+    from supervisor.decision.model.ladder import default_ladder
 
     ladder = default_ladder(n)
     its: dict[str, float] = {}

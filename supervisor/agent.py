@@ -2,10 +2,10 @@
 
 It waits on file descriptors (the worker's heartbeat pipe, output and pidfd, the kernel sources, the signal
 wake-up pipe) and on the watchdog's next deadline; it never polls with sleeps and runs no thread of its own.
-Everything it decides, it asks ``core.decide``. What it reads and what it carries out are modules of their own,
+Everything it decides, it asks ``decision.decide``. What it reads and what it carries out are modules of their own,
 which the agent owns and wires to the core: the worker's spawn (``worker_spawn``), the standby worker, the read
 throttle on the worker's pipes, whether its tree does anything (``tree_activity``), what a killed tree shows
-(``incident_evidence``), the in-place recovery tier's actions (``attempt.in_place``), the kernel sources, the
+(``incident_evidence``), the in-place recovery tier's actions (``attempt.loader_workers``), the kernel sources, the
 signals; the state directory, the metrics endpoint and where the status goes (``status_writer``).
 """
 
@@ -18,20 +18,19 @@ import selectors
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
-from supervisor.attempt import in_place, search_lines
+from supervisor import decision
+from supervisor.attempt import loader_workers, search_lines
 from supervisor.attempt.incident_evidence import drop_ahead, read_ahead, what_the_tree_shows
 from supervisor.attempt.read_throttle import ReadThrottle
-from supervisor.attempt.standby import Standby
+from supervisor.attempt.standby_worker import Standby
 from supervisor.attempt.tree_activity import ActivitySampler
 from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
 from supervisor.attempt.worker_command import newest_checkpoint
 from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import Config
-from supervisor.decision import core, notices, status_view, watchdog
-from supervisor.decision.incident import Incident
-from supervisor.decision.signatures import scan
+from supervisor.decision import Incident, scan
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.host import process_tree
 from supervisor.host.signals import catch_signals, stop_requests
@@ -59,7 +58,7 @@ class Agent:
     def __init__(self, config: Config):
         self.config = config
         self.ladder = ladder_for(config)
-        self.s = core.Supervision(config, self.ladder)
+        self.s = decision.Supervision(config, self.ladder)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
         self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
@@ -93,9 +92,9 @@ class Agent:
         record = self.state_dir.read_state(self._restore, None if self.config.command is None else self._resume_point)
         for source in self.kernel.open((record or {}).get("kernel_log_position") or {}):
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
-        self.handle(core.Boot())
+        self.handle(decision.Boot())
         while self.s.exit is None:
-            due = watchdog.wake(self.s)
+            due = decision.wake(self.s)
             wake = min(due.at or math.inf, self.reads.next_wake(), self._next_sample())
             timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
             self.metrics.retry_if_due()
@@ -103,7 +102,7 @@ class Agent:
             ready = self.selector.select(timeout)
             late = time.monotonic() - before - timeout
             if late > PAUSE_GAP:  # we were stopped or frozen ourselves: read what is queued before judging anyone
-                self.handle(core.SupervisorPaused(late))
+                self.handle(decision.SupervisorPaused(late))
             for key, _ in ready:
                 key.data(key.fileobj)
                 if self.s.exit is not None:
@@ -112,12 +111,12 @@ class Agent:
             for source in self.kernel.polled():
                 self._on_kernel(source)
             self._sample_tree()
-            due = watchdog.wake(self.s)
+            due = decision.wake(self.s)
             if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                 self._drain_worker()  # what is queued is read before anyone is judged
-                due = watchdog.wake(self.s)
+                due = decision.wake(self.s)
                 if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
-                    self.handle(core.Tick())  # only when a deadline is due: heartbeats alone never need one
+                    self.handle(decision.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
             self.notify.poll()
             self.systemd.keepalive()
@@ -136,7 +135,7 @@ class Agent:
     def _restore(self, record: dict[str, Any]) -> None:
         """The state file's record into a fresh Supervision, taken only whole: a file found corrupt halfway (moved
         aside by read_state) leaves the run at rung 0, not half restored."""
-        restored = core.Supervision(self.config, self.ladder)
+        restored = decision.Supervision(self.config, self.ladder)
         restored.restore(record)
         self.s = restored
 
@@ -145,8 +144,8 @@ class Agent:
         found = newest_checkpoint(self.config.command)
         return str(found) if found else "the command's own resume point"
 
-    def now(self) -> core.Now:
-        return core.Now(mono=time.monotonic(), wall=time.time())
+    def now(self) -> decision.Now:
+        return decision.Now(mono=time.monotonic(), wall=time.time())
 
     def handle(self, event: Any) -> None:
         """Decide ``event``, then every event that carrying out its actions brings (the tree's evidence, its kill, a
@@ -162,65 +161,45 @@ class Agent:
             self._deciding = False
 
     def _decide(self, event: Any) -> None:
-        if self.job_ladder is not None and not isinstance(event, (core.HeartbeatReceived, core.JobLadderRead,
-                                                                  core.JobCheckpointRead)):
+        if self.job_ladder is not None and not isinstance(event, (decision.HeartbeatReceived, decision.JobLadderRead,
+                                                                  decision.JobCheckpointRead)):
             reads = [r for r in (shared.read_if_changed() for shared in (self.job_checkpoint, self.job_ladder))
                      if r is not None]
             if reads:  # another host's decision, judged before this event
                 self.pending.extendleft(reversed([*reads, event]))
                 return
         state_before, rung_before, now = self.s.state, self.s.rung, self.now()
-        _, actions = core.decide(self.s, event, now)
-        told = notices.derive(self.s, state_before, rung_before, actions, now.wall)
+        _, actions = decision.decide(self.s, event, now)
+        told = decision.derive(self.s, state_before, rung_before, actions, now.wall)
         for action in actions:
             self._execute(action)
         for notice in told:
             self.notify.tell(notice)
-        if not isinstance(event, (core.HeartbeatReceived, core.Tick, core.IncidentEnriched)) or actions:
+        if not isinstance(event, (decision.HeartbeatReceived, decision.Tick, decision.IncidentEnriched)) or actions:
             self._write_state(force=True)
 
     def _execute(self, action: Any) -> None:
-        if isinstance(action, core.Log):
-            fields = {"RUNG": self.s.rung, "ATTEMPT": self.s.attempt, "EPOCH": self.s.progress.epoch,
-                      "BATCH": self.s.progress.batch}
-            if self.s.stop is not None and self.s.stop.incident is not None:
-                fields["INCIDENT_ID"] = self.s.stop.incident.id  # journalctl INCIDENT_ID=... finds the story
-            log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
-        elif isinstance(action, core.Spawn):
-            self._spawn(action)
-        elif isinstance(action, core.PrepareStandby):
-            self.standby.prepare(self.spawner.env(action.rung_settings))
-        elif isinstance(action, core.KillTree):
-            self._kill(action.incident)
-        elif isinstance(action, in_place.ACTIONS):  # a recovery tier's own actions, carried out by its shell module
-            self.handle(in_place.carry_out(action, self.config, self.worker, self._spare(), self.metrics.gpu_readers,
-                                           self.systemd.keepalive))
-        elif isinstance(action, core.ReadStacksAhead):
-            answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
-            if answer is not None:
-                self.handle(answer)
-        elif isinstance(action, core.DropStacksAhead):
-            drop_ahead(self.config, self.worker, action)
-        elif isinstance(action, core.AwaitSurvivors):
-            self._await_survivors(action.pids)
-        elif isinstance(action, core.RecordIncident):
-            self.state_dir.append_incident(action.incident.to_dict())
-        elif isinstance(action, core.RequestCheckpoint):
-            if self.worker is not None:
-                self.worker.request_checkpoint()
-        elif isinstance(action, core.KeepVerifiedCopy):
-            note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
-            if note:
-                log.error(note)
-        elif isinstance(action, core.PublishLadder):
-            self._publish(self.job_ladder, action, "the job-wide ladder decision", "the other hosts stay on their rung")
-        elif isinstance(action, core.PublishCheckpoint):
-            self._publish(self.job_checkpoint, action, "the job's checkpoint",
-                          "the other hosts count their restarts as if none was saved")
-        elif isinstance(action, core.Exit):
-            pass  # the loop ends on s.exit
-        else:
+        carry_out = CARRY_OUT.get(type(action))
+        if carry_out is None:
             raise TypeError(f"unknown action {action!r}")
+        carry_out(self, action)
+
+    def _log(self, action: Any) -> None:
+        fields = {"RUNG": self.s.rung, "ATTEMPT": self.s.attempt, "EPOCH": self.s.progress.epoch,
+                  "BATCH": self.s.progress.batch}
+        if self.s.stop is not None and self.s.stop.incident is not None:
+            fields["INCIDENT_ID"] = self.s.stop.incident.id  # journalctl INCIDENT_ID=... finds the story
+        log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
+
+    def _read_ahead(self, action: Any) -> None:
+        answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
+        if answer is not None:
+            self.handle(answer)
+
+    def _keep_verified_copy(self) -> None:
+        note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
+        if note:
+            log.error(note)
 
     @staticmethod
     def _publish(shared: SharedFile, action: Any, what: str, otherwise: str) -> None:
@@ -232,14 +211,14 @@ class Agent:
             log.error(f"cannot write {what} to {shared.path} ({e.strerror}): {otherwise}")
 
     # -- the worker --
-    def _spawn(self, action: core.Spawn) -> None:
+    def _spawn(self, action: decision.Spawn) -> None:
         self.standby.took = WorkerStart.COLD  # unless its launch takes the standby
         worker, resume = self.spawner.attempt(action, standby=self.standby.launch)
         self.worker = worker
         self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
         self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
         self.selector.register(worker.pidfd, selectors.EVENT_READ, self._on_exit)
-        self.handle(core.Spawned(worker.pid, resume, start=self.standby.took))
+        self.handle(decision.Spawned(worker.pid, resume, start=self.standby.took))
         if not self._ready_sent:
             self._ready_sent = self.systemd.ready(f"worker pid {worker.pid} started, rung {action.rung}")
 
@@ -261,7 +240,7 @@ class Agent:
             if worker.output_progress is not None and (message.pid == worker.pid or in_tree):
                 worker.output_progress = None  # the script speaks for itself: the precise path wins over its output
                 log.info("the command sends heartbeats: progress is read from them, no longer from its output")
-            self.handle(core.HeartbeatReceived(message, from_worker_tree=in_tree))
+            self.handle(decision.HeartbeatReceived(message, from_worker_tree=in_tree))
             if self.worker is not worker:
                 return
         if ended:  # every writer is gone; the pidfd reports the exit
@@ -282,12 +261,12 @@ class Agent:
         for line in lines:
             found = scan(line)
             if found is not None:
-                self.handle(core.SignatureSeen(found.name, found.remedy, found.advice, line))
+                self.handle(decision.SignatureSeen(found.name, found.remedy, found.advice, line))
             news = search_lines.read(line)
             if news is not None:
                 self.handle(news)
         for message in progress:
-            self.handle(core.HeartbeatReceived(message))
+            self.handle(decision.HeartbeatReceived(message))
             if self.worker is not worker:
                 return
 
@@ -299,11 +278,11 @@ class Agent:
         for source in self.kernel.sources:  # and so does the OOM killer's note on why it died
             self._on_kernel(source)
         self.reads.forget(worker.pidfd)
-        self.handle(core.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
+        self.handle(decision.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
 
     def _reading_from(self) -> float | None:
         """From when the worker's tree is read for activity, every interval; None: not in this stall."""
-        return watchdog.tree_reading_from(self.s) if self.worker is not None else None
+        return decision.tree_reading_from(self.s) if self.worker is not None else None
 
     def _next_sample(self) -> float:
         start = self._reading_from()
@@ -339,7 +318,7 @@ class Agent:
             log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
                      extra={"INCIDENT_ID": incident.id, "RUNG": incident.rung, "EPOCH": incident.epoch,
                             "BATCH": incident.batch})
-        self.handle(core.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, time.time()))
+        self.handle(decision.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, time.time()))
 
     def _await_survivors(self, pids: tuple[int, ...]) -> None:
         """Survivors of SIGKILL the core waits for: each one's exit is read from its pidfd; none left, it is told."""
@@ -347,7 +326,7 @@ class Agent:
         for fd in self.survivors:
             self.selector.register(fd, selectors.EVENT_READ, self._on_survivor_exit)
         if not self.survivors:
-            self.handle(core.SurvivorsGone())
+            self.handle(decision.SurvivorsGone())
 
     def _on_survivor_exit(self, fd: int) -> None:
         self.selector.unregister(fd)
@@ -355,7 +334,7 @@ class Agent:
         self.survivors.pop(fd, None)
         process_tree.reap()  # re-parented to us (the subreaper): no zombie left
         if not self.survivors:
-            self.handle(core.SurvivorsGone())
+            self.handle(decision.SurvivorsGone())
 
     def _spare(self) -> tuple[int, ...]:
         """Children of the supervisor a kill of the worker's tree leaves alone: the standby, the notify commands."""
@@ -373,15 +352,15 @@ class Agent:
     def _on_signal(self, fd: int) -> None:
         for name in stop_requests(fd):
             self.systemd.stopping(f"stopping on {name}")
-            self.handle(core.StopRequested(name))
+            self.handle(decision.StopRequested(name))
 
     # -- state --
-    def status(self) -> status_view.Status:
+    def status(self) -> decision.Status:
         now = self.now()
-        return replace(status_view.snapshot(self.s, now), supervisor=status_view.Supervisor(
+        return replace(decision.snapshot(self.s, now), supervisor=decision.Supervisor(
             supervisor_pid=os.getpid(), config=self.config.source, state_dir=str(self.config.state_dir),
             updated=now.wall,
-            heartbeats=status_view.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
+            heartbeats=decision.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
             metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
             standby_kind=self.standby.kind and self.standby.kind.value, standby_why=self.standby.why,
             run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
@@ -396,7 +375,7 @@ class Agent:
         shown = status.to_dict()  # the status's JSON form: the state file's and the history's
         self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": shown,
                                           "kernel_log_position": self.kernel.position()},
-                                 on_taken=lambda e: self.handle(core.StateDirTaken(str(e))), final=final)
+                                 on_taken=lambda e: self.handle(decision.StateDirTaken(str(e))), final=final)
         if self.state_dir.taken is None and self.history.due(shown):
             self.history.record(shown, gpu_readings(self.metrics.gpu_readers))
 
@@ -407,3 +386,27 @@ def run(config: Config) -> int:
     except state_file.StateFileError as e:
         log.error(str(e))
         return EXIT_FAILED
+
+
+# Each action of the core and how the agent carries it out: the one place an action is routed. A recovery tier's own
+# actions go to its shell module (the in-place tier's: attempt/loader_workers.py).
+CARRY_OUT: dict[type, Callable[[Agent, Any], None]] = {
+    decision.Log: lambda a, x: a._log(x),
+    decision.Spawn: lambda a, x: a._spawn(x),
+    decision.PrepareStandby: lambda a, x: a.standby.prepare(a.spawner.env(x.rung_settings)),
+    decision.KillTree: lambda a, x: a._kill(x.incident),
+    **{kind: lambda a, x: a.handle(loader_workers.carry_out(x, a.config, a.worker, a._spare(), a.metrics.gpu_readers,
+                                                             a.systemd.keepalive))
+       for kind in loader_workers.ACTIONS},
+    decision.ReadStacksAhead: lambda a, x: a._read_ahead(x),
+    decision.DropStacksAhead: lambda a, x: drop_ahead(a.config, a.worker, x),
+    decision.AwaitSurvivors: lambda a, x: a._await_survivors(x.pids),
+    decision.RecordIncident: lambda a, x: a.state_dir.append_incident(x.incident.to_dict()),
+    decision.RequestCheckpoint: lambda a, x: a.worker.request_checkpoint() if a.worker is not None else None,
+    decision.KeepVerifiedCopy: lambda a, x: a._keep_verified_copy(),
+    decision.PublishLadder: lambda a, x: a._publish(a.job_ladder, x, "the job-wide ladder decision",
+                                                    "the other hosts stay on their rung"),
+    decision.PublishCheckpoint: lambda a, x: a._publish(a.job_checkpoint, x, "the job's checkpoint",
+                                                        "the other hosts count their restarts as if none was saved"),
+    decision.Exit: lambda a, x: None,  # the loop ends on s.exit
+}

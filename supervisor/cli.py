@@ -6,43 +6,120 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from supervisor.config import ConfigError, load
-from supervisor.exit_codes import EXIT_CONFIG, EXIT_USAGE
+from supervisor.config import Config, ConfigError, load
+from supervisor.exit_codes import EXIT_CONFIG
 from worker.faults import Fault, FaultError
+
+
+def _run(config: Config, args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from supervisor.agent import run
+    from supervisor.host import machine_fit
+
+    try:
+        extra = tuple(Fault.parse(spec) for spec in args.fault)
+    except FaultError as e:
+        raise ConfigError(f"--fault: {e}") from None
+    machine_fit.check(config)  # before the state directory is taken: nothing is written for what cannot run
+    return run(replace(config, faults=config.faults + extra))
+
+
+def _status(config: Config, args: argparse.Namespace) -> int:
+    from supervisor.verbs.status import status_main
+
+    return status_main(config, as_json=args.json)
+
+
+def _incidents(config: Config, args: argparse.Namespace) -> int:
+    from supervisor.verbs.incidents import incidents_main
+
+    return incidents_main(config.state_dir, json_output=args.json)
+
+
+def _report(config: Config, args: argparse.Namespace) -> int:
+    from supervisor.verbs.report import report_main
+
+    return report_main(config, args.output, png=args.png)
+
+
+def _check_config(config: Config, args: argparse.Namespace) -> int:
+    from supervisor.host import machine_fit
+    from supervisor.host.torch_build import ladder_for
+    from supervisor.telemetry.notify_command import not_found
+
+    missing = not_found(config.notify.command)
+    if missing:
+        raise ConfigError(f"{config.source}: notify.command: {missing}; give the program's full path or "
+                          f"install it")
+    if not args.portable:
+        machine_fit.check(config)
+    ladder = ladder_for(config)
+    print(f"{config.source}: ok; state_dir {config.state_dir}")
+    for i in range(len(ladder)):
+        print(f"  rung {i}: {ladder.label(i)}")
+    return 0
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                        help="inject a fault, e.g. dataloader_hang,at_batch=6,attempt=1 (repeatable)")
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _check_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--portable", action="store_true", help="check the file alone, not this machine's data file "
+                        "and GPUs (for a file that trains on another machine); `run` always checks them")
+
+
+def _report_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", type=Path, default=Path("night.html"), help="the HTML file to write "
+                        "(default: night.html)")
+    parser.add_argument("--png", action="store_true", help="also write the timeline as a picture (OUTPUT.png)")
+
+
+@dataclass(frozen=True)
+class Verb:
+    """A verb that reads a config: its help line, its own options, and what it does with the config loaded."""
+    help: str
+    run: Callable[[Config, argparse.Namespace], int]
+    options: Callable[[argparse.ArgumentParser], None] | None = None
+    state_dir: bool = True  # it takes --state-dir, over the config's state_dir
+
+
+# Every verb that reads a config, in the order of `yolo-train --help`; a new one is its row here and its module in
+# verbs/. doctor and install-service own their options (OWN_OPTIONS).
+VERBS: dict[str, Verb] = {
+    "run": Verb("train under the supervisor, in the foreground", _run, _run_options),
+    "status": Verb("the live state of the supervisor for a config", _status, _json_option),
+    "incidents": Verb("the incidents grouped by where they hung, the newest in full", _incidents, _json_option),
+    "report": Verb("the night as one offline HTML page: timeline, incidents, goodput", _report, _report_options),
+    "check-config": Verb("validate a config and print the ladder", _check_config, _check_options, state_dir=False),
+}
+OWN_OPTIONS = {"doctor": "check torch, ROCm, GPU access, kernel log and disk",
+               "install-service": "install the systemd unit, config, user and directories"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="yolo-train", description="Supervised Ultralytics training that "
                                      "recovers from hangs by itself.")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="train under the supervisor, in the foreground")
-    run.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
-    run.add_argument("--state-dir", type=Path, help="override the config's state_dir")
-    run.add_argument("--fault", action="append", default=[], metavar="SPEC",
-                     help="inject a fault, e.g. dataloader_hang,at_batch=6,attempt=1 (repeatable)")
-    status = commands.add_parser("status", help="the live state of the supervisor for a config")
-    status.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
-    status.add_argument("--state-dir", type=Path, help="override the config's state_dir")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    incidents = commands.add_parser("incidents", help="the incidents grouped by where they hung, the newest in full")
-    incidents.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
-    incidents.add_argument("--state-dir", type=Path, help="override the config's state_dir")
-    incidents.add_argument("--json", action="store_true", help="machine-readable output")
-    report = commands.add_parser("report", help="the night as one offline HTML page: timeline, incidents, goodput")
-    report.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
-    report.add_argument("--state-dir", type=Path, help="override the config's state_dir")
-    report.add_argument("-o", "--output", type=Path, default=Path("night.html"), help="the HTML file to write "
-                        "(default: night.html)")
-    report.add_argument("--png", action="store_true", help="also write the timeline as a picture (OUTPUT.png)")
-    check = commands.add_parser("check-config", help="validate a config and print the ladder")
-    check.add_argument("--config", type=Path)
-    check.add_argument("--portable", action="store_true", help="check the file alone, not this machine's data file "
-                       "and GPUs (for a file that trains on another machine); `run` always checks them")
-    commands.add_parser("doctor", help="check torch, ROCm, GPU access, kernel log and disk", add_help=False)
-    commands.add_parser("install-service", help="install the systemd unit, config, user and directories",
-                        add_help=False)
+    for name, verb in VERBS.items():
+        sub = commands.add_parser(name, help=verb.help)
+        sub.add_argument("--config", type=Path, help="TOML config (default: the embedded demo)")
+        if verb.state_dir:
+            sub.add_argument("--state-dir", type=Path, help="override the config's state_dir")
+        if verb.options is not None:
+            verb.options(sub)
+    for name, help_line in OWN_OPTIONS.items():
+        commands.add_parser(name, help=help_line, add_help=False)
     return parser
 
 
@@ -95,50 +172,10 @@ def _main(argv: list[str]) -> int:
         logger.addHandler(handler)
     try:
         config = load(args.config, getattr(args, "state_dir", None))
-        if args.command == "run":
-            from dataclasses import replace
-
-            from supervisor.agent import run
-            from supervisor.host import machine_fit
-
-            try:
-                extra = tuple(Fault.parse(spec) for spec in args.fault)
-            except FaultError as e:
-                raise ConfigError(f"--fault: {e}") from None
-            machine_fit.check(config)  # before the state directory is taken: nothing is written for what cannot run
-            return run(replace(config, faults=config.faults + extra))
-        if args.command == "status":
-            from supervisor.verbs.status import status_main
-
-            return status_main(config, as_json=args.json)
-        if args.command == "incidents":
-            from supervisor.verbs.incidents import incidents_main
-
-            return incidents_main(config.state_dir, json_output=args.json)
-        if args.command == "report":
-            from supervisor.verbs.report import report_main
-
-            return report_main(config, args.output, png=args.png)
-        if args.command == "check-config":
-            from supervisor.host import machine_fit
-            from supervisor.host.torch_build import ladder_for
-            from supervisor.telemetry.notify_command import not_found
-
-            missing = not_found(config.notify.command)
-            if missing:
-                raise ConfigError(f"{config.source}: notify.command: {missing}; give the program's full path or "
-                                  f"install it")
-            if not args.portable:
-                machine_fit.check(config)
-            ladder = ladder_for(config)
-            print(f"{config.source}: ok; state_dir {config.state_dir}")
-            for i in range(len(ladder)):
-                print(f"  rung {i}: {ladder.label(i)}")
-            return 0
+        return VERBS[args.command].run(config, args)
     except ConfigError as e:
         print(f"yolo-train: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -228,7 +228,7 @@ class CheckpointConfig:
         "seconds of training between the worker's checkpoints inside an epoch, taken at the next batch boundary (the "
         "loop waits only for a copy to host memory; a thread writes it, atomically); a hang loses at most this much "
         'plus detection. "auto": chosen at every spawn as Young\'s sqrt(2 x hold x mean time between hangs) from the '
-        "measured checkpoint hold and this run's hangs (supervisor/decision/checkpoint_interval.py), at least "
+        "measured checkpoint hold and this run's hangs (supervisor/decision/model/checkpoint_interval.py), at least "
         'max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; "epoch": Ultralytics\' end-of-epoch '
         "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
     max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
@@ -297,13 +297,13 @@ class ProbeConfig:
                                                           "again")
     prior_between_hangs: float | None = key(Seconds(durations=True, words=OFF), 300.0, (
         "the training one hang is assumed to take at any rung, weighed as one hang seen beside a rung's own hangs "
-        "(supervisor/decision/rung_choice.py), so one hang a few seconds in is no proof; \"off\": each rung judged on "
+        "(supervisor/decision/model/rung_choice.py), so one hang a few seconds in is no proof; \"off\": each rung judged on "
         "its own hangs alone"))
 
 
 @dataclass(frozen=True)
 class RecoveryConfig:
-    """The recovery tier before the process restart (supervisor/decision/in_place.py)."""
+    """The recovery tier before the process restart (supervisor/decision/recovery/in_place.py)."""
 
     SECTION: ClassVar[str] = "recovery"
     in_place: bool = key(Flag(), True, (
@@ -457,7 +457,7 @@ SECTION_DOCS = {  # what each section is for, said once in docs/configuration.md
                    "torch.distributed's elastic launcher, which meets the other hosts' at a c10d rendezvous. A "
                    "`[distributed]` table names its rendezvous: `node_rank`, `rdzv_endpoint` and `rdzv_id` are "
                    "needed in it.",
-    "recovery": "The recovery tier before the process restart (supervisor/decision/in_place.py).",
+    "recovery": "The recovery tier before the process restart (supervisor/decision/recovery/in_place.py).",
     "notify": "A command told when a person may want to know (supervisor/telemetry/notify_command.py).",
 }
 

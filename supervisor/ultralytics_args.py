@@ -1,5 +1,5 @@
-"""What Ultralytics takes as train arguments, read from its files without importing it (which imports torch: 2.6 s
-here, where reading takes milliseconds), and the values it would refuse, said as the form it expects.
+"""What Ultralytics takes as train arguments, read from its files without importing it (which imports torch,
+seconds where reading takes milliseconds), and the values it would refuse, said as the form it expects.
 
 Empty answers (every name and value let through, Ultralytics' own check at the worker) where Ultralytics is not
 installed, or is a version whose files do not hold these names.

@@ -64,6 +64,17 @@ class After(str, Enum):
     REBOOT = "reboot"  # exit 3: the GPU needs a reboot
 
 
+class Tier(str, Enum):
+    """A recovery tier (decision/recovery/), as an incident says how it was recovered from: the spelling of incidents, status --json and the metric's label."""
+    IN_PLACE = "in_place"  # only the hung DataLoader worker processes were replaced; the training process went on
+    RESTART = "restart"  # the tree was killed and a new worker resumed from the newest checkpoint
+
+    @property
+    def label(self) -> str:
+        """For people: "in-place", "restart"."""
+        return self.value.replace("_", "-")
+
+
 class Remedy(str, Enum):
     """What a failure signature asks for (see signatures.py); each is chosen in one place, ``core._remedy``."""
     CONFIG_ERROR = "config_error"  # restarting cannot help: exit 78 with the signature's advice

@@ -75,7 +75,7 @@ def test_nothing_imports_upward_or_sideways():
 
 
 def test_the_rule_names_an_upward_and_a_sideways_import():
-    assert crossings("supervisor.decision.core", ["supervisor.agent", "supervisor.decision.state"]) == [
+    assert crossings("supervisor.decision.core", ["supervisor.agent", "supervisor.decision.model.state"]) == [
         "supervisor.decision.core (floor 2) -> supervisor.agent (floor 6)"]
     assert len(crossings("supervisor.kernel.reader", ["supervisor.telemetry.metrics", "supervisor.host.stacks"])) == 1
     assert crossings("supervisor.patterns", ["supervisor.config", "supervisor.vocabulary"]) == []
@@ -92,3 +92,37 @@ def test_the_supervisor_imports_of_the_worker_only_what_the_contract_allows():
     found = {(m, i) for m in loaded_modules() for i, _ in imports(source_of(m))
              if i.split(".")[0] == "worker"}
     assert {i for _, i in found} <= SUPERVISOR_USES, sorted(found)
+
+
+# decision/'s sub-wings, lowest first: a module of one imports only its own sub-wing and those below it; the handlers
+# on top (decision/'s own modules) import any of them, and no module of the decision imports the package's face.
+DECISION_FLOORS = {"supervisor.decision.model": 1, "supervisor.decision.stall": 2, "supervisor.decision.learning": 3,
+                   "supervisor.decision.recovery": 4, "supervisor.decision": 5}
+
+
+def sub_wing_of(module: str) -> str:
+    return max((w for w in DECISION_FLOORS if module == w or module.startswith(w + ".")), key=len)
+
+
+def decision_crossings(module: str, imported: list[str]) -> list[str]:
+    """The imports of decision module ``module`` that reach the face, or another sub-wing on its own floor or above."""
+    wing = sub_wing_of(module)
+    return [f"{module} -> {i}" for i in imported if i.startswith("supervisor.decision") and (
+        i == "supervisor.decision" or sub_wing_of(i) != wing
+        and DECISION_FLOORS[sub_wing_of(i)] >= DECISION_FLOORS[wing])]
+
+
+def test_the_decision_sub_wings_import_nothing_upward_or_sideways():
+    modules = [m for m in loaded_modules() if m.startswith("supervisor.decision.")]
+    assert {sub_wing_of(m) for m in modules} == set(DECISION_FLOORS)
+    wrong = [c for m in modules for c in decision_crossings(m, [i for i, _ in imports(source_of(m))])]
+    assert wrong == []
+
+
+def test_the_sub_wing_rule_names_an_upward_import_and_one_through_the_face():
+    assert decision_crossings("supervisor.decision.stall.watchdog", [
+        "supervisor.decision.recovery.in_place", "supervisor.decision.model.state", "supervisor.decision.stall.witness",
+        "supervisor.decision"]) == ["supervisor.decision.stall.watchdog -> supervisor.decision.recovery.in_place",
+                                    "supervisor.decision.stall.watchdog -> supervisor.decision"]
+    assert decision_crossings("supervisor.decision.core", ["supervisor.decision.recovery",
+                                                           "supervisor.decision.heartbeats"]) == []

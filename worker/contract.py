@@ -75,7 +75,7 @@ class MessageKind(str, Enum):
 
 
 class StartupStep(str, Enum):
-    """The steps of a worker's startup, each bounded on its own by the supervisor (supervisor/decision/watchdog.py).
+    """The steps of a worker's startup, each bounded on its own by the supervisor (supervisor/decision/stall/watchdog.py).
     Our worker enters them in about this order (the dataset and loaders steps twice: training, then validation); a
     worker that reports none is in ``imports`` from its spawn to its first batch."""
     IMPORTS = "imports"  # from the spawn: the interpreter, torch and Ultralytics imported (nothing, for a standby)
@@ -312,14 +312,14 @@ class InForce:
 
 # Where torch's DataLoader iterator waits for the batch one of its worker processes owes: read from the training
 # process's own frames by its witness (worker/witness.py), and from py-spy's stacks by the supervisor
-# (supervisor/decision/loader_judgement.py).
+# (supervisor/decision/stall/loader_judgement.py).
 BATCH_WAIT_FILE = "torch/utils/data/dataloader.py"
 BATCH_WAIT_FUNCTIONS = ("_next_data", "_get_data", "_try_get_data")
 
 
 class WaitKind(str, Enum):
     """Where the training process's main thread waits, as its witness reads it from the process's own frames and
-    the objects on them (worker/witness.py). The supervisor judges a stall by it (supervisor/decision/witness.py)."""
+    the objects on them (worker/witness.py). The supervisor judges a stall by it (supervisor/decision/stall/witness.py)."""
     LOADER = "loader"  # for a batch from one DataLoader worker process (``worker_pid``, ``worker``, ``batch_index``)
     COLLECTIVE = "collective"  # in a torch.distributed collective or its work's wait (``function``)
     DEVICE = "device"  # for the device: a synchronisation, a copy to the host, work queued on a stream not done

@@ -1,7 +1,7 @@
 """Recovery in place: a loader whose hung worker processes the supervisor killed goes on at the batch it waited for.
 
 The supervisor, seeing the training process wait for a batch while a loader worker process is stuck, writes a
-``REPLACE_LOADER_WORKERS`` command naming those processes, then SIGKILLs them (supervisor/decision/in_place.py).
+``REPLACE_LOADER_WORKERS`` command naming those processes, then SIGKILLs them (supervisor/decision/recovery/in_place.py).
 torch's SIGCHLD handler makes the training process's ``next()`` raise ``RuntimeError: DataLoader worker (pid(s) N)
 exited unexpectedly`` (or "is killed by signal"; a worker killed while it handed a batch over fails the receive with
 a connection error instead). Here, inside the loader's own iteration, that error is taken for what the command says it

@@ -33,7 +33,7 @@ from worker.contract import Rendezvous
 
 ENV_FINGERPRINT = "YOLO_TRAIN_RDZV_FINGERPRINT"  # what every host must agree on, for the ranks to compare
 ENV_STARTED_DIR = "YOLO_TRAIN_RANKS_STARTED"  # where this launch's ranks mark that they started
-DISAGREE = "yolo-train: the hosts' configurations differ"  # a failure signature (supervisor/decision/signatures.py)
+DISAGREE = "yolo-train: the hosts' configurations differ"  # a failure signature (supervisor/decision/model/signatures.py)
 JOIN_GRACE = 5.0  # seconds past join_timeout the launcher has to give up by itself before it is ended
 # torch.distributed.run's ``@record`` writes the launcher's own exception (a RendezvousClosedError) to this file
 ENV_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"

@@ -3,7 +3,7 @@
 ``progress_lines``), MIOpen's kernel search read from any worker's output as news of its step (``search_lines``),
 the standby that holds the next attempt's imports ready, the rendezvous of several hosts, whether the tree does
 anything (``tree_activity``), what it shows before a kill (``incident_evidence``) and the in-place recovery tier's
-actions (``in_place``). Each turns what it reads into the core's typed events.
+actions (``loader_workers``). Each turns what it reads into the core's typed events.
 May import: the floors below (ground, configuration, ``decision``, ``host``, ``state``); not ``kernel`` or
 ``telemetry`` beside it.
 """

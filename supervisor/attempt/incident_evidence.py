@@ -1,6 +1,6 @@
 """What the worker's tree shows at an incident, read in the moment before its kill, the only one that can: its
 processes, its output's last lines and, for a hung tree ([incidents] stacks), where each process waits: read ahead
-of the verdict where the core asked for them (``read_ahead``, decision/stacks_ahead.py), else before the kill.
+of the verdict where the core asked for them (``read_ahead``, decision/recovery/stacks_ahead.py), else before the kill.
 
 Nothing here raises or decides: the agent hands the result to the core as ``IncidentEnriched`` (``StacksReadAhead``).
 """
@@ -16,13 +16,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Collection
 
+from supervisor import decision
 from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.config import Config
-from supervisor.decision import core
-from supervisor.decision.in_place import StallInspected
-from supervisor.decision.incident import Incident, Stacks
-from supervisor.decision.loader_judgement import judge
-from supervisor.decision.stack_reading import as_incident_stacks
+from supervisor.decision import StallInspected, Incident, Stacks, judge, as_incident_stacks
 from supervisor.host import flight_recorder, process_tree, stacks
 from supervisor.host.gpu_metrics import sample_all
 from supervisor.state.paths import StatePaths
@@ -38,7 +35,7 @@ CPU_WINDOW_KEPT = 5.0
 
 def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: Incident, spare: Collection[int],
                         gpu_readers: list, loader_pids: Collection[int] = (),
-                        rank_pids: dict[int, int] | None = None) -> core.IncidentEnriched:
+                        rank_pids: dict[int, int] | None = None) -> decision.IncidentEnriched:
     """The processes, the output tail and, for a hung tree, the stacks (``gpu_readers`` sampled alongside). With
     no worker (it is gone already), only the orphans left behind; ``spare``: the standby, not part of the tree.
     The processes' CPU% is taken over the stacks' capture (or the stall inspection's just before), not a wait of
@@ -46,7 +43,7 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
     each DDP rank's pid, pid -> rank (the stacks name the ranks by them, the incident's ``hung_rank`` the culprit)."""
     members = worker.tree_members(spare) if worker else process_tree.tree(spare=spare)
     if worker is None:
-        return core.IncidentEnriched(incident.id, tuple(process_tree.snapshot(members)))
+        return decision.IncidentEnriched(incident.id, tuple(process_tree.snapshot(members)))
     since, worker.cpu_since = worker.cpu_since, None
     ahead = incident.stacks.ahead if incident.stacks is not None else None
     if since is None or time.monotonic() - since.at > max(CPU_WINDOW_KEPT, (ahead or 0.0) + 1.0):
@@ -66,7 +63,7 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
     dumps = flight_recorder.collect(worker.env, incident.last_progress_wall,
                                     StatePaths(config.state_dir).incident_dir(incident.id)) \
         if rank_pids and incident.last_progress_wall is not None else ()
-    return core.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host, dumps)
+    return decision.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host, dumps)
 
 
 def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loaders: dict[int, int | None],
@@ -107,8 +104,8 @@ def _capture(config: Config, worker: WorkerProcess, dest: Path, pids: list[int],
     return as_incident_stacks(capture, config.state_dir)
 
 
-def read_ahead(config: Config, worker: WorkerProcess | None, action: core.ReadStacksAhead, spare: Collection[int],
-               gpu_readers: list) -> core.StacksReadAhead | None:
+def read_ahead(config: Config, worker: WorkerProcess | None, action: decision.ReadStacksAhead, spare: Collection[int],
+               gpu_readers: list) -> decision.StacksReadAhead | None:
     """The stacks of a stall near its verdict, the tree left running: the same capture as a kill's (``capture_stacks``,
     its budget, its stacks.json), into this attempt's own directory (the incident has no id yet); the CPU window of
     the kill that may follow starts here, as a kill's starts at its capture. None: no worker to read."""
@@ -121,10 +118,10 @@ def read_ahead(config: Config, worker: WorkerProcess | None, action: core.ReadSt
     shutil.rmtree(dest, ignore_errors=True)  # an earlier stall's, or a reading of this one before its bound grew
     found = _capture(config, worker, dest, [p.pid for p in members], gpu_readers, action.loader_pids,
                      action.rank_pids, _pid_of(action.hung_rank, action.rank_pids))
-    return core.StacksReadAhead(action.since, at, found)
+    return decision.StacksReadAhead(action.since, at, found)
 
 
-def drop_ahead(config: Config, worker: WorkerProcess | None, action: core.DropStacksAhead) -> None:
+def drop_ahead(config: Config, worker: WorkerProcess | None, action: decision.DropStacksAhead) -> None:
     """The stall they were read for is over: their file goes, and so does the CPU window they began."""
     if worker is not None:
         worker.cpu_since = None

@@ -1,5 +1,5 @@
 """MIOpen's kernel search, read from the worker's output: each line of it is news of the startup step it runs in
-(decision/kernel_search.py). Pure: a line in, a ``SearchNews`` or None out.
+(decision/stall/kernel_search.py). Pure: a line in, a ``SearchNews`` or None out.
 
 MIOpen prints through MIOPEN_LOG_W, ``MIOpen(HIP): Warning [FUNCTION] MESSAGE`` on stderr, at its default log level
 (warnings), so these lines come without any setting. Its two searches, as their sources print them:
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from supervisor.decision.events import SearchNews
+from supervisor.decision import SearchNews
 
 LIBRARY = "MIOpen"
 _PREFIX = "MIOpen("  # MIOpen(HIP) or MIOpen(OpenCL): the cheap test before any regex

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from supervisor.decision import core
+from supervisor import decision
 from supervisor.host import process_tree
 from supervisor.host.outside_waits import waits_outside
 
@@ -115,7 +115,7 @@ class ActivitySampler:
         nothing that would wake it, is read every interval and not every second one."""
         return -math.inf if self._at is None else self._at + self.interval
 
-    def sample(self, worker_pid: int, processes: list[psutil.Process], now: float) -> core.TreeActivity | None:
+    def sample(self, worker_pid: int, processes: list[psutil.Process], now: float) -> decision.TreeActivity | None:
         """``processes``: the worker's tree now. The event when its activity changed since the last one; None when
         unchanged. A new worker starts afresh (its Spawned already told the core nothing is known of it)."""
         if worker_pid != self._worker:
@@ -135,7 +135,7 @@ class ActivitySampler:
         if (self._idle_since, outside, halted) == self._reported:
             return None
         self._reported = (self._idle_since, outside, halted)
-        return core.TreeActivity(self._idle_since, outside, halted)
+        return decision.TreeActivity(self._idle_since, outside, halted)
 
     def _idle(self, readings: dict[int, Usage | None], window: float) -> bool:
         if not readings or any(pid not in self._usage or u is None or self._usage[pid] is None

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from supervisor import decision
 from supervisor.attempt.rendezvous import ENV_COLLECTIVE_TIMEOUT, rendezvous_of
 from supervisor.attempt.worker_command import OutputProgress, command_argv, newest_checkpoint
 from supervisor.attempt.worker_process import SpawnError, WorkerProcess
 from supervisor.config import Config, ConfigError
-from supervisor.decision import core
-from supervisor.decision.worker_kind import WorkerKind
+from supervisor.decision import WorkerKind
 from supervisor.host.child_environ import worker_environ
 from supervisor.state import checkpoints
 from supervisor.state.state_dir import StateDir
@@ -33,7 +33,7 @@ class WorkerSpawner:
     def __init__(self, config: Config, state_dir: StateDir, kind: WorkerKind):
         self.config, self.state_dir, self.kind = config, state_dir, kind
 
-    def attempt(self, action: core.Spawn, standby: Callable[[dict[str, str], Path], WorkerProcess | None]
+    def attempt(self, action: decision.Spawn, standby: Callable[[dict[str, str], Path], WorkerProcess | None]
                 ) -> tuple[WorkerProcess, str | None]:
         """This attempt's worker, and the checkpoint it resumes from: the command, or our worker, which is the
         standby when ``standby`` (told the environment and the launch record) hands it over, else one started cold."""
@@ -81,7 +81,7 @@ class WorkerSpawner:
             worker.checkpoint_signal = signal.SIGTERM  # from its own newest checkpoint
         return worker, None if checkpoint is None else str(checkpoint)
 
-    def _write_launch_record(self, action: core.Spawn, rung: RungSplit) -> LaunchRecord:
+    def _write_launch_record(self, action: decision.Spawn, rung: RungSplit) -> LaunchRecord:
         """What our worker trains this attempt, written where a cold worker (or the standby) reads it."""
         resume, notes = checkpoints.choose_resume(self.state_dir.run_dir)
         for note in notes:

@@ -34,28 +34,30 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-from typing import Any
+from typing import Any, Callable
 
-from supervisor.decision import (heartbeats, kernel, kernel_search, recovery, restart, stacks_ahead, stopping,
-                                 survivors, watchdog, witness)
-from supervisor.decision.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
+from supervisor.decision import heartbeats, kernel, recovery
+from supervisor.decision.model import survivors
+from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
                                          PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
                                          RecordIncident, RequestCheckpoint, Spawn)
-from supervisor.decision.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
+from supervisor.decision.model.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StacksReadAhead,
                                         StateDirTaken, StopRequested, SupervisorPaused, SurvivorsGone, Tick,
                                         TreeActivity, TreeKilled, WorkerExited)
-from supervisor.decision.hang_history import HangHistory
-from supervisor.decision.incident import one_line
-from supervisor.decision.signatures import scan
-from supervisor.decision.state import Attempt, JobRung, Supervision
-from supervisor.decision.watchdog import DeadlineKind
+from supervisor.decision.model.hang_history import HangHistory
+from supervisor.decision.model.incident import one_line
+from supervisor.decision.model.signatures import scan
+from supervisor.decision.model.state import Attempt, JobRung, Supervision
+from supervisor.decision.recovery import restart, stacks_ahead, stopping
+from supervisor.decision.stall import kernel_search, watchdog, witness
+from supervisor.decision.stall.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
-from worker.contract import Phase, WaitKind
+from worker.contract import Phase
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
-# are in its module (decision/in_place.py), which its shell part (attempt/in_place.py) imports.
+# are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.
 __all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StateDirTaken", "StopRequested",
            "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone",
@@ -99,46 +101,36 @@ def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]
     return s, actions
 
 
+# Each event and the handler that decides it: the one place an event is routed. A recovery tier's own events go to
+# the walk over the tiers, which hands each to the tier under way.
+HANDLERS: dict[type, Callable[[Supervision, Any, Now], list[Any]]] = {
+    HeartbeatReceived: lambda s, e, now: heartbeats.received(s, e.message, now, e.from_worker_tree),
+    Tick: lambda s, e, now: _tick(s, now),
+    Boot: lambda s, e, now: _boot(s, now),
+    Spawned: lambda s, e, now: _spawned(s, e, now),
+    WorkerExited: lambda s, e, now: _exited(s, e, now),
+    SurvivorsGone: lambda s, e, now: restart.survivors_gone(s, e, now),
+    TreeKilled: lambda s, e, now: restart.tree_killed(s, e, now),
+    IncidentEnriched: lambda s, e, now: _enriched(s, e),
+    StopRequested: lambda s, e, now: _stop(s, e, now),
+    KernelMessage: lambda s, e, now: kernel.message(s, e, now),
+    SignatureSeen: lambda s, e, now: _signature(s, e, now),
+    SearchNews: lambda s, e, now: kernel_search.news(s, e, now),
+    SupervisorPaused: lambda s, e, now: _paused(s, e, now),
+    StateDirTaken: lambda s, e, now: _state_dir_taken(s, e, now),
+    JobLadderRead: lambda s, e, now: _job_ladder(s, e, now),
+    JobCheckpointRead: lambda s, e, now: heartbeats.job_checkpoint(s, e, now),
+    TreeActivity: lambda s, e, now: _tree_activity(s, e),
+    StacksReadAhead: lambda s, e, now: stacks_ahead.read(s, e, now),
+    **{kind: recovery.on_event for kind in recovery.EVENTS},
+}
+
+
 def _dispatch(s: Supervision, event: Any, now: Now) -> list[Any]:
-    if isinstance(event, HeartbeatReceived):
-        return heartbeats.received(s, event.message, now, event.from_worker_tree)
-    if isinstance(event, Tick):
-        return _tick(s, now)
-    if isinstance(event, Boot):
-        return _boot(s, now)
-    if isinstance(event, Spawned):
-        return _spawned(s, event, now)
-    if isinstance(event, WorkerExited):
-        return _exited(s, event, now)
-    if isinstance(event, SurvivorsGone):
-        return restart.survivors_gone(s, event, now)
-    if isinstance(event, TreeKilled):
-        return restart.tree_killed(s, event, now)
-    if isinstance(event, IncidentEnriched):
-        return _enriched(s, event)
-    if isinstance(event, StopRequested):
-        return _stop(s, event, now)
-    if isinstance(event, KernelMessage):
-        return kernel.message(s, event, now)
-    if isinstance(event, SignatureSeen):
-        return _signature(s, event, now)
-    if isinstance(event, SearchNews):
-        return kernel_search.news(s, event, now)
-    if isinstance(event, SupervisorPaused):
-        return _paused(s, event, now)
-    if isinstance(event, StateDirTaken):
-        return _state_dir_taken(s, event, now)
-    if isinstance(event, JobLadderRead):
-        return _job_ladder(s, event, now)
-    if isinstance(event, JobCheckpointRead):
-        return heartbeats.job_checkpoint(s, event, now)
-    if isinstance(event, TreeActivity):
-        return _tree_activity(s, event)
-    if isinstance(event, StacksReadAhead):
-        return stacks_ahead.read(s, event, now)
-    if isinstance(event, recovery.EVENTS):  # a recovery tier's own events (its module defines them)
-        return recovery.on_event(s, event, now)
-    raise TypeError(f"unknown event {event!r}")
+    handler = HANDLERS.get(type(event))
+    if handler is None:
+        raise TypeError(f"unknown event {event!r}")
+    return handler(s, event, now)
 
 
 def _boot(s: Supervision, now: Now) -> list[Any]:
@@ -190,7 +182,7 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 def _tick(s: Supervision, now: Now) -> list[Any]:
     due = watchdog.deadline(s)
     if due.at is None or now.mono < due.at:
-        ahead = watchdog.stacks_ahead_at(s)  # (a verdict due already reads them before its kill, as before)
+        ahead = watchdog.stacks_ahead_at(s)  # (a verdict due already reads them before its kill)
         return stacks_ahead.ask(s, now) if ahead is not None and now.mono >= ahead else []
     if due.kind == DeadlineKind.BACKOFF:
         return [restart.spawn(s)]
@@ -463,7 +455,7 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
     stacks = event.stacks or incident.stacks
     said = witness.telling(s.current.waits, s.current.loaders)[0] if incident.witness else None
     agreed = None if said is None or stacks is None else \
-        (said.report.kind == WaitKind.LOADER) == stacks.in_loader_worker  # both blame a loader worker, or neither
+        witness.WAITS[said.report.kind].names_loader == stacks.in_loader_worker  # both blame a loader worker, or neither
     enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=stacks,
                        detail=detail, host=event.host, witness_agreed=agreed,
                        flight_recorder=event.flight_recorder or incident.flight_recorder)
@@ -494,7 +486,7 @@ def _job_ladder(s: Supervision, event: JobLadderRead, now: Now) -> list[Any]:
     number (made at once) resolve to the one the file kept, which every host reads. One made for that host's hang,
     newer than the one this attempt started under, is that host's tree being killed: this attempt's ranks are about
     to lose theirs, so it restarts now, as for a lost peer, not when a collective fails or its own bound runs out
-    (NCCL may say nothing of a peer gone: the other host's 10 s bound was the critical path, 2x H200)."""
+    (NCCL may say nothing of a peer gone, and the other host's bound would be the critical path)."""
     own = event.node_rank == s.config.distributed.node_rank
     if not s.config.distributed.several_hosts or event.seq < s.job_seq or own:
         return []

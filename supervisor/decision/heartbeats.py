@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
-from supervisor.decision import (goodput, in_place, kernel, kernel_search, probe, recovery, standby, stopping, watchdog,
-                                 witness)
-from supervisor.decision.actions import KeepVerifiedCopy, Log, PublishCheckpoint
-from supervisor.decision.events import JobCheckpointRead, Now
-from supervisor.decision.incident import Incident
-from supervisor.decision.span import span
-from supervisor.decision.state import (THROUGHPUT_WINDOW, Attempt, CheckpointMark, Progress, RankView, Supervision,
-                                      TrainingClock)
+from supervisor.decision import kernel, recovery
+from supervisor.decision.learning import goodput
+from supervisor.decision.model.actions import KeepVerifiedCopy, Log, PublishCheckpoint
+from supervisor.decision.model.events import JobCheckpointRead, Now
+from supervisor.decision.model.incident import Incident
+from supervisor.decision.model.persistence import span
+from supervisor.decision.model.state import (THROUGHPUT_WINDOW, Attempt, CheckpointMark, Progress, RankView,
+                                             Supervision, TrainingClock)
+from supervisor.decision.recovery import probe, standby, stopping
+from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import Reason, State, WorkerStart
-from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
+from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
 
@@ -38,9 +40,9 @@ NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run c
 def received(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bool = False) -> list[Any]:
     if not _accepted(s, m, now, from_worker_tree):
         return []
-    if m.kind in (MessageKind.ERROR, MessageKind.IN_FORCE, MessageKind.CHECKPOINT, MessageKind.LOADER,
-                  MessageKind.STEP, MessageKind.WAIT):
-        return _report(s, m, now)
+    report = REPORTS.get(m.kind)
+    if report is not None:
+        return report(s, m, now)
     _note_position(s.current.progress, m)
     if m.progress <= s.current.progress_counter:
         return []  # a beat without progress is not progress
@@ -83,8 +85,8 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
         return False
     if m.kind == MessageKind.IN_FORCE and m.in_force:
         view.device = m.in_force.device or None
-    if m.kind == MessageKind.LOADER:  # every rank's loader workers are this tier's to replace (in_place.py)
-        in_place.loader_started(s, m, now)
+    if m.kind in TIER_REPORTS:  # a tier's own (every rank's loader workers are the in-place tier's to replace)
+        TIER_REPORTS[m.kind](s, m, now)
         return False
     if m.kind == MessageKind.ERROR and m.rank != 0:
         s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
@@ -100,23 +102,20 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     return speaks_for_the_run
 
 
-def _report(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
-    if m.kind == MessageKind.ERROR:
-        s.current.last_error = (m.error or "")[:500]
-        s.current.first_error = s.current.first_error or s.current.last_error
-        return []
-    if m.kind == MessageKind.IN_FORCE:
-        s.current.in_force = m.in_force
-        return []
-    if m.kind == MessageKind.LOADER:
-        return in_place.loader_started(s, m, now)
-    if m.kind == MessageKind.STEP:
-        return _startup_step(s, m, now)
-    if m.kind == MessageKind.WAIT:
-        s.current.waits[None] = witness.heard(s.current.waits.get(None), m.wait, now.mono)
-        return []
-    return _checkpoint_saved(s, m, now)
+def _error(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    s.current.last_error = (m.error or "")[:500]
+    s.current.first_error = s.current.first_error or s.current.last_error
+    return []
 
+
+def _in_force(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    s.current.in_force = m.in_force
+    return []
+
+
+def _wait(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
+    s.current.waits[None] = witness.heard(s.current.waits.get(None), m.wait, now.mono)
+    return []
 
 def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     """Before the first batch: a step entered, or progress in it (other items done than last said). Either is news
@@ -267,7 +266,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
             and p.phase in witness.RHYTHM_PHASES:
         # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter);
         # a stall held at one place that ended: that loop's own (a long legitimate one is not killed at its length)
-        seen = s.device_waits_seen if said.report.kind == WaitKind.DEVICE else \
+        seen = s.device_waits_seen if witness.WAITS[said.report.kind].rhythm else \
             s.one_place_seen if said.place is not None else None
         if seen is not None:
             seen[p.phase] = max(seen.get(p.phase, 0.0), now.mono - a.last_progress_at)
@@ -334,3 +333,13 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "
                                                             f"{a.startup_seconds:.1f} s after spawn")]
     return actions + standby.prepared(s, now.mono)
+
+
+# The recovery tiers' own reports (the in-place tier's loader starts): read from every rank, whether or not a tier
+# is under way.
+TIER_REPORTS = {kind: read for tier in recovery.TIERS for kind, read in tier.reports.items()}
+# Each report of the worker that is no progress, and the rule that reads it.
+REPORTS: dict[MessageKind, Callable[[Supervision, HeartbeatMessage, Now], list[Any]]] = {
+    MessageKind.ERROR: _error, MessageKind.IN_FORCE: _in_force, MessageKind.STEP: _startup_step,
+    MessageKind.WAIT: _wait, MessageKind.CHECKPOINT: _checkpoint_saved, **TIER_REPORTS,
+}

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from supervisor.decision import stopping
-from supervisor.decision.actions import Log
-from supervisor.decision.events import KernelMessage, Now
-from supervisor.decision.state import OomKill, Supervision, Suspicion
+from supervisor.decision.model.actions import Log
+from supervisor.decision.model.events import KernelMessage, Now
+from supervisor.decision.model.state import OomKill, Supervision, Suspicion, trains_on_cpu
+from supervisor.decision.recovery import stopping
 from supervisor.vocabulary import After, KernelKind, Reason, State
 
 
@@ -42,7 +42,7 @@ def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
         return []
     if event.pid is not None and event.pid in a.loaders and not event.in_worker_tree:
         # A loader worker the worker reported is its own, whatever the shell's walk saw: a victim killed and reaped
-        # before its line was read is in no walk (seen once: an OOM-killed loader worker's crash taken for a plain one)
+        # before its line was read is in no walk (an OOM-killed loader worker's crash would be taken for a plain one)
         event = replace(event, in_worker_tree=True)
     if event.in_worker_tree is False:
         return [Log("info", f"kernel {event.kind.value} line about pid {event.pid}, not the worker's: counted "
@@ -77,7 +77,3 @@ def unconfirmed(s: Supervision, now: Now, phase: str) -> list[Any]:
     return stopping.begin(s, now, Reason.KERNEL, phase, detail=detail, climb=True,
                           failure=f"kernel:{event.kind.value}", kernel_events=[event])
 
-
-def trains_on_cpu(s: Supervision) -> bool:
-    """The run has no GPU (``device = \"cpu\"``): no GPU of its can be lost, nor hold a process."""
-    return str(s.config.train.get("device", "")).strip().lower() in ("cpu", "mps")

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from supervisor.decision.actions import Exit, RecordIncident
-from supervisor.decision.incident import Incident, Tier
-from supervisor.decision.state import Supervision
+from supervisor.decision import recovery
+from supervisor.decision.model.actions import Exit, RecordIncident
+from supervisor.decision.model.incident import Incident
+from supervisor.decision.model.state import Supervision
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import Reason, State
 
@@ -61,15 +62,9 @@ def derive(s: Supervision, state_before: State, rung_before: int, actions: list[
             continue
         culprit = f"; {i.stacks.culprit}" if i.stacks is not None and i.stacks.culprit else ""
         where = f"a {i.reason.value} in {i.phase} at epoch {i.epoch} batch {i.batch} (rung {i.rung}){culprit}"
-        if i.tier == Tier.IN_PLACE and i.cost is not None:  # its loader workers replaced: the same process trains on
-            notices.append(Notice(NoticeKind.HANG_RECOVERED, f"recovered in place from {where}: training again "
-                                  f"{i.cost.to_next_batch or 0.0:.0f} s after the loader workers were replaced, "
-                                  f"{i.cost.batches_lost} batches lost", incident=i, **here))
-        elif i.restart_seconds is not None:
-            lost = "lost work unknown" if i.loss is None or i.loss.seconds is None else \
-                f"{i.loss.seconds:.0f} s of training lost"
-            notices.append(Notice(NoticeKind.HANG_RECOVERED, f"recovered from {where}: training again after "
-                                  f"{i.restart_seconds:.0f} s, {lost}", incident=i, **here))
+        said = next((words for tier in recovery.TIERS if (words := tier.recovered(i, where)) is not None), None)
+        if said is not None:  # the tier that recovered it says how
+            notices.append(Notice(NoticeKind.HANG_RECOVERED, said, incident=i, **here))
     if s.rung != rung_before:
         notices.append(Notice(NoticeKind.RUNG_CHANGED, f"rung {rung_before} -> {s.rung} ({s.ladder.label(s.rung)})",
                               previous_rung=rung_before, **here))

@@ -6,7 +6,7 @@ the hosts view show and what users' scripts read; the metrics exporter reads the
 Python's differs), nested records are JSON objects, and ``Supervisor`` (what only the agent knows) sits flat beside
 the core's fields. A field added here is in the JSON and readable by a metric row at once.
 
-``snapshot`` builds it from the decision core's state (supervisor/decision/state.py), which it only reads.
+``snapshot`` builds it from the decision core's state (supervisor/decision/model/state.py), which it only reads.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision import choices, kernel_search, persistence, probe, rung_choice, watchdog, witness
-from supervisor.decision.actions import Exit
-from supervisor.decision.events import Now
-from supervisor.decision.incident import Tier
-from supervisor.decision.state import Attempt, Supervision
-from supervisor.vocabulary import State
+from supervisor.decision.learning import choices
+from supervisor.decision.model import persistence, rung_choice
+from supervisor.decision.model.actions import Exit
+from supervisor.decision.model.events import Now
+from supervisor.decision.model.state import Attempt, Supervision
+from supervisor.decision.recovery import probe
+from supervisor.decision.stall import kernel_search, watchdog, witness
+from supervisor.vocabulary import State, Tier
 from worker.contract import Phase
 
 FLAT = "flat"  # a field's metadata: its record's keys sit beside the holder's

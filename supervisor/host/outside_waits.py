@@ -3,7 +3,7 @@ thread blocked in a system call on a socket (a server that answers slowly, a net
 space) or on a file of a network or FUSE file system (a FUSE backend's blip, an NFS server).
 
 A loader worker that owes the training process a batch and waits so is no deadlock, however idle the tree looks: the
-witness names it as the culprit, and the watchdog then keeps the phase's own bound (decision/witness.py). A lock
+witness names it as the culprit, and the watchdog then keeps the phase's own bound (decision/stall/witness.py). A lock
 (futex), a pipe of the tree's own, a loop that spins, a stop: none is outside.
 
 Read: ``/proc/PID/syscall`` (the call's number and arguments; "running" while on a CPU), the descriptor's link in

@@ -17,7 +17,7 @@ from typing import Callable, Collection
 
 import psutil
 
-from supervisor.decision.survivors import Survivor
+from supervisor.decision import Survivor
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1

@@ -1,7 +1,7 @@
 """Where a hung worker tree was stuck: the stacks of every process in it, taken just before it is killed.
 
-People used to spend hours per hang finding out whether it sat in a DataLoader worker or the main loop, in
-the HIP runtime, right after validation. The tree is killed within seconds of the verdict, so this is the
+Whether a hang sat in a DataLoader worker or the main loop, in the HIP runtime, right after validation, takes hours
+to find out by hand. The tree is killed within seconds of the verdict, so this is the
 only moment to look. For each process, in parallel:
 
 1. ``/proc/PID/{stat,status,wchan,stack}`` and each thread's ``stat`` and ``wchan`` first: cheap, and they
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from supervisor.decision.stack_reading import UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture
+from supervisor.decision import UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture
 
 STACKS_FILE = "stacks.json"
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.config import Config
-from supervisor.decision.ladder import Ladder, build_ladder
-from supervisor.decision.worker_kind import WorkerKind
+from supervisor.decision import Ladder, build_ladder, WorkerKind
 from worker.contract import loader_workers
 
 

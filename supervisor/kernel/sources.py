@@ -11,8 +11,8 @@ import os
 import time
 from typing import Any, Collection
 
+from supervisor import decision
 from supervisor.config import KernelLogConfig
-from supervisor.decision import core
 from supervisor.host import process_tree
 from supervisor.kernel.catalogue import KernelEvent
 from supervisor.kernel.reader import KernelLogSource
@@ -59,12 +59,12 @@ class KernelSources:
         """``spare``: the supervisor's children that are not the worker's (the standby)."""
         self.tree_pids = {p.pid for p in process_tree.tree(spare=spare)} if worker_running else set()
 
-    def message(self, event: KernelEvent, spare: Collection[int]) -> core.KernelMessage:
+    def message(self, event: KernelEvent, spare: Collection[int]) -> decision.KernelMessage:
         in_tree = None
         if event.pid is not None:  # we are the tree's subreaper: every descendant is ours
             in_tree = event.pid in self.tree_pids or event.pid in {p.pid for p in process_tree.tree(spare=spare)}
         stale = event.monotonic_us is not None and event.monotonic_us / 1e6 < self.started_mono - STALE_MARGIN
-        return core.KernelMessage(kind=KernelKind(event.kind), message=event.message, source=event.source,
+        return decision.KernelMessage(kind=KernelKind(event.kind), message=event.message, source=event.source,
                                   pattern=event.pattern, pid=event.pid, in_worker_tree=in_tree,
                                   trusted=event.from_kernel and not stale, drill=os.environ.get(KERNEL_DRILL) == "1")
 

@@ -15,8 +15,7 @@ import socket
 import time
 from pathlib import Path
 
-from supervisor.decision.actions import PublishCheckpoint, PublishLadder
-from supervisor.decision.events import JobCheckpointRead, JobLadderRead
+from supervisor.decision import PublishCheckpoint, PublishLadder, JobCheckpointRead, JobLadderRead
 from supervisor.state.paths import job_checkpoint_in, job_ladder_in
 from worker.durable_file import write_durably
 

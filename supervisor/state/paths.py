@@ -6,7 +6,7 @@
     STATE_DIR/supervisor.reserve    space kept for the last state write: on a full disk, how the run ended still lands
     STATE_DIR/incidents.jsonl       one line per incident, enriched with the process tree and output tail
     STATE_DIR/incidents/ID/         an incident's files: stacks.json, the hung tree's stacks (host/stacks.py)
-    STATE_DIR/incidents/ahead-N/    attempt N's stall's stacks, read ahead of its verdict (decision/stacks_ahead.py):
+    STATE_DIR/incidents/ahead-N/    attempt N's stall's stacks, read ahead of its verdict (decision/recovery/stacks_ahead.py):
                                     moved into the incident's directory at the verdict, removed when the stall ends
     STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
     STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from supervisor.config import ConfigError
-from supervisor.decision import persistence
+from supervisor.decision import Unreadable
 from supervisor.state import checkpoints, state_file
 from supervisor.state.paths import LOCK_FILE, StatePaths
 
@@ -160,7 +160,7 @@ class StateDir(StatePaths):
             if record is not None:
                 try:
                     restore(record)
-                except persistence.Unreadable as e:
+                except Unreadable as e:
                     raise state_file.CorruptStateFile(f"{self.state_file}: corrupt state file: "
                                                       f"{e}") from None
             return record

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from supervisor.decision.incident import Tier, one_line
-from supervisor.decision.status_view import Heartbeats, Status
-from supervisor.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State
+from supervisor.decision import Heartbeats, Status, one_line
+from supervisor.vocabulary import HANG_PHASES, PHASE_LABELS, KernelKind, Reason, State, Tier
 
 if TYPE_CHECKING:
     from supervisor.host.gpu_metrics import GpuSample

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from supervisor.config import Config, ConfigError, parse_deadline, parse_listen  # noqa: F401 (re-exported)
-from supervisor.decision.status_view import Status
+from supervisor.decision import Status
 from supervisor.host.gpu_metrics import GpuReader, GpuSample, discover_gpu_readers, sample_all
 from supervisor.state import hosts
 from supervisor.telemetry.metric_table import COUNTER, GAUGE, INFO, METRICS, UNKNOWN, Row, Scrape, WorkerTreeSample

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.config import NotifyConfig
-from supervisor.decision.notices import Notice, NoticeLimit
+from supervisor.decision import Notice, NoticeLimit
 from supervisor.host import process_tree
 
 log = logging.getLogger("yolo-train")

@@ -9,7 +9,7 @@ import logging
 from typing import Any, Callable
 
 from supervisor.config import Config
-from supervisor.decision.status_view import Status
+from supervisor.decision import Status
 from supervisor.state import hosts
 from supervisor.state.state_dir import StateDir, StateDirTaken
 from supervisor.telemetry.metrics_endpoint import MetricsEndpoint

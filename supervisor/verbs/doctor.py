@@ -310,12 +310,12 @@ def check_rocm_install(installs: list[RocmInstall], packages: list[tuple[str, st
 # docs/packaging/legacy_per_family_releases.md: "no new per-family releases will be generated"). RELEASES.md
 # documents the nightly index https://rocm.nightlies.amd.com/whl-multi-arch/ and its install line
 #   pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ "torch[device-gfx942]" "torchvision[device-gfx942]" torchaudio
-# The release index is named by TheRock PR #6137 (commit 4ec5d80, "Mark RDNA3 (gfx1100-1103) and RDNA1/2 (gfx10xx)
+# The release index is named by TheRock PR #6137 ("Mark RDNA3 (gfx1100-1103) and RDNA1/2 (gfx10xx)
 # as Release Ready"): "These architectures are published at repo.amd.com/rocm/whl-multi-arch/"; RELEASES.md itself
 # only has a TODO to mention it, so both are printed.
 MULTI_ARCH_INDEX = "https://repo.amd.com/rocm/whl-multi-arch/"
 MULTI_ARCH_NIGHTLY_INDEX = "https://rocm.nightlies.amd.com/whl-multi-arch/"
-# RELEASES.md's table "Supported Python `[device-*]` install extras" (TheRock 89553ce, 2026-08-22).
+# RELEASES.md's table "Supported Python `[device-*]` install extras".
 DEVICE_EXTRAS = {
     "gfx950", "gfx942", "gfx90a", "gfx908", "gfx906", "gfx900", "gfx1201", "gfx1200", "gfx1153", "gfx1152", "gfx1151",
     "gfx1150", "gfx1103", "gfx1102", "gfx1101", "gfx1100", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034",

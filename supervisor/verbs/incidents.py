@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor.decision.incident import where_of
+from supervisor.decision import where_of
 from supervisor.state.incidents import LATEST_TIME, load_incidents
 
 

@@ -20,7 +20,7 @@ def test_an_event_sent_while_actions_run_is_decided_after_they_all_finish(tmp_pa
             agent.handle("killed")
         story.append(f"end {action}")
 
-    monkeypatch.setattr(agent_module.core, "decide", decide)
+    monkeypatch.setattr(agent_module.decision, "decide", decide)
     monkeypatch.setattr(agent, "_execute", execute)
     monkeypatch.setattr(agent, "_write_state", lambda force, final=False: None)
     agent.handle("first")

@@ -4,7 +4,7 @@ ready standby asks for; anything that rules one out is said in a line status sho
 import json
 
 from supervisor.attempt.ready_room import cuda_index, room
-from supervisor.attempt.standby import serves
+from supervisor.attempt.standby_worker import serves
 from supervisor.vocabulary import WorkerStart
 from worker.contract import ENV_READY
 

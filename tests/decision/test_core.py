@@ -4,13 +4,15 @@ from dataclasses import replace
 
 import pytest
 
-from supervisor.decision import core, probe, watchdog
-from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
-from supervisor.decision.incident import Loss, Stacks
-from supervisor.decision.signatures import scan
-from supervisor.decision.survivors import Survivor
-from supervisor.vocabulary import KernelKind
+from supervisor.decision import core
+from supervisor.decision.model.incident import Loss, Stacks
+from supervisor.decision.model.signatures import scan
+from supervisor.decision.model.survivors import Survivor
+from supervisor.decision.recovery import probe
+from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.vocabulary import KernelKind
 from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make, verdicts
 from worker.contract import HeartbeatMessage
 

@@ -5,12 +5,14 @@ import math
 import pytest
 
 from supervisor.config import ConfigError, parse
-from supervisor.decision import checkpoint_interval, choices, core, rung_choice
-from supervisor.decision.hang_history import HangHistory, HangPoint
-from supervisor.decision.rung_choice import RungFacts
-from supervisor.decision.incident import Stacks
-from supervisor.exit_codes import EXIT_CONFIG
+from supervisor.decision import core
+from supervisor.decision.learning import choices
+from supervisor.decision.model import checkpoint_interval, rung_choice
+from supervisor.decision.model.hang_history import HangHistory, HangPoint
+from supervisor.decision.model.incident import Stacks
+from supervisor.decision.model.rung_choice import RungFacts
 from supervisor.decision.status_view import snapshot
+from supervisor.exit_codes import EXIT_CONFIG
 from tests.helpers.driver import PID, Driver, make
 
 
@@ -474,7 +476,7 @@ def test_the_ladder_climbs_where_the_witness_points():
 
 
 def test_a_device_wait_in_validation_climbs_to_val_false_past_the_loader_rungs():
-    from supervisor.decision import hang_evidence
+    from supervisor.decision.learning import hang_evidence
     night = Night({0: 2.0}, ladder={"prior_between_hangs": "off"})
     night.train(6)
     night.d.beat("val", kind="phase", pid=night.pid)

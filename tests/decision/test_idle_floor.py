@@ -4,8 +4,9 @@
 from pathlib import Path
 
 from supervisor.config import parse
-from supervisor.decision import core, watchdog
-from supervisor.decision.ladder import build_ladder
+from supervisor.decision import core
+from supervisor.decision.model.ladder import build_ladder
+from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import PID, Driver, healthy, kinds, make, verdicts
 

@@ -1,4 +1,4 @@
-"""Recovery in place (supervisor/decision/in_place.py, worker/loader_recovery.py): a hung DataLoader worker is
+"""Recovery in place (supervisor/decision/recovery/in_place.py, worker/loader_recovery.py): a hung DataLoader worker is
 replaced without restarting training, and nothing is lost; whatever else happens escalates to the restart."""
 
 from collections import Counter
@@ -14,9 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.decision import choices, core, in_place, recovery, restart, status_view
-from supervisor.decision.incident import Tier
-from supervisor.decision.tier import Escalate
+from supervisor.decision import core, recovery, status_view
+from supervisor.decision.learning import choices
+from supervisor.decision.model.incident import Tier
+from supervisor.decision.recovery import in_place, restart
+from supervisor.decision.recovery.tier import Escalate
 from supervisor.telemetry import metric_table
 from tests.helpers import ROOT
 from tests.helpers.driver import COMMAND, PID, STACKS, Driver, kinds, loading, make
@@ -363,15 +365,15 @@ def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_wor
 
 
 def _process(pid, ppid, state, frames=(), role=""):
-    from supervisor.decision.stack_reading import Frame, ProcessStacks, ThreadStack
+    from supervisor.decision.stall.stack_reading import Frame, ProcessStacks, ThreadStack
 
     thread = ThreadStack(pid, None, state, "", None, [Frame(f, Path(p).name, 1, p, False) for f, p in frames])
     return ProcessStacks(pid, role=role, state=state, threads=[thread], ppid=ppid)
 
 
 def test_the_stacks_say_whether_the_in_place_tier_applies():
-    from supervisor.decision.loader_judgement import judge
-    from supervisor.decision.stack_reading import TreeCapture
+    from supervisor.decision.stall.loader_judgement import judge
+    from supervisor.decision.stall.stack_reading import TreeCapture
 
     waiting = [("get", "/usr/lib/python3.11/multiprocessing/queues.py"),
                ("_try_get_data", "/venv/torch/utils/data/dataloader.py"),
@@ -409,7 +411,7 @@ def test_the_stacks_say_whether_the_in_place_tier_applies():
 
 
 def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
-    from supervisor.decision.rung_choice import RungFacts, expected_goodput
+    from supervisor.decision.model.rung_choice import RungFacts, expected_goodput
 
     restarted = RungFacts(speed=10.0, seconds=600.0, hangs=2)
     in_place = RungFacts(speed=10.0, seconds=600.0, hangs=0, in_place_seconds=2 * 12.0)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from supervisor.config import parse
 from supervisor.decision import core
-from supervisor.decision.ladder import build_ladder
+from supervisor.decision.model.ladder import build_ladder
 from worker.contract import HeartbeatMessage, MessageKind, Phase
 
 

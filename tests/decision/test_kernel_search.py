@@ -1,4 +1,4 @@
-"""MIOpen's kernel search is news of the startup step it runs in (decision/kernel_search.py), in the pure core with a
+"""MIOpen's kernel search is news of the startup step it runs in (decision/stall/kernel_search.py), in the pure core with a
 chosen clock: a search that prints keeps its step alive past ``startup_timeout``; one that goes silent for the step's
 bound is a hang whose incident names the search; status says "first_step: MIOpen search, N runs left"; the step's
 stretch is kept whole, so an attempt that finds the results cached is not bounded by the gaps between its lines."""
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.attempt import search_lines
-from supervisor.decision import core, watchdog
+from supervisor.decision import core
+from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from supervisor.verbs.status import render
 from tests.decision.test_startup_steps import STEPS_OF_A_START, start, step

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor.config import parse
-from supervisor.decision.ladder import ROCM_ENV_RUNGS, build_ladder, default_ladder
+from supervisor.decision.model.ladder import ROCM_ENV_RUNGS, build_ladder, default_ladder
 from supervisor.host.torch_build import cuda_version_in, detect, hip_version_in, ladder_for, nvidia_gpu_present
 from worker.contract import ULTRALYTICS_DEFAULT_WORKERS, loader_workers, split_rung
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import NotifyConfig, parse
-from supervisor.decision import core, in_place
+from supervisor.decision import core
+from supervisor.decision.model.survivors import Survivor
 from supervisor.decision.notices import BURST, WINDOW, Notice, NoticeKind, NoticeLimit, derive
-from supervisor.decision.survivors import Survivor
+from supervisor.decision.recovery import in_place
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_REBOOT_NEEDED
 from supervisor.telemetry.notify_command import NotifyCommand
 from tests.helpers.driver import PID, Driver, healthy, make

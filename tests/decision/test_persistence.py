@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.decision import core, persistence, probe
-from supervisor.decision.hang_history import HangHistory
-from supervisor.decision.incident import Incident, Tier
-from supervisor.decision.rung_record import RungRecord
-from supervisor.decision.state import CheckpointMark, Supervision
-from supervisor.vocabulary import KernelKind, Reason, State
+from supervisor.decision import core
+from supervisor.decision.model import persistence
+from supervisor.decision.model.hang_history import HangHistory
+from supervisor.decision.model.incident import Incident, Tier
+from supervisor.decision.model.rung_record import RungRecord
+from supervisor.decision.model.state import CheckpointMark, Supervision
+from supervisor.decision.recovery import probe
 from supervisor.decision.status_view import snapshot
+from supervisor.vocabulary import KernelKind, Reason, State
 from tests.helpers.driver import Driver, make
 
 # Values unlike the defaults, for the kept types whose reading back is their own (a restarted supervisor starts over

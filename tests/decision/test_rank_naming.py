@@ -1,5 +1,5 @@
 """The ranks named (issue 39): under DDP each rank's witness says where it waits; the status and the incident say
-which rank the others wait for and where each one waited (supervisor/decision/witness.py's ``hung_rank``,
+which rank the others wait for and where each one waited (supervisor/decision/stall/witness.py's ``hung_rank``,
 ``by_rank``, ``ranks_phrase``). On a chosen clock: ``loading`` trains at 0.5 s a batch until LAST_BATCH."""
 
 from supervisor.decision import core, status_view
@@ -60,9 +60,9 @@ def test_one_process_has_no_ranks_in_its_status_nor_its_incident():
 
 
 def test_a_rank_asleep_is_the_hung_one_beside_a_rank_in_backwards_all_reduce_and_of_two_device_waits_the_older():
-    from supervisor.decision import witness
-    from supervisor.decision.state import RankView
-    from supervisor.decision.witness import WaitSeen
+    from supervisor.decision.stall import witness
+    from supervisor.decision.model.state import RankView
+    from supervisor.decision.stall.witness import WaitSeen
     from worker.contract import WaitKind, WaitReport
 
     def seen(rank: int, kind: WaitKind) -> WaitSeen:

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from supervisor.config import parse
-from supervisor.decision.restart_budget import backoff_delay
+from supervisor.decision.model.state import backoff_delay
 
 
 def test_the_backoff_doubles_up_to_its_cap_and_stays_there_after_any_number_of_crashes():

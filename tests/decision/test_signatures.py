@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from supervisor.decision.signatures import scan
+from supervisor.decision.model.signatures import scan
 from tests.helpers import ROOT
 from tests.helpers.supervised import quiet_config, read_incidents, read_state, worker_launcher, yolo_train
 

@@ -1,12 +1,13 @@
-"""A hung tree's stacks read ahead of the verdict (decision/stacks_ahead.py), in the pure core on a chosen clock: asked
+"""A hung tree's stacks read ahead of the verdict (decision/recovery/stacks_ahead.py), in the pure core on a chosen clock: asked
 once a stall has lasted its bound less a lead, once per stall; kept only while that stall goes on; taken by the
 verdict's incident, so the shell's kill reads none; not asked where [incidents] stacks is off or the in-place tier
 would take the hang; asked again where the stall's bound grows or news starts a new one."""
 
 import pytest
 
-from supervisor.decision import core, watchdog
-from supervisor.decision.incident import Stacks
+from supervisor.decision import core
+from supervisor.decision.model.incident import Stacks
+from supervisor.decision.stall import watchdog
 from tests.helpers.driver import PID, Driver, healthy, kinds, loading, make, verdicts
 
 READ = Stacks("main (pid 4242) in cudaStreamSynchronize", ("main (pid 4242) cudaStreamSynchronize",), None, 1.1,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import copy
 
-from supervisor.decision import core, watchdog
+from supervisor.decision import core
+from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import PID, Driver, kinds, make, verdicts
 from worker.contract import StartupStep

@@ -2,8 +2,9 @@
 system's wait (a FUSE request its daemon holds, NFS, RPC) is waited for within survivor_timeout and the run goes on
 once they are gone; only a driver's wait means a reboot (exit 3); a run without a GPU is never told of one."""
 
-from supervisor.decision import core, watchdog
-from supervisor.decision.survivors import KernelWait, Survivor
+from supervisor.decision import core
+from supervisor.decision.model.survivors import KernelWait, Survivor
+from supervisor.decision.stall import watchdog
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from tests.helpers.driver import PID, Driver, healthy, kinds
 

@@ -1,11 +1,13 @@
 """The witness judged first, on a chosen clock: where the training process says it waits decides the stall's bound
-and the tier, before the tree's activity and the stacks (supervisor/decision/witness.py). ``loading`` trains at 0.5 s
+and the tier, before the tree's activity and the stacks (supervisor/decision/stall/witness.py). ``loading`` trains at 0.5 s
 a batch: its bound is 10 s over auto_floor, 5 s over idle_floor."""
 
 import pytest
 
-from supervisor.decision import core, in_place, watchdog
-from supervisor.decision.incident import Stacks, Tier
+from supervisor.decision import core
+from supervisor.decision.model.incident import Stacks, Tier
+from supervisor.decision.recovery import in_place
+from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import PID, Driver, kinds, loading, make, verdicts
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.decision.incident import one_line
+from supervisor.decision.model.incident import one_line
 from supervisor.state.incidents import load_incidents
 from supervisor.verbs.incidents import group_by_where, render
 from tests.helpers import ROOT

@@ -299,7 +299,7 @@ def test_the_collective_timeout_variable_is_the_one_the_ranks_read():
 def test_a_host_among_several_reports_progress_through_its_local_rank_0():
     """Global rank 0 trains on one host only: the other's supervisor reads its own first rank's batches."""
     from supervisor.decision import core
-    from supervisor.decision.ladder import build_ladder
+    from supervisor.decision.model.ladder import build_ladder
     from supervisor.decision.status_view import snapshot
     from worker.contract import HeartbeatMessage, MessageKind, Phase
 
@@ -319,7 +319,7 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
 
 def several_hosts(node_rank: int):
     from supervisor.decision import core
-    from supervisor.decision.ladder import build_ladder
+    from supervisor.decision.model.ladder import build_ladder
 
     s = core.Supervision(parse(distributed(node_rank=node_rank), "host.toml"), build_ladder(None, 2))
     core.decide(s, core.Boot(), core.Now(mono=0.0, wall=1000.0))

@@ -1,4 +1,4 @@
-"""A hang's stacks read ahead of its verdict in a real supervised run (decision/stacks_ahead.py): a plain loop that
+"""A hang's stacks read ahead of its verdict in a real supervised run (decision/recovery/stacks_ahead.py): a plain loop that
 blocks on a lock is found at its phase's bound, its stacks were read before the verdict, and the restart's kill read
 none again: its incident's stacks.json, moved into the incident's directory, was written before the verdict."""
 

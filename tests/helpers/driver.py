@@ -5,8 +5,8 @@ from pathlib import Path
 
 from supervisor.config import parse
 from supervisor.decision import core
-from supervisor.decision.incident import Stacks
-from supervisor.decision.ladder import build_ladder
+from supervisor.decision.model.incident import Stacks
+from supervisor.decision.model.ladder import build_ladder
 from worker.contract import HeartbeatMessage
 
 PID = 4242
@@ -58,7 +58,7 @@ def kinds(actions):
 
 
 def verdicts(actions):
-    """A tick's actions but the stacks read ahead of a verdict (decision/stacks_ahead.py): [] where none is due."""
+    """A tick's actions but the stacks read ahead of a verdict (decision/recovery/stacks_ahead.py): [] where none is due."""
     return [a for a in actions if not isinstance(a, core.ReadStacksAhead)]
 
 

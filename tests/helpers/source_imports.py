@@ -28,6 +28,7 @@ def imports(path: Path) -> list[tuple[str, bool]]:
             found += [(a.name, id(node) in in_function) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             package = ROOT.joinpath(*node.module.split("."))
-            found += [(f"{node.module}.{a.name}" if (package / f"{a.name}.py").is_file() else node.module,
+            found += [(f"{node.module}.{a.name}" if (package / f"{a.name}.py").is_file()
+                       or (package / a.name / "__init__.py").is_file() else node.module,
                        id(node) in in_function) for a in node.names]
     return found

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.decision.stack_reading import ProcessStacks, TreeCapture, as_incident_stacks
+from supervisor.decision.stall.stack_reading import ProcessStacks, TreeCapture, as_incident_stacks
 from supervisor.host.stacks import _merge_dump
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "stacks" / "rocr_native_waits.json"

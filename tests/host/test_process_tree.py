@@ -95,7 +95,7 @@ def test_a_process_held_by_a_fuse_request_survives_sigkill_named_by_its_wait_and
 
     import pytest
 
-    from supervisor.decision.survivors import KernelWait
+    from supervisor.decision.model.survivors import KernelWait
     from tests.helpers.fuse_hold import FuseHold
 
     if not FuseHold.available():

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.decision.stack_reading import ProcessStacks, as_incident_stacks
+from supervisor.decision.stall.stack_reading import ProcessStacks, as_incident_stacks
 from supervisor.host.stacks import STACKS_FILE, _capture_process, capture_tree, find_py_spy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,12 +24,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from dashboards.queries import GPU_METRIC_NAMES, METRIC_NAMES
 from supervisor.config import Config, ConfigError, parse
 from supervisor.decision import core
-from supervisor.decision.ladder import build_ladder
-from supervisor.telemetry.metric_table import METRICS
+from supervisor.decision.model.ladder import build_ladder
+from supervisor.decision.stall.stack_reading import as_incident_stacks
 from supervisor.decision.status_view import Status, snapshot
 from supervisor.host.gpu_metrics import AmdgpuSysfsReader
-from supervisor.decision.stack_reading import as_incident_stacks
 from supervisor.host.stacks import capture_tree
+from supervisor.telemetry.metric_table import METRICS
 from supervisor.telemetry.metrics import (
     CachedGpuSamples,
     TrainingCollector,

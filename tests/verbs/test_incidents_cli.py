@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.decision.incident import Incident, Kill, Loss
-from supervisor.vocabulary import Reason
-from supervisor.decision.incident import one_line
+from supervisor.decision.model.incident import Incident, Kill, Loss
+from supervisor.decision.model.incident import one_line
+from supervisor.host.stacks import capture_tree, find_py_spy
 from supervisor.state.incidents import load_incidents
 from supervisor.state.paths import StatePaths
 from supervisor.verbs.incidents import group_by_where
-from supervisor.host.stacks import capture_tree, find_py_spy
+from supervisor.vocabulary import Reason
 
 ROOT = Path(__file__).resolve().parents[2]
 NIGHT = 1_700_000_000.0  # a fixed night: times in the output are checked against it

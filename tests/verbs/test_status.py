@@ -104,7 +104,7 @@ NESTED_KEYS = {
 
 def test_the_status_json_names_are_todays_and_read_back_into_the_same_record():
     from supervisor.decision import core
-    from supervisor.decision.actions import Exit
+    from supervisor.decision.model.actions import Exit
     from supervisor.decision.status_view import (CheckpointView, LadderView, RankStatus, RungView, Status, StepProgress,
                                                 Supervisor, snapshot)
     from tests.helpers.driver import healthy

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision.incident import Incident
+from supervisor.decision.model.incident import Incident
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision.events import Now, SearchNews
-from supervisor.decision.state import Attempt, SearchSeen, Supervision
+from supervisor.decision.model.events import Now, SearchNews
+from supervisor.decision.model.state import Attempt, SearchSeen, Supervision
 from supervisor.vocabulary import State
 
 

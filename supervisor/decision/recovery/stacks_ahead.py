@@ -2,7 +2,7 @@
 
 The stacks are the incident's record (py-spy's native frames name a runtime's busy wait), not the verdict's
 evidence where the witness spoke; read between the verdict and the kill, they delayed every restart by their capture
-(``dump --native`` of a CUDA training process: 1.1-1.5 s on an H100, loading libtorch_cuda's symbols). So the
+(``dump --native`` of a CUDA training process loads libtorch_cuda's symbols, which takes seconds). So the
 watchdog asks for them once the stall has lasted its bound less a lead (``watchdog.stacks_ahead_at``)::
 
     stall at bound - lead --ReadStacksAhead--> the shell reads the tree, left running, as a kill would
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from supervisor.decision import watchdog, witness
-from supervisor.decision.actions import DropStacksAhead, Log, ReadStacksAhead
-from supervisor.decision.events import Now, StacksReadAhead
-from supervisor.decision.incident import Stacks
-from supervisor.decision.state import StacksAhead, Supervision
+from supervisor.decision.model.actions import DropStacksAhead, Log, ReadStacksAhead
+from supervisor.decision.model.events import Now, StacksReadAhead
+from supervisor.decision.model.incident import Stacks
+from supervisor.decision.model.state import StacksAhead, Supervision
+from supervisor.decision.stall import watchdog, witness
 from supervisor.vocabulary import State
 
 
@@ -50,7 +50,7 @@ def read(s: Supervision, event: StacksReadAhead, now: Now) -> list[Any]:
 
 def taken(s: Supervision, now: Now) -> Stacks | None:
     """At a hang's verdict: the stacks read ahead of it in this stall, for its incident, with how long before it they
-    were read (``Stacks.ahead``); None: none (the kill reads them, as before). The attempt no longer keeps them."""
+    were read (``Stacks.ahead``); None: none (the kill reads them). The attempt keeps them no more."""
     a, stall = s.current, _stall(s)
     ahead, a.stacks_ahead = a.stacks_ahead, None
     if ahead is None or ahead.stacks is None or stall is None or ahead.since != stall.since:

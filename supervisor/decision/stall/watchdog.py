@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
+from typing import Callable, Iterable
 
 from supervisor.config import AUTO, WatchdogConfig
-from supervisor.decision import in_place, witness
-from supervisor.decision.state import Supervision
+from supervisor.decision.model.state import Supervision
+from supervisor.decision.stall import witness
 from supervisor.vocabulary import STARTUP_PHASE, State
-from worker.contract import Phase, StartupStep, WaitKind, split_rung
+from worker.contract import Phase, StartupStep, split_rung
 
 
 class DeadlineKind(Enum):
@@ -119,16 +119,12 @@ def deadline(s: Supervision) -> Deadline:
         return Deadline(bound[0], DeadlineKind.RECOVERY, f"{a.recovery.tier.name.label} bound")
     stall = current_stall(s)
     if stall is not None:
-        due = stall.deadline
-        seen, culprit = witness.telling(a.waits, a.loaders)
-        phase = stall_phase(s)
-        held = witness.held_at(seen, culprit, s.state, phase) is not None
-        idle_since = witness.idle_since(seen and seen.report, stall.since, a.idle_since, s.state, culprit,
-                                        a.waits_outside, held, phase)
+        due, word, phase = stall.deadline, stall.word, stall_phase(s)
+        seen, culprit, held, idle_since = word.seen, word.culprit, word.held is not None, word.idle_since
         if stall.idle_bound is not None and idle_since is not None:
             at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
             why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
-            if seen is not None and seen.report.kind == WaitKind.DEVICE and culprit is None \
+            if seen is not None and witness.WAITS[seen.report.kind].rhythm and culprit is None \
                     and phase in witness.RHYTHM_PHASES:
                 at = min(at, stall.since + device_wait_bound(s, phase))  # its own rhythm
             elif held:
@@ -148,6 +144,11 @@ def deadline(s: Supervision) -> Deadline:
     return due
 
 
+# A recovery tier that reads a stall's stacks itself (or needs none) adds its ``takes`` here when it is imported
+# (recovery/in_place.py): the judge stands below the tiers, and asks them through this list, not by name.
+OWN_STACKS: list[Callable[[Supervision, str], bool]] = []
+
+
 def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None:
     """When the stacks of the current stall are read ahead of its verdict (stacks_ahead.py): once it has lasted its
     bound less a lead, the capture's budget (``[incidents] stacks_budget``) at most half the bound (an idle floor of
@@ -162,7 +163,7 @@ def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None
     stall, due = current_stall(s), due or deadline(s)
     if stall is None or due.at is None or due.kind not in (DeadlineKind.PHASE, DeadlineKind.STARTUP):
         return None
-    if in_place.takes(s, STARTUP_PHASE if s.state == State.STARTING else a.progress.phase):
+    if any(takes(s, STARTUP_PHASE if s.state == State.STARTING else a.progress.phase) for takes in OWN_STACKS):
         return None
     at = due.at - min(s.config.incidents.stacks_budget, (due.at - stall.since) / 2)
     read = a.stacks_ahead
@@ -219,6 +220,7 @@ class Stall:
     # Several hosts: the idle bound a stall would get with a rank of this host stopped, where none is as far as the
     # core knows; the tree is read for it (``tree_reading_from``). None: none to get.
     frozen_bound: float | None = None
+    word: witness.Word = witness.Word(None, None, None, None)  # the witness's word on it, read once
 
 
 def current_stall(s: Supervision) -> Stall | None:
@@ -238,14 +240,15 @@ def current_stall(s: Supervision) -> Stall | None:
         kind = DeadlineKind.PHASE
     else:
         return None
+    word = witness.word_on(a, since, s.state, stall_phase(s))
     if t is None:
-        return Stall(since, Deadline(None, kind, label), None)
+        return Stall(since, Deadline(None, kind, label), None, word=word)
     shorter = idle is not None and idle < t and w.idle_floor is not None
     if shorter and s.config.distributed.several_hosts and not rank_stopped(s):
         # A rank waiting for another host is idle: with several hosts the idle floor is only for a stall of this
         # host's own making, a rank of it stopped (SIGSTOP to the tree, a debugger), which waits for nobody.
-        return Stall(since, Deadline(since + t, kind, label), None, idle)
-    return Stall(since, Deadline(since + t, kind, label), idle if shorter else None)
+        return Stall(since, Deadline(since + t, kind, label), None, idle, word)
+    return Stall(since, Deadline(since + t, kind, label), idle if shorter else None, word=word)
 
 
 def rank_stopped(s: Supervision) -> bool:
@@ -267,15 +270,14 @@ def tree_reading_from(s: Supervision) -> float | None:
     if stall.frozen_bound is not None:  # several hosts: read whether a rank of this host is stopped
         return stall.since + max(IDLE_READING_AFTER, stall.frozen_bound - s.config.watchdog.idle_floor)
     if stall.idle_bound is None:  # a loader start's bound for a named worker: read whether it waits on the world
-        culprit = witness.telling(s.current.waits, s.current.loaders)[1]
-        return None if culprit is None else stall.since + IDLE_READING_AFTER
+        return None if stall.word.culprit is None else stall.since + IDLE_READING_AFTER
     return stall.since + max(IDLE_READING_AFTER, stall.idle_bound - s.config.watchdog.idle_floor)
 
 
 def step_key(s: Supervision, step: StartupStep) -> str:
     """Where this run keeps what it has seen of ``step`` at the current rung. The first batch of spawned loader
-    workers (each a fresh interpreter importing torch and Ultralytics: 28 s for 8 on the H100, against 0.9 s
-    forked) is kept apart: a hang's climb to such a rung must not meet the bound of forked workers."""
+    workers (each a fresh interpreter importing torch and Ultralytics, far slower than forked ones) is kept
+    apart: a hang's climb to such a rung must not meet the bound of forked workers."""
     spawned = split_rung(s.ladder.settings(s.rung)).options.start_method == "spawn"
     return f"{step.value} spawn" if step == StartupStep.FIRST_BATCH and spawned else step.value
 

@@ -10,7 +10,7 @@ witness.py): the ladder climbs where the evidence points (issue 38). Pure.
 - the training process's own lock, or I/O outside its processes: no rung changes it, and it counts against no rung's
   record;
 - a sleep (the wait the code chose says nothing of what it waits for: the faults that stand for the seeds' hangs in
-  the training loop sleep), a collective, or no word at all: any rung, as before.
+  the training loop sleep), a collective, or no word at all: any rung, as without a witness.
 
 A hang whose rungs the ladder lacks above the current one leaves the run where it is; one that no rung of the
 ladder can change counts against none (its hang is not added to the rung's record).
@@ -21,12 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from supervisor.decision import witness
-from supervisor.decision.state import Supervision
-from worker.contract import Phase, WaitKind
+from supervisor.decision.model.state import Supervision
+from supervisor.decision.stall import witness
+from worker.contract import Phase
 
-LOADER_KEYS = frozenset({"workers", "persistent_workers", "loader", "threads", "start_method"})
-RUNTIME_KEYS = frozenset({"env", "start_method"})
+LOADER_KEYS, RUNTIME_KEYS = witness.LOADER_KEYS, witness.RUNTIME_KEYS  # the loader's settings, the runtime's
 
 
 @dataclass(frozen=True)
@@ -45,19 +44,11 @@ def of(s: Supervision) -> Evidence:
     seen, _ = witness.telling(a.waits, a.loaders)
     if seen is None:
         return Evidence(None, "")
-    kind, said = seen.report.kind, witness.describe(seen)
-    val = frozenset({"val"}) if a.progress.phase == Phase.VAL.value else frozenset()
-    if kind == WaitKind.LOADER:
-        return Evidence(LOADER_KEYS | val, f"the training process {said}: the loader's rungs")
-    if kind == WaitKind.DEVICE:
-        return Evidence(RUNTIME_KEYS | val, f"the training process {said}: the rungs that change the device's "
-                                            f"runtime")
-    if kind == WaitKind.ELSEWHERE:
-        return Evidence(frozenset({"env"}) | val, f"the training process {said}: only an environment rung (a "
-                                                  f"native busy wait looks so)")
-    if kind in (WaitKind.LOCK, WaitKind.IO):
-        return Evidence(frozenset(), f"the training process {said}: no rung changes it")
-    return Evidence(None, "")
+    wait = witness.WAITS[seen.report.kind]  # the rungs its kind weighs
+    if wait.weighs is None:
+        return Evidence(None, "")
+    val = frozenset({"val"}) if wait.weighs and a.progress.phase == Phase.VAL.value else frozenset()
+    return Evidence(wait.weighs | val, f"the training process {witness.describe(seen)}: {wait.weighs_why}")
 
 
 def eligible(s: Supervision, evidence: Evidence) -> Callable[[int], bool]:

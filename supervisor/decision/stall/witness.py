@@ -26,25 +26,54 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
+from supervisor.decision.model.state import Attempt, WaitSeen
 from supervisor.vocabulary import State
 from worker.contract import Phase, WaitKind, WaitReport
 
-OUTSIDE = frozenset({WaitKind.IO, WaitKind.SLEEP})  # waits on the world, or chosen: never an idle tree's bound
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What one kind of wait means to the supervisor: a row of ``WAITS``."""
+    words: str  # how a report of it is told ("waits {words} (function) at where"; a loader's names its worker)
+    telling: int  # its order among the senders' words: the lowest tells the stall best
+    hung: int | None  # its order as a rank's evidence of being the hung one (``SAYS_NOTHING`` between); None: a rank
+    # so waiting waits for its peers, and is never the hung one
+    outside: bool = False  # a wait on the world, or chosen: never an idle tree's bound, whatever the tree does
+    rhythm: bool = False  # in a phase with a batch rhythm, bounded by the waits of its kind seen to end there
+    # (``Supervision.device_waits_seen``), whatever the tree does
+    weighs: frozenset[str] | None = None  # the rung settings that can change a hang it tells (None: any rung)
+    weighs_why: str = ""  # what that says, for the log line of the rung a hang moves to
+    names_loader: bool = False  # it blames a loader worker: the in-place tier's, and the stacks agree where they do
+
+
+LOADER_KEYS = frozenset({"workers", "persistent_workers", "loader", "threads", "start_method"})
+RUNTIME_KEYS = frozenset({"env", "start_method"})
+SAYS_NOTHING = 2  # a rank that says nothing while another spoke: stopped, or in native code that holds the GIL
+
+# Every wait kind the witness reports, and what it means here. A new kind is its row here and the worker's rule that
+# reports it (worker/witness.py). A batch owed by a known loader worker names the culprit; a device wait the next; a
+# rank in a collective or on a lock is most often waiting for another rank.
+WAITS: dict[WaitKind, Wait] = {
+    WaitKind.LOADER: Wait("for a batch from a loader worker", 0, 0, weighs=LOADER_KEYS,
+                          weighs_why="the loader's rungs", names_loader=True),
+    WaitKind.DEVICE: Wait("for the device", 1, 1, rhythm=True, weighs=RUNTIME_KEYS,
+                          weighs_why="the rungs that change the device's runtime"),
+    WaitKind.ELSEWHERE: Wait("in no known wait", 2, 3, weighs=frozenset({"env"}),
+                             weighs_why="only an environment rung (a native busy wait looks so)"),
+    WaitKind.LOCK: Wait("on a lock", 3, 4, weighs=frozenset(), weighs_why="no rung changes it"),
+    WaitKind.COLLECTIVE: Wait("in a collective", 4, None),
+    WaitKind.IO: Wait("on I/O outside its processes", 5, 5, outside=True, weighs=frozenset(),
+                      weighs_why="no rung changes it"),
+    WaitKind.SLEEP: Wait("in a sleep", 6, 6, outside=True),
+}
+OUTSIDE = frozenset(k for k, w in WAITS.items() if w.outside)
 # The phases with a batch rhythm, where a device wait or one place is bounded by its own (watchdog.device_wait_bound):
 # never an epoch's end (validation's set-up and its imports, the save), whose stretch is one of its kind
 RHYTHM_PHASES = (Phase.TRAIN.value, Phase.VAL.value)
 IMPORTING = "<frozen importlib."  # the innermost frame of an import under way: work, at no place of its own
 
 
-@dataclass(frozen=True)
-class WaitSeen:
-    """A report as the supervisor received it: from which rank (None outside DDP), and when (monotonic)."""
-    report: WaitReport
-    at: float
-    rank: int | None = None
-    # where every word of this sender in this stall put its main thread, each ``ELSEWHERE`` ("file:function", the
-    # line left out: a spin loop of a few lines moves between them); None: a word of another kind or place
-    place: str | None = None
 
 
 def heard(before: WaitSeen | None, report: WaitReport, at: float, rank: int | None = None) -> WaitSeen:
@@ -82,10 +111,6 @@ def still_said(waits: dict[int | None, WaitSeen], ranks: dict[int, Rank], progre
     return {r: seen for r, seen in waits.items() if sender(seen) not in stopped}
 
 
-# The order in which the ranks' words tell a stall: a batch owed by a known loader worker names the culprit; a
-# device wait the next; a rank in a collective or on a lock is most often waiting for another rank.
-TELLING = (WaitKind.LOADER, WaitKind.DEVICE, WaitKind.ELSEWHERE, WaitKind.LOCK, WaitKind.COLLECTIVE, WaitKind.IO,
-           WaitKind.SLEEP)
 
 
 def telling(waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | None, str]]
@@ -95,7 +120,7 @@ def telling(waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | No
     best, culprit = None, None
     for seen in waits.values():
         named = loader_culprit(seen.report, loaders)
-        rank = (0, 0) if named is not None else (1, TELLING.index(seen.report.kind))
+        rank = (0, 0) if named is not None else (1, WAITS[seen.report.kind].telling)
         if best is None or rank < best[0]:
             best, culprit = (rank, seen), named
     return (best[1] if best else None), culprit
@@ -103,29 +128,43 @@ def telling(waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | No
 
 def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | None, str]]) -> int | None:
     """The loader worker process the main thread waits for, where this attempt reported it; None otherwise."""
-    if report is None or report.kind != WaitKind.LOADER or report.worker_pid not in loaders:
+    if report is None or not WAITS[report.kind].names_loader or report.worker_pid not in loaders:
         return None
     return report.worker_pid
 
 
-def idle_since(report: WaitReport | None, stall_since: float, tree_idle_since: float | None, state: State,
-               culprit: int | None, outside: frozenset[int], held: bool, phase: str) -> float | None:
-    """From when the stall counts as an idle tree's for the idle floor (None: never in this stall). ``outside``: the
-    tree's processes seen waiting on a socket or a remote file (a culprit among them waits on the world); ``held``:
-    the main thread held at one place for the whole stall (``held_at``); ``phase``: the stall's (a device wait counts
-    so in ``RHYTHM_PHASES`` only)."""
+@dataclass(frozen=True)
+class Word:
+    """The witness's word on the stall under way, read once for it: the word that tells it best (None: none said),
+    the loader worker that word names (None: none), the place it held the main thread at for the whole stall (None:
+    not one place), and from when the stall counts as an idle tree's for the idle floor (None: never in this stall)."""
+    seen: WaitSeen | None
+    culprit: int | None
+    held: str | None
+    idle_since: float | None
+
+
+def word_on(a: Attempt, stall_since: float, state: State, phase: str) -> Word:
+    """The witness's word on attempt ``a``'s stall since ``stall_since``, in ``phase`` (the stall's: a device wait
+    counts as an idle tree's in ``RHYTHM_PHASES`` only). A culprit among the tree's processes seen waiting on a socket
+    or a remote file (``Attempt.waits_outside``) waits on the world."""
+    seen, culprit = telling(a.waits, a.loaders)
+    held = held_at(seen, culprit, state, phase)
+    report = seen.report if seen is not None else None
     if report is None:
-        return tree_idle_since
-    if report.kind in OUTSIDE or culprit is not None and culprit in outside:
-        return None
-    device = report.kind == WaitKind.DEVICE and state == State.HEALTHY and phase in RHYTHM_PHASES
-    if culprit is not None or device or held:
-        return stall_since
-    return tree_idle_since
+        idle = a.idle_since
+    elif report.kind in OUTSIDE or culprit is not None and culprit in a.waits_outside:
+        idle = None
+    elif culprit is not None or held is not None or WAITS[report.kind].rhythm and state == State.HEALTHY \
+            and phase in RHYTHM_PHASES:
+        idle = stall_since
+    else:
+        idle = a.idle_since
+    return Word(seen, culprit, held, idle)
 
 
 class Rank(Protocol):
-    """What the ranks' naming reads of a rank (decision/state.py's RankView)."""
+    """What the ranks' naming reads of a rank (decision/model/state.py's RankView)."""
     pid: int
     last_progress_at: float | None
 
@@ -170,8 +209,6 @@ def all_stopped(ranks: dict[int, Rank], stopped: frozenset[int]) -> bool:
 FROZEN = "every rank's process is stopped (the whole tree frozen)"
 
 
-# The order in which a rank's word makes it the hung one: a rank in a collective waits for its peers and is never it.
-HUNG_ORDER = ("loader", WaitKind.DEVICE, None, WaitKind.ELSEWHERE, WaitKind.LOCK, WaitKind.IO, WaitKind.SLEEP)
 
 
 def hung_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
@@ -194,13 +231,9 @@ def hung_rank(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
     for r in ranks:
         seen = said.get(r)
         if seen is None:
-            order = HUNG_ORDER.index(None) if said or ranks[r].pid in stopped else None
-        elif seen.report.kind == WaitKind.COLLECTIVE:
-            order = None
-        elif loader_culprit(seen.report, loaders) is not None:
-            order = 0
+            order = SAYS_NOTHING if said or ranks[r].pid in stopped else None
         else:
-            order = HUNG_ORDER.index(seen.report.kind)
+            order = WAITS[seen.report.kind].hung
         if order is not None:
             candidates.append((order, oldest(r), r))
     if candidates:
@@ -227,7 +260,7 @@ def ranks_phrase(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
         if seen is None:
             parts.append(f"rank {r} (pid {ranks[r].pid}) says nothing: stopped, or in native code that holds the GIL")
             continue
-        waiting_for = f" for rank {hung}" if r != hung and seen.report.kind == WaitKind.COLLECTIVE else ""
+        waiting_for = f" for rank {hung}" if r != hung and WAITS[seen.report.kind].hung is None else ""
         parts.append(describe(seen) + waiting_for)
     return "; ".join(parts)
 
@@ -243,6 +276,18 @@ def rank_fields(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen], loade
     return {"hung_rank": hung_rank(ranks, waits, loaders, stopped),
             "ranks": tuple(asdict(w) for w in by_rank(ranks, waits, stopped)),
             "witness": ranks_phrase(ranks, waits, loaders, stopped)}
+
+
+def incident_fields(waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | None, str]],
+                    ranks: dict[int, Rank], stopped: frozenset[int] = frozenset()) -> dict:
+    """A hang's incident's words of the witness, for every tier alike: ``witness`` (where the training process said
+    it waited) and, under DDP, ``hung_rank``, ``ranks`` and the ranks named as ``witness``; {}: nothing said."""
+    said = telling(waits, loaders)[0]
+    fields = {} if said is None else {"witness": describe(said)}
+    named = rank_fields(ranks, waits, loaders, stopped)
+    if named:  # under DDP: which rank hung, and where each one waited (or that it is stopped)
+        fields.update(named, witness=named["witness"] or fields.get("witness"))
+    return fields
 
 
 START_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch
@@ -266,12 +311,9 @@ def describe(seen: WaitSeen) -> str:
 
 
 def _waits(report: WaitReport) -> str:
-    if report.kind == WaitKind.LOADER:
+    if WAITS[report.kind].names_loader:
         which = f"{report.loader} " if report.loader else ""
         return (f"waits for a batch from {which}loader worker {report.worker} (pid {report.worker_pid}, batch "
                 f"{report.batch_index}) at {report.where}")
-    what = {WaitKind.COLLECTIVE: "in a collective", WaitKind.DEVICE: "for the device", WaitKind.LOCK: "on a lock",
-            WaitKind.IO: "on I/O outside its processes", WaitKind.SLEEP: "in a sleep",
-            WaitKind.ELSEWHERE: "in no known wait"}[report.kind]
     call = f" ({report.function})" if report.function else ""
-    return f"waits {what}{call} at {report.where}"
+    return f"waits {WAITS[report.kind].words}{call} at {report.where}"

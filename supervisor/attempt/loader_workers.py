@@ -1,4 +1,4 @@
-"""The in-place tier's actions carried out (supervisor/decision/in_place.py decides them): the stacks of the hung
+"""The in-place tier's actions carried out (supervisor/decision/recovery/in_place.py decides them): the stacks of the hung
 tree, left running, and the stuck loader workers replaced. Each action's outcome goes back to the core as the
 tier's own event; nothing here decides.
 """
@@ -11,7 +11,7 @@ from typing import Any, Callable, Collection
 from supervisor.attempt.incident_evidence import inspect_stall
 from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.config import Config
-from supervisor.decision.in_place import InspectStall, LoaderWorkersKilled, ReplaceLoaderWorkers
+from supervisor.decision import InspectStall, LoaderWorkersKilled, ReplaceLoaderWorkers
 from supervisor.host import process_tree
 from worker.contract import Command, CommandKind
 

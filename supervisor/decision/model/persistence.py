@@ -209,3 +209,9 @@ def _expect(value: Any, types_: Any) -> None:
 
 def _name(hint: Any) -> str:
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def span(start: float | None, end: float) -> float | None:
+    """Seconds from ``start`` to ``end`` (two readings of one clock, both monotonic or both wall clock), kept to the
+    millisecond as incidents, rung records and the hang history hold a span; None where ``start`` is unknown."""
+    return None if start is None else round(end - start, 3)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from supervisor.decision.incident import Loss
-from supervisor.decision.state import THROUGHPUT_WINDOW, Supervision
+from supervisor.decision.model.incident import Loss
+from supervisor.decision.model.state import THROUGHPUT_WINDOW, Supervision
 
 
 def close_attempt(s: Supervision, lost: bool) -> tuple[Loss | None, dict[str, Any] | None, tuple[float, int]]:

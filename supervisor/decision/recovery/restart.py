@@ -4,7 +4,7 @@ The stop plan (stopping.py) says which: the run ends (reboot needed, a configura
 the failure is counted against the restart budget, a remedy or a rung change applies, and the next worker is spawned
 at once (a hang, a probe, another host's ranks lost: ``Reason.PEER``) or after a backoff (a crash). A restart after
 an attempt that saved no checkpoint spends the budget; the same hang at the same point climbs while an untried rung
-changes what hung (same_point.py), and ends the run as deterministic once hangs there from different resume points
+changes what hung (hang_history.py), and ends the run as deterministic once hangs there from different resume points
 leave no such rung.
 """
 
@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import choices, goodput, kernel, probe, restart_budget, same_point, stopping, survivors
-from supervisor.decision.actions import AwaitSurvivors, Exit, Log, Spawn
-from supervisor.decision.events import Now, SurvivorsGone, TreeKilled
-from supervisor.decision.incident import Kill, Tier
-from supervisor.decision.rung_choice import Choice
-from supervisor.decision.state import Recovery, StopPlan, Supervision
-from supervisor.decision.tier import Escalate, Verdict, recovered
+
+from supervisor.decision.learning import choices, goodput
+from supervisor.decision.model import hang_history, survivors
+from supervisor.decision.model.actions import AwaitSurvivors, Exit, Log, Spawn
+from supervisor.decision.model.events import Now, SurvivorsGone, TreeKilled
+from supervisor.decision.model.incident import Incident, Kill
+from supervisor.decision.model.rung_choice import Choice
+from supervisor.decision.model.state import (Recovery, StopPlan, Supervision, backoff_delay, restarts_in_window,
+                                              trains_on_cpu)
+from supervisor.decision.recovery import probe, stopping
+from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
-from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State
+from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State, Tier
 from worker.contract import split_rung
 
 
@@ -30,6 +34,7 @@ class RestartTier:
     and the restart budget, not a further tier, bounds it."""
     name = Tier.RESTART
     events: tuple[type, ...] = ()
+    reports: dict = {}
 
     def applies(self, s: Supervision, phase: str) -> bool:
         return True
@@ -46,6 +51,13 @@ class RestartTier:
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         return []
+
+    def recovered(self, i: Incident, where: str) -> str | None:
+        if i.restart_seconds is None:
+            return None
+        lost = "lost work unknown" if i.loss is None or i.loss.seconds is None else \
+            f"{i.loss.seconds:.0f} s of training lost"
+        return f"recovered from {where}: training again after {i.restart_seconds:.0f} s, {lost}"
 
 
 TIER = RestartTier()
@@ -93,7 +105,7 @@ def survivors_gone(s: Supervision, event: SurvivorsGone, now: Now) -> list[Any]:
 def survivors_overdue(s: Supervision, now: Now) -> list[Any]:
     """survivor_timeout passed with survivors left: a driver's (a reboot), or a file system that does not answer."""
     found = s.stop.survivors
-    if survivors.driver_bound(found, on_gpu=not kernel.trains_on_cpu(s)):
+    if survivors.driver_bound(found, on_gpu=not trains_on_cpu(s)):
         return _reboot_needed(s, found)
     waits = sorted({w for x in found for w in x.waits}) or ["an unnamed kernel wait"]
     return stopping.end_run(s, State.FAILED, Exit(
@@ -106,7 +118,7 @@ def survivors_overdue(s: Supervision, now: Now) -> list[Any]:
 
 def _reboot_needed(s: Supervision, found: tuple[survivors.Survivor, ...]) -> list[Any]:
     s.reboot_needed = True
-    held = "the GPU driver; no new worker is started on this GPU" if not kernel.trains_on_cpu(s) else \
+    held = "the GPU driver; no new worker is started on this GPU" if not trains_on_cpu(s) else \
         "a driver; no new worker is started"
     return stopping.end_run(s, State.FAILED, Exit(
         EXIT_REBOOT_NEEDED,
@@ -147,9 +159,9 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
             s.rung_record(s.rung).hangs += 1
         run = s.hang_history.same_point_run()
         if len(run) >= 2 and plan.point.phase != STARTUP_PHASE:
-            hung = same_point.what_hung(plan.point, plan.incident.stacks if plan.incident else None)
+            hung = hang_history.what_hung(plan.point, plan.incident.stacks if plan.incident else None)
             cure = None if hung is None or plan.remedy or s.probe.probing_from is not None or s.job_next else \
-                same_point.untried_cure(s.ladder, s.rung, choices.rung_facts(s), hung[1])
+                hang_history.untried_cure(s.ladder, s.rung, choices.rung_facts(s), hung[1])
             repeated = s.hang_history.repeated_point()
             if cure is not None:
                 published = stopping.climb_target(s, plan.choice) if plan.climb else s.rung
@@ -171,7 +183,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
         s.budget_times.append(now.wall)
     s.last_failure = plan.failure
     cfg = s.config.restart
-    used = restart_budget.restarts_in_window(s.budget_times, now.wall, cfg)
+    used = restarts_in_window(s.budget_times, now.wall, cfg)
     if used > cfg.max_restarts:
         return stopping.end_run(s, State.FAILED, Exit(
             EXIT_FAILED,
@@ -201,7 +213,7 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
             actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})"))
     if plan.reason in (Reason.CRASH, Reason.OOM):
         s.consecutive_crashes += 1
-        delay = restart_budget.backoff_delay(s.consecutive_crashes, cfg)
+        delay = backoff_delay(s.consecutive_crashes, cfg)
         s.state, s.backoff_until, s.stop = State.BACKOFF, now.mono + delay, None
         return actions + [Log("info", f"restarting in {delay:.1f} s (crash {s.consecutive_crashes} in a row)")]
     return actions + [spawn(s)]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision.incident import Stacks
-from supervisor.decision.survivors import Survivor
+from supervisor.decision.model.incident import Stacks
+from supervisor.decision.model.survivors import Survivor
 from supervisor.vocabulary import KernelKind, Remedy, WorkerStart
 from worker.contract import HeartbeatMessage
 

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.decision.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT
-from supervisor.decision.persistence import kept
-from supervisor.decision.span import span
+from supervisor.decision.model.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT
+from supervisor.decision.model.incident import Stacks
+from supervisor.decision.model.ladder import Ladder
+from supervisor.decision.model.persistence import kept
+from supervisor.decision.model.persistence import span
+from supervisor.decision.model.rung_choice import RungFacts
+from worker.contract import Phase
 
 COSTS_KEPT = 8
 POINTS_KEPT = 8
@@ -108,3 +112,33 @@ class HangHistory:
         the settings cause, recurring a fixed distance after one resume point, is no evidence of a deterministic one."""
         run = self.same_point_run()
         return run[-1] if len({p.resumed_at for p in run}) >= REPEATS else None
+
+
+# Hangs in a row at the same point: what the evidence says hung, and whether a rung not tried yet changes it.
+#
+# A hang the settings cause recurs at the same point as surely as one in the model or the data when every attempt
+# resumes from the same checkpoint, or when it sits in a loader worker at a fixed batch of the epoch. So while the
+# stacks name a DataLoader worker inside a sample, or validation is what hung, and a rung not tried yet changes that
+# (the loader's settings; ``val``), the ladder climbs to it; the run ends as deterministic (exit 78) only once hangs at
+# the same point from different resume points (above) are left with no such rung.
+LOADER_SETTINGS = ("workers", "loader", "persistent_workers", "start_method", "threads")
+VALIDATION_SETTINGS = ("val",)
+
+
+def what_hung(point: HangPoint, stacks: Stacks | None) -> tuple[str, tuple[str, ...]] | None:
+    """What the evidence says hung, and the settings that change it; None where no rung is known to."""
+    if stacks is not None and stacks.in_loader_worker:
+        return "a DataLoader worker", LOADER_SETTINGS
+    if point.phase == Phase.VAL.value:
+        return "validation", VALIDATION_SETTINGS
+    return None
+
+
+def untried_cure(ladder: Ladder, rung: int, facts: list[RungFacts], settings: tuple[str, ...]) -> int | None:
+    """The lowest rung above ``rung``, not tried in this run, whose ``settings`` differ from ``rung``'s."""
+    here = ladder.settings(rung)
+    for k in range(rung + 1, len(ladder)):
+        there = ladder.settings(k)
+        if not facts[k].tried and any(here.get(key) != there.get(key) for key in settings):
+            return k
+    return None

@@ -1,4 +1,4 @@
-"""Whether a hung tree's stacks allow the in-place tier (supervisor/decision/in_place.py): the training process
+"""Whether a hung tree's stacks allow the in-place tier (supervisor/decision/recovery/in_place.py): the training process
 waits for a batch in its DataLoader (not in a GPU call, not in a collective) and the culprit is one or more of its
 loader worker processes. Pure: a ``TreeCapture`` and the loader workers the worker reported in, a verdict out.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.decision.stack_reading import ProcessStacks, TreeCapture
+from supervisor.decision.stall.stack_reading import ProcessStacks, TreeCapture
 from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS
 
 

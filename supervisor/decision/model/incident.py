@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Any
 
-from supervisor.decision import persistence
-from supervisor.decision.persistence import kept
-from supervisor.vocabulary import Reason, WorkerStart
+from supervisor.decision.model import persistence
+from supervisor.decision.model.persistence import kept
+from supervisor.vocabulary import Reason, Tier, WorkerStart
 
 
 @dataclass(frozen=True)
@@ -35,17 +34,6 @@ class Kill:
     seconds: float
     survivors: tuple[str, ...] = ()
     confirmed_wall: float | None = None
-
-
-class Tier(str, Enum):
-    """How an incident was recovered from: the spelling of incidents, status --json and the metric's label."""
-    IN_PLACE = "in_place"  # only the hung DataLoader worker processes were replaced; the training process went on
-    RESTART = "restart"  # the tree was killed and a new worker resumed from the newest checkpoint
-
-    @property
-    def label(self) -> str:
-        """For people: "in-place", "restart"."""
-        return self.value.replace("_", "-")
 
 
 @dataclass(frozen=True)

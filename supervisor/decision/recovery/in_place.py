@@ -12,7 +12,7 @@ worker processes (our Ultralytics worker with a process loader: not the threads 
       anything else --> ``Escalate``: the next tier, the restart (kill, rung choice), amends the same incident
         with the reason
 
-Escalation, never a hole: the stacks show something else (a hang not the loader's restarts as before); a loader
+Escalation, never a hole: the stacks show something else (a hang not the loader's goes to the restart); a loader
 worker survives SIGKILL (D state: the restart's kill then finds it too, and "reboot needed" holds); the command
 cannot be sent; the worker exits; no batch within ``bound`` (a rebuilt loader that hangs again, a pin-memory
 thread that never joins: ``witness.loader_start_bound``, learned from this run's loader starts), counted from the
@@ -25,16 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision import witness
-from supervisor.decision.actions import Log
-from supervisor.decision.events import Now
-from supervisor.decision.incident import Incident, InPlaceCost, Stacks, Tier
-from supervisor.decision.state import Recovery, Supervision
-from supervisor.decision.tier import Escalate, Verdict, recovered
-from supervisor.vocabulary import Reason, State
-from worker.contract import HeartbeatMessage, MessageKind, Phase, WaitKind
+from supervisor.decision.model.actions import Log
+from supervisor.decision.model.events import Now
+from supervisor.decision.model.incident import Incident, InPlaceCost, Stacks
+from supervisor.decision.model.state import Recovery, Supervision
+from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
+from supervisor.decision.stall import watchdog, witness
+from supervisor.vocabulary import Reason, State, Tier
+from worker.contract import HeartbeatMessage, MessageKind, Phase
 
-# The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/in_place.py), and
+# The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/loader_workers.py), and
 # what that part says back.
 
 
@@ -59,7 +59,7 @@ class ReplaceLoaderWorkers:
 
 @dataclass(frozen=True)
 class StallInspected:
-    """What the stacks taken for an in-place recovery show (decision/loader_judgement.py): whether the training process
+    """What the stacks taken for an in-place recovery show (decision/stall/loader_judgement.py): whether the training process
     waits for a batch from its DataLoader, and which of its loader worker processes are stuck."""
     incident_id: str
     loader_wait: bool
@@ -108,6 +108,12 @@ class InPlaceTier:
             return r.rebuilt_at + r.bound, f"no batch within {r.bound:.0f} s after the rebuilt loader's new workers"
         return r.acted_at + r.bound, f"no batch within {r.bound:.0f} s after the loader workers were replaced"
 
+    def recovered(self, i: Incident, where: str) -> str | None:
+        if i.tier != Tier.IN_PLACE or i.cost is None:
+            return None
+        return (f"recovered in place from {where}: training again {i.cost.to_next_batch or 0.0:.0f} s after the loader "
+                f"workers were replaced, {i.cost.batches_lost} batches lost")  # the same process trains on
+
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         if r.acted_at is not None:
             # The loader workers the first look blamed are gone and the hang is still there: what that look saw is
@@ -121,6 +127,7 @@ class InPlaceTier:
 
 
 TIER = InPlaceTier()
+TIER.reports = {MessageKind.LOADER: lambda s, m, now: loader_started(s, m, now)}
 
 
 def recent(s: Supervision, wall: float) -> int:
@@ -155,11 +162,9 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     else:
         incident = s.amend(verdict.incident, tier=Tier.IN_PLACE, tiers=verdict.incident.tiers + (Tier.IN_PLACE,),
                            escalation=verdict.why)
-    if seen is not None:
-        incident = s.amend(incident, witness=witness.describe(seen))
-    named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped)
-    if named:  # under DDP: the rank whose loader owes the batch, and where each rank waits
-        incident = s.amend(incident, **{**named, "witness": named["witness"] or incident.witness})
+    said = witness.incident_fields(a.waits, a.loaders, a.ranks, a.stopped)
+    if said:
+        incident = s.amend(incident, **said)
     a.recovery = Recovery(TIER, incident, phase, a.progress.epoch, a.progress.batch, now.mono, stall)
     if culprit is not None:  # the training process's own word: no stacks to read, whatever the worker's state
         # Every worker of that loader goes: the rebuilt iterator replaces them all anyway, and a sibling stopped while
@@ -185,7 +190,7 @@ def _declines(s: Supervision) -> str | None:
         # the training process itself stopped (the tree frozen): its word is from before, and no rebuilt loader can
         # bring it a batch
         return f"the training process (pid {a.progress_pid}) is stopped: restart"
-    if seen is not None and culprit is None and seen.report.kind != WaitKind.LOADER:
+    if seen is not None and culprit is None and not witness.WAITS[seen.report.kind].names_loader:
         return f"the hang is not the loader's: the training process {witness.describe(seen)}"
     return None
 
@@ -193,9 +198,11 @@ def _declines(s: Supervision) -> str | None:
 def takes(s: Supervision, phase: str) -> bool:
     """A verdict now in ``phase`` would begin this tier (its own stacks, or the loader workers replaced without any),
     not go straight to the restart: as ``begin`` judges. ``in_place_max`` spent, the restart takes it (and its stacks
-    are read ahead: read at the kill, they cost 1-2 s more in every restart of a night of loader hangs)."""
+    are read ahead: read at the kill, they would delay that restart by their capture)."""
     return TIER.applies(s, phase) and not spent(s) and _declines(s) is None
 
+
+watchdog.OWN_STACKS.append(takes)
 
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:
     if r.incident.id != event.incident_id or r.acted_at is not None:

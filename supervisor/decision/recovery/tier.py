@@ -8,8 +8,10 @@ amends the same incident. Every tier answers the same questions::
     applies(s, phase)            may it take this hang at all (its configuration, what the worker reported)
     begin(s, now, verdict)       take the hang: its first actions, or Escalate(why) when it declines at once
     events, on_event(s, r, e, now)  what it is told while under way, and what it does then (or Escalate)
+    reports                      the worker's reports (heartbeat kinds) it reads whether or not it is under way
     deadline(r)                  when it must have shown its proof, and the escalation's reason if it did not
     escalate(s, r, now, why)     what it leaves behind when it gives up (its log line); the walk goes on
+    recovered(incident, where)   the notice of a hang it recovered (None: not its, or not recovered)
 
 A tier under way keeps one ``state.Recovery`` in the attempt (``Attempt.recovery``): the hang's one incident,
 where it sat, and the clock of its action. A new tier is its module here, its events and actions, the shell's part
@@ -20,11 +22,13 @@ of its actions and the worker's side; the core, the watchdog, the status and the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
-from supervisor.decision.events import Now
-from supervisor.decision.incident import Incident, Tier
-from supervisor.decision.state import Recovery, Supervision
+from supervisor.decision.model.events import Now
+from supervisor.decision.model.incident import Incident
+from supervisor.vocabulary import Tier
+from supervisor.decision.model.state import Recovery, Supervision
+from worker.contract import HeartbeatMessage, MessageKind
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Escalate:
 class RecoveryTier(Protocol):
     name: Tier  # its one spelling: incidents, status --json's recoveries, the metric's label
     events: tuple[type, ...]  # the events on_event is told while the tier is under way
+    # the worker's reports that are this tier's to read, under way or not (the in-place tier: each loader's start)
+    reports: dict[MessageKind, Callable[[Supervision, HeartbeatMessage, Now], list[Any]]]
 
     def applies(self, s: Supervision, phase: str) -> bool: ...
 
@@ -55,6 +61,8 @@ class RecoveryTier(Protocol):
     def deadline(self, r: Recovery) -> tuple[float, str] | None: ...
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]: ...
+
+    def recovered(self, i: Incident, where: str) -> str | None: ...
 
 
 def recovered(s: Supervision, tier: Tier) -> None:

@@ -5,16 +5,21 @@ way it went). The tiers are ``TIERS``, each a tier.RecoveryTier; nothing here kn
 The core asks this module at a hang's verdict (``hang``), for an event a tier under way is told (``on_event``),
 when the watchdog's ``DeadlineKind.RECOVERY`` is due (``overdue``) and when the worker exits mid-recovery
 (``escalate``).
+
+The tiers and what serves them stand beside this walk: ``tier`` (what a tier is), ``in_place``, ``restart`` (with
+``standby``, the next worker made ready), ``stopping`` (the one way into STOPPING), ``stacks_ahead`` (a restart's
+stacks read ahead of its verdict) and ``probe`` (back down the ladder).
+May import: what ``learning`` may, and ``learning``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import in_place, restart
-from supervisor.decision.events import Now
-from supervisor.decision.state import Supervision
-from supervisor.decision.tier import Escalate, RecoveryTier, Verdict
+from supervisor.decision.model.events import Now
+from supervisor.decision.model.state import Supervision
+from supervisor.decision.recovery import in_place, restart
+from supervisor.decision.recovery.tier import Escalate, RecoveryTier, Verdict
 
 TIERS: tuple[RecoveryTier, ...] = (in_place.TIER, restart.TIER)  # cheapest first; the restart always applies
 EVENTS: tuple[type, ...] = tuple(dict.fromkeys(e for tier in TIERS for e in tier.events))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import choices, stopping
-from supervisor.decision.actions import Log, RequestCheckpoint
-from supervisor.decision.events import Now
-from supervisor.decision.rung_record import RungRecord
-from supervisor.decision.state import Supervision
+from supervisor.decision.learning import choices
+from supervisor.decision.model.actions import Log, RequestCheckpoint
+from supervisor.decision.model.events import Now
+from supervisor.decision.model.rung_record import RungRecord
+from supervisor.decision.model.state import Supervision
+from supervisor.decision.recovery import stopping
 from supervisor.vocabulary import After, Reason
 
 

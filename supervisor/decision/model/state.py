@@ -20,24 +20,35 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from supervisor.config import Config
-from supervisor.decision import checkpoint_interval, persistence, restart_budget, rung_choice, rung_record
-from supervisor.decision.actions import Exit, RecordIncident
-from supervisor.decision.events import KernelMessage, SignatureSeen
-from supervisor.decision.hang_history import HangHistory, HangPoint
-from supervisor.decision.incident import Incident, Stacks, Tier
-from supervisor.decision.ladder import Ladder
-from supervisor.decision.persistence import kept
-from supervisor.decision.rung_record import RungRecord
-from supervisor.decision.span import span
-from supervisor.decision.survivors import Survivor
-from supervisor.decision.witness import WaitSeen
-from supervisor.decision.worker_kind import WorkerKind
-from supervisor.vocabulary import After, KernelKind, Reason, State, WorkerStart
-from worker.contract import InForce, Phase, StartupStep
+from supervisor.config import Config, RestartConfig
+from supervisor.decision.model import checkpoint_interval, persistence, rung_choice, rung_record
+from supervisor.decision.model.actions import Exit, RecordIncident
+from supervisor.decision.model.events import KernelMessage, SignatureSeen
+from supervisor.decision.model.hang_history import HangHistory, HangPoint
+from supervisor.decision.model.incident import Incident, Stacks
+from supervisor.decision.model.ladder import Ladder
+from supervisor.decision.model.persistence import kept
+from supervisor.decision.model.persistence import span
+from supervisor.decision.model.rung_record import RungRecord
+from supervisor.decision.model.survivors import Survivor
+from supervisor.decision.model.worker_kind import WorkerKind
+from supervisor.vocabulary import After, KernelKind, Reason, State, Tier, WorkerStart
+from worker.contract import InForce, Phase, StartupStep, WaitReport
 
 INCIDENTS_KEPT = 20
 THROUGHPUT_WINDOW = 20  # training beats behind it/s
+
+
+
+@dataclass(frozen=True)
+class WaitSeen:
+    """A report as the supervisor received it: from which rank (None outside DDP), and when (monotonic)."""
+    report: WaitReport
+    at: float
+    rank: int | None = None
+    # where every word of this sender in this stall put its main thread, each ``ELSEWHERE`` ("file:function", the
+    # line left out: a spin loop of a few lines moves between them); None: a word of another kind or place
+    place: str | None = None
 
 
 @dataclass
@@ -380,7 +391,7 @@ class Supervision:
         return self.goodput.trained_seconds + (training.seconds() if training is not None else 0.0)
 
     def budget_left(self, wall: float) -> int:
-        return restart_budget.budget_left(self.budget_times, wall, self.config.restart)
+        return budget_left(self.budget_times, wall, self.config.restart)
 
     # -- changes that keep the records consistent --
     def move_to(self, rung: int) -> None:
@@ -443,3 +454,28 @@ class Supervision:
             self.budget_times = list(self.restart_times)
         if not record.get("run_seconds"):  # ... from before run_seconds: its training time is the one lower bound
             self.goodput.earlier_run_seconds = self.goodput.trained_seconds
+
+
+# The restart budget and the crash backoff: when to stop retrying, and how long to wait before the next try.
+MAX_DOUBLINGS = 64  # far past any cap; 2 ** 1024 would not fit a float
+
+
+def restarts_in_window(restart_times: list[float], wall: float, cfg: RestartConfig) -> int:
+    return sum(1 for t in restart_times if wall - t <= cfg.window)
+
+
+def budget_left(restart_times: list[float], wall: float, cfg: RestartConfig) -> int:
+    """Restarts still allowed now; 0 means the next failure ends the supervisor."""
+    return max(0, cfg.max_restarts - restarts_in_window(restart_times, wall, cfg))
+
+
+def backoff_delay(consecutive_crashes: int, cfg: RestartConfig) -> float:
+    """initial, 2x initial, 4x initial ... capped at backoff_max, for the 1st, 2nd, 3rd crash in a row."""
+    if consecutive_crashes <= 0:
+        return 0.0
+    return min(cfg.backoff_max, cfg.backoff_initial * 2.0 ** min(consecutive_crashes - 1, MAX_DOUBLINGS))
+
+
+def trains_on_cpu(s: Supervision) -> bool:
+    """The run has no GPU (``device = \"cpu\"``): no GPU of its can be lost, nor hold a process."""
+    return str(s.config.train.get("device", "")).strip().lower() in ("cpu", "mps")

@@ -12,13 +12,16 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from supervisor.decision import choices, goodput, kernel_search, rung_choice, stacks_ahead, watchdog, witness
-from supervisor.decision.actions import Exit, KillTree, Log, PublishLadder
-from supervisor.decision.events import KernelMessage, Now
-from supervisor.decision.hang_history import HangPoint
-from supervisor.decision.incident import Incident, Tier
-from supervisor.decision.state import StopPlan, Supervision
-from supervisor.vocabulary import After, Reason, State
+from supervisor.decision.learning import choices, goodput
+from supervisor.decision.model import rung_choice
+from supervisor.decision.model.actions import Exit, KillTree, Log, PublishLadder
+from supervisor.decision.model.events import KernelMessage, Now
+from supervisor.decision.model.hang_history import HangPoint
+from supervisor.decision.model.incident import Incident
+from supervisor.decision.model.state import StopPlan, Supervision
+from supervisor.decision.recovery import stacks_ahead
+from supervisor.decision.stall import kernel_search, watchdog, witness
+from supervisor.vocabulary import After, Reason, State, Tier
 
 SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoint when save_timeout is "off"
 
@@ -54,12 +57,8 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
         startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, tier=tier,
         kernel_search=kernel_search.silent(search, now) if (search := kernel_search.in_step(s)) else None)
-    said = witness.telling(a.waits, a.loaders)[0] if point is not None else None
-    if said is not None:  # where the training process said it waited
-        stopped["witness"] = witness.describe(said)
-    named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped) if point is not None else {}
-    if named:  # under DDP: which rank hung, and where each one waited (or that it is stopped)
-        stopped.update(named, witness=named["witness"] or stopped.get("witness"))
+    if point is not None:  # a hang: where the training process said it waited
+        stopped.update(witness.incident_fields(a.waits, a.loaders, a.ranks, a.stopped))
     ahead = None
     if incident is not None:  # (an escalated hang's stacks are its first tier's, or read at the kill)
         incident = s.amend(incident, **stopped, tiers=incident.tiers + ((tier,) if tier else ()))

@@ -49,7 +49,7 @@ class Ladder:
 
 
 # Cures for ROCm runtime hangs, each keeping the variables of the one below it. A lost SDMA copy completion
-# (ROCm/rocm-libraries#8847: hang rate 14.4% -> 2.5% on MI300X; hipMemcpy hangs on APUs; the busy-wait hang of
+# (ROCm/rocm-libraries#8847; hipMemcpy hangs on APUs; the busy-wait hang of
 # ROCm/TheRock#7832): copies by blit kernels instead of the DMA engines. Training's host-to-device copies are a few MB
 # a batch, so the cost is small, and no wait changes its kind.
 ROCM_SDMA_RUNG: dict[str, Any] = {"env": {"HSA_ENABLE_SDMA": "0"}}
@@ -74,9 +74,8 @@ def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladd
         # instead of from the training process: none inherits the HIP or CUDA runtime's state (not fork-safe:
         # threads, locks, device handles), and no page of the training process's is shared copy-on-write, whose
         # first write makes the kernel invalidate the GPU's mappings of it (the amdgpu userptr restore worker of the
-        # seeds' kernel line). Same batches for the same seed; its first batch as soon as forked workers' (0.89-0.95 s
-        # against 0.88-0.91 s for 8 on the H100), where "spawn", each worker importing torch and Ultralytics anew,
-        # took 27.6-28.3 s. "spawn" stays available as a rung of one's own.
+        # seeds' kernel line). Same batches for the same seed; its first batch about as soon as forked workers', where
+        # "spawn" has each worker import torch and Ultralytics anew. "spawn" stays available as a rung of one's own.
         rungs.append({"start_method": "forkserver"})
     if rocm:
         rungs.append(ROCM_INTERRUPT_RUNG)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from supervisor.decision import checkpoint_interval, hang_evidence, rung_choice
-from supervisor.decision.rung_choice import Choice, RungFacts
-from supervisor.decision.rung_record import RungRecord
-from supervisor.decision.state import Supervision
+from supervisor.decision.learning import hang_evidence
+from supervisor.decision.model import checkpoint_interval, rung_choice
+from supervisor.decision.model.rung_choice import Choice, RungFacts
+from supervisor.decision.model.rung_record import RungRecord
+from supervisor.decision.model.state import Supervision
 
 
 def rung_facts(s: Supervision) -> list[RungFacts]:

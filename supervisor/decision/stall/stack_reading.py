@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from supervisor.decision.incident import Stacks
+from supervisor.decision.model.incident import Stacks
 
 PYTHON_FRAMES_SHOWN = 3
 NATIVE_FRAMES_SHOWN = 2

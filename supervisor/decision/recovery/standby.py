@@ -3,24 +3,23 @@
 A standby serves only a launch in the environment it began in (a rung's variables are read at import), so it is made
 for where a hang would move the run (``choices.after_a_hang``). That choice changes as the attempt trains: a rung's
 hang rate falls with every hang-free minute (rung_choice.py), so a standby made for the next rung at the first batch
-can be the wrong one by the hang, which then starts cold (H100: 20 s to the first batch against 6 s). The choice is
+can be the wrong one by the hang, which then starts cold (several times slower to its first batch). The choice is
 reviewed every ``REVIEW_EVERY`` seconds of training, and a standby for the new one asked for when it changed.
 
 When: once the attempt's own start is done, as it enters its ``first_batch`` step (imports, trainer, CUDA, model,
 dataset and loaders behind it; its loader's workers make the batch). Not sooner: even a start the standby served,
-its imports done, is slowed by a new standby's: on the H100 (16 CPUs) a launch with one importing beside it took 4.4
-and 5.7 s from its launch to its loaders against 2.2 s alone (its CUDA initialisation in the model step, 3.1-3.9 s).
-Not later: the seeds' most frequent hang is a first batch that never runs, and its restart then finds a standby
-waiting instead of starting cold (H100: 15.5 s from the verdict to the next first batch).
+its imports done, is slowed by a new standby's imports beside it (they share the CPUs, its CUDA initialisation
+first). Not later: the seeds' most frequent hang is a first batch that never runs, and its restart then finds a
+standby waiting instead of starting cold (bench/RESULTS.md has the figures).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from supervisor.decision import choices
-from supervisor.decision.actions import PrepareStandby
-from supervisor.decision.state import Supervision
+from supervisor.decision.learning import choices
+from supervisor.decision.model.actions import PrepareStandby
+from supervisor.decision.model.state import Supervision
 
 REVIEW_EVERY = 5.0  # seconds of training between two reviews of the standby's rung
 

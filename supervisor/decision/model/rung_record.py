@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor.decision import persistence
-from supervisor.decision.checkpoint_interval import median
-from supervisor.decision.persistence import kept
-from supervisor.decision.rung_choice import RungFacts
+from supervisor.decision.model import persistence
+from supervisor.decision.model.checkpoint_interval import median
+from supervisor.decision.model.persistence import kept
+from supervisor.decision.model.rung_choice import RungFacts
 
 SPEEDS_KEPT = 25  # it/s measurements kept per rung, behind its median
 STARTS_KEPT = 5  # starts per rung behind its median
