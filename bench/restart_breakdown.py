@@ -2,7 +2,10 @@
 account of its start (interpreter and imports, trainer, model/dataset/loaders, first batch) beside the
 supervisor's detection and kill figures (issue: lose minutes, not epochs; restart in seconds).
 
-With ``[worker] standby`` off and on, one after the other, and their ratio.
+Three restarts side by side: cold (``[worker] standby = false``), from the imported standby (today's default) and
+from the ready standby (``standby_ready = "auto"``: device context and model held), each incident's
+``restart_parts`` (kill, to_spawn, then each startup step of the next worker) in a column; ``--repeat N`` runs each
+N times and prints each part's range.
 
     .venv/bin/python -m bench.restart_breakdown                                   # the CPU demo
     python3 -m bench.restart_breakdown --imgsz 640 --images 1024 --batch 32 --workers 8 --device 0   # a GPU
@@ -30,25 +33,52 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--hang-after", type=int, default=10, help="batch of attempt 1 after which it hangs")
-    parser.add_argument("--standby", choices=("both", "on", "off"), default="both",
-                        help="[worker] standby: both runs one after the other (off first), or one of them")
+    parser.add_argument("--starts", default=",".join(STARTS), help=f"which of {', '.join(STARTS)}, in order")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each start")
     args = parser.parse_args()
     data = ensure_demo_dataset(train_images=args.images, val_images=8, size=args.imgsz)
     print(f"{args.device}, imgsz {args.imgsz}, {args.images} images, batch {args.batch}, workers {args.workers}")
-    freezes = {}
-    for standby in ((False, True) if args.standby == "both" else (args.standby == "on",)):
-        freezes[standby] = run_once(args, data, standby)
-    if len(freezes) == 2:
-        print(f"freeze to first resumed batch, standby on / off: {freezes[True]:.1f} / {freezes[False]:.1f} s "
-              f"= {freezes[True] / freezes[False]:.2f}")
+    starts = [s for s in args.starts.split(",") if s]
+    parts: dict[str, list[dict[str, float]]] = {s: [] for s in starts}
+    for _ in range(args.repeat):
+        for start in starts:
+            parts[start].append(run_once(args, data, start))
+    print_side_by_side(parts)
 
 
-def run_once(args: argparse.Namespace, data: Path, standby: bool) -> float:
+STARTS = {"cold": "standby = false", "imported": 'standby_ready = "off"', "ready": 'standby_ready = "auto"'}
+# The parts' order: the supervisor's, then the next worker's startup steps (worker/contract.py StartupStep).
+ORDER = ("kill", "to_spawn", "imports", "checkpoint", "model", "model_load", "amp_check", "dataset", "loaders",
+         "first_batch", "first_step", "restart_seconds", "freeze", "it/s after", "it/s next epoch")
+# Ultralytics' progress line at an epoch's end: "  2/3   0G  ...  64: 100% ━━━ 8/8 1.8it/s 4.5s"
+EPOCH_LINE = re.compile(r"^(?:\x1b\[K)?\s*(\d+)/\d+\s+\S+G\s.*?100%.*?\s(\d+)/\d+\s+([\d.]+)(it/s|s/it)", re.M)
+
+
+def print_side_by_side(parts: dict[str, list[dict[str, float]]]) -> None:
+    """Each part's seconds per start (min-max over the runs), the restart's total and the freeze's below, then the
+    slow batches after it: the rate of the epoch that held the restart (its batches after the resume, the first
+    included) beside the next epoch's."""
+    names = [n for n in ORDER if any(n in run for runs in parts.values() for run in runs)]
+
+    def cell(runs: list[dict[str, float]], name: str) -> str:
+        values = [run[name] for run in runs if name in run]
+        if not values:
+            return "-"
+        low, high = min(values), max(values)
+        return f"{low:.2f}" if high - low < 0.005 else f"{low:.2f}-{high:.2f}"
+
+    print(f"\nseconds (it/s: rates), {max(len(r) for r in parts.values())} run(s) each (min-max)")
+    print(f"{'part':<16}" + "".join(f"{start:>14}" for start in parts))
+    for name in names:
+        print(f"{name:<16}" + "".join(f"{cell(runs, name):>14}" for runs in parts.values()))
+
+
+def run_once(args: argparse.Namespace, data: Path, start: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "config.toml"
         config.write_text(f'[train]\ndata = "{data}"\nmodel = "yolov8n.yaml"\nepochs = 3\nimgsz = {args.imgsz}\n'
                           f'batch = {args.batch}\nworkers = {args.workers}\ndevice = "{args.device}"\nplots = false\n'
-                          f'[worker]\nstandby = {str(standby).lower()}\n' + quiet_config())
+                          f'[worker]\n{STARTS[start]}\n' + quiet_config())
         state = Path(tmp) / "state"
         result = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
                                  str(state), "--fault", f"main_hang,at_batch={args.hang_after},attempt=1"],
@@ -57,16 +87,18 @@ def run_once(args: argparse.Namespace, data: Path, standby: bool) -> float:
             raise SystemExit(result.stderr[-3000:])
         incident = json.loads((state / "incidents.jsonl").read_text().splitlines()[0])
         core_incident = json.loads((state / "supervisor.json").read_text())["incidents"][0]
-    starts = re.findall(r"yolo-train worker: ((?:spawn|standby launch) to first batch .*)", result.stderr + result.stdout)
-    freeze = incident["seconds_since_progress"] + core_incident.get("restart_seconds", float("nan"))
-    print(f"[worker] standby = {str(standby).lower()}")
-    print(f"  first attempt:   {starts[0] if starts else '?'}")
-    print(f"  resumed attempt: {starts[1] if len(starts) > 1 else '?'}")
-    print(f"  hang: detected after {incident['seconds_since_progress']:.1f} s without progress; tree of "
-          f"{incident['kill']['processes']} killed in {incident['kill']['seconds']:.2f} s; detection to the first "
-          f"resumed batch {core_incident.get('restart_seconds', float('nan')):.1f} s; freeze to first resumed batch "
-          f"{freeze:.1f} s")
-    return freeze
+    lines = re.findall(r"yolo-train worker: ((?:spawn|standby launch) to first batch .*)", result.stderr + result.stdout)
+    restart = core_incident.get("restart_seconds", float("nan"))
+    print(f"{start} ({STARTS[start]}): the restart came from {core_incident.get('restart_start', '?')}")
+    print(f"  resumed attempt: {lines[1] if len(lines) > 1 else '?'}")
+    rates = {int(e): float(r) if unit == "it/s" else 1 / float(r)
+             for e, _, r, unit in EPOCH_LINE.findall(result.stderr + result.stdout)}  # the last line of each epoch
+    held = args.hang_after // max(1, args.images // args.batch) + 1  # the epoch the hang came in, resumed after it
+    slow = {"it/s after": rates[held]} if held in rates else {}
+    if held + 1 in rates:
+        slow["it/s next epoch"] = rates[held + 1]
+    return {**core_incident.get("restart_parts", {}), "restart_seconds": restart,
+            "freeze": incident["seconds_since_progress"] + restart, **slow}
 
 
 if __name__ == "__main__":

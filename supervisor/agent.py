@@ -45,6 +45,7 @@ from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
 from supervisor.telemetry.notify_command import NotifyCommand
 from supervisor.telemetry.status_writer import StatusWriter
 from supervisor.telemetry.systemd_notify import Notifier
+from supervisor.vocabulary import WorkerStart
 
 log = logging.getLogger("yolo-train")
 
@@ -211,12 +212,13 @@ class Agent:
 
     # -- the worker --
     def _spawn(self, action: decision.Spawn) -> None:
+        self.standby.took = WorkerStart.COLD  # unless its launch takes the standby
         worker, resume = self.spawner.attempt(action, standby=self.standby.launch)
         self.worker = worker
         self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
         self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
         self.selector.register(worker.pidfd, selectors.EVENT_READ, self._on_exit)
-        self.handle(decision.Spawned(worker.pid, resume))
+        self.handle(decision.Spawned(worker.pid, resume, start=self.standby.took))
         if not self._ready_sent:
             self._ready_sent = self.systemd.ready(f"worker pid {worker.pid} started, rung {action.rung}")
 
@@ -360,6 +362,7 @@ class Agent:
             updated=now.wall,
             heartbeats=decision.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
             metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
+            standby_kind=self.standby.kind and self.standby.kind.value, standby_why=self.standby.why,
             run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
             checkpoint=str(self.state_dir.last_checkpoint)))
 

@@ -384,6 +384,16 @@ class Config:
         "It costs memory while it waits (707 MiB RSS, torch 2.14's CUDA build, measured with `python -m worker "
         "--standby` alone) and about 4 s of one core per attempt for its imports. A `command` cannot be started ahead "
         "of its arguments: `true` there is refused"), at="worker.standby", shown="`true` (`false` with a `command`)")
+    standby_ready: str = key(Choice(("auto", "off")), "off", (
+        "\"auto\": where the device has room (`standby_memory_mib` free beside the training), the standby also holds "
+        "the next attempt ready: the device context and the model built (on a GPU, its kernels chosen by a first "
+        "step), so the restart only loads the checkpoint into it; where there is no room it only imports, and "
+        "`status --json` says why (`standby_kind`, `standby_why`). \"off\": it only imports"),
+        at="worker.standby_ready")
+    standby_memory_mib: int = key(Whole(), 1024, (
+        "the device memory a ready standby may hold (its context, the model, a first step's workspace): it is "
+        "made ready only while this much is free on the training's device (on the CPU, the host's available memory)"),
+        at="worker.standby_memory_mib")
     metrics_listen: str | None = key(Address('"HOST:PORT" or "off", e.g. "127.0.0.1:10133"', words={"off": None,
                                                                                                   "": None}),
                                      "127.0.0.1:10133", "the Prometheus endpoint, or \"off\"", at="metrics.listen")

@@ -25,6 +25,14 @@ class State(str, Enum):
 FINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.STOPPED})
 
 
+class WorkerStart(str, Enum):
+    """How an attempt's worker process came: ``status --json``'s ``standby_kind`` (the one waiting) and an incident's
+    ``restart_start`` (the one that took the restart)."""
+    COLD = "cold"  # a new interpreter: imports, device context, model, dataset and loaders after the verdict
+    IMPORTED = "imported"  # a standby that had imported torch, Ultralytics and the trainer
+    READY = "ready"  # a standby that also held the device context and the model built (worker/ready.py)
+
+
 class Reason(str, Enum):
     """Why a worker was stopped: the ``reason`` of an incident and of ``yolo_train_restarts_total``."""
     HANG = "hang"  # no progress within its phase's timeout

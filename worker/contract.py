@@ -46,6 +46,9 @@ ENV_FORKSERVER = "YOLO_TRAIN_FORKSERVER"
 # "1" in a standby's environment: its training runs DDP ranks, so it forks their server (worker/rank_server.py) once
 # its imports are done, and the next launch's torch.distributed.run and ranks are forks of it, not cold interpreters
 ENV_RANK_STANDBY = "YOLO_TRAIN_RANK_STANDBY"
+# A standby's environment: the train arguments (JSON) of what it builds ahead while it waits, the device context and
+# the model (worker/ready.py); set only where the supervisor found the device has room for them
+ENV_READY = "YOLO_TRAIN_STANDBY_READY"
 ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu" (worker/ddp.py)
 ULTRALYTICS_DEFAULT_WORKERS = 8
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h: the configuration is wrong; restarting cannot help

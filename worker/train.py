@@ -21,7 +21,7 @@ from typing import Any
 
 from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-from worker import ddp, multinode, rank_server, startup_steps
+from worker import ddp, multinode, rank_server, ready, startup_steps
 from worker.checkpointing import (EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint,
                                   strip_atomically)
 from worker.commands import relay_to_ranks
@@ -67,8 +67,9 @@ def main(argv: list[str]) -> int:
 def stand_by(parent: int) -> str | None:
     """The standby worker: with the imports a start spends seconds on done (torch, Ultralytics and our trainer by this
     module's own, two more here), wait, idle, for the supervisor to write a launch record's path on stdin; None at
-    its end (discarded, or the supervisor gone). Nothing touches a GPU before the launch: an idle standby holds no
-    device memory and no driver state, and the rung's environment, fixed at its spawn, is all it has read."""
+    its end (discarded, or the supervisor gone). Unless the supervisor found room for a ready standby
+    (worker/ready.py), nothing touches a GPU before the launch: such a standby holds no device memory and no driver
+    state, and the rung's environment, fixed at its spawn, is all it has read."""
     if os.getppid() != parent:
         return None  # the supervisor died before the parent-death signal was armed
     import torch  # noqa: F401
@@ -80,9 +81,11 @@ def stand_by(parent: int) -> str | None:
         rank_server.start()  # before the forkserver and any thread: the ranks are forks of this interpreter
     if os.environ.get(ENV_FORKSERVER) == "1":
         start_forkserver()  # its imports are paid while we wait, too
+    ready.prepare_from_env()  # where the device has room: the context and the model, then sleep (worker/ready.py)
 
     line = sys.stdin.readline().strip()
     CLOCK.restart()  # the start that counts is the launch's, not the wait's
+    ready.launched()
     return line or None
 
 

@@ -19,7 +19,7 @@ from ultralytics.engine import trainer as ultralytics_trainer
 from ultralytics.utils import LOGGER
 from ultralytics.utils.torch_utils import unwrap_model
 
-from worker import exact_resume, loader_recovery
+from worker import exact_resume, loader_recovery, ready
 from worker.checkpoint_writer import BackgroundWriter, to_host
 from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
 from worker.contract import InForce, StartupStep
@@ -54,6 +54,7 @@ class SupervisedTrainerMixin:
         self._exact: dict[str, Any] | None = None  # a mid-epoch checkpoint's state still to restore
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         self._warmup: DeviceWarmUp | None = None  # the first step's, from the model on the device to the first batch
+        self._held_model = False  # the model is the one a ready standby built ahead (worker/ready.py)
         super().__init__(*args, **kwargs)
         adopt_cpu_drill(self)
         adopt_world(self)
@@ -137,7 +138,20 @@ class SupervisedTrainerMixin:
     def setup_model(self) -> Any:
         STEPS.enter(StartupStep.MODEL)
         with few_cpu_threads():
-            return super().setup_model()
+            made = super().setup_model()
+        CLOCK.mark("model (held ready, checkpoint loaded)" if self._held_model else "model")
+        return made
+
+    def get_model(self, cfg: Any = None, weights: Any = None, verbose: bool = True) -> Any:
+        """The model a ready standby built while the attempt before trained (worker/ready.py), the checkpoint's
+        weights loaded into it as into a new one; else Ultralytics' own build."""
+        held = ready.take_model(cfg, self.data["nc"], self.data.get("channels", 3))
+        if held is None:
+            return super().get_model(cfg=cfg, weights=weights, verbose=verbose)
+        self._held_model = True
+        if weights:
+            held.load(weights)
+        return held
 
     def build_dataset(self, *args: Any, **kwargs: Any) -> Any:
         STEPS.enter(StartupStep.DATASET)
@@ -341,7 +355,7 @@ class SupervisedTrainerMixin:
 
         def on_train_start(trainer) -> None:
             STEPS.enter(StartupStep.FIRST_BATCH)  # the loader's workers start with the first epoch's iteration
-            CLOCK.mark("model, dataset and loaders")
+            CLOCK.mark("dataset and loaders")
             hb.settings(self.in_force().to_wire())
 
         def on_train_epoch_start(trainer) -> None:

@@ -14,21 +14,24 @@ from pathlib import Path
 from typing import Callable
 
 from supervisor.attempt.read_throttle import ReadThrottle
+from supervisor.attempt.ready_room import Room, room
 from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import ConfigError
 from supervisor.host import process_tree
-from worker.contract import ENV_FORKSERVER, STANDBY_FLAG
+from supervisor.vocabulary import WorkerStart
+from worker.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG
 
 log = logging.getLogger("yolo-train")
 
 
 def serves(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
     """A standby made in ``made_for`` can be a launch in ``wanted``: the same environment, but for whether the
-    standby started a forkserver while it waited (not read at import: a launch whose rung forks its loader workers
-    from one starts it if none runs, and one that runs idle is no harm)."""
+    standby started a forkserver or was made ready while it waited (neither is read at import: a launch whose rung
+    forks its loader workers from one starts it if none runs, and one that runs idle is no harm; a held model that is
+    not the launch's is dropped there, worker/ready.py)."""
     def imported(env: dict[str, str]) -> dict[str, str]:
-        return {k: v for k, v in env.items() if k != ENV_FORKSERVER}
+        return {k: v for k, v in env.items() if k not in (ENV_FORKSERVER, ENV_READY)}
     return imported(made_for) == imported(wanted)
 
 
@@ -46,6 +49,8 @@ class Standby:
         self.spawner = spawner
         self.keepalive = keepalive  # called while a kill waits: the agent pings systemd's watchdog from it
         self.process: WorkerProcess | None = None  # imported and waiting to be the next attempt
+        self.room: Room | None = None  # the kind of the one waiting, and why
+        self.took = WorkerStart.COLD  # how the last launch's worker came: cold, or the kind of standby it took
 
     @property
     def pid(self) -> int | None:
@@ -55,23 +60,42 @@ class Standby:
         """Pids a kill of the worker's tree and its orphans must leave alone."""
         return (self.process.pid,) if self.process is not None else ()
 
+    @property
+    def kind(self) -> WorkerStart | None:
+        return self.room.kind if self.process is not None and self.room is not None else None
+
+    @property
+    def why(self) -> str | None:
+        return self.room.why if self.process is not None and self.room is not None else None
+
     def prepare(self, env: dict[str, str]) -> None:
-        if self.process is not None and covers(self.process.env, env):
-            return  # the one waiting serves the next attempt already
+        config = self.spawner.config
+        made = room(config.standby_ready, config.standby_memory_mib, config.train, env.get(ENV_RANK_STANDBY) == "1")
+        if self.process is not None and covers(self.process.env, env) and self.room is not None \
+                and (self.room.kind is WorkerStart.READY or made.kind is not WorkerStart.READY):
+            # It serves the next attempt already, and is as ready as a new one would be (one that holds its device
+            # memory is kept, though that memory may be what a new one would now find missing).
+            return
         self.discard()
         try:
-            self.process = self.spawner.worker([STANDBY_FLAG], env, standby=True)
+            self.process = self.spawner.worker([STANDBY_FLAG], {**env, **made.env(config.train)}, standby=True)
         except ConfigError as e:  # the worker itself started; a standby that cannot is only a slower restart
             log.warning(f"no standby worker: {e}")
             return
+        self.room = made
         self.selector.register(self.process.pidfd, selectors.EVENT_READ, self._on_exit)
-        log.info(f"standby worker pid {self.process.pid}: importing now, to start the next attempt without that")
+        if made.kind is WorkerStart.READY:
+            log.info(f"standby worker pid {self.process.pid}: importing now, then building the device context and "
+                     f"the model, to start the next attempt without them (ready standby: {made.why})")
+        else:
+            log.info(f"standby worker pid {self.process.pid}: importing now, to start the next attempt without that "
+                     f"(imported standby: {made.why})")
 
     def launch(self, env: dict[str, str], record_path: Path) -> WorkerProcess | None:
         """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
         standby, one that died or is stopped (SIGSTOP), or one made for another environment (the rung's variables
         are read at import)."""
-        standby, self.process = self.process, None
+        standby, self.process, self.took = self.process, None, WorkerStart.COLD
         if standby is None:
             return None
         self.reads.forget(standby.pidfd)
@@ -83,7 +107,10 @@ class Standby:
             log.info(f"standby worker pid {standby.pid} not used ({why}): starting cold")
             self._kill(standby)
             return None
-        log.info(f"standby worker pid {standby.pid} takes the attempt: its imports are done")
+        held = "its imports, device context and model are" if self.room is not None and \
+            self.room.kind is WorkerStart.READY else "its imports are"
+        log.info(f"standby worker pid {standby.pid} takes the attempt: {held} done")
+        self.took = self.room.kind if self.room is not None else WorkerStart.IMPORTED
         return standby
 
     def discard(self) -> None:

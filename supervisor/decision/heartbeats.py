@@ -25,12 +25,13 @@ from supervisor.decision import kernel, recovery
 from supervisor.decision.learning import goodput
 from supervisor.decision.model.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.model.events import JobCheckpointRead, Now
+from supervisor.decision.model.incident import Incident
 from supervisor.decision.model.persistence import span
-from supervisor.decision.model.state import (THROUGHPUT_WINDOW, CheckpointMark, Progress, RankView, Supervision,
-                                      TrainingClock)
+from supervisor.decision.model.state import (THROUGHPUT_WINDOW, Attempt, CheckpointMark, Progress, RankView,
+                                             Supervision, TrainingClock)
 from supervisor.decision.recovery import probe, standby, stopping
 from supervisor.decision.stall import kernel_search, watchdog, witness
-from supervisor.vocabulary import Reason, State
+from supervisor.vocabulary import Reason, State, WorkerStart
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
@@ -127,6 +128,8 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     at = now.mono if m.sent is None else min(now.mono, max(m.sent, a.step_since or m.sent))
     _close_step_stretch(s, at)
     entered = m.step != a.startup_step
+    if entered:
+        _step_ended(a, at)
     a.startup_step, a.step_since, a.step_done, a.step_total = m.step, at, m.done, m.total
     if entered:
         a.search = None  # a search's news was the step's it ran in
@@ -134,6 +137,28 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()
     a.waits.pop(m.rank, None)  # and a word said in an earlier step is of a wait that is over (as after progress)
     return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
+
+
+def _step_ended(a: Attempt, at: float) -> None:
+    """The startup step the worker was in ended at ``at``: its seconds, for the restart's parts."""
+    if a.step_entered is not None:
+        key = a.startup_step.value
+        a.step_seconds[key] = a.step_seconds.get(key, 0.0) + (span(a.step_entered, at) or 0.0)
+    a.step_entered = at
+
+
+def restart_parts(last: Incident, a: Attempt) -> dict[str, float]:
+    """Where a restart's seconds went, from the verdict to the first batch: the kill, the rest until the next
+    worker's spawn or take-over (stacks, backoff), then each startup step of that worker. A ready standby's model
+    step loads the checkpoint into the model it built ahead: it is named so (``model_load``), not ``model``."""
+    parts = {"kill": last.kill.seconds} if last.kill is not None else {}
+    to_spawn = span(last.time, a.spawned_wall)
+    if to_spawn is not None:
+        parts["to_spawn"] = round(max(0.0, to_spawn - parts.get("kill", 0.0)), 3)
+    for step, seconds in a.step_seconds.items():
+        name = "model_load" if step == StartupStep.MODEL.value and a.start is WorkerStart.READY else step
+        parts[name] = round(seconds, 3)
+    return parts
 
 
 def _close_step_stretch(s: Supervision, at: float) -> None:
@@ -295,12 +320,14 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     s.startup_failure = None
     a.startup_seconds = span(a.spawned_at, now.mono) or 0.0
     _close_step_stretch(s, now.mono)
+    _step_ended(a, now.mono)
     s.rung_record(s.rung).started(a.startup_seconds)
     if a.in_force is not None and a.in_force.amp:  # its AMP check passed: the next attempts' need not run
         s.amp_passed = True
     last = s.incidents[-1] if s.incidents else None
     if last is not None and not last.recorded and last.reason != Reason.STOP:
-        last = s.amend(last, restart_seconds=span(last.time, now.wall))
+        last = s.amend(last, restart_seconds=span(last.time, now.wall), restart_start=a.start,
+                       restart_parts=restart_parts(last, a))
     if last is not None and not last.recorded and s.goodput.lost_from is not None:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "

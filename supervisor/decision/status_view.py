@@ -184,6 +184,8 @@ class Supervisor(View):
     heartbeats: Heartbeats = field(default_factory=Heartbeats)
     metrics_bind_failures: int = 0
     standby_pid: int | None = None
+    standby_kind: str | None = None  # a WorkerStart: "ready" or "imported" (attempt/ready_room.py); None: none waits
+    standby_why: str | None = None  # why that kind: the room found on the device, or what rules a ready one out
     run_dir: str | None = None  # several hosts: the shared run directory (status --state-dir alone finds the hosts)
     checkpoint: str | None = None  # where the newest checkpoint is written
 

@@ -86,7 +86,8 @@ CORE_KEYS = [
     "trained_seconds", "lost_seconds", "lost_batches", "goodput", "run_started", "rung_speed", "rung0_speed",
     "rung_speeds", "node_rank", "ranks", "probe", "ladder"]
 AGENT_KEYS = ["supervisor_pid", "config", "state_dir", "updated", "heartbeats", "metrics_bind_failures",
-              "standby_pid", "run_dir", "checkpoint"]  # run_dir: several hosts' shared directory (issue 30)
+              "standby_pid", "standby_kind", "standby_why",  # issue 48: ready or imported, and why
+              "run_dir", "checkpoint"]  # run_dir: several hosts' shared directory (issue 30)
 NESTED_KEYS = {
     "watchdog": ["timeout", "fires_in", "tree_idle_seconds",  # tree_idle_seconds: issue 29, the idle floor
                  "waiting", "waiting_kind", "ranks", "hung_rank"],  # issue 38: where the training process says it waits

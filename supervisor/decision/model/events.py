@@ -11,7 +11,7 @@ from typing import Any
 
 from supervisor.decision.model.incident import Stacks
 from supervisor.decision.model.survivors import Survivor
-from supervisor.vocabulary import KernelKind, Remedy
+from supervisor.vocabulary import KernelKind, Remedy, WorkerStart
 from worker.contract import HeartbeatMessage
 
 
@@ -30,6 +30,7 @@ class Boot:
 class Spawned:
     pid: int
     resumed_from: str | None  # the checkpoint the worker resumes from, None when training from scratch
+    start: WorkerStart = WorkerStart.COLD  # a new process, or the kind of standby that took the attempt
 
 
 @dataclass(frozen=True)

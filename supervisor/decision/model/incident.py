@@ -17,7 +17,7 @@ from typing import Any
 
 from supervisor.decision.model import persistence
 from supervisor.decision.model.persistence import kept
-from supervisor.vocabulary import Reason, Tier
+from supervisor.vocabulary import Reason, Tier, WorkerStart
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,8 @@ class Incident:
     settings: dict[str, Any] | None = kept(default=None, with_field="kill")  # what the worker reported in force
     kill: Kill | None = kept(default=None, omitted=True)
     restart_seconds: float | None = kept(default=None, omitted=True)  # from the verdict to the next first batch
+    restart_start: WorkerStart | None = kept(default=None, omitted=True)  # how the next worker came
+    restart_parts: dict[str, float] | None = kept(default=None, omitted=True)  # heartbeats.restart_parts
     # -- the recovery tiers (tier.py, recovery.py); None, (): no recovery (a stop, a probe) --
     tier: Tier | None = kept(default=None, omitted=True)  # the last tier it went to: the one that recovered it
     tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order

@@ -32,7 +32,7 @@ from supervisor.decision.model.persistence import span
 from supervisor.decision.model.rung_record import RungRecord
 from supervisor.decision.model.survivors import Survivor
 from supervisor.decision.model.worker_kind import WorkerKind
-from supervisor.vocabulary import After, KernelKind, Reason, State, Tier
+from supervisor.vocabulary import After, KernelKind, Reason, State, Tier, WorkerStart
 from worker.contract import InForce, Phase, StartupStep, WaitReport
 
 INCIDENTS_KEPT = 20
@@ -213,6 +213,9 @@ class Attempt:
     startup_seconds: float | None = None  # spawn to the first training batch
     startup_step: StartupStep = StartupStep.IMPORTS  # the step of its startup the worker said it is in
     step_since: float | None = None  # monotonic: the step's clock, from its entry or its last progress
+    step_entered: float | None = None  # monotonic: when the current step was entered (progress does not reset it)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # each startup step's seconds, as they ended
+    start: WorkerStart = WorkerStart.COLD  # how its process came: new, or a standby of which kind
     step_done: int | None = None  # the step's progress as last said: items done (labels scanned, images cached) ...
     step_total: int | None = None  # ... of how many
     search: SearchSeen | None = None  # a kernel search's news in the current startup step (kernel_search.py)

@@ -1,0 +1,38 @@
+"""Where a restart's seconds go (issue 48): the incident names the kill, the wait until the next worker, each startup
+step of that worker, and how it came (cold, or the standby's kind); a ready standby's model step is a load."""
+
+import pytest
+
+from supervisor.decision import core
+from supervisor.vocabulary import WorkerStart
+from tests.helpers.driver import PID, healthy
+
+
+def restarted(start: WorkerStart):
+    d = healthy()  # 0.5 s batches until t=1010
+    d.at(d.t + 10.01)(core.Tick())  # the verdict
+    verdict = d.t
+    d.at(verdict + 0.4)(core.TreeKilled(killed=1, seconds=0.4))
+    d.at(verdict + 1.0)(core.Spawned(PID + 1, "/s/train/weights/last.pt", start=start))
+    for at, step in ((1.0, "imports"), (1.1, "checkpoint"), (1.5, "model"), (1.7, "dataset"), (1.8, "loaders"),
+                     (2.4, "first_batch"), (2.6, "first_step")):
+        d.at(verdict + at).beat(phase="setup", kind="step", pid=PID + 1, progress=0, step=step)
+    d.at(verdict + 3.0).beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=21, batches=40)
+    return d.s.incidents[-1]
+
+
+def test_the_incident_names_each_part_of_a_restart_and_how_the_worker_came():
+    incident = restarted(WorkerStart.COLD)
+    assert incident.restart_start is WorkerStart.COLD
+    assert incident.restart_seconds == pytest.approx(3.0)
+    parts = incident.restart_parts
+    assert parts["kill"] == pytest.approx(0.4) and parts["to_spawn"] == pytest.approx(0.6)
+    assert parts["checkpoint"] == pytest.approx(0.4) and parts["model"] == pytest.approx(0.2)
+    assert parts["loaders"] == pytest.approx(0.6) and parts["first_step"] == pytest.approx(0.4)
+    assert "model_load" not in parts
+    assert incident.to_dict()["restart_parts"] == parts and incident.to_dict()["restart_start"] == "cold"
+
+
+def test_a_ready_standby_loads_the_checkpoint_into_its_model_and_builds_none():
+    parts = restarted(WorkerStart.READY).restart_parts
+    assert "model" not in parts and parts["model_load"] == pytest.approx(0.2)

@@ -1,0 +1,82 @@
+"""The ready standby under the real supervisor on the CPU demo (issue 48): the next attempt waits with its model built,
+takes the restart without building one, and trains the same batches as a restart that builds everything; where the
+device has no room it only imports, and status says why."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.supervised import read_incidents, read_state, start_supervisor, status_of, wait_for
+from worker.demo_data import ensure_demo_dataset
+from worker.exact_resume import EpochOrderSampler
+from worker.trainer import RECORD_FED_ENV
+
+pytestmark = pytest.mark.e2e
+
+BATCH, BATCHES = 4, 8  # the demo: 32 training images, 8 batches an epoch
+
+
+def uninterrupted() -> dict[tuple[int, int], list[str]]:
+    """(epoch, batch) -> the images an uninterrupted run feeds there: what any exact restart must train."""
+    names = sorted(p.name for p in (ensure_demo_dataset().parent / "images" / "train").iterdir())
+    sampler = EpochOrderSampler(len(names), seed=0)
+    return {(e, b): [names[i] for i in sampler.order(e)[b * BATCH:(b + 1) * BATCH]]
+            for e in range(2) for b in range(BATCHES)}
+
+
+def trained(fed: Path) -> dict[tuple[int, int], list[str]]:
+    """Each position's images as last fed (a replayed batch after the restart overwrites the first feeding)."""
+    batches: dict[tuple[int, int], list[str]] = {}
+    last = None
+    for line in fed.read_text().splitlines():
+        epoch, batch, name = line.split()
+        key = (int(epoch), int(batch))
+        if key != last:
+            batches[key], last = [], key
+        batches[key].append(name)
+    return batches
+
+
+def run_with_a_hang(demo_config, tmp_path: Path, worker: str) -> tuple[dict, dict, str, Path]:
+    """Attempt 1 hangs at its 12th batch (epoch 2); the status while its standby waits, the restart's incident, the
+    supervisor's log and the fed-images record."""
+    config = demo_config(f"[worker]\n{worker}\n[checkpoint]\nevery = 1\n")
+    config.write_text(config.read_text().replace("epochs = 3", "epochs = 2"))
+    state_dir, fed = tmp_path / "state", tmp_path / "fed.txt"
+    proc = start_supervisor(config, state_dir, "--fault", "main_hang,at_batch=12,attempt=1",
+                            env={RECORD_FED_ENV: str(fed)})
+    try:
+        waiting = wait_for(lambda: (s := status_of(state_dir)) and s["attempt"] == 1 and s["standby_kind"] and s,
+                           180, "attempt 1's standby")
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert read_state(state_dir)["status"]["state"] == "succeeded"
+    [incident] = [i for i in read_incidents(state_dir) if i["reason"] == "hang"]
+    return waiting, incident, stderr, fed
+
+
+def test_a_ready_standby_takes_the_restart_without_building_a_model_and_trains_the_same_batches(demo_config,
+                                                                                              tmp_path):
+    waiting, incident, stderr, fed = run_with_a_hang(demo_config, tmp_path, 'standby_ready = "auto"')
+    assert waiting["standby_kind"] == "ready" and "MiB free" in waiting["standby_why"], waiting
+    assert incident["restart_start"] == "ready"
+    parts = incident["restart_parts"]
+    assert "model" not in parts and "model_load" in parts, parts  # the checkpoint loaded into the held model
+    assert "takes the attempt: its imports, device context and model are done" in stderr
+    assert "model (held ready, checkpoint loaded)" in stderr
+    assert trained(fed) == uninterrupted()  # what a cold restart trains: the uninterrupted run's batches
+
+
+def test_without_room_on_the_device_the_standby_only_imports_and_status_says_why(demo_config, tmp_path):
+    """On the CPU the device is the host's memory: a ready standby asking for more than it has finds no room."""
+    waiting, incident, stderr, fed = run_with_a_hang(demo_config, tmp_path,
+                                                     'standby_ready = "auto"\nstandby_memory_mib = 1000000000')
+    assert waiting["standby_kind"] == "imported", waiting
+    assert waiting["standby_why"].startswith("no room: the host has") and "standby_memory_mib" in waiting["standby_why"]
+    assert "(imported standby: no room: the host has" in stderr
+    assert incident["restart_start"] == "imported" and "model" in incident["restart_parts"]
+    assert "model (held ready" not in stderr
+    assert trained(fed) == uninterrupted()
