@@ -1,9 +1,8 @@
 """Mid-epoch checkpoints written off the training step: the loop copies what it must to host memory and goes on; a
 thread serializes and writes the copy.
 
-Measured before this existed: a synchronous mid-epoch save held the loop 375 ms for YOLOv8n and 3.9 s for YOLOv8x
-on an H100 (torch.save's pickling, the device-to-host copies, the write and its fsync). The copy is all the loop must
-wait for: the model, the EMA and the optimizer change at the next step, so they are cloned to the host first
+A synchronous mid-epoch save holds the loop for torch.save's pickling, the device-to-host copies, the write and its
+fsync (bench/RESULTS.md, ``checkpoint_cost.py``). The copy is all the loop must wait for: the model, the EMA and the optimizer change at the next step, so they are cloned to the host first
 (``to_host``); nothing the thread touches is shared with the loop after that.
 
 One write at a time, in order: ``wait()`` before the next save of any kind (a newer end-of-epoch ``last.pt`` must

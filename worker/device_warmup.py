@@ -2,10 +2,9 @@
 
 A new process's first training step on a GPU pays once for what the next steps find ready: the GPU libraries loaded
 (cuDNN's engines, cuBLAS), their kernels loaded and chosen (CUDA's lazy module loading, MIOpen's database). Every
-attempt is a new process, so that is restart time. A probe on the H100 (YOLOv8n, batch 32, 640 px, AMP, a fresh
-process; a probe script, not kept): the first step's forward, loss and backward took 1.26-1.69 s cold; 0.58-0.62 s
-after a warm-up of the forward and backward alone; 0.13-0.20 s after a warm-up through the loss as well (the
-assigner's and the loss's own kernels), against 0.05 s for a later step.
+attempt is a new process, so that is restart time. A warm-up of the forward and backward alone leaves the loss's
+kernels (the assigner's and the loss's own) to the first step; one through the loss as well leaves it close to a
+later step's time (the probe's figures: bench/RESULTS.md, "the first step after a warm-up through the loss").
 
 So a thread runs one forward, the loss on a blank batch with one box an image (detection models; other tasks stop
 at the forward, whose outputs are summed) and one backward, on a deep copy of the model. The copy is made once the

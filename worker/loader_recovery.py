@@ -116,7 +116,7 @@ class LoaderRecovery:
             return dead <= self.replaced
         # A batch's tensors come through the worker that made it (a file descriptor handed over a socket, torch's
         # file_descriptor sharing): a worker frozen, then killed, mid-handover fails the receive with a connection
-        # error before torch has seen it dead (measured on the CPU demo).
+        # error before torch has seen it dead.
         # With pin_memory, that receive is the pin-memory thread's: it dies of it, and the loader says so.
         handover = isinstance(error, (OSError, EOFError)) or PIN_THREAD_DIED in str(error)
         return handover and bool(self.replaced & workers)

@@ -82,7 +82,7 @@ def chain_worker_init(loader: Any, extra: Callable[[], None]) -> None:
 
 
 # What a loader worker needs before its first sample, imported once in the forkserver: every worker forked from it
-# starts with them (2 to 3 s each otherwise, as a spawned worker pays them). None of them touches a GPU.
+# starts with them (seconds each otherwise, as a spawned worker pays them). None of them touches a GPU.
 FORKSERVER_PRELOAD = ("torch", "cv2", "numpy", "ultralytics.data.build", "ultralytics.data.dataset",
                       "ultralytics.data.augment", "worker.loaders", "worker.faults")
 
@@ -122,7 +122,7 @@ def exit_without_finalizing() -> None:
     puts its last batch and exits at once, its queue's feeder thread still pickling that batch in torch's C++
     (shareFd); the interpreter's finalization ends that thread with pthread_exit, whose unwinding through C++ calls
     std::terminate ("terminate called without an active exception", SIGABRT: most spawned workers of Ultralytics'
-    dataset at 640 px, here and on the H100), and the training process's loader turns that into a RuntimeError that
+    dataset at 640 px), and the training process's loader turns that into a RuntimeError that
     ends the training. Exit status 0: a worker that dies early is told by the loader from its liveness, not this."""
     def end() -> None:
         for stream in (sys.stdout, sys.stderr):

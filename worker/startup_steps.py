@@ -18,8 +18,8 @@ from worker.heartbeat import Heartbeat
 PROGRESS_EVERY = 1.0  # seconds between two progress reports of one step (the first item of a pass is said at once)
 # torch's CPU threads while the model is built: its CPU forward (the strides) and the checkpoint's casts are small, and
 # an OpenMP region waits for its slowest thread. With every core in the pool, one core busy elsewhere (the standby's
-# forkserver importing, py-spy, the killed tree's teardown) made the H100 host's (16 cores) model step of a restart
-# 1.1-3.6 s against 0.3 s when nothing else ran.
+# forkserver importing, py-spy, the killed tree's teardown) made a restart's model step several times as long as when
+# nothing else ran (bench/RESULTS.md, the device hang part by part).
 MODEL_STEP_THREADS = 4
 
 

@@ -73,8 +73,8 @@ def stand_by(parent: int) -> str | None:
     if os.getppid() != parent:
         return None  # the supervisor died before the parent-death signal was armed
     import torch  # noqa: F401
-    import torch._inductor  # noqa: F401  (init_seeds' use_deterministic_algorithms imports it: 1.9 s on a CPU)
-    import torchvision  # noqa: F401  (the validator's metrics import it: 0.5 s of a launch on an H100)
+    import torch._inductor  # noqa: F401  (init_seeds' use_deterministic_algorithms imports it)
+    import torchvision  # noqa: F401  (the validator's metrics import it)
     from matplotlib import font_manager  # noqa: F401  (the dataset check's font lookup, worker/patches/offline.py)
 
     if os.environ.get(ENV_RANK_STANDBY) == "1":

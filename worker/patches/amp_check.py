@@ -45,9 +45,9 @@ def local_check_amp(model: torch.nn.Module) -> bool:
 
 
 def passed_earlier(model: torch.nn.Module) -> bool:
-    """The check of an attempt after one whose check passed: the same GPU and torch, so not run again (on the H100
-    0.9-1.2 s of each restart; under ROCm its 64 px forward has MIOpen find its kernels for shapes training never
-    uses)."""
+    """The check of an attempt after one whose check passed: the same GPU and torch, so not run again (it is part of
+    each restart's start, bench/RESULTS.md; under ROCm its 64 px forward has MIOpen find its kernels for shapes
+    training never uses)."""
     print("yolo-train AMP check: passed in an earlier attempt of this run; not run again", flush=True)
     return True
 

@@ -27,7 +27,7 @@ path.
 
 Why not the batch norm from elementwise ops and reductions: ``native_batch_norm`` is one ATen call forward and one
 backward, as cuDNN's, where the elementwise version is about ten forward and fifteen backward; with 57 BatchNorm2d
-in YOLOv8n that host time is the step's (the conv fallback showed that on an H100).
+in YOLOv8n that host time is the step's (as the conv fallback's was: ``python -m bench.conv_fallback``).
 
 Public entry points: ``enable()``, ``disable()``, ``is_enabled()``, ``batch_norm()`` (a drop-in for
 ``torch.nn.functional.batch_norm``) and ``should_enable(mode, env, conv_fallback=...)``.

@@ -25,9 +25,8 @@ calls and 2 kernels forward, about 15 calls and 6 kernels backward; a 1x1: 5 cal
 forward, 3 kernels backward run by autograd's C++) and no layout conversions, and what depends only
 on a convolution's stride, padding, dilation and kernel size (``_Geometry``) is worked out once per
 distinct set, not at every call: on a fast GPU a small model's step is partly host time. What is
-left is the kernels' own: on an H100 (YOLOv8n, batch 16, 640 px) the step's GPU kernel time is
-34.2 ms with this fallback against cuDNN's 26.5 in fp32, 28.9 against 22.0 in fp16: im2col writes
-and reads kh*kw times the input, where cuDNN's implicit GEMM reads it once.
+left is the kernels' own, slower than cuDNN's (bench/RESULTS.md, ``conv_fallback.py``): im2col
+writes and reads kh*kw times the input, where cuDNN's implicit GEMM reads it once.
 ``python -m bench.conv_fallback --host-overhead`` measures it per convolution.
 
 Precision: float32 matrix products follow ``torch.backends.cudnn.allow_tf32``, the flag that
