@@ -2,8 +2,9 @@
 thread serializes and writes the copy.
 
 A synchronous mid-epoch save holds the loop for torch.save's pickling, the device-to-host copies, the write and its
-fsync (bench/RESULTS.md, ``checkpoint_cost.py``). The copy is all the loop must wait for: the model, the EMA and the optimizer change at the next step, so they are cloned to the host first
-(``to_host``); nothing the thread touches is shared with the loop after that.
+fsync (bench/RESULTS.md, ``checkpoint_cost.py``). The copy is all the loop must wait for: the model, the EMA and
+the optimizer change at the next step, so they are cloned to the host first (``to_host``); nothing the thread touches
+is shared with the loop after that.
 
 One write at a time, in order: ``wait()`` before the next save of any kind (a newer end-of-epoch ``last.pt`` must
 never be overwritten by an older mid-epoch one finishing late), before a stop's save, and at the end of training.
