@@ -377,7 +377,7 @@ def classify(line: str) -> Classification | None:
 
 
 def markdown_table(patterns: Iterable[Pattern] = BUILTIN_PATTERNS) -> str:
-    """The catalogue as a Markdown table (name, kind, where the format comes from), for docs/design.md."""
+    """The catalogue as a Markdown table (name, kind, where the format comes from), for docs/kernel_messages.md."""
     rows = ["| pattern | kind | message format (source) |", "| --- | --- | --- |"]
     for p in patterns:
         rows.append(f"| `{p.name}` | {p.kind} | {p.origin.replace('|', '/')} |")
