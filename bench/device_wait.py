@@ -30,15 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import quiet_config
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import ROOT, checkout_env, quiet_config
 
 LOOP = """
 import os, sys, time
 import torch
 import torch.nn.functional as F
-sys.path.insert(0, {root!r})
 from worker.heartbeat import Heartbeat
 
 hb = Heartbeat.from_env(witness=sys.argv[1] == "witness")
@@ -81,13 +78,13 @@ def run_once(mode: str, args: argparse.Namespace) -> dict:
             config.write_text(ultralytics_config(tmp_path))
             extra = ["--fault", f"device_hang,at_batch={args.hang_at},attempt=1"]
         else:
-            (tmp_path / "train.py").write_text(LOOP.format(root=str(ROOT), steps=args.steps, hang_at=args.hang_at))
+            (tmp_path / "train.py").write_text(LOOP.format(steps=args.steps, hang_at=args.hang_at))
             config.write_text(f'[worker]\ncommand = ["{sys.executable}", "train.py", "{mode}"]\ncwd = "{tmp_path}"\n'
                               + quiet_config())
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
-                               str(tmp_path / "state"), *extra], cwd=ROOT, capture_output=True, text=True,
-                              timeout=args.limit)
+                               str(tmp_path / "state"), *extra], cwd=ROOT, env=checkout_env(),
+                              capture_output=True, text=True, timeout=args.limit)
         wall = time.monotonic() - started
         if args.logs is not None:
             args.logs.mkdir(parents=True, exist_ok=True)

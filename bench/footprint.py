@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.harness import ROOT, write_config
+from bench.harness import ROOT, checkout_env, write_config
 from bench.heartbeat import FIELDS, timed_worker
 
 GOAL_RSS_MB = 60.0
@@ -45,7 +45,6 @@ BEAT_SECONDS = 20.0
 # supervisor's log) so the bench knows the windows.
 BEATING_WORKER = """
 import sys, time
-sys.path.insert(0, {root!r})
 from worker.heartbeat import Heartbeat
 
 hb = Heartbeat.from_env()
@@ -82,8 +81,8 @@ def supervise(work: Path, config: Path, interval: float) -> tuple[list[tuple[flo
     log_path = work / "supervisor.log"
     with open(log_path, "wb") as log:  # a file, as journald would be: the supervisor forwards worker output
         supervisor = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config),
-                                       "--state-dir", str(work / "state")], cwd=ROOT, stdin=subprocess.DEVNULL,
-                                      stdout=log, stderr=log)
+                                       "--state-dir", str(work / "state")], cwd=ROOT, env=checkout_env(),
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     proc = psutil.Process(supervisor.pid)
     samples = []
     try:
@@ -132,7 +131,7 @@ def demo_run(work: Path, interval: float) -> dict:
 
 def beating_run(work: Path, interval: float, rate: float) -> dict:
     script = work / "beating_worker.py"
-    script.write_text(BEATING_WORKER.format(root=str(ROOT), idle=IDLE_SECONDS, seconds=BEAT_SECONDS, rate=rate,
+    script.write_text(BEATING_WORKER.format(idle=IDLE_SECONDS, seconds=BEAT_SECONDS, rate=rate,
                                             fields=FIELDS))
     python = work / "python-beating"
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}"\n')

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: `python -m supervisor` is run from here
+
+
+def checkout_env(root: Path = ROOT) -> dict[str, str]:
+    """This process's environment with ``root`` first on PYTHONPATH, for a supervisor whose worker is a script written
+    outside the checkout (a stand-in, a timed worker) that imports the checkout's packages: the children inherit it, and
+    no script edits its own import path."""
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
 
 
 def free_port() -> int:

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import ROOT, write_config
+from bench.harness import ROOT, checkout_env, write_config
 from worker.heartbeat import Heartbeat, encode
 GOAL_US = 20.0
 GOAL_STEP_FRACTION = 0.001
@@ -57,7 +57,6 @@ print(messages, decoder.malformed + decoder.oversized)
 # recorded (time.perf_counter is CLOCK_MONOTONIC: comparable across processes); writes them at exit.
 TIMED_WORKER = """
 import atexit, json, runpy, sys, time
-sys.path.insert(0, {root!r})
 from worker import heartbeat
 
 beats = []  # (start ns, duration ns, phase, epoch, batch, sent, thread CPU ns)
@@ -101,7 +100,7 @@ def timed_worker(work: Path) -> tuple[Path, Path]:
     """A ``[worker] python`` that runs the real worker with its heartbeats recorded; (executable, records)."""
     out = work / "beats.json"
     timed = work / "timed_worker.py"
-    timed.write_text(TIMED_WORKER.format(root=str(ROOT), out=str(out)))
+    timed.write_text(TIMED_WORKER.format(out=str(out)))
     python = work / "python-timed"
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{timed}" "$@"\n')
     python.chmod(0o755)
@@ -158,8 +157,9 @@ def in_training(epochs: int, work: Path) -> dict:
     python, out = timed_worker(work)
     config = write_config(work / "demo.toml", train={"epochs": epochs}, worker={"python": str(python)})
     result = subprocess.run([sys.executable, "-m", "supervisor", "run", "--config", str(config),
-                             "--state-dir", str(work / "state")], cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+                             "--state-dir", str(work / "state")], cwd=ROOT, env=checkout_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            timeout=600)
     if result.returncode != 0 or not out.exists():
         raise SystemExit(f"demo training under the supervisor failed (exit {result.returncode}):\n"
                          + "\n".join(result.stderr.splitlines()[-15:]))

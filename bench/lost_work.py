@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.harness import ROOT, write_config
+from bench.harness import ROOT, checkout_env, write_config
 
 FIRST_BATCH = "first training batch"  # the supervisor's line when an attempt trains (supervisor/decision/heartbeats.py)
 SPEED_WINDOW = (3.0, 10.0)  # seconds after the first batch between which the first attempt's speed is taken
@@ -79,8 +79,7 @@ class SupervisedRun:
         """``root``: the checkout whose supervisor runs (another commit's, for a side-by-side bench)."""
         self.state_dir = state_dir
         self.log = log.open("w")
-        path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+        env = {**checkout_env(root), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config),
                                       "--state-dir", str(state_dir)], cwd=root, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=env)
