@@ -311,8 +311,9 @@ class RecoveryConfig:
         "recovered by killing only those workers: the loader goes on at the batch it waited for, in the same process; "
         "false: every hang restarts"))
     in_place_max: int = key(Whole(), 3, (
-        "more in-place recoveries than this within `in_place_window`, and the next hang restarts (and climbs the "
-        "ladder) instead: a loader that keeps hanging wants a safer rung"))
+        "more in-place recoveries that escalated (a rebuilt loader that brought no batch) than this within "
+        "`in_place_window`, and the next hang restarts (and climbs the ladder) instead: a loader whose rebuild keeps "
+        "failing wants a safer rung. Recoveries that worked do not count: each cost seconds and lost nothing"))
     in_place_window: float = key(Seconds(), 3600.0, "seconds in_place_max counts over")
 
 
