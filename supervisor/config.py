@@ -229,7 +229,9 @@ class CheckpointConfig:
         "loop waits only for a copy to host memory; a thread writes it, atomically); a hang loses at most this much "
         'plus detection. "auto": chosen at every spawn as Young\'s sqrt(2 x hold x mean time between hangs) from the '
         "measured checkpoint hold and this run's hangs (supervisor/decision/model/checkpoint_interval.py), at least "
-        'max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; "epoch": Ultralytics\' end-of-epoch '
+        "max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; while hangs are frequent (one in 10 "
+        "minutes of training or more often), at most twice the restarts' own time, so a restart replays no longer "
+        'than it took; "epoch": Ultralytics\' end-of-epoch '
         "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
     max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
         f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses) and at most a day '

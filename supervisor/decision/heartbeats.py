@@ -331,6 +331,8 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     if last is not None and not last.recorded and last.reason != Reason.STOP:
         last = s.amend(last, restart_seconds=span(last.time, now.wall), restart_start=a.start,
                        restart_parts=restart_parts(last, a))
+        if last.reason == Reason.HANG and last.restart_seconds is not None:
+            s.hang_history.restarted(last.restart_seconds)
     if last is not None and not last.recorded and s.goodput.lost_from is not None:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "
