@@ -89,8 +89,8 @@ class InPlaceTier:
 
     def applies(self, s: Supervision, phase: str) -> bool:
         a = s.current
-        return (s.config.recovery.in_place and s.state == State.HEALTHY and phase in PHASES and bool(a.loaders)
-                and a.recovery is None and s.kind.reports_loader_workers)
+        return (s.config.recovery.in_place and s.state == State.HEALTHY and phase in PHASES and a.recovery is None
+                and s.kind.reports_loader_workers)
 
     def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         return begin(s, now, verdict)
@@ -132,6 +132,8 @@ class InPlaceTier:
 
 TIER = InPlaceTier()
 TIER.reports = {MessageKind.LOADER: lambda s, m, now: loader_started(s, m, now)}
+NO_WORKERS = ("in place does not apply: the loader has no worker processes to replace (the threads loader, whose "
+              "threads cannot be killed, or workers = 0, which loads in the training loop itself): restart")
 
 
 def recent(s: Supervision, wall: float) -> int:
@@ -188,6 +190,8 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
 def _declines(s: Supervision) -> str | None:
     """Why the tree as the core knows it is not this tier's (``Escalate``'s reason); None: it may be."""
     a = s.current
+    if not a.loaders:  # nothing this tier can replace: a thread cannot be killed, and workers = 0 loads in the loop
+        return NO_WORKERS
     seen, culprit = witness.telling(a.waits, a.loaders)
     if witness.all_stopped(a.ranks, a.stopped):  # /proc shows each rank stopped: whatever one said before, not a hang
         return f"{witness.FROZEN}: restart"
