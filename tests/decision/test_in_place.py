@@ -119,12 +119,21 @@ def test_in_place_off_is_todays_restart():
 
 
 def test_no_loader_reported_means_no_in_place_tier():
-    """The threads rung, workers = 0 and a [worker] command report no loader worker processes: a restart."""
+    """The threads rung and workers = 0 report no loader worker processes: a restart, whose incident says why the
+    in-place tier did not apply; a [worker] command has no such tier at all."""
     d = Driver(make())
     d.boot_and_spawn()
     d.beat("train", kind="phase")
     d.train_until(1010, 0.5)
-    assert kinds(d.at(d.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
+    actions = d.at(d.t + 10.01)(core.Tick())
+    assert kinds(actions) == ["Log", "KillTree"]
+    incident = actions[1].incident
+    assert incident.tiers == ("restart",) and incident.escalation == in_place.NO_WORKERS
+    command = Driver(make(worker=COMMAND))
+    command.boot_and_spawn()
+    command.beat("train", kind="phase")
+    command.train_until(1010, 0.5)
+    assert command.at(command.t + 10.01)(core.Tick())[1].incident.escalation is None
 
 
 class Declines:
@@ -187,7 +196,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
                if isinstance(a, core.RecordIncident)]
     assert [i.id for i in written] == [opened.id] and written[0].restart_seconds > 6
     assert d.s.recoveries == {"restart": 1}
-    plain = Driver(make())  # a hang no cheaper tier takes: the restart alone, on the record too
+    plain = Driver(make(recovery={"in_place": False}))  # a hang no cheaper tier takes: the restart alone, on the record
     plain.boot_and_spawn()
     plain.beat("train", kind="phase")
     plain.train_until(1010, 0.5)
