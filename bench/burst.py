@@ -15,6 +15,12 @@ The real CLI (``python -m supervisor run``), default settings but the training, 
   worker blocked, spinning or stopped, the training process spinning or blocked, the whole tree), each
   ``--hang-every`` seconds after the last was recovered (in place or by a restart), whatever the phase; each hang's
   cost by its incident (in place: the stall, the action and the wait for the next batch);
+- with ``--night climbs``, issue 48's night that climbs: its kinds in turn (a loader worker blocked, one whose
+  rebuilt loader blocks too: a hang the loader's rungs cure, the restart climbs; a loader worker spinning, the
+  training process spinning, the whole tree frozen, the training process blocked, a validation loader worker
+  spinning), each 8-14 s after the last recovery; on the CPU the ladder is CUDA's default (the forkserver rung
+  first), so the in-place tier is tried at a climbed rung. Printed beside the goodput: the batches each restart
+  replayed (its incident's ``lost_batches``) and the rungs the hangs met;
 - with ``--baseline DIR``, the burst again with the code in DIR (a checkout of an earlier commit, e.g. ``git worktree
   add /tmp/before fe7f68b``): what the run did before, with the same hang points.
 
@@ -30,6 +36,7 @@ interval of its last attempt, and the supervisor's exit.
     python3 -m bench.burst --gpu --whatever-phase --hang-every 20-40 --limit 1200   # issue 29's compressed night
     python3 -m bench.burst --gpu --hang-every 10-20 --baseline /tmp/before \\
         --kinds loader_blocked,loader_spinning,loader_stopped,main_spinning,main_blocked,tree   # issue 38's night
+    .venv/bin/python -m bench.burst --epochs 12 --night climbs --runs undisturbed,burst --limit 600  # issue 48's
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class Night:
     exit_code: int | None = None
     hangs: int = 0
     hang_costs: list[float | None] = field(default_factory=list)  # each hang's cost by its incident, in seconds
+    replayed: list[int] = field(default_factory=list)  # batches each restart trained again (its lost_batches)
     rungs: list[int] = field(default_factory=list)  # rung of each attempt (--whatever-phase: of each freeze)
     phases: list[str] = field(default_factory=list)  # --whatever-phase: the phase each freeze landed in
     status: dict = field(default_factory=dict)
@@ -137,6 +145,7 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
             result.seconds, result.exit_code = time.time() - run.started, run.proc.returncode
         result.status = run.state().get("status", {})
         result.hang_costs = hang_costs(run.state_dir / "incidents.jsonl")
+        result.replayed = replayed(run.state_dir / "incidents.jsonl")
     finally:
         run.stop()
         if args.keep:
@@ -175,6 +184,8 @@ def hang_after_each_recovery(run: SupervisedRun, burst: Burst, result: Night, li
     due = None
     while run.proc.poll() is None and time.time() - run.started < limit:
         time.sleep(POLL)
+        if not burst.hangs.again():
+            continue  # loader_twice: its rebuilt loader is to hang too
         status = run.state().get("status", {})
         recovered = sum((status.get("recoveries") or {}).values()) >= result.hangs
         if not recovered or status.get("state") != "healthy":
@@ -222,6 +233,21 @@ def hang_costs(incidents: Path) -> list[float | None]:
     return costs
 
 
+def replayed(incidents: Path) -> list[int]:
+    """The batches each hang's restart trained again: its training after the checkpoint it resumed from."""
+    import json
+
+    lines = incidents.read_text().splitlines() if incidents.exists() else []
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [r["lost_batches"] for r in records if r.get("reason") == "hang" and r.get("tier") != "in_place"
+            and isinstance(r.get("lost_batches"), int)]
+
+
+# Issue 48's night that climbs: its kinds in turn, each 8-14 s after the last recovery
+CLIMBS = ("loader_blocked", "loader_twice", "loader_spinning", "main_spinning", "tree", "main_blocked",
+          "val_loader_spinning")
+
+
 def keep(run: SupervisedRun, slug: str, folder: Path) -> None:
     """The run's incidents and the supervisor's own lines (not the worker's), for a look after the bench."""
     import shutil
@@ -252,7 +278,13 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="a folder for each run's incidents and supervisor lines")
     parser.add_argument("--kinds", help="issue 38's hang kinds in turn, each --hang-every s after the last was "
                         "recovered (bench/hangs.py KINDS)")
+    parser.add_argument("--night", choices=("climbs",), help="climbs: issue 48's night (its kinds each 8-14 s after "
+                        "the last recovery; on the CPU, CUDA's default ladder)")
     args = parser.parse_args()
+    if args.night == "climbs":
+        args.kinds = args.kinds or ",".join(CLIMBS)
+        if "--hang-every" not in sys.argv:
+            args.hang_every = "8-14"
     gpu = {"epochs": 10, "images": 4096, "imgsz": 640, "batch": 32, "workers": 8}
     cpu = {"epochs": 6, "images": 800, "imgsz": 64, "batch": 4, "workers": 2}
     apply_training_defaults(args, gpu, cpu)
@@ -268,7 +300,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="burst-") as tmp_name:
         tmp = Path(tmp_name)
         hangs = Hangs.install(tmp) if kinds else None
-        config = burst_config(tmp / "burst.toml", args)
+        ladder = None
+        if args.night == "climbs" and not args.gpu:  # the CPU demo climbs as a CUDA machine would: forkserver first
+            from supervisor.decision.ladder import default_ladder
+            ladder = {"ladder": {"rungs": list(default_ladder(args.workers, cuda=True).rungs[1:])}}
+        config = burst_config(tmp / "burst.toml", args, ladder)
         runs = args.runs.split(",")
         limit, args.limit = args.limit, args.limit or 3600.0
         # The first training on a fresh machine builds the dataset's label cache and compiles the imports: a cost
@@ -309,6 +345,9 @@ def main() -> int:
                 line += (f"; {cost:.1f} s lost a hang, so at one hang every {every:g} {cadence} a steady "
                          f"goodput of {steady_goodput(cost, every, args.whatever_phase):.3f}")
             print(line, flush=True)
+        if burst.replayed:
+            print(f"{burst.label}: {sum(burst.replayed)} batches replayed over {len(burst.replayed)} restarts "
+                  f"({burst.replayed}); rungs the hangs met {burst.rungs}", flush=True)
         measured = [c for c in burst.hang_costs if c is not None]
         if measured:
             cost = sum(measured) / len(measured)

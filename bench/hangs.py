@@ -3,7 +3,10 @@
 - ``loader_blocked``, ``loader_spinning``, ``loader_stopped``: one training loader worker blocks on a lock taken
   twice, spins at 100% CPU, or stops (SIGSTOP to itself); the training process then waits for the batch it owes;
 - ``main_spinning``, ``main_blocked``: the training process's main thread spins in Python or blocks on a lock;
-- ``tree``: every process of the worker's tree gets SIGSTOP (how a driver hang leaves a training).
+- ``tree``: every process of the worker's tree gets SIGSTOP (how a driver hang leaves a training);
+- ``val_loader_spinning``: one validation loader worker spins (issue 48's night);
+- ``loader_twice``: a training loader worker blocks, and so does one of the loader rebuilt in its place (the bench
+  calls ``again`` until it has): in place escalates, and the restart climbs the loader's rungs. A hang a rung cures.
 
 The first five come from a ``sitecustomize.py`` put on the training's PYTHONPATH (``install``): a SIGUSR2 handler in
 every Python process of the run (loader workers inherit it, forked, from the forkserver or spawned) that reads what to
@@ -19,7 +22,8 @@ import os
 import signal
 from pathlib import Path
 
-KINDS = ("loader_blocked", "loader_spinning", "loader_stopped", "main_spinning", "main_blocked", "tree")
+KINDS = ("loader_blocked", "loader_spinning", "loader_stopped", "main_spinning", "main_blocked", "tree",
+         "val_loader_spinning", "loader_twice")
 
 SITECUSTOMIZE = '''
 import os, signal, threading
@@ -38,13 +42,13 @@ def _bench_hang(signum, frame):
         except ImportError:
             return
         info = get_worker_info()
-        if info is None or getattr(info.dataset, "augment", True) is False:
-            return  # not a loader worker, or validation's
+        if info is None or (getattr(info.dataset, "augment", True) is False) != kind.startswith("val_"):
+            return  # not a loader worker, or not of the loader asked for (validation's dataset does not augment)
         try:
             os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except OSError:
             return  # another worker took it
-    what = kind.split("_", 1)[1]
+    what = kind.rsplit("_", 1)[1]
     if what == "stopped":
         os.kill(os.getpid(), signal.SIGSTOP)
     elif what == "blocked":
@@ -67,6 +71,7 @@ class Hangs:
         self.folder = folder
         self.file = folder / "bench-hang"
         self.made = 0
+        self.twice: tuple[int, set[int]] | None = None  # loader_twice: (worker pid, its tree when first hung)
 
     @classmethod
     def install(cls, folder: Path) -> Hangs:
@@ -89,6 +94,8 @@ class Hangs:
             processes = [psutil.Process(worker_pid)] + psutil.Process(worker_pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return False
+        if kind == "loader_twice":
+            self.twice, kind = (worker_pid, {p.pid for p in processes}), "loader_blocked"
         self.made += 1
         sig = signal.SIGSTOP if kind == "tree" else signal.SIGUSR2
         if kind != "tree":
@@ -103,6 +110,25 @@ class Hangs:
             except ProcessLookupError:
                 pass
         return sent > 0
+
+
+    def again(self) -> bool:
+        """loader_twice: once the rebuilt loader's new workers are there, one of them blocks too; True when done (or
+        nothing is left to do: the worker is gone)."""
+        import psutil
+
+        if self.twice is None:
+            return True
+        worker_pid, before = self.twice
+        try:
+            now = {p.pid for p in psutil.Process(worker_pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            self.twice = None
+            return True
+        if not now - before:
+            return False
+        self.twice = None
+        return self.make("loader_blocked", worker_pid)
 
 
 def _is_python(process) -> bool:

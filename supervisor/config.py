@@ -229,7 +229,9 @@ class CheckpointConfig:
         "loop waits only for a copy to host memory; a thread writes it, atomically); a hang loses at most this much "
         'plus detection. "auto": chosen at every spawn as Young\'s sqrt(2 x hold x mean time between hangs) from the '
         "measured checkpoint hold and this run's hangs (supervisor/decision/model/checkpoint_interval.py), at least "
-        'max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; "epoch": Ultralytics\' end-of-epoch '
+        "max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; while hangs are frequent (one in 10 "
+        "minutes of training or more often), at most twice the restarts' own time, so a restart replays no longer "
+        'than it took; "epoch": Ultralytics\' end-of-epoch '
         "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
     max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
         f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses) and at most a day '
@@ -311,8 +313,9 @@ class RecoveryConfig:
         "recovered by killing only those workers: the loader goes on at the batch it waited for, in the same process; "
         "false: every hang restarts"))
     in_place_max: int = key(Whole(), 3, (
-        "more in-place recoveries than this within `in_place_window`, and the next hang restarts (and climbs the "
-        "ladder) instead: a loader that keeps hanging wants a safer rung"))
+        "more in-place recoveries that escalated (a rebuilt loader that brought no batch) than this within "
+        "`in_place_window`, and the next hang restarts (and climbs the ladder) instead: a loader whose rebuild keeps "
+        "failing wants a safer rung. Recoveries that worked do not count: each cost seconds and lost nothing"))
     in_place_window: float = key(Seconds(), 3600.0, "seconds in_place_max counts over")
 
 

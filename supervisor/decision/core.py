@@ -205,7 +205,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     if (search := kernel_search.in_step(s)) is not None:
         detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
     seen, culprit = witness.telling(a.waits, a.loaders)
-    if (place := witness.held_at(seen, culprit, s.state, watchdog.stall_phase(s))) is not None:
+    if (place := watchdog.held_place(s, seen, culprit)) is not None:
         who = "the training process" if seen.rank is None else f"rank {seen.rank}"
         detail += f": {who} was held at one place ({place}) for {quiet:.1f} s"
     if phase == Phase.DONE.value:

@@ -32,7 +32,7 @@ from supervisor.decision.model.state import (THROUGHPUT_WINDOW, Attempt, Checkpo
 from supervisor.decision.recovery import probe, standby, stopping
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import Reason, State, WorkerStart
-from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep
+from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
 
@@ -265,9 +265,12 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     if said is not None and s.state == State.HEALTHY and a.recovery is None and a.last_progress_at is not None \
             and p.phase in witness.RHYTHM_PHASES:
         # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter);
-        # a stall held at one place that ended: that loop's own (a long legitimate one is not killed at its length)
+        # a stall held at one place that ended: that loop's own (a long legitimate one is not killed at its length);
+        # a batch owed by a loader worker that came: the loader's own
         seen = s.device_waits_seen if witness.WAITS[said.report.kind].rhythm else \
             s.one_place_seen if said.place is not None else None
+        if said.report.kind == WaitKind.LOADER and said.report.batch_index:  # (a new iterator's first: its start)
+            seen = s.loader_waits_seen
         if seen is not None:
             seen[p.phase] = max(seen.get(p.phase, 0.0), now.mono - a.last_progress_at)
     a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
@@ -328,6 +331,8 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     if last is not None and not last.recorded and last.reason != Reason.STOP:
         last = s.amend(last, restart_seconds=span(last.time, now.wall), restart_start=a.start,
                        restart_parts=restart_parts(last, a))
+        if last.reason == Reason.HANG and last.restart_seconds is not None:
+            s.hang_history.restarted(last.restart_seconds)
     if last is not None and not last.recorded and s.goodput.lost_from is not None:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
     actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "

@@ -101,6 +101,13 @@ class Night:
         last = next((s for s in reversed(self.samples) if s.get("eta_seconds") is not None), None)
         return None if last is None else last["t"] + last["eta_seconds"]
 
+    def replayed(self) -> tuple[int, int]:
+        """(batches, restarts): the batches the hangs' restarts trained again (each incident's ``lost_batches``: its
+        training after the checkpoint it resumed from), over the restarts that said how many."""
+        counts = [i["lost_batches"] for i in self.incidents
+                  if i.get("reason") == "hang" and i.get("tier") != "in_place" and is_number(i.get("lost_batches"))]
+        return sum(counts), len(counts)
+
     def where_the_time_went(self) -> list[tuple[str, float | None, str]]:
         """(what, seconds, how known) of the run's time: training kept, lost work, stalls, kills, starts, checkpoint
         pauses and the rest."""
@@ -116,8 +123,11 @@ class Night:
                     for i in incidents)
         hold = (s.get("checkpoint_interval") or {}).get("hold_seconds")
         pauses = hold * len(self.checkpoints) if hold else None
+        batches, restarts = self.replayed()
+        replayed = f"; {batches} batches replayed over {restarts} restarts ({batches / restarts:.1f} a restart)" \
+            if restarts else ""
         rows = [("training kept", max(0.0, trained - lost), "goodput's numerator (status)"),
-                ("lost work (trained again)", lost, "status lost_seconds"),
+                ("lost work (trained again)", lost, f"status lost_seconds{replayed}"),
                 ("stalls before detection", stall, "incidents: seconds_since_progress"),
                 ("kills", kill, "incidents: kill.seconds"),
                 ("restarts to the first batch", start, "incidents: restart_seconds less the kill"),

@@ -93,7 +93,7 @@ def _incidents_html(night: Any) -> str:
             cost.append(f"kill {_duration(i['kill']['seconds'])}")
         if "lost_seconds" in i:
             cost.append("lost work unknown" if i["lost_seconds"] is None else
-                        f"lost {_duration(i['lost_seconds'])} ({i.get('lost_batches')} batches)")
+                        f"lost {_duration(i['lost_seconds'])} ({i.get('lost_batches')} batches replayed)")
         if is_number(i.get("restart_seconds")):
             cost.append(f"training again after {_duration(i['restart_seconds'])}")
         out.append(f'<tr class="incident" id="incident-{n}"><td>{n}</td><td>{_clock(i.get("time"), True)}</td>'

@@ -82,6 +82,26 @@ def test_after_each_hang_the_interval_is_youngs_from_the_measured_hold_and_the_h
     assert view["hold_seconds"] == 0.5 and view["mean_time_between_hangs"] == pytest.approx(30, rel=0.05)
 
 
+def test_while_hangs_are_frequent_a_restart_replays_no_longer_than_it_took():
+    """Issue 48: each restart of a night replayed the batches since the newest checkpoint (28 a restart), and a
+    restarted attempt's first batches run slow. While hangs come every FREQUENT seconds of training or more often,
+    half an interval (the replay) is held to the restarts' own time, down to the floor (the checkpoints' own cost)."""
+    young = checkpoint_interval.choose("auto", 600.0, [0.5], 400.0)
+    assert young.seconds == pytest.approx(20.0) and young.restart is None
+    held = checkpoint_interval.choose("auto", 600.0, [0.5], 400.0, [3.0, 3.2, 2.9])
+    assert held.seconds == pytest.approx(6.0) and held.restart == 3.0  # 2 x the restarts' median
+    assert checkpoint_interval.choose("auto", 600.0, [0.5], 400.0, [1.0]).seconds == 5.0  # no closer than the floor
+    assert checkpoint_interval.choose("auto", 600.0, [0.5], 400.0, [12.0]).seconds == pytest.approx(20.0)  # shorter
+    rare = checkpoint_interval.choose("auto", 600.0, [0.5], 5000.0, [3.0])  # a hang an hour or so: Young's alone
+    assert rare.seconds == pytest.approx(math.sqrt(5000.0), abs=0.01) and rare.restart is None
+    night = Night({0: 2.0}, hold=0.5)
+    night.train(40)
+    night.hang()
+    night.train(40)
+    assert len(night.d.s.hang_history.restarts) == 1 and night.d.s.hang_history.restarts[0] > 3.0
+    assert night.d.s.incidents[-1].restart_seconds == night.d.s.hang_history.restarts[0]
+
+
 def test_the_interval_is_clamped_to_the_floor_and_to_max_and_a_fixed_one_never_changes():
     assert checkpoint_interval.choose("auto", 600.0, [0.01], 1.0).seconds == checkpoint_interval.MIN_SECONDS
     assert checkpoint_interval.choose("auto", 600.0, [2.0], 30.0).seconds == 20.0  # 10 holds: a tenth at most

@@ -113,24 +113,27 @@ def test_a_worker_that_exits_during_the_recovery_restarts():
     escalated(d, d(core.WorkerExited(1)), "exited with status 1 during the in-place recovery")
 
 
-def test_more_than_in_place_max_in_the_window_restarts_and_off_is_todays_restart():
-    d = loading(recovery={"in_place_max": 1})
-    inspect = stall(d)
-    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
-    d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
-    d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
-    escalated(d, d.at(d.t + 10.01)(core.Tick()), "more than in_place_max (1)", incidents=2)
+def test_in_place_off_is_todays_restart():
     off = loading(recovery={"in_place": False})
     assert kinds(off.at(off.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
 
 
 def test_no_loader_reported_means_no_in_place_tier():
-    """The threads rung, workers = 0 and a [worker] command report no loader worker processes: a restart."""
+    """The threads rung and workers = 0 report no loader worker processes: a restart, whose incident says why the
+    in-place tier did not apply; a [worker] command has no such tier at all."""
     d = Driver(make())
     d.boot_and_spawn()
     d.beat("train", kind="phase")
     d.train_until(1010, 0.5)
-    assert kinds(d.at(d.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
+    actions = d.at(d.t + 10.01)(core.Tick())
+    assert kinds(actions) == ["Log", "KillTree"]
+    incident = actions[1].incident
+    assert incident.tiers == ("restart",) and incident.escalation == in_place.NO_WORKERS
+    command = Driver(make(worker=COMMAND))
+    command.boot_and_spawn()
+    command.beat("train", kind="phase")
+    command.train_until(1010, 0.5)
+    assert command.at(command.t + 10.01)(core.Tick())[1].incident.escalation is None
 
 
 class Declines:
@@ -193,7 +196,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
                if isinstance(a, core.RecordIncident)]
     assert [i.id for i in written] == [opened.id] and written[0].restart_seconds > 6
     assert d.s.recoveries == {"restart": 1}
-    plain = Driver(make())  # a hang no cheaper tier takes: the restart alone, on the record too
+    plain = Driver(make(recovery={"in_place": False}))  # a hang no cheaper tier takes: the restart alone, on the record
     plain.boot_and_spawn()
     plain.beat("train", kind="phase")
     plain.train_until(1010, 0.5)
@@ -496,21 +499,73 @@ def test_a_validation_loader_goes_on_at_the_batch_it_waited_for_when_its_frozen_
     assert torch.utils.data.get_worker_info() is None
 
 
-def test_the_fourth_in_place_recovery_within_the_window_restarts_and_climbs():
-    """Issue 41, not yet tried: in_place_max = 3 (the default) in place within in_place_window; the fourth hang of
-    the loader restarts (the in-place tier declining) and climbs the ladder, a loader that keeps hanging wanting a
-    safer rung."""
+def rebuild_bound(d: Driver, pid: int) -> float:
+    """A stuck loader worker ``pid`` replaced in place now: the bound the tier then gives the rebuilt loader."""
+    inspect = stall(d)
+    d(in_place.StallInspected(inspect.incident.id, True, (pid,), "waits", None, STACKS))
+    d(in_place.LoaderWorkersKilled((pid,), (), 0.1))
+    return d.s.current.recovery.bound
+
+
+def test_the_rebuild_bound_is_this_attempts_own_loader_start_never_another_rungs():
+    """Issue 48: at the forkserver rung every rebuild escalated on a bound learned from the fork rung's loader starts
+    (3 s, the training process still launching the new workers). The bound is 2 x the longest start of this
+    attempt, the start method and worker count in force: a slow start of an earlier attempt raises no later one's,
+    and a fast one lowers none."""
+    d = Driver(make(restart={"backoff_initial": 0.1}))
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.beat("train", kind="loader", pids=[5001, 5002], seconds=4.0, loader="train")  # attempt 1: 4 s to a batch
+    d.train_until(1005, 0.5)
+    d(core.WorkerExited(1))
+    d(core.TreeKilled(killed=3))
+    d.at(d.t + 1)(core.Tick())
+    d(core.Spawned(PID + 1, None))
+    assert d.s.attempt == 2 and d.s.current.loader_start_seen is None
+    d.beat("train", kind="phase", pid=PID + 1, progress=1)
+    d.beat("train", kind="loader", pid=PID + 1, pids=[5101, 5102], seconds=0.4, loader="train")
+    d.progress = 1
+    while d.t + 0.5 <= 1020:
+        d.t += 0.5
+        d.beat(pid=PID + 1, epoch=1, epochs=3, batch=3, batches=10, samples=4)
+    assert rebuild_bound(d, 5101) == 3.0  # max(idle_floor, 2 x 0.4 s): not 2 x attempt 1's 4 s
+    forkserver = loading()
+    forkserver.beat("train", kind="loader", pids=[5001, 5002], seconds=2.6, loader="train")  # its own, slower start
+    assert rebuild_bound(forkserver, 5001) == pytest.approx(5.2)
+
+
+def test_in_place_recoveries_that_worked_do_not_spend_in_place_max():
+    """Issue 48: the fourth loader hang of a night went to the restart though the three before had each worked. The
+    cap counts in-place recoveries that escalated (a rebuild that brought no batch); those that worked are kept in
+    the rung's record, count and cost, for the rung choice."""
     d = loading()
-    for n in range(3):
+    for n in range(5):
         inspect = stall(d)
-        d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits for a batch", None, STACKS))
+        d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
         d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
-        d.beat("train", kind="loader", pids=[5003 + n], seconds=0.4, loader="train")
-        for _ in range(4):
-            d.t += 0.5
-            d.beat(epoch=1, epochs=3, batch=4 + n, batches=10, samples=4)
-    assert d.s.recoveries == {"in_place": 3} and d.s.attempt == 1
-    rung = d.s.rung
-    incident = escalated(d, d.at(d.t + 10.01)(core.Tick()), "more than in_place_max (3) in-place recoveries", 4)
-    assert incident["tiers"] == ["restart"], incident
-    assert d.s.rung > rung, (rung, d.s.rung)
+        d.at(d.t + 0.5).beat("train", kind="loader", pids=[5001, 5002], seconds=0.4, loader="train")
+        assert "RecordIncident" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)), n
+    assert d.s.recoveries == {"in_place": 5} and d.s.attempt == 1
+    record = d.s.rungs[0]
+    assert record.in_place == 5 and record.in_place_seconds > 5 * 10
+    assert choices.rung_facts(d.s)[0].in_place == 5
+
+
+def test_in_place_recoveries_that_escalated_spend_in_place_max():
+    d = loading(recovery={"in_place_max": 1}, restart={"backoff_initial": 0.1})
+    stall_at = d.t
+    rebuild_bound(d, 5001)
+    escalated(d, d.at(d.t + 3.01)(core.Tick()), "no batch within 3 s")  # a rebuild that brought no batch
+    assert d.s.rungs[0].in_place_failed == 1
+    d(core.Spawned(PID + 1, None))
+    d.beat("train", kind="phase", pid=PID + 1, progress=1)
+    d.beat("train", kind="loader", pid=PID + 1, pids=[5101, 5102], seconds=0.4, loader="train")
+    d.progress = 1
+    while d.t + 0.5 <= stall_at + 40:
+        d.t += 0.5
+        d.beat(pid=PID + 1, epoch=1, epochs=3, batch=3, batches=10, samples=4)
+    actions = d.at(d.t + 10.01)(core.Tick())
+    assert "KillTree" in kinds(actions)
+    incident = d.s.incidents[-1]
+    assert incident.tiers == ("restart",) and "more than in_place_max (1) in-place recoveries that escalated" \
+        in incident.escalation, incident

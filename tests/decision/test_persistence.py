@@ -179,7 +179,7 @@ BEFORE = {
     "startup_failure": None, "startup_steps_seen": {"imports": 0.4, "first_batch": 0.3}, "state": "healthy",
     "trained_seconds": 65.1,
     "training_fingerprint": "e3eed639ceb26a78",
-    "recoveries": {"in_place": 1, "restart": 3}, "in_place_times": [1763800000.5], "loader_start_seen": 0.4,
+    "recoveries": {"in_place": 1, "restart": 3}, "in_place_failures": [1763800000.5], "loader_waits_seen": {"train": 0.4},
     "rung_in_place_seconds": {"0": 12.5}}
 RUNG_MAPS = ("rung_speeds", "rung_hangs", "rung_in_place_seconds", "probation", "failed")
 # The same training in today's state file: each rung's facts in its record.

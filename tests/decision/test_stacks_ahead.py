@@ -150,9 +150,9 @@ def test_a_loader_hang_past_in_place_max_is_the_restarts_and_read_ahead():
     d = loading()
     last = d.s.current.last_progress_at
     wall = 1_700_000_000 + last  # the driver's wall clock at the last batch
-    d.s.in_place_times = [wall - 4000, wall - 300, wall - 100]  # one out of in_place_window (3600 s): 2 recent
+    d.s.in_place_failures = [wall - 4000, wall - 300, wall - 100]  # one out of in_place_window (3600 s): 2 recent
     assert watchdog.stacks_ahead_at(d.s) is None  # the tier would take it, and reads its own
-    d.s.in_place_times = [wall - 600, wall - 300, wall - 100]
+    d.s.in_place_failures = [wall - 600, wall - 300, wall - 100]
     assert watchdog.stacks_ahead_at(d.s) == last + 7.0
     [ask] = asked(ticks(d, last + 0.1, last + 9.9))
     d.at(last + 8.0)(core.StacksReadAhead(ask.since, last + 7.0, READ))

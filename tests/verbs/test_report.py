@@ -32,6 +32,18 @@ def test_a_state_directory_of_an_earlier_version_is_reported_from_its_incidents_
     assert "<script" not in page and re.findall(r'(?:src|href)\s*=\s*"(?!#|data:)', page) == []
 
 
+def test_the_night_says_the_batches_its_restarts_replayed(tmp_path):
+    """Issue 48: each restart trains again the batches since the checkpoint it resumed from: the page says how many,
+    per incident and over the night (in-place recoveries replay none and are not counted)."""
+    in_place = {**INCIDENT, "id": "1-2-1800000200", "time": 1_800_000_200.0, "tier": "in_place", "lost_batches": 0}
+    second = {**INCIDENT, "id": "2-3-1800000300", "time": 1_800_000_300.0, "lost_batches": 5}
+    (tmp_path / "incidents.jsonl").write_text("".join(json.dumps(i) + "\n" for i in (INCIDENT, in_place, second)))
+    night = report.gather_night(config_for(tmp_path))
+    assert night.replayed() == (12, 2)
+    page = report.render(night)
+    assert "(7 batches replayed)" in page and "12 batches replayed over 2 restarts (6.0 a restart)" in page
+
+
 def test_gpu_readings_get_a_panel_and_the_png_keeps_its_size(tmp_path):
     clock = type("Clock", (), {"t": 1_800_000_000.0, "__call__": lambda self: self.t})()
     h = History(tmp_path, clock=clock)

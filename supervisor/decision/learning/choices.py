@@ -48,7 +48,8 @@ def stall_cost(s: Supervision) -> float | None:
 def next_interval(s: Supervision) -> checkpoint_interval.Interval:
     """The checkpoint interval a spawn now chooses, from the hangs and checkpoint holds this run has seen."""
     cfg = s.config.checkpoint
-    return checkpoint_interval.choose(cfg.every, cfg.max, s.hang_history.holds, mean_time_between_hangs(s))
+    return checkpoint_interval.choose(cfg.every, cfg.max, s.hang_history.holds, mean_time_between_hangs(s),
+                                      s.hang_history.restarts)
 
 
 def mean_time_between_hangs(s: Supervision) -> float | None:

@@ -13,6 +13,12 @@ every spawn, so after each hang, from what this run measured:
 
 Clamped to ``[FLOOR, max]``: the floor keeps a checkpoint's cost under a tenth of training whatever the hang rate;
 ``max`` (default 10 minutes) is the interval of a run that has not hung, the same as a fixed ``every = "10m"``.
+
+Young's balance counts a batch replayed as a batch's training; it is more: a restarted attempt's first batches run
+slow. So while hangs are frequent (one every ``FREQUENT`` seconds of training or more often), the replay a restart
+brings (half an interval) is kept no longer than the restart itself (its verdict to its next batch, the median of
+the newest ``restart_seconds``): the interval is at most twice that, down to the floor, which bounds the
+checkpoints' own cost.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ HOLD_FACTOR = 10.0  # nor closer than this many holds: checkpoints cost at most 
 ASSUMED_HOLD = 1.0  # seconds, until this run has measured one
 HOLDS_KEPT = 5  # checkpoint holds behind the median
 HANG_WINDOW = 8  # hangs behind the mean time between hangs
+FREQUENT = 600.0  # seconds of training between hangs, or fewer: the replay is held to the restart's own length
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Interval:
     auto: bool
     hold: float | None = None  # the median hold it used (None: fixed, or none measured yet)
     mean_time_between_hangs: float | None = None  # None: no hang seen (the interval is ``max``)
+    restart: float | None = None  # the restarts' median seconds, where it held the replay (the interval) down
 
 
 def young(hold: float, mean_time_between_hangs: float) -> float:
@@ -47,8 +55,9 @@ def floor(hold: float) -> float:
 
 
 def choose(every: float | str | None, maximum: float, holds: list[float],
-           mean_time_between_hangs: float | None) -> Interval:
-    """``every`` as configured: seconds, None ("epoch"), or "auto" (computed, clamped to ``[floor, maximum]``)."""
+           mean_time_between_hangs: float | None, restarts: list[float] | None = None) -> Interval:
+    """``every`` as configured: seconds, None ("epoch"), or "auto" (computed, clamped to ``[floor, maximum]``);
+    ``restarts``: the newest restarts' seconds from the verdict to the next batch."""
     if every != "auto":
         return Interval(seconds=every, auto=False)  # type: ignore[arg-type]
     hold = median(holds)
@@ -56,7 +65,12 @@ def choose(every: float | str | None, maximum: float, holds: list[float],
         return Interval(seconds=maximum, auto=True, hold=hold)
     used = ASSUMED_HOLD if hold is None else hold
     seconds = min(maximum, max(floor(used), young(used, mean_time_between_hangs)))
-    return Interval(seconds=round(seconds, 3), auto=True, hold=hold, mean_time_between_hangs=mean_time_between_hangs)
+    restart = median(restarts or [])
+    held = None
+    if restart is not None and mean_time_between_hangs <= FREQUENT and seconds / 2 > restart:
+        seconds, held = max(floor(used), min(seconds, 2 * restart)), restart  # the replay no longer than the restart
+    return Interval(seconds=round(seconds, 3), auto=True, hold=hold, mean_time_between_hangs=mean_time_between_hangs,
+                    restart=held)
 
 
 def median(values: list[float]) -> float | None:

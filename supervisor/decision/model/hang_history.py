@@ -7,6 +7,8 @@ One record, kept across supervisor restarts (its ``kept`` fields, persistence.py
 - ``losses``: the training each recent hang threw away (after the newest checkpoint);
 - ``hang_marks``/``window_start``: the run's trained seconds at each recent hang, behind the mean time between hangs;
 - ``holds``: how long the training loop waited for each recent checkpoint;
+- ``restarts``: how long each recent hang's restart took, from the verdict to the next batch (checkpoint_interval.py
+  holds the replay to it while hangs are frequent);
 - ``points``: where each recent hang sat (phase, epoch, batch) and the checkpoint its attempt resumed from, newest
   last, for "the same hang at the same point". A hang the settings cause also recurs at the same point when no
   checkpoint lands between the resume point and the hang: only hangs that resumed from different points count as
@@ -53,6 +55,8 @@ class HangHistory:
     hang_marks: list[float] = kept(default_factory=list)
     window_start: float = kept(default=0.0)
     holds: list[float] = kept(default_factory=list)
+    # seconds from each recent hang's verdict to the next batch, newest last
+    restarts: list[float] = kept(default_factory=list, omitted=True)
     points: list[HangPoint] = kept(default_factory=list)
     # Not kept: a monotonic time means nothing to the next supervisor.
     stall_since: float | None = None  # the last progress before the newest hang, until the next spawn
@@ -70,6 +74,10 @@ class HangHistory:
         if self.stall_since is not None:
             self.stalls = (self.stalls + [span(self.stall_since, now_mono)])[-COSTS_KEPT:]
         self.stall_since = None
+
+    def restarted(self, seconds: float) -> None:
+        """A hang's restart reached its first batch ``seconds`` after the verdict."""
+        self.restarts = (self.restarts + [round(seconds, 3)])[-COSTS_KEPT:]
 
     def checkpoint_hold(self, seconds: float) -> None:
         self.holds = (self.holds + [seconds])[-HOLDS_KEPT:]

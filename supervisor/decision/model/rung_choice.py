@@ -65,6 +65,8 @@ class RungFacts:
     start: float | None = None  # median seconds from a spawn at it to the first batch, None until measured
     failed_probes: int = 0  # probes of this rung that hung
     in_place_seconds: float = 0.0  # what its hangs recovered in place cost (in_place.py): seconds, not restarts
+    in_place: int = 0  # its hangs recovered in place (their cost is ``in_place_seconds``)
+    in_place_failed: int = 0  # in-place recoveries here that escalated (each also counted in ``hangs``)
 
     @property
     def tried(self) -> bool:

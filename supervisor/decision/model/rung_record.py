@@ -32,6 +32,8 @@ class RungRecord:
     probation: float | None = kept(default=None, omitted=True)
     failed_probes: int = kept(default=0, omitted=True)  # probes of this rung that hung
     in_place_seconds: float = kept(default=0.0, omitted=True)  # what its hangs recovered in place cost (in_place.py)
+    in_place: int = kept(default=0, omitted=True)  # its hangs recovered in place
+    in_place_failed: int = kept(default=0, omitted=True)  # in-place recoveries here that escalated to the restart
 
     def speed(self) -> float | None:
         """The median it/s measured here (None until measured)."""
@@ -44,7 +46,7 @@ class RungRecord:
     def facts(self) -> RungFacts:
         """The record as the ladder's choices read it (rung_choice.py)."""
         return RungFacts(self.speed(), self.seconds, self.hangs, self.start(), self.failed_probes,
-                         self.in_place_seconds)
+                         self.in_place_seconds, self.in_place, self.in_place_failed)
 
     def measured(self, speed: float) -> None:
         self.speeds = (self.speeds + [round(speed, 4)])[-SPEEDS_KEPT:]

@@ -247,6 +247,9 @@ class Attempt:
     save_mid_epoch: bool = False  # that stretch is a mid-epoch checkpoint's (entered before the epoch's last batch)
     train_resuming: bool = False  # training re-entered after an epoch end or a save, its first batch still to come
     loaders: dict[int, tuple[int | None, str]] = field(default_factory=dict)  # loader worker pid -> (rank, loader)
+    # the longest a loader of this attempt took from its iterator's making to its first batch: the start method and
+    # worker count in force here (a forkserver's or spawn's start is not a fork's), never another rung's
+    loader_start_seen: float | None = None
     recovery: Recovery | None = None  # a hang's recovery under way, by a tier before the restart (tier.py)
     stacks_ahead: StacksAhead | None = None  # the current stall's stacks, read ahead of its verdict (stacks_ahead.py)
     idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
@@ -362,8 +365,11 @@ class Supervision:
     job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
     # -- the recovery tiers (recovery.py) --
     recoveries: Counter[Tier] = kept(default_factory=Counter)  # recoveries by tier (status --json, the metric)
-    in_place_times: list[float] = kept(default_factory=list)  # wall clock of each in-place recovery
-    loader_start_seen: float | None = kept(default=None)  # the longest a loader took to its first batch, this run
+    # wall clock of each in-place recovery that escalated (its rebuild brought no batch): what in_place_max counts
+    in_place_failures: list[float] = kept(default_factory=list)
+    # the longest stall the witness put on a batch owed by a named loader worker whose iterator had given batches,
+    # that then ended, by phase: the loader's own rhythm (watchdog.loader_wait_bound)
+    loader_waits_seen: dict[str, float] = kept(default_factory=dict)
     # the longest stall the witness put in a device wait that then ended, by phase ("train", "val"): the device's own
     # rhythm, which bounds the next device wait of that phase (watchdog.device_wait_bound)
     device_waits_seen: dict[str, float] = kept(default_factory=dict)

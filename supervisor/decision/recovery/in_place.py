@@ -15,9 +15,10 @@ worker processes (our Ultralytics worker with a process loader: not the threads 
 Escalation, never a hole: the stacks show something else (a hang not the loader's goes to the restart); a loader
 worker survives SIGKILL (D state: the restart's kill then finds it too, and "reboot needed" holds); the command
 cannot be sent; the worker exits; no batch within ``bound`` (a rebuilt loader that hangs again, a pin-memory
-thread that never joins: ``witness.loader_start_bound``, learned from this run's loader starts), counted from the
-kill, or from the rebuilt loader's new workers once the worker reports them; more than ``in_place_max`` in-place
-recoveries within ``in_place_window``.
+thread that never joins: ``witness.loader_start_bound``, learned from this attempt's own loader starts, the start
+method and worker count in force, never another rung's), counted from the kill, or from the rebuilt loader's new
+workers once the worker reports them; more than ``in_place_max`` in-place recoveries that escalated within
+``in_place_window``.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class InPlaceTier:
 
     def applies(self, s: Supervision, phase: str) -> bool:
         a = s.current
-        return (s.config.recovery.in_place and s.state == State.HEALTHY and phase in PHASES and bool(a.loaders)
-                and a.recovery is None and s.kind.reports_loader_workers)
+        return (s.config.recovery.in_place and s.state == State.HEALTHY and phase in PHASES and a.recovery is None
+                and s.kind.reports_loader_workers)
 
     def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         return begin(s, now, verdict)
@@ -115,7 +116,10 @@ class InPlaceTier:
                 f"workers were replaced, {i.cost.batches_lost} batches lost")  # the same process trains on
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
-        if r.acted_at is not None:
+        if r.acted_at is not None:  # its workers were replaced and no batch came: what in_place_max counts
+            window = s.config.recovery.in_place_window
+            s.in_place_failures = [t for t in s.in_place_failures if now.wall - t <= window] + [now.wall]
+            s.rung_record(r.incident.rung).in_place_failed += 1
             # The loader workers the first look blamed are gone and the hang is still there: what that look saw is
             # said in the detail, and the restart reads the tree as it is now (its stacks, its culprit).
             stacks = r.incident.stacks
@@ -128,20 +132,23 @@ class InPlaceTier:
 
 TIER = InPlaceTier()
 TIER.reports = {MessageKind.LOADER: lambda s, m, now: loader_started(s, m, now)}
+NO_WORKERS = ("in place does not apply: the loader has no worker processes to replace (the threads loader, whose "
+              "threads cannot be killed, or workers = 0, which loads in the training loop itself): restart")
 
 
 def recent(s: Supervision, wall: float) -> int:
-    """In-place recoveries within ``in_place_window`` of ``wall``."""
-    return sum(1 for t in s.in_place_times if wall - t <= s.config.recovery.in_place_window)
+    """In-place recoveries that escalated within ``in_place_window`` of ``wall``."""
+    return sum(1 for t in s.in_place_failures if wall - t <= s.config.recovery.in_place_window)
 
 
 def spent(s: Supervision, wall: float | None = None) -> bool:
-    """``in_place_max`` in-place recoveries within ``in_place_window`` of ``wall``; None: of the last one, which no
-    later count exceeds (ahead of a verdict, whose time is not known yet)."""
+    """``in_place_max`` in-place recoveries that escalated (a rebuild that brought no batch) within
+    ``in_place_window`` of ``wall``; None: of the last one, which no later count exceeds (ahead of a verdict, whose
+    time is not known yet). Those that worked never count: each cost seconds and lost nothing."""
     if wall is None:
-        if not s.in_place_times:
+        if not s.in_place_failures:
             return False
-        wall = max(s.in_place_times)
+        wall = max(s.in_place_failures)
     return recent(s, wall) >= s.config.recovery.in_place_max
 
 
@@ -152,8 +159,8 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     if declined is not None:
         return Escalate(declined)
     if spent(s, now.wall):
-        return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries within in_place_window "
-                        f"({cfg.in_place_window:g} s)")
+        return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries that escalated within "
+                        f"in_place_window ({cfg.in_place_window:g} s)")
     seen, culprit = witness.telling(a.waits, a.loaders)
     stall = now.mono - (a.last_progress_at or now.mono)
     if verdict.incident is None:
@@ -183,6 +190,8 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
 def _declines(s: Supervision) -> str | None:
     """Why the tree as the core knows it is not this tier's (``Escalate``'s reason); None: it may be."""
     a = s.current
+    if not a.loaders:  # nothing this tier can replace: a thread cannot be killed, and workers = 0 loads in the loop
+        return NO_WORKERS
     seen, culprit = witness.telling(a.waits, a.loaders)
     if witness.all_stopped(a.ranks, a.stopped):  # /proc shows each rank stopped: whatever one said before, not a hang
         return f"{witness.FROZEN}: restart"
@@ -225,7 +234,7 @@ def killed(s: Supervision, r: Recovery, event: LoaderWorkersKilled, now: Now) ->
     if event.survivors:
         return Escalate(f"loader worker(s) survived SIGKILL ({'; '.join(event.survivors)})")
     r.acted_at = now.mono
-    r.bound = witness.loader_start_bound(s.loader_start_seen, s.config.watchdog.idle_floor)
+    r.bound = witness.loader_start_bound(s.current.loader_start_seen, s.config.watchdog.idle_floor)
     return [Log("info", f"loader worker(s) {', '.join(map(str, event.pids))} killed in {event.seconds:.2f} s; the "
                         f"next batch is due within {r.bound:.0f} s")]
 
@@ -244,8 +253,8 @@ def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> li
     s.hangs_by_phase[r.phase] += 1  # (an escalated one counts as the restart's)
     # The stall lies inside the attempt's trained span (its first batch to its last progress), yet trained nothing.
     s.goodput.lost_seconds += cost.seconds
-    s.in_place_times = [t for t in s.in_place_times if now.wall - t <= s.config.recovery.in_place_window] + [now.wall]
     record = s.rung_record(r.incident.rung)
+    record.in_place += 1
     record.in_place_seconds = round(record.in_place_seconds + cost.seconds, 3)
     return [Log("info", f"recovered in place: the next batch {cost.to_next_batch:.2f} s after the loader workers were "
                         f"replaced ({cost.seconds:.1f} s from the last progress), {cost.batches_lost} batches lost"),
@@ -262,7 +271,7 @@ def loader_started(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     a.loaders = {pid: owner for pid, owner in a.loaders.items() if owner != (m.rank, m.loader)}  # its old ones
     a.loaders.update({pid: (m.rank, m.loader) for pid in m.pids})
     if m.seconds is not None:
-        s.loader_start_seen = max(s.loader_start_seen or 0.0, m.seconds)
+        a.loader_start_seen = max(a.loader_start_seen or 0.0, m.seconds)
     elif a.recovery is not None and a.recovery.tier is TIER and a.recovery.acted_at is not None:
         a.recovery.rebuilt_at = now.mono
     return []

@@ -119,24 +119,16 @@ def deadline(s: Supervision) -> Deadline:
         return Deadline(bound[0], DeadlineKind.RECOVERY, f"{a.recovery.tier.name.label} bound")
     stall = current_stall(s)
     if stall is not None:
-        due, word, phase = stall.deadline, stall.word, stall_phase(s)
-        seen, culprit, held, idle_since = word.seen, word.culprit, word.held is not None, word.idle_since
-        if stall.idle_bound is not None and idle_since is not None:
-            at = max(stall.since + stall.idle_bound, idle_since + w.idle_floor)
-            why = "idle" if idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
-            if seen is not None and witness.WAITS[seen.report.kind].rhythm and culprit is None \
-                    and phase in witness.RHYTHM_PHASES:
-                at = min(at, stall.since + device_wait_bound(s, phase))  # its own rhythm
-            elif held:
-                at, why = min(at, stall.since + one_place_bound(s, phase)), "witness: one place"
+        due, word = stall.deadline, stall.word
+        seen, culprit = word.seen, word.culprit
+        evidence = witness_bound(s, stall.since, seen, culprit)
+        if evidence is not None:
+            at, why = evidence
+            due = Deadline(at, due.kind, f"{due.label}, {why}") if due.at is None or at < due.at else due
+        elif stall.idle_bound is not None and word.idle_since is not None:  # the tree's activity decides the floor
+            at = max(stall.since + stall.idle_bound, word.idle_since + w.idle_floor)
+            why = "idle" if word.idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
             due = Deadline(at, due.kind, f"{due.label}, {why}") if at < due.at else due
-        elif culprit is not None and culprit not in a.waits_outside and s.state == State.HEALTHY:
-            # A batch owed by a named loader worker where the phase has no rhythm of its own (an epoch's end, up to
-            # the next epoch's first batch; validation's first): the new pass's workers are bounded as a loader
-            # start, whatever the tree does (per-pass workers that hang before the epoch's first batch).
-            at = stall.since + witness.loader_start_bound(s.loader_start_seen, w.idle_floor)
-            if due.at is None or at < due.at:
-                due = Deadline(at, due.kind, f"{due.label}, witness: a loader start")
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
         if due.at is None or confirm < due.at:
@@ -182,6 +174,55 @@ def wake(s: Supervision) -> Deadline:
     return due
 
 
+def witness_bound(s: Supervision, since: float, seen: witness.WaitSeen | None, culprit: int | None
+                  ) -> tuple[float, str] | None:
+    """When the stall that began at ``since`` is a hang by the witness's evidence, and that evidence in a phrase; None:
+    the evidence bounds nothing (no word, a wait outside the tree, a lock or a collective: the tree decides).
+
+    The evidence is bounded as in training or validation (``evidence_phase``) whatever the phase the stall began in:
+    an epoch's end, a mid-epoch checkpoint's save, the next epoch's first batch (the one place only once "train" is
+    said again). A batch owed by a named loader worker
+    is its loader's rhythm (``loader_wait_bound``) once its iterator gave a batch, a loader start's before
+    (``witness.loader_start_bound``, from this attempt's own starts); a device wait the device's; the main thread held
+    at one place that loop's. An attempt's first batch (STARTING) and validation's first keep their own bounds: no
+    rhythm is known there yet."""
+    a = s.current
+    if seen is None or s.state != State.HEALTHY:
+        return None
+    phase = evidence_phase(s)
+    if culprit is not None:
+        if culprit in a.waits_outside:
+            return None  # it waits on the world (a socket, a remote file): the phase's own bound
+        if seen.report.batch_index:
+            return since + loader_wait_bound(s, phase), f"witness: {seen.report.kind.value}"
+        return since + witness.loader_start_bound(a.loader_start_seen, s.config.watchdog.idle_floor), \
+            "witness: a loader start"
+    if not a.intervals.get(phase):
+        return None  # the attempt's second batch, validation's first: a first step's kernels, no rhythm yet
+    if witness.WAITS[seen.report.kind].rhythm:
+        return since + device_wait_bound(s, phase), f"witness: {seen.report.kind.value}"
+    if held_place(s, seen, culprit) is not None:
+        return since + one_place_bound(s, phase), "witness: one place"
+    return None
+
+
+def held_place(s: Supervision, seen: witness.WaitSeen | None, culprit: int | None) -> str | None:
+    """Where the witness held the main thread for the whole stall, bounded as training's or validation's
+    (``witness.held_at``); None: not so. Not while the save stretch is said: validation's set-up and the save hold one
+    place for seconds (3.1 s on CI after a resume); from the next "train" on (the next epoch's first forward, after
+    a mid-epoch checkpoint) it is training's."""
+    if s.current.progress.phase == Phase.SAVE.value:
+        return None
+    return witness.held_at(seen, culprit, s.state, evidence_phase(s))
+
+
+def evidence_phase(s: Supervision) -> str:
+    """The phase whose rhythm bounds the witness's evidence in the current stall: validation's in validation,
+    training's everywhere else once the attempt trains (an epoch's end and a save are training's stretches too: a
+    process spinning after a save is no save)."""
+    return Phase.VAL.value if s.current.progress.phase == Phase.VAL.value else Phase.TRAIN.value
+
+
 def stall_phase(s: Supervision) -> str:
     """The phase the current stall is bounded as: an epoch's end (``save``) until the next epoch's first batch."""
     return Phase.SAVE.value if s.current.train_resuming else s.current.progress.phase
@@ -203,6 +244,14 @@ def one_place_bound(s: Supervision, phase: str) -> float:
     the longest, at least ``idle_floor``. A training process spinning for ever is found at the floor though its
     tree is busy; a long legitimate loop, once seen to end, is not killed at its length again."""
     return _rhythm_bound(s, s.one_place_seen, phase)
+
+
+def loader_wait_bound(s: Supervision, phase: str) -> float:
+    """A batch owed by a named loader worker whose iterator has given batches (the witness's ``batch_index`` past
+    0) is bounded by the waits for such batches this run has seen end in ``phase``: ``auto_factor`` x the longest, at
+    least ``idle_floor``. Not by the batch intervals: an attempt's first steps are slow for the model's sake, and a
+    loader hang in its first epoch was found at 10 x those."""
+    return _rhythm_bound(s, s.loader_waits_seen, phase)
 
 
 def _rhythm_bound(s: Supervision, seen: dict[str, float], phase: str) -> float:
@@ -269,8 +318,10 @@ def tree_reading_from(s: Supervision) -> float | None:
         return None
     if stall.frozen_bound is not None:  # several hosts: read whether a rank of this host is stopped
         return stall.since + max(IDLE_READING_AFTER, stall.frozen_bound - s.config.watchdog.idle_floor)
-    if stall.idle_bound is None:  # a loader start's bound for a named worker: read whether it waits on the world
-        return None if stall.word.culprit is None else stall.since + IDLE_READING_AFTER
+    if stall.word.culprit is not None:  # a named worker's bound is the loader's rhythm or a start's: read whether
+        return stall.since + IDLE_READING_AFTER  # it waits on the world
+    if stall.idle_bound is None:
+        return None
     return stall.since + max(IDLE_READING_AFTER, stall.idle_bound - s.config.watchdog.idle_floor)
 
 

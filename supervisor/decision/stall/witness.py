@@ -5,17 +5,21 @@ the tiers make of it. Pure.
 The witness is judged first; the tree's activity and the stacks come after it:
 
 - a batch awaited from a loader worker this attempt reported: that worker's hang whatever its state (blocked,
-  spinning, stopped): its stall is bounded as an idle tree's (``idle_floor``) and the in-place tier replaces that
-  worker without reading the stacks;
-- a device wait in training or validation (not before the first batch: a first step, a cuDNN or MIOpen search keep
-  their own bound): bounded as an idle tree's too, over the phase's own intervals, whether the host spins or
-  sleeps; the restart, since no loader is to blame;
+  spinning, stopped): its stall is bounded by the loader's own rhythm (``watchdog.loader_wait_bound``: the idle
+  floor until longer waits were seen to end) once that iterator gave a batch, as a loader start before
+  (``loader_start_bound``), and the in-place tier replaces that worker without reading the stacks;
+- a device wait once the attempt trains (not before the first batch: a first step, a cuDNN or MIOpen search keep
+  their own bound): bounded by the device's own rhythm, whether the host spins or sleeps; the restart, since no
+  loader is to blame;
 - a wait on something outside the worker's processes (a socket, a file, a subprocess) or a sleep it chose, or a batch
   owed by a loader worker that itself waits on a socket or a remote or FUSE file (``TreeActivity.outside``): the
   phase's own bound, never the idle floor, whatever the tree does;
 - the main thread held at one place (``ELSEWHERE`` at one file and function, every word of the stall: a loop in
-  Python, a native busy wait) in training or validation: bounded as an idle tree's, over the longest such stretch
-  this run has seen end in that phase (``watchdog.one_place_bound``), whether the tree spins or sleeps; the restart;
+  Python, a native busy wait): bounded as an idle tree's, over the longest such stretch this run has seen end in
+  that phase (``watchdog.one_place_bound``), whether the tree spins or sleeps; the restart;
+
+each of these three is bounded as training's (validation's in validation: ``watchdog.evidence_phase``) whether the
+stall began in training, in a mid-epoch checkpoint's save, at an epoch's end or at the next epoch's first batch;
 - a lock, a collective, anything else: the tree's activity decides the floor, as without a witness; the restart;
 - no word in this stall (a plain script, a native call that holds the GIL, a stopped process): as without a witness.
 """
@@ -93,7 +97,7 @@ def place_of(where: str) -> str:
 
 def held_at(seen: WaitSeen | None, culprit: int | None, state: State, phase: str) -> str | None:
     """The place (``place_of``) where the training process's main thread has been held for the whole of this stall
-    in ``phase`` (the stall's: ``watchdog.stall_phase``), by the word that tells it, once it trains and in a phase of
+    in ``phase`` (its evidence's: ``watchdog.evidence_phase``), by the word that tells it, once it trains and in a phase of
     ``RHYTHM_PHASES``; None: not so."""
     if seen is None or culprit is not None or state != State.HEALTHY or seen.report.kind != WaitKind.ELSEWHERE \
             or phase not in RHYTHM_PHASES:
@@ -295,9 +299,10 @@ START_UNSEEN = 10.0  # seconds: the bound before this run has seen a loader star
 
 
 def loader_start_bound(seen: float | None, idle_floor: float | None) -> float:
-    """Seconds a loader's new workers may take to their first batch: ``START_FACTOR`` x the longest start this run
-    has seen, at least ``idle_floor``; ``START_UNSEEN`` before any was seen. It bounds an in-place rebuild (no batch
-    within it: the restart) and a batch owed by workers made for a new pass (per-pass workers, validation's first)."""
+    """Seconds a loader's new workers may take to their first batch: ``START_FACTOR`` x the longest start this
+    attempt has seen (``Attempt.loader_start_seen``: its rung's start method and worker count), at least
+    ``idle_floor``; ``START_UNSEEN`` before any was seen. It bounds an in-place rebuild (no batch within it: the
+    restart) and a batch owed by a new iterator's workers before its first (per-pass workers, validation's first)."""
     if not seen:
         return START_UNSEEN
     return max(START_UNSEEN if idle_floor is None else idle_floor, START_FACTOR * seen)
