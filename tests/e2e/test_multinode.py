@@ -385,13 +385,13 @@ def test_the_job_ladder_file_is_read_once_per_change(tmp_path):
 @pytest.mark.e2e
 def test_a_host_alone_waits_join_timeout_then_exits_78_in_one_line(tmp_path):
     """Host 0 alone hosts the store and nobody joins; host 1 alone finds no store at the endpoint."""
-    hosts = [start_host(tmp_path, n, free_port(), f"alone-{n}-{os.getpid()}", join_timeout=15) for n in (0, 1)]
+    hosts = [start_host(tmp_path, n, free_port(), f"alone-{n}-{os.getpid()}", join_timeout=5) for n in (0, 1)]
     codes = wait_all(hosts, 240)
     logs = [(tmp_path / f"host-{n}.log").read_text() for n in (0, 1)]
     assert codes == [78, 78], "\n".join(log[-3000:] for log in logs)
     for n, log in enumerate(logs):
         [line] = [x for x in log.splitlines() if "did not complete in" in x and x.startswith("yolo-train worker:")]
-        assert f"host {n} of 2: the rendezvous at 127.0.0.1:" in line and "join_timeout 15 s" in line
+        assert f"host {n} of 2: the rendezvous at 127.0.0.1:" in line and "join_timeout 5 s" in line
         assert read_state(tmp_path / f"state-{n}")["status"]["attempt"] == 1  # no restart loop
     assert ours(tmp_path, "alone-") == []
 
