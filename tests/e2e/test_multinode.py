@@ -185,10 +185,9 @@ def test_a_rank_frozen_while_the_other_host_validates_is_found_and_both_resume_f
     alone. Its host finds it frozen; rank 0's validation is no hang; both resume from epoch 1's last.pt.
 
     Which host speaks first is not left to the machine's speed: the frozen rank's is found at its train timeout (15 s),
-    while a wait at an epoch's end, rank 0's in the collective, is bounded by "save auto" over a floor of 60 s. The
-    floor also bounds the final validation's silent set-up (best.pt loaded, its loader built) and the wait of a host
-    whose ranks are done for the other's: on a loaded machine those passed a floor of 10 s, killed a host that had
-    finished, and it came back to a finished checkpoint."""
+    while a wait at an epoch's end, rank 0's in the collective, is bounded by "save auto" over a floor of 60 s. (The
+    final validation's silent set-up and the wait of a host whose ranks are done for the other's are the ending,
+    bounded by save_timeout: test_ending.py.)"""
     port, rdzv_id = free_port(), f"validating-{os.getpid()}"
     fault = ("freeze,at_batch=32,attempt=1,rank=1",)  # epoch 2's 16th batch of 16
     hosts = [start_host(tmp_path, n, port, rdzv_id, stall_timeout=15, epochs=3, faults=fault, auto_floor=60)
