@@ -8,7 +8,8 @@ from tests.helpers.driver import Driver, kinds, make, verdicts
 
 
 def trained_an_epoch(**sections) -> Driver:
-    """Healthy at 0.5 s a batch, one epoch end seen (its longest gap 1.5 s: "save auto" = max(10, 10 x 1.5) = 15 s), back in training."""
+    """Healthy at 0.5 s a batch, one epoch end seen (its longest gap 1.5 s: "save auto" = max(10, 10 x 1.5) = 15 s),
+    back in training."""
     d = Driver(make(**sections))
     d.boot_and_spawn()
     d.beat("train", kind="phase")
