@@ -33,7 +33,7 @@ STATES = tuple(state.value for state in State)
 STATE_COLORS = {"starting": "blue", "healthy": "green", "stopping": "yellow", "backoff": "orange",
                 "succeeded": "purple", "failed": "red", "stopped": "text"}
 PHASES = PHASE_LABELS
-PHASE_COLORS = {"setup": "blue", "train": "green", "val": "purple", "save": "yellow", "done": "text",
+PHASE_COLORS = {"setup": "blue", "train": "green", "val": "purple", "save": "yellow", "ending": "orange", "done": "text",
                 "none": "transparent"}
 
 

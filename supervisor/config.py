@@ -162,8 +162,10 @@ class WatchdogConfig:
     save_timeout: float | None = key(Seconds(words=OFF), 300.0, (
         "an epoch's end (validation set-up, the save, the next epoch's loader) until one epoch end has been "
         "observed, then max(auto_floor, auto_factor x its longest gap) (`save auto`); a mid-epoch checkpoint the same "
-        "way by its own kind once one has been observed (`checkpoint auto`); also how long a stop waits for the "
-        "worker's checkpoint, and how long a worker that said training is done may take to exit"))
+        "way by its own kind once one has been observed (`checkpoint auto`); also a silence in a training's ending "
+        "(phase `ending`: best.pt's load, the final validation, a host's wait for the others' final validation), how "
+        "long a stop waits for the worker's checkpoint, and how long a worker that said training is done may take to "
+        "exit"))
     auto_factor: float = key(Seconds(most=AUTO_FACTOR_MOST, expected=f"a positive number, at most {AUTO_FACTOR_MOST:g}"),
                              10.0, 'the safety factor of every "auto" timeout')
     auto_floor: float = key(Seconds(), 10.0, 'the lower bound of every "auto" timeout, in seconds')

@@ -60,6 +60,9 @@ class Phase(str, Enum):
     TRAIN = "train"
     VAL = "val"
     SAVE = "save"  # from the end of an epoch's training to the next epoch's first batch
+    # Trained through, the last epoch saved: the final validation (best.pt read, its set-up, its batches) and the
+    # wait for the other ranks and hosts to end theirs. Nothing is left to lose, and its silences are no epoch's.
+    ENDING = "ending"
     DONE = "done"
 
 

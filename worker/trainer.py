@@ -55,6 +55,7 @@ class SupervisedTrainerMixin:
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         self._warmup: DeviceWarmUp | None = None  # the first step's, from the model on the device to the first batch
         self._held_model = False  # the model is the one a ready standby built ahead (worker/ready.py)
+        self._ending = False  # trained through: the final validation and the wait for the other ranks (Phase.ENDING)
         super().__init__(*args, **kwargs)
         adopt_cpu_drill(self)
         adopt_world(self)
@@ -220,6 +221,10 @@ class SupervisedTrainerMixin:
     def final_eval(self) -> None:
         """Ultralytics' final strip of last.pt and best.pt, each written beside and renamed over (strip_atomically);
         with ``val = false``, the strip alone: Ultralytics would validate best.pt here too."""
+        # From here to the exit nothing is left to lose and nothing observed bounds a silence: best.pt's load and
+        # the validation's set-up, then (a rank done) the wait for the others' final validation on other hosts.
+        self._ending = True
+        self.link.hb.phase("ending", epoch=self.epoch + 1, epochs=self.epochs)
         strip = ultralytics_trainer.strip_optimizer
         ultralytics_trainer.strip_optimizer = strip_atomically(strip)
         try:
@@ -407,14 +412,14 @@ class SupervisedTrainerMixin:
             hb.phase("save", **position())
 
         def on_val_start(validator) -> None:
-            hb.phase("val", **position())
+            hb.phase("ending" if self._ending else "val", **position())
 
         def on_val_batch_end(validator) -> None:
             hb.beat(**position())
             sup.faults.after_val_batch()
 
         def on_val_end(validator) -> None:
-            hb.phase("save", **position())
+            hb.phase("ending" if self._ending else "save", **position())
 
         def on_model_save(trainer) -> None:
             hb.beat(**position())

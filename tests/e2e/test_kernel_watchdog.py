@@ -66,6 +66,7 @@ def test_the_seeds_line_with_a_frozen_worker_restarts_it_within_the_confirm_wind
 
 def test_stall_lines_while_training_progresses_kill_nothing(demo_config, write_config, tmp_path):
     config, state_dir = config_with_long_stall(demo_config, write_config), tmp_path / "state"
+    config.write_text(config.read_text().replace("epochs = 3", "epochs = 2"))  # an epoch after the lines is enough
     proc = start_supervisor(config, state_dir)
     try:
         healthy_attempt(state_dir, epoch=1)
@@ -118,6 +119,7 @@ def test_a_lost_gpu_ends_with_reboot_needed_and_no_new_worker(demo_config, tmp_p
 
 def test_a_gpu_lost_line_forged_from_user_space_never_ends_a_run(demo_config, tmp_path):
     config, state_dir = demo_config(kernel_log="kmsg"), tmp_path / "state"
+    config.write_text(config.read_text().replace("epochs = 3", "epochs = 2"))  # an epoch after the line is enough
     write_kmsg("amdgpu 0000:03:00.0: amdgpu: GPU reset(1) failed")  # before the run: stale on any account
     proc = start_supervisor(config, state_dir)
     try:

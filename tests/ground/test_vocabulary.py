@@ -21,7 +21,7 @@ def test_metrics_export_every_member_of_the_vocabulary():
     assert set(metrics.RESTART_REASONS) == {r.value for r in Reason}
     assert set(metrics.KERNEL_EVENT_KINDS) == {k.value for k in KernelKind}
     assert set(metrics.PHASES) == {p.value for p in Phase} | {"none"}
-    assert set(HANG_PHASES) == {"startup", "train", "val", "save", "done"}
+    assert set(HANG_PHASES) == {"startup", "train", "val", "save", "ending", "done"}
 
 
 def test_the_dashboard_names_and_colours_every_state_and_phase():

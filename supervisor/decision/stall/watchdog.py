@@ -87,7 +87,9 @@ def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
     elif phase == "save" and epoch_end_seen is not None and cfg.save_timeout is not None:
         observed = auto_timeout(cfg, [epoch_end_seen], floor)
         return (observed, "save auto") if observed < cfg.save_timeout else (cfg.save_timeout, "save_timeout")
-    elif phase in ("save", "done"):
+    elif phase in ("save", "ending", "done"):
+        # The ending (best.pt's load and the final validation's set-up here, another host's final validation for a
+        # host trained through) is seen once per run: nothing observed bounds it, the configured save_timeout does.
         return cfg.save_timeout, "save_timeout"
     else:  # setup: only before the first training batch, which the startup timeout covers
         return cfg.startup_timeout, "startup_timeout"
