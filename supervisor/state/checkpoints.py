@@ -5,7 +5,7 @@ A ``last.pt`` can be unusable: truncated by a kill mid-save or by a full disk wh
 (CRC of every member, no torch import). While the worker runs, every completed save is verified and kept as
 ``last.good.pt`` (``keep_verified_copy``): a copy of its own, not a hard link, because the files this guards
 against are the ones written in place (by Ultralytics' final save, a user's tool, a truncating copy), and a link
-would share that write. The copy costs about 0.7 ms per MB, once per checkpoint interval.
+would share that write. The copy is made once per checkpoint interval.
 
 Before a spawn, ``choose_resume`` takes ``last.pt`` if it verifies, else the newest file that does:
 ``last.good.pt``, then ``best.pt`` and Ultralytics' ``epochN.pt``, saying which in one line. Training starts

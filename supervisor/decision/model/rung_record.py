@@ -64,7 +64,7 @@ class _HangHistoryMaps:
 
 @dataclass
 class _Maps:
-    """The state file's per-rung maps from before ``RungRecord`` (code at 44465a3 and earlier), read by type."""
+    """The state file's per-rung maps written before ``RungRecord`` existed, read by type."""
     rung_speeds: dict[int, list[float]] = kept(default_factory=dict)
     rung_hangs: dict[int, int] = kept(default_factory=dict)
     rung_in_place_seconds: dict[int, float] = kept(default_factory=dict)

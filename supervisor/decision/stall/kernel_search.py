@@ -1,5 +1,5 @@
 """A kernel search is news of the startup step it runs in: MIOpen's exhaustive search, timing candidate kernels for
-each new convolution, prints as it goes and may take many minutes (16 searches took 23 minutes in unsloth#11636), and
+each new convolution, prints as it goes and may take many minutes (unsloth#11636 reports one such start), and
 on gfx1100 its results are not cached (TheRock#7958), so every attempt searches again. Bounded as any step, a search
 longer than ``startup_timeout`` would be killed in every attempt, a loop; so each of its lines restarts the step's
 clock, as a dataset scan's progress does, and a search that goes silent for the step's bound is judged as any step

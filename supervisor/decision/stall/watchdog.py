@@ -209,7 +209,7 @@ def witness_bound(s: Supervision, since: float, seen: witness.WaitSeen | None, c
 def held_place(s: Supervision, seen: witness.WaitSeen | None, culprit: int | None) -> str | None:
     """Where the witness held the main thread for the whole stall, bounded as training's or validation's
     (``witness.held_at``); None: not so. Not while the save stretch is said: validation's set-up and the save hold one
-    place for seconds (3.1 s on CI after a resume); from the next "train" on (the next epoch's first forward, after
+    place for seconds (bench/RESULTS.md); from the next "train" on (the next epoch's first forward, after
     a mid-epoch checkpoint) it is training's."""
     if s.current.progress.phase == Phase.SAVE.value:
         return None
