@@ -51,7 +51,7 @@ log = logging.getLogger("yolo-train")
 
 STATUS_INTERVAL = 1.0  # seconds between state-file writes while only heartbeats change
 PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor counts itself as having been paused
-# (measured around the wait alone: a stop that lands while a decision is handled, a few ms a beat, goes unseen)
+# (counted around the wait alone: a stop that lands while a decision is handled goes unseen)
 
 
 class Agent:

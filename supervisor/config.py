@@ -232,8 +232,8 @@ class CheckpointConfig:
         'plus detection. "auto": chosen at every spawn as Young\'s sqrt(2 x hold x mean time between hangs) from the '
         "measured checkpoint hold and this run's hangs (supervisor/decision/model/checkpoint_interval.py), at least "
         "max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; while hangs are frequent (one in 10 "
-        "minutes of training or more often), at most twice the restarts' own time, so a restart replays no longer "
-        'than it took; "epoch": Ultralytics\' end-of-epoch '
+        "minutes of training or more often), at most twice the restarts' own time, so a restart replays no more "
+        'than its own time; "epoch": Ultralytics\' end-of-epoch '
         "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
     max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
         f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses) and at most a day '
@@ -386,8 +386,8 @@ class Config:
         "Ultralytics and the trainer (and, made for a \"forkserver\" rung, starts that server), then waits idle (no "
         "GPU touched) for the next attempt's launch record, so a restart does not pay for the imports. The kill of a "
         "hung tree spares it; one made for another rung environment, or found stopped, is discarded for a cold start. "
-        "It costs memory while it waits (707 MiB RSS, torch 2.14's CUDA build, measured with `python -m worker "
-        "--standby` alone) and about 4 s of one core per attempt for its imports. A `command` cannot be started ahead "
+        "It costs memory while it waits (torch, Ultralytics and the trainer imported) and one core for its imports "
+        "each attempt (bench/RESULTS.md has the figures). A `command` cannot be started ahead "
         "of its arguments: `true` there is refused"), at="worker.standby", shown="`true` (`false` with a `command`)")
     standby_ready: str = key(Choice(("auto", "off")), "off", (
         "\"auto\": where the device has room (`standby_memory_mib` free beside the training), the standby also holds "

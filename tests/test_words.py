@@ -98,6 +98,15 @@ def test_the_supervisor_prose_holds_no_device_timings_and_no_commit_hashes():
     assert offenders(ROOT / "supervisor") == []
 
 
+def test_the_configuration_keys_help_holds_no_device_timings_and_no_commit_hashes():
+    """A key's help is prose too: docs/configuration.md is written from it."""
+    from supervisor.config import KEYS, RUNG_SETTINGS, SECTION_DOCS
+
+    docs = [(k.where, k.doc or "") for k in [*KEYS, *RUNG_SETTINGS]] + list(SECTION_DOCS.items())
+    found = [(where, COMMIT_HASH.findall(doc), device_timings(doc)) for where, doc in docs]
+    assert [f for f in found if f[1] or f[2]] == [], "figures belong in bench/RESULTS.md"
+
+
 def test_no_bench_edits_its_import_path():
     """Benches run as ``python -m bench.NAME`` from the checkout; a worker script one writes elsewhere gets the checkout
     on PYTHONPATH from ``bench.harness.checkout_env``, never by editing sys.path itself."""

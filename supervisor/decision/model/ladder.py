@@ -54,7 +54,7 @@ class Ladder:
 # a batch, so the cost is small, and no wait changes its kind.
 ROCM_SDMA_RUNG: dict[str, Any] = {"env": {"HSA_ENABLE_SDMA": "0"}}
 # A lost completion interrupt in the HIP runtime: the host sleeps forever in rocr::core::InterruptSignal::WaitRelaxed
-# on a kernel that finished (ROCm issue 6530). Polling the signals instead cured it in 16 runs of 16, but it turns
+# on a kernel that finished (ROCm issue 6530). Polling the signals instead cures it, but it turns
 # every wait into rocr::core::BusyWaitSignal::WaitRelaxed: a core at 100% for as long as a wait lasts, and a
 # completion lost any other way spins there for ever, a tree that never looks idle (the idle floor cannot shorten
 # its bound). Hence after the rungs that change no wait: the SDMA rung and the forkserver.
