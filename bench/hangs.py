@@ -3,7 +3,9 @@
 - ``loader_blocked``, ``loader_spinning``, ``loader_stopped``: one training loader worker blocks on a lock taken
   twice, spins at 100% CPU, or stops (SIGSTOP to itself); the training process then waits for the batch it owes;
 - ``main_spinning``, ``main_blocked``: the training process's main thread spins in Python or blocks on a lock;
-- ``tree``: every process of the worker's tree gets SIGSTOP (how a driver hang leaves a training).
+- ``tree``: every process of the worker's tree gets SIGSTOP (how a driver hang leaves a training);
+- ``device_hang`` (a GPU only): the training process queues a kernel that never ends on its current device (its next
+  wait for the device never returns), as a driver's lost kernel leaves it.
 
 The first five come from a ``sitecustomize.py`` put on the training's PYTHONPATH (``install``): a SIGUSR2 handler in
 every Python process of the run (loader workers inherit it, forked, from the forkserver or spawned) that reads what to
@@ -19,7 +21,12 @@ import os
 import signal
 from pathlib import Path
 
-KINDS = ("loader_blocked", "loader_spinning", "loader_stopped", "main_spinning", "main_blocked", "tree")
+KINDS = ("loader_blocked", "loader_spinning", "loader_stopped", "main_spinning", "main_blocked", "tree", "device_hang")
+
+
+def in_trainer(kind: str) -> bool:
+    """The kinds the training process itself takes (not a loader worker)."""
+    return kind.startswith("main_") or kind == "device_hang"
 
 SITECUSTOMIZE = '''
 import os, signal, threading
@@ -29,8 +36,13 @@ def _bench_hang(signum, frame):
         kind, trainer, mark = open(os.environ["BENCH_HANG_FILE"]).read().split()
     except (KeyError, OSError, ValueError):
         return
-    if kind.startswith("main_"):
+    if kind.startswith("main_") or kind == "device_hang":
         if os.getpid() != int(trainer):
+            return
+        if kind == "device_hang":
+            import torch
+            if torch.cuda.is_initialized():
+                torch.cuda._sleep(1 << 46)  # cycles: days at any clock, on the current device's stream
             return
     else:
         try:
@@ -94,7 +106,7 @@ class Hangs:
         if kind != "tree":
             self.file.write_text(f"{kind} {worker_pid} {self.folder / f'bench-hang-mark-{self.made}'}\n")
             # SIGUSR2 ends a process without the handler: only Python processes get it, the trainer alone for its own
-            processes = processes[:1] if kind.startswith("main_") else [p for p in processes if _is_python(p)]
+            processes = processes[:1] if in_trainer(kind) else [p for p in processes if _is_python(p)]
         sent = 0
         for process in processes:
             try:
