@@ -468,7 +468,7 @@ def run_rung(a: argparse.Namespace, data: str, out: Path, index: int, settings: 
         run.stop()
     if row is None:
         return {"rung": index, "settings": settings, "error": f"no restart within {a.rung_limit} s; see {run.log.name}"}
-    return {"rung": index, "settings": settings, **row}
+    return {**row, "rung": index, "settings": settings}
 
 
 def to_inline(table: dict) -> str:
