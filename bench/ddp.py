@@ -399,7 +399,8 @@ def incident_rows(incidents: list[dict]) -> list[dict]:
         rows.append({"tier": i.get("tier"), "hung_rank": i.get("hung_rank"),
                      "stopped_first_rank": i.get("stopped_first_rank"), "stall_s": i.get("seconds_since_progress"),
                      "restart_s": i.get("restart_seconds"), "lost_s": i.get("lost_seconds"),
-                     "in_place_s": round(sum(cost.get(k) or 0 for k in ("action", "to_next_batch")), 2) if cost else None,
+                     "in_place_s": round(sum(cost.get(k) or 0 for k in ("action", "to_next_batch")), 2)
+                     if cost else None,
                      "restart_parts": i.get("restart_parts"), "rung": i.get("rung"), "witness": i.get("witness")})
     return rows
 
@@ -446,7 +447,8 @@ def run_rung(a: argparse.Namespace, data: str, out: Path, index: int, settings: 
 
     hangs = installed_hangs(out)
     # no prior between hangs: one hang at rung 0 makes any untried rung the better one, so the restart climbs
-    ladder = "[ladder]\nprior_between_hangs = \"off\"\nrungs = [" + to_inline(settings or {"workers": a.workers}) + "]\n"
+    rung = to_inline(settings or {"workers": a.workers})
+    ladder = f'[ladder]\nprior_between_hangs = "off"\nrungs = [{rung}]\n'
     cfg = config(a, data, a.epochs, out / f"rung-{index}.toml", extra=ladder, in_place=False)
     run = SupervisedRun(cfg, out / f"state-rung-{index}", out / f"rung-{index}.log")
     target, made, row, began = rank_pid(1), None, None, time.time()
