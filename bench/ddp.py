@@ -449,8 +449,9 @@ def run_rung(a: argparse.Namespace, data: str, out: Path, index: int, settings: 
     # no prior between hangs: one hang at rung 0 makes any untried rung the better one, so the restart climbs
     rung = to_inline(settings or {"workers": a.workers})
     ladder = f'[ladder]\nprior_between_hangs = "off"\nrungs = [{rung}]\n'
-    cfg = config(a, data, a.epochs, out / f"rung-{index}.toml", extra=ladder, in_place=False)
-    run = SupervisedRun(cfg, out / f"state-rung-{index}", out / f"rung-{index}.log")
+    name = f"rung-{index}-{len(list(out.glob(f'rung-{index}-*.toml')))}"  # a rung given twice: a run each
+    cfg = config(a, data, a.epochs, out / f"{name}.toml", extra=ladder, in_place=False)
+    run = SupervisedRun(cfg, out / f"state-{name}", out / f"{name}.log")
     target, made, row, began = rank_pid(1), None, None, time.time()
     try:
         while run.proc.poll() is None and time.time() - began < a.rung_limit:
