@@ -105,9 +105,12 @@ class Burst:
     the previous freeze, whatever the phase."""
 
     def __init__(self, low: float, high: float, seed: int, anywhere: bool = False, kinds: list[str] | None = None,
-                 hangs: Hangs | None = None):
+                 hangs: Hangs | None = None, target=None):
+        """``target(status)``: the pid whose tree a hang of ``kinds`` goes to (default the worker's; bench/ddp.py: one
+        rank's), None while it is not known."""
         self.low, self.high, self.rng, self.anywhere = low, high, random.Random(seed), anywhere
         self.kinds, self.hangs = kinds or [], hangs
+        self.target = target or (lambda status: status.get("worker_pid"))
 
     def delay(self) -> float:
         return self.rng.uniform(self.low, self.high)
@@ -193,10 +196,11 @@ def hang_after_each_recovery(run: SupervisedRun, burst: Burst, result: Night, li
             continue
         if due is None:
             due = time.time() + burst.delay()
-        if time.time() < due or status.get("phase") not in ("train", "val") or not status.get("worker_pid"):
+        pid = burst.target(status)
+        if time.time() < due or status.get("phase") not in ("train", "val") or not pid:
             continue  # (an epoch's end or a save: the hang comes at the next batch)
         kind = burst.kinds[result.hangs % len(burst.kinds)]
-        if burst.hangs.make(kind, status["worker_pid"]):
+        if burst.hangs.make(kind, pid):
             result.hangs += 1
             result.rungs.append(status.get("rung", -1))
             result.phases.append(f"{kind}@{status.get('phase')}")

@@ -24,9 +24,22 @@ For every recovered hang: the stall (last progress -> verdict), the recovery (ve
 restart; the in-place cost), the batches lost, the rank named (``stopped_first_rank``, the witness's word), and the
 run's goodput (status ``goodput``: the share of the wall time whose training was kept).
 
+- ``night`` (issue 49): a night of mixed kinds in rank 1 (``--kinds``, bench/hangs.py, made from outside: a GPU kernel
+  that never ends (GPU only), a loader worker blocked, rank 1's tree frozen, the training process blocked on a lock,
+  a loader worker spinning, the training process spinning), each ``--hang-every`` s after the last recovery, run by
+  bench/burst.py's night, beside its undisturbed twin in the same call: the seconds lost a hang (wall clock, and by
+  the incidents: stall + restart + work lost, or in place: stall + action + wait), and for each incident the rank
+  it named against the rank hung (goal: rank 1 every time; <= 8 s lost a hang on 2 H200s).
+- ``rungs`` (issue 49): the restart at each rung of the CUDA default ladder (``--rungs``, its indices): a run whose
+  ladder is that rung's settings alone, with ``in_place = false``; a loader worker of rank 1 blocked once it trains,
+  so that the restart climbs onto the rung; the verdict -> next first batch and its parts (``restart_parts``: kill,
+  to the spawn, each startup step), and the rung the next attempt ran. The run stops at that batch.
+
     python -m bench.ddp --gpu --cases standby,device,loader,tree,hosts     # 2 GPUs
     python -m bench.ddp --cases standby,loader,tree,hosts                  # the CPU drill: 2 gloo ranks
     python -m bench.ddp --gpu --cases hosts --hosts-cases tree --host-limit 150   # one hosts run
+    python -m bench.ddp --gpu --cases rungs,night                  # issue 49's night and restart per rung
+    python -m bench.ddp --cases rungs,night                        # its CPU drill (no GPU kernel hang)
 """
 
 from __future__ import annotations
@@ -354,6 +367,131 @@ def print_breakdown(r: dict) -> None:
               f"{b['first_batch_at']}; {b['incidents']} incident(s), attempt {b['attempts']}", flush=True)
 
 
+# --- issue 49: a night of mixed kinds in rank 1, and the restart at each rung ------------------------------------
+
+NIGHT_KINDS = "device_hang,loader_blocked,tree,main_blocked,loader_spinning,main_spinning"
+
+
+_HANGS = []
+
+
+def installed_hangs(out: Path):
+    """One ``Hangs`` for the whole call: its hangs are numbered, each marked once (bench/hangs.py)."""
+    from bench.hangs import Hangs
+
+    if not _HANGS:
+        _HANGS.append(Hangs.install(out))
+    return _HANGS[0]
+
+
+def rank_pid(rank: int):
+    """``status -> pid`` of ``rank``'s training process (None until the status lists it)."""
+    return lambda status: {r["rank"]: r["pid"] for r in status.get("ranks") or []}.get(rank)
+
+
+def incident_rows(incidents: list[dict]) -> list[dict]:
+    """Each hang's incident: its tier, the rank it named, its cost (bench/burst.py's ``hang_costs``) and restart."""
+    rows = []
+    for i in incidents:
+        if i.get("reason") != "hang":
+            continue
+        cost = i.get("in_place") or {}
+        rows.append({"tier": i.get("tier"), "hung_rank": i.get("hung_rank"),
+                     "stopped_first_rank": i.get("stopped_first_rank"), "stall_s": i.get("seconds_since_progress"),
+                     "restart_s": i.get("restart_seconds"), "lost_s": i.get("lost_seconds"),
+                     "in_place_s": round(sum(cost.get(k) or 0 for k in ("action", "to_next_batch")), 2)
+                     if cost else None,
+                     "restart_parts": i.get("restart_parts"), "rung": i.get("rung"), "witness": i.get("witness")})
+    return rows
+
+
+def run_night(a: argparse.Namespace, data: str, out: Path) -> dict:
+    from bench.burst import Burst, hang_costs, night
+    from bench.hangs import Hangs, parse_kinds
+
+    kinds = parse_kinds(a.kinds or (NIGHT_KINDS if a.gpu else NIGHT_KINDS.replace("device_hang,", "")))
+    low, high = (float(x) for x in a.hang_every.split("-"))
+    hangs = installed_hangs(out)  # the hook on every process's PYTHONPATH: the twin's too, where nothing signals it
+    cfg = config(a, data, a.night_epochs, out / "night.toml")
+    args = argparse.Namespace(limit=a.night_limit or 3600.0, keep=None)
+    calm = night(out, "undisturbed", cfg, args, None)
+    if calm.seconds is None or calm.exit_code != 0:
+        return {"error": f"the undisturbed twin did not finish ({calm.exit_code})"}
+    args.limit = a.night_limit or 6 * calm.seconds
+    hung = night(out, "night", cfg, args, Burst(low, high, a.seed, kinds=kinds, hangs=hangs, target=rank_pid(1)))
+    rows = incident_rows(read_incidents(out / "state-night"))
+    costs = [c for c in hang_costs(out / "state-night" / "incidents.jsonl") if c is not None]
+    named = [r["hung_rank"] for r in rows]
+    result = {"kinds": kinds, "hang_every": a.hang_every, "made": hung.phases, "undisturbed_s": round(calm.seconds, 1),
+              "night_s": round(hung.seconds, 1) if hung.seconds else None, "exit": hung.exit_code, "hangs": hung.hangs,
+              "incidents": rows, "rank_named": named, "named_right": sum(1 for n in named if n == 1),
+              "lost_a_hang_wall_s": round((hung.seconds - calm.seconds) / hung.hangs, 1)
+              if hung.seconds and hung.hangs else None,
+              "lost_a_hang_incidents_s": round(sum(costs) / len(costs), 1) if costs else None,
+              "goodput": round(calm.seconds / hung.seconds, 3) if hung.seconds else None,
+              "goal": "rank 1 named every time; <= 8 s lost a hang (2 H200s)"}
+    print(f"bench: night: {hung.hangs} hangs ({', '.join(hung.phases)}); undisturbed {result['undisturbed_s']} s, "
+          f"night {result['night_s']} s (exit {hung.exit_code}): {result['lost_a_hang_wall_s']} s lost a hang by the "
+          f"wall clock, {result['lost_a_hang_incidents_s']} s by its {len(costs)} incidents; rank named "
+          f"{named} (right {result['named_right']} of {len(named)})", flush=True)
+    for r in rows:
+        print(f"bench: night: {r['tier']}: rank {r['hung_rank']} named, stall {r['stall_s']} s, restart "
+              f"{r['restart_s']} s, in place {r['in_place_s']} s, lost {r['lost_s']} s; parts {r['restart_parts']}",
+              flush=True)
+    return result
+
+
+def run_rung(a: argparse.Namespace, data: str, out: Path, index: int, settings: dict) -> dict:
+    """One restart onto the rung ``settings`` (see the module's ``rungs``)."""
+    from bench.lost_work import SupervisedRun
+
+    hangs = installed_hangs(out)
+    # no prior between hangs: one hang at rung 0 makes any untried rung the better one, so the restart climbs
+    rung = to_inline(settings or {"workers": a.workers})
+    ladder = f'[ladder]\nprior_between_hangs = "off"\nrungs = [{rung}]\n'
+    name = f"rung-{index}-{len(list(out.glob(f'rung-{index}-*.toml')))}"  # a rung given twice: a run each
+    cfg = config(a, data, a.epochs, out / f"{name}.toml", extra=ladder, in_place=False)
+    run = SupervisedRun(cfg, out / f"state-{name}", out / f"{name}.log")
+    target, made, row, began = rank_pid(1), None, None, time.time()
+    try:
+        while run.proc.poll() is None and time.time() - began < a.rung_limit:
+            time.sleep(0.2)
+            status = run.state().get("status", {})
+            if made is None:
+                pid = target(status)
+                if status.get("attempt") == 1 and status.get("state") == "healthy" and status.get("phase") == "train" \
+                        and (status.get("batch") or 0) >= 2 and pid and hangs.make("loader_blocked", pid):
+                    made = time.time()
+                continue
+            rows = incident_rows(read_incidents(run.state_dir))
+            if rows and rows[0]["restart_s"] is not None:
+                row = {**rows[0], "next_rung": status.get("rung")}
+                break
+    finally:
+        run.stop()
+    if row is None:
+        return {"rung": index, "settings": settings, "error": f"no restart within {a.rung_limit} s; see {run.log.name}"}
+    return {**row, "rung": index, "settings": settings}
+
+
+def to_inline(table: dict) -> str:
+    return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + "}"
+
+
+def run_rungs(a: argparse.Namespace, data: str, out: Path) -> list[dict]:
+    from supervisor.decision.model.ladder import default_ladder
+
+    ladder = default_ladder(a.workers, cuda=True)
+    results = []
+    for index in (int(x) for x in a.rungs.split(",") if x):
+        r = run_rung(a, data, out, index, ladder.settings(index))
+        results.append(r)
+        print(f"bench: rungs: rung {index} ({ladder.label(index)}): restart {r.get('restart_s')} s (the next attempt "
+              f"at rung {r.get('next_rung')}, rank {r.get('hung_rank')} named); parts {r.get('restart_parts')}"
+              + (f"; {r['error']}" if "error" in r else ""), flush=True)
+    return results
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gpu", action="store_true", help="GPUs (--devices); without it the CPU drill: 2 gloo ranks")
@@ -367,12 +505,24 @@ def main() -> int:
     p.add_argument("--standby-fault", default=None, help="the hang of the standby case (a fault kind)")
     p.add_argument("--collective-timeout", type=float, default=120)
     p.add_argument("--host-limit", type=float, default=900, help="seconds a hosts case may run")
-    p.add_argument("--cases", default="throughput,rank", help="throughput, standby, device, loader, tree, rank, hosts")
+    p.add_argument("--cases", default="throughput,rank", help="throughput, standby, device, loader, tree, rank, hosts, "
+                   "night, rungs")
+    p.add_argument("--kinds", help="the night's hang kinds in turn (bench/hangs.py)")
+    p.add_argument("--hang-every", default="8-14", help="the night: LO-HI seconds after the last recovery")
+    p.add_argument("--night-epochs", type=int, help="the night's epochs (and its twin's)")
+    p.add_argument("--night-limit", type=float, help="seconds the night may take (default 6x its twin)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rungs", help="the rungs case: indices of the CUDA default ladder's rungs")
+    p.add_argument("--rung-limit", type=float, default=180, help="seconds a rungs run may take")
     p.add_argument("--hosts-cases", default="device,tree,supervisor", help="the hosts case's runs: device (GPU), "
                    "tree, supervisor")
     a = p.parse_args()
     defaults = dict(images=2048, imgsz=640, batch=32, workers=8, epochs=4, hang_at=40) if a.gpu else \
         dict(images=64, imgsz=64, batch=8, workers=1, epochs=3, hang_at=6)
+    if a.night_epochs is None:
+        a.night_epochs = 8 if a.gpu else 12
+    if a.rungs is None:
+        a.rungs = "0,1,2,6,7" if a.gpu else "0,1"
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -406,6 +556,10 @@ def main() -> int:
             results["tree"] = case(a, data, out, "tree", inject=stop_tree)
         elif name == "rank":
             results["rank"] = case(a, data, out, "rank", inject=stop_rank_1)
+        elif name == "night":
+            results["night"] = run_night(a, data, out)
+        elif name == "rungs":
+            results["rungs"] = run_rungs(a, data, out)
         elif name == "hosts":
             whats = [w for w in a.hosts_cases.split(",") if w]
             if not a.gpu and "device" in whats:

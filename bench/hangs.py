@@ -7,6 +7,8 @@
 - ``val_loader_spinning``: one validation loader worker spins (issue 48's night);
 - ``loader_twice``: a training loader worker blocks, and so does one of the loader rebuilt in its place (the bench
   calls ``again`` until it has): in place escalates, and the restart climbs the loader's rungs. A hang a rung cures.
+- ``device_hang`` (a GPU only): the training process queues a kernel that never ends on its current device (its next
+  wait for the device never returns), as a driver's lost kernel leaves it.
 
 The first five come from a ``sitecustomize.py`` put on the training's PYTHONPATH (``install``): a SIGUSR2 handler in
 every Python process of the run (loader workers inherit it, forked, from the forkserver or spawned) that reads what to
@@ -23,7 +25,12 @@ import signal
 from pathlib import Path
 
 KINDS = ("loader_blocked", "loader_spinning", "loader_stopped", "main_spinning", "main_blocked", "tree",
-         "val_loader_spinning", "loader_twice")
+         "val_loader_spinning", "loader_twice", "device_hang")
+
+
+def in_trainer(kind: str) -> bool:
+    """The kinds the training process itself takes (not a loader worker)."""
+    return kind.startswith("main_") or kind == "device_hang"
 
 SITECUSTOMIZE = '''
 import os, signal, threading
@@ -33,8 +40,13 @@ def _bench_hang(signum, frame):
         kind, trainer, mark = open(os.environ["BENCH_HANG_FILE"]).read().split()
     except (KeyError, OSError, ValueError):
         return
-    if kind.startswith("main_"):
+    if kind.startswith("main_") or kind == "device_hang":
         if os.getpid() != int(trainer):
+            return
+        if kind == "device_hang":
+            import torch
+            if torch.cuda.is_initialized():
+                torch.cuda._sleep(1 << 46)  # cycles: days at any clock, on the current device's stream
             return
     else:
         try:
@@ -101,7 +113,7 @@ class Hangs:
         if kind != "tree":
             self.file.write_text(f"{kind} {worker_pid} {self.folder / f'bench-hang-mark-{self.made}'}\n")
             # SIGUSR2 ends a process without the handler: only Python processes get it, the trainer alone for its own
-            processes = processes[:1] if kind.startswith("main_") else [p for p in processes if _is_python(p)]
+            processes = processes[:1] if in_trainer(kind) else [p for p in processes if _is_python(p)]
         sent = 0
         for process in processes:
             try:
@@ -110,7 +122,6 @@ class Hangs:
             except ProcessLookupError:
                 pass
         return sent > 0
-
 
     def again(self) -> bool:
         """loader_twice: once the rebuilt loader's new workers are there, one of them blocks too; True when done (or

@@ -39,11 +39,11 @@ from torch.nn.parallel import DistributedDataParallel
 from ultralytics.engine import validator
 from ultralytics.utils import LOCAL_RANK, RANK
 
-from worker.contract import ENV_COMMAND_FD, ENV_CPU_RANKS, LaunchRecord
+from worker.contract import ENV_COMMAND_FD, ENV_CPU_RANKS, LaunchRecord, loader_workers
 from worker.exact_resume import ResumePoint
 from worker.heartbeat import ENV_FD, ENV_PATH, Heartbeat
 from worker.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
-from worker.loaders import die_with_parent, drop_ambient_capabilities
+from worker.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
 
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
 ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES:SAMPLES" of a mid-epoch checkpoint, for the ranks
@@ -110,6 +110,10 @@ def rank_link() -> SupervisorLink:
     die_with_parent()
     drop_ambient_capabilities()
     record = LaunchRecord.from_json(Path(path).read_text(), source=path)
+    if record.options.forks_from_server(loader_workers(record.train, record.trainer_args)):
+        # at the rank's first line, before its process group, model and checkpoint: the forkserver's imports (its
+        # own process) are paid while those are built, not when the loader first asks for a worker
+        start_forkserver()
     apply_patches(record)
     hb = Heartbeat.from_env(witness=True)  # the rank's own witness, on its main thread (worker/witness.py)
     hb.phase("setup")

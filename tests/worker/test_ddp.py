@@ -166,3 +166,34 @@ def test_a_device_hang_fault_needs_the_training_on_a_gpu(tmp_path):
         pytest.skip("a GPU is here: the fault would hang this test")
     with pytest.raises(RuntimeError, match="device_hang: the training is not on a GPU"):
         injector.after_train_batch()
+
+
+@pytest.mark.parametrize("start_method, workers, started", [("forkserver", 2, True), ("fork", 2, False),
+                                                             ("forkserver", 0, False)])
+def test_a_rank_at_a_forkserver_rung_starts_its_forkserver_before_its_trainer_is_built(
+        tmp_path, monkeypatch, start_method, workers, started):
+    # Issue 49: a DDP rank's forkserver started only when its loader asked for a worker, after the process group,
+    # model and checkpoint: its imports were paid on top of them at every restart at a forkserver rung.
+    from worker import ddp
+    from worker.contract import LaunchRecord, WorkerOptions
+
+    record = tmp_path / "launch.json"
+    record.write_text(LaunchRecord(attempt=2, rung=1, train={"data": "demo", "workers": workers}, trainer_args={},
+                                   options=WorkerOptions(start_method=start_method)).to_json())
+    monkeypatch.setenv(ddp.ENV_LAUNCH_RECORD, str(record))
+    monkeypatch.setenv("RANK", "1")
+    calls: list[str] = []
+    monkeypatch.setattr(ddp, "start_forkserver", lambda: calls.append("forkserver"))
+    monkeypatch.setattr(ddp, "apply_patches", lambda record: calls.append("patches"))
+    monkeypatch.setattr(ddp, "die_with_parent", lambda: None)
+    monkeypatch.setattr(ddp, "drop_ambient_capabilities", lambda: None)
+    monkeypatch.setattr(ddp.Heartbeat, "from_env", classmethod(lambda cls, witness: _NoBeat()))
+    monkeypatch.setattr(ddp, "link_from_record", lambda record, hb, **kw: calls.append("link"))
+    monkeypatch.setattr(ddp.signal, "signal", lambda *a: None)
+    ddp.rank_link()
+    assert calls == (["forkserver", "patches", "link"] if started else ["patches", "link"])
+
+
+class _NoBeat:
+    def phase(self, *args, **kwargs) -> None:
+        pass
