@@ -189,6 +189,8 @@ def hang_after_each_recovery(run: SupervisedRun, burst: Burst, result: Night, li
         time.sleep(POLL)
         if not burst.hangs.again():
             continue  # loader_twice: its rebuilt loader is to hang too
+        if not (run.state_dir / "supervisor.json").exists():
+            continue  # not written yet: `run` checks the config's device before it takes the state directory
         status = run.state().get("status", {})
         recovered = sum((status.get("recoveries") or {}).values()) >= result.hangs
         if not recovered or status.get("state") != "healthy":
