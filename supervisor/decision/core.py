@@ -181,9 +181,14 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 
 def _tick(s: Supervision, now: Now) -> list[Any]:
     due = watchdog.deadline(s)
+    ahead = watchdog.stacks_ahead_at(s, due)
     if due.at is None or now.mono < due.at:
-        ahead = watchdog.stacks_ahead_at(s)  # (a verdict due already reads them before its kill)
         return stacks_ahead.ask(s, now) if ahead is not None and now.mono >= ahead else []
+    if ahead is not None:
+        # A hang's verdict due before its stacks were read (its bound fell at once: an idle tree, a silent witness):
+        # they are read first and the verdict is checked again after them, so progress that came meanwhile (the
+        # reading holds the supervisor for a second or more) drops it: no kill after the wait ended.
+        return stacks_ahead.ask(s, now)
     if due.kind == DeadlineKind.BACKOFF:
         return [restart.spawn(s)]
     if due.kind == DeadlineKind.SURVIVORS:
@@ -199,13 +204,21 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         return kernel.unconfirmed(s, now, phase)
     since = a.step_since if s.state == State.STARTING else a.last_progress_at
+    if (searching := kernel_search.in_stall(s)) is not None:
+        since = searching.at  # a search's stall runs from its last line
     quiet = now.mono - (since or now.mono)
     where = f"{phase} step {a.startup_step.value}" if s.state == State.STARTING else phase
     detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - (since or due.at):.1f} s)"
-    if (search := kernel_search.in_step(s)) is not None:
+    if (search := kernel_search.in_step(s) or kernel_search.in_stall(s)) is not None:
         detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
     seen, culprit = witness.telling(a.waits, a.loaders)
-    if (place := watchdog.held_place(s, seen, culprit)) is not None:
+    stall = watchdog.current_stall(s)
+    silent = stall.word.silent if stall is not None else None
+    if silent is not None and now.mono >= silent:
+        detail += f": {witness.silence(now.mono - silent + witness.SILENT_AFTER, a.idle_since is not None)}"
+        where = stacks_ahead.where(s)
+        detail += f"; the stacks saw: {where}" if where else ""
+    elif (place := watchdog.held_place(s, seen, culprit)) is not None:
         who = "the training process" if seen.rank is None else f"rank {seen.rank}"
         detail += f": {who} was held at one place ({place}) for {quiet:.1f} s"
     if phase == Phase.DONE.value:

@@ -115,6 +115,7 @@ def _in_force(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
 
 def _wait(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     s.current.waits[None] = witness.heard(s.current.waits.get(None), m.wait, now.mono)
+    s.current.witness_heard = True
     return []
 
 def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -246,7 +247,8 @@ def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
             else:
                 s.epoch_end_seen = max(s.epoch_end_seen or 0.0, a.save_gap)
             a.save_gap, a.save_mid_epoch = 0.0, False
-    elif m.kind == MessageKind.BEAT and gap is not None and s.state == State.HEALTHY and a.recovery is None:
+    elif m.kind == MessageKind.BEAT and gap is not None and s.state == State.HEALTHY and a.recovery is None \
+            and kernel_search.in_stall(s) is None:  # (nor a batch a kernel search held: a search is no rhythm)
         # (the first batch of an attempt is startup: CUDA's warm-up and the loader's start are no batch interval; nor
         # is the gap a recovery tier closes, whose stall would make every later timeout ten times longer)
         window = a.intervals.setdefault(m.phase.value, deque(maxlen=s.config.watchdog.auto_window))
@@ -263,7 +265,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         a.trained_through = True
     said = a.waits.get(m.rank)  # the word of the process whose progress this is (None outside DDP)
     if said is not None and s.state == State.HEALTHY and a.recovery is None and a.last_progress_at is not None \
-            and p.phase in witness.RHYTHM_PHASES:
+            and p.phase in witness.RHYTHM_PHASES and kernel_search.in_stall(s) is None:
         # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter);
         # a stall held at one place that ended: that loop's own (a long legitimate one is not killed at its length);
         # a batch owed by a loader worker that came: the loader's own

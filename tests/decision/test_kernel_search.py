@@ -15,7 +15,7 @@ from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from supervisor.verbs.status import render
 from tests.decision.test_startup_steps import STEPS_OF_A_START, start, step
-from tests.helpers.driver import Driver, kinds, make, verdicts
+from tests.helpers.driver import Driver, healthy, kinds, make, verdicts
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "miopen" / "search.log"
 SEARCH = [n for line in FIXTURE.read_text().splitlines() if (n := search_lines.read(line)) is not None]
@@ -76,9 +76,66 @@ def test_the_same_count_again_is_no_news():
     assert kinds(d.at(said + 60.01)(core.Tick()))[-1] == "KillTree"
 
 
-def test_a_search_line_in_training_changes_nothing():
-    d = in_first_step()
-    d.at(d.t + 5).beat(pid=d.s.current.worker_pid, epoch=1, epochs=3, batch=1, batches=10, samples=4)
-    due = watchdog.deadline(d.s)
-    d.at(d.t + 1)(SEARCH[2])
-    assert watchdog.deadline(d.s) == due and d.s.current.search is None
+def training(startup_timeout: float = 600) -> Driver:
+    """Healthy at 0.5 s a batch, its witness heard once: a stall there is bounded at 10 s (auto_floor), 3 s held at
+    one place."""
+    d = healthy(watchdog={"startup_timeout": startup_timeout})
+    d.beat("train", kind="wait", progress=d.progress, wait={"kind": "elsewhere", "where": "a.py:1 in f",
+                                                             "stalled": 0.5})
+    d.train_until(d.t + 2, 0.5)
+    return d
+
+
+def held_in_conv(d: Driver, phase: str = "train") -> None:
+    """The witness's word: the main thread in the convolution the search times, every half second."""
+    d.beat(phase, kind="wait", progress=d.progress, wait={"kind": "elsewhere", "where": "conv.py:456 in _conv_forward",
+                                                           "stalled": 0.5})
+
+
+@pytest.mark.parametrize("phase", ["train", "val"])
+def test_a_search_that_prints_mid_epoch_or_at_validations_first_batch_is_not_killed(phase):
+    """Issue 50: a search of 30 s mid-epoch (a line every 2 s) was killed at 12.7 s, "held at one place"; one at
+    validation's first batch at 10 s. Its lines are news in every phase: the stall runs from the last line, bounded as
+    a search (startup_timeout), whatever the witness says; the batch it held is no interval of the phase's rhythm."""
+    d = training()
+    if phase == "val":
+        d.beat("val", kind="phase")
+    start, intervals, places = d.t, list(d.s.current.intervals.get(phase, ())), dict(d.s.one_place_seen)
+    for k, news in enumerate(SEARCH * 2):  # a line every 2 s, 48 s and more
+        for half in range(4):
+            d.at(start + 2 * k + 0.5 * half)
+            held_in_conv(d, phase)
+            assert verdicts(d(core.Tick())) == [], (k, watchdog.deadline(d.s))
+        d(news)
+    assert watchdog.deadline(d.s).label == "kernel search, startup_timeout"
+    assert d.s.state == core.State.HEALTHY and d.t - start > 45
+    d.at(d.t + 1).beat(phase, epoch=1, epochs=3, batch=2, batches=10, samples=4)
+    assert list(d.s.current.intervals.get(phase, ())) == intervals and d.s.one_place_seen == places
+    assert watchdog.deadline(d.s).label != "kernel search, startup_timeout"  # progress: the search is over
+
+
+def test_a_search_silent_for_its_bound_mid_training_is_a_hang_that_says_so_and_the_next_attempt_bounds_it_alike():
+    d = training(startup_timeout=60)
+    for news in SEARCH[:4]:
+        d.at(d.t + 2)(news)
+    last = d.t
+    assert watchdog.deadline(d.s) == watchdog.Deadline(last + 60, watchdog.DeadlineKind.PHASE,
+                                                       "kernel search, startup_timeout")
+    assert d(SEARCH[3]) == [] and watchdog.deadline(d.s).at == last + 60  # the same count again is no news
+    assert verdicts(d.at(last + 59.9)(core.Tick())) == []
+    actions = d.at(last + 60.1)(core.Tick())
+    incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
+    assert "a kernel search went silent, MIOpen search, 236 runs left (4 lines), silent for 60.1 s" in incident.detail
+    assert incident.kernel_search.endswith("bounded as a search (startup_timeout 60 s) in every attempt, never by the "
+                                           "phase's batch rhythm")
+    d(core.TreeKilled(killed=2))
+    d(core.Spawned(4243, "/s/last.pt"))
+    d.beat("train", kind="phase", pid=4243)
+    for _ in range(10):
+        d.at(d.t + 0.5).beat(pid=4243, epoch=1, epochs=3, batch=1, batches=10, samples=4)
+    assert d.s.state == core.State.HEALTHY
+    d.at(d.t + 1)(SEARCH[1])  # the same search at the same point: a search's bound again, not the batch's
+    assert watchdog.deadline(d.s) == watchdog.Deadline(d.t + 60, watchdog.DeadlineKind.PHASE,
+                                                       "kernel search, startup_timeout")
+
+

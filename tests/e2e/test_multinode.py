@@ -335,6 +335,8 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
         beat = HeartbeatMessage(pid=12, kind=MessageKind.BEAT, phase=Phase.TRAIN, progress=i + 1, epoch=1,
                                 epochs=2, batch=i + 1, batches=8, rank=0)
         core.decide(b, core.HeartbeatReceived(beat), core.Now(mono=t, wall=1000.0 + t))
+    _, asked = core.decide(b, core.Tick(), core.Now(mono=600.0, wall=1600.0))  # the verdict's stacks first
+    assert [type(a) for a in asked] == [core.ReadStacksAhead]  # (unanswered: the kill reads them)
     _, actions = core.decide(b, core.Tick(), core.Now(mono=600.0, wall=1600.0))
     kinds = [type(a).__name__ for a in actions]
     assert kinds.index("PublishLadder") < kinds.index("KillTree")

@@ -379,7 +379,8 @@ def test_the_last_incident_info_says_where_a_really_hung_worker_waited(tmp_path)
         s = core.Supervision(config, build_ladder(config.ladder, 8))
         core.decide(s, core.Boot(), core.Now(0.0, NOW))
         core.decide(s, core.Spawned(hung.pid, None), core.Now(0.0, NOW))
-        _, [*_, kill] = core.decide(s, core.Tick(), core.Now(6.0, NOW + 6))
+        core.decide(s, core.Tick(), core.Now(6.0, NOW + 6))  # the verdict's stacks asked first, unanswered:
+        _, [*_, kill] = core.decide(s, core.Tick(), core.Now(6.0, NOW + 6))  # the verdict; the kill reads them
         capture = capture_tree(hung.pid, [hung.pid], tmp_path / "incidents" / kill.incident.id)
         core.decide(s, core.IncidentEnriched(kill.incident.id, (), stacks=as_incident_stacks(capture, tmp_path)),
                     core.Now(6.5, NOW + 6.5))

@@ -6,7 +6,8 @@ witness.py): the ladder climbs where the evidence points (issue 38). Pure.
 - a device wait: the rungs that change the device's runtime (environment rungs, the forkserver, whose loader workers
   inherit no GPU runtime state), and ``val = false`` when it hung in validation;
 - no known wait inside a native call (ROCm's lost completion leaves the host spinning in a busy wait the witness
-  cannot name): the environment rungs, and ``val = false`` in validation;
+  cannot name), its tree busy: the environment rungs, and ``val = false`` in validation; its tree idle (asleep, no
+  busy wait): any rung;
 - the training process's own lock, its own loop of Python (no known wait, in no native call), or I/O outside its
   processes: no rung changes it, and it counts against no rung's record;
 - the tree frozen (/proc shows the training process, every rank under DDP, stopped: SIGSTOP from outside, a
@@ -57,6 +58,10 @@ def of(s: Supervision) -> Evidence:
         return Evidence(frozenset(), f"{said}, a loop of its own: no rung changes it")
     if wait.weighs is None:
         return Evidence(None, "")
+    if seen.report.kind == WaitKind.ELSEWHERE:  # inside a native call: a busy wait only where the tree was busy
+        if a.idle_since is not None:  # asleep, as /proc shows its tree: nothing says which rung
+            return Evidence(None, f"{said}, its tree idle (no busy wait): any rung")
+        said += ", its tree busy"
     val = frozenset({"val"}) if wait.weighs and a.progress.phase == Phase.VAL.value else frozenset()
     return Evidence(wait.weighs | val, f"{said}: {wait.weighs_why}")
 

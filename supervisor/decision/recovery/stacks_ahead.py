@@ -59,6 +59,14 @@ def taken(s: Supervision, now: Now) -> Stacks | None:
     return replace(ahead.stacks, ahead=round(now.mono - ahead.at, 3))
 
 
+def where(s: Supervision) -> str | None:
+    """Where the stacks read ahead of the current stall put the training process (``Stacks.where``); None: unread."""
+    ahead, stall = s.current.stacks_ahead, _stall(s)
+    if ahead is None or ahead.stacks is None or stall is None or ahead.since != stall.since:
+        return None
+    return ahead.stacks.where
+
+
 def stale(s: Supervision) -> list[Any]:
     """After every event: stacks read ahead for a stall that is over (progress, news, a startup step, a stop, an
     in-place recovery that took the verdict) are forgotten and their file removed."""

@@ -56,9 +56,15 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         startup_step=a.startup_step.value if starting else None,
         startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
         startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, tier=tier,
-        kernel_search=kernel_search.silent(search, now) if (search := kernel_search.in_step(s)) else None)
+        kernel_search=_search(s, now))
     if point is not None:  # a hang: where the training process said it waited
         stopped.update(witness.incident_fields(a.waits, a.loaders, a.ranks, a.stopped))
+        stall = watchdog.current_stall(s)
+        silent = stall.word.silent if stall is not None else None
+        if silent is not None and now.mono >= silent and not a.ranks:  # its last word is not where it was: the
+            where = stacks_ahead.where(s)  # stacks' frame is
+            stopped["witness"] = witness.silence(now.mono - silent + witness.SILENT_AFTER, a.idle_since is not None) \
+                + (f"; the stacks saw: {where}" if where else "")
     ahead = None
     if incident is not None:  # (an escalated hang's stacks are its first tier's, or read at the kill)
         incident = s.amend(incident, **stopped, tiers=incident.tiers + ((tier,) if tier else ()))
@@ -83,6 +89,18 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})},
                         cause_of(incident)) if climb or remedy or announced else []
     return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])
+
+
+def _search(s: Supervision, now: Now) -> str | None:
+    """A kernel search under way at the stop: before the first batch, its step's; once training, its stall's, bounded
+    as a search (kernel_search.py), which the next attempt's search at that point gets again."""
+    if (search := kernel_search.in_step(s)) is not None:
+        return kernel_search.silent(search, now)
+    if (search := kernel_search.in_stall(s)) is not None:
+        bound = s.config.watchdog.startup_timeout
+        return f"{kernel_search.silent(search, now)}; bounded as a search (startup_timeout {bound:g} s) in every " \
+               f"attempt, never by the phase's batch rhythm" if bound is not None else kernel_search.silent(search, now)
+    return None
 
 
 def trained_to_the_end(s: Supervision) -> list[Any]:

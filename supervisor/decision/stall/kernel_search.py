@@ -8,6 +8,13 @@ that does. The lines are read from the worker's output by the shell (``attempt/s
 The stretch of a step that searched is kept from before the search's first line to the step's end, whole: a later
 attempt that finds the search's results cached goes through the same step without a word, and must not be bounded by
 the gaps between one search's lines.
+
+Once training, a search comes whenever a new shape meets a convolution (an epoch's last, smaller batch, validation's
+batch size, ``multi_scale``, ``rect``), and its results are written only when it ends: a search killed mid-training
+would be killed at the same point in every attempt. So its lines are news in every phase too: the stall is counted
+from the search's last line (``in_stall``), bounded as a search (``startup_timeout``, the step's bound), not by the
+phase's batch rhythm nor by the witness (the main thread sits in one convolution for the whole search), and the batch
+interval it ends is not one of the phase's rhythm. A search silent for that bound is a hang, said so in its incident.
 """
 
 from __future__ import annotations
@@ -20,10 +27,19 @@ from supervisor.vocabulary import State
 
 
 def news(s: Supervision, event: SearchNews, now: Now) -> list[Any]:
-    """Before the first batch: the step's clock starts again, unless the line says nothing new (the same count)."""
+    """Before the first batch: the step's clock starts again; once training: the stall's (``in_stall``); unless the
+    line says nothing new (the same count)."""
     a = s.current
+    if s.state == State.HEALTHY and a.last_progress_at is not None and a.recovery is None:
+        seen = in_stall(s)
+        if seen is not None and event.runs_left is not None and event.runs_left == seen.runs_left:
+            return []
+        a.search = SearchSeen(a.startup_step, seen.stretch_since if seen is not None else a.last_progress_at,
+                              event.library, event.runs_left, now.mono, (seen.lines + 1) if seen is not None else 1)
+        a.idle_since = None  # news: a stall's idleness is judged afresh
+        return []
     if s.state != State.STARTING or a.step_since is None:
-        return []  # in training a batch is the news; a search there is bounded by its phase (not judged here)
+        return []
     seen = of_step(a)
     if seen is not None and event.runs_left is not None and event.runs_left == seen.runs_left:
         return []  # the same word again is no news
@@ -38,6 +54,15 @@ def news(s: Supervision, event: SearchNews, now: Now) -> list[Any]:
 def in_step(s: Supervision) -> SearchSeen | None:
     """Before the first batch: the search of the startup step the worker is in, if one said anything in it."""
     return of_step(s.current) if s.state == State.STARTING else None
+
+
+def in_stall(s: Supervision) -> SearchSeen | None:
+    """Once training: the search that said something since the last progress (the stall is then a search's)."""
+    a = s.current
+    if s.state != State.HEALTHY or a.search is None or a.last_progress_at is None or a.recovery is not None \
+            or a.search.at < a.last_progress_at:
+        return None
+    return a.search
 
 
 def of_step(a: Attempt) -> SearchSeen | None:

@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 
 from supervisor.config import AUTO, WatchdogConfig
 from supervisor.decision.model.state import Supervision
-from supervisor.decision.stall import witness
+from supervisor.decision.stall import kernel_search, witness
 from supervisor.vocabulary import STARTUP_PHASE, State
 from worker.contract import Phase, StartupStep, split_rung
 
@@ -120,7 +120,9 @@ def deadline(s: Supervision) -> Deadline:
             return due  # waiting for the shell, which answers at once
         return Deadline(bound[0], DeadlineKind.RECOVERY, f"{a.recovery.tier.name.label} bound")
     stall = current_stall(s)
-    if stall is not None:
+    if stall is not None and stall.searching:
+        due = stall.deadline  # a kernel search's: the witness and the tree say nothing of it
+    elif stall is not None:
         due, word = stall.deadline, stall.word
         seen, culprit = word.seen, word.culprit
         evidence = witness_bound(s, stall.since, seen, culprit)
@@ -131,6 +133,8 @@ def deadline(s: Supervision) -> Deadline:
             at = max(stall.since + stall.idle_bound, word.idle_since + w.idle_floor)
             why = "idle" if word.idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
             due = Deadline(at, due.kind, f"{due.label}, {why}") if at < due.at else due
+        if word.silent is not None and (due.at is None or due.at > word.silent):
+            due = silent_bound(s, stall, word.silent)  # the witness did not speak through to its verdict
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
         if due.at is None or confirm < due.at:
@@ -141,6 +145,17 @@ def deadline(s: Supervision) -> Deadline:
 # A recovery tier that reads a stall's stacks itself (or needs none) adds its ``takes`` here when it is imported
 # (recovery/in_place.py): the judge stands below the tiers, and asks them through this list, not by name.
 OWN_STACKS: list[Callable[[Supervision, str], bool]] = []
+
+
+def silent_bound(s: Supervision, stall: Stall, silent: float) -> Deadline:
+    """A stall the witness fell silent in (C code holds the GIL) is judged by what the tree does: busy, it works until
+    the phase's own bound; idle (and not waiting on the world), it is a hang at the idle floor, in every phase."""
+    a, own, floor = s.current, stall.deadline, s.config.watchdog.idle_floor
+    if a.idle_since is not None and floor is not None and not a.waits_outside:
+        at = max(silent, a.idle_since + floor)
+        if own.at is None or at < own.at:
+            return Deadline(at, own.kind, f"{own.label}, witness silent, idle")
+    return own
 
 
 def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None:
@@ -272,6 +287,7 @@ class Stall:
     # core knows; the tree is read for it (``tree_reading_from``). None: none to get.
     frozen_bound: float | None = None
     word: witness.Word = witness.Word(None, None, None, None)  # the witness's word on it, read once
+    searching: bool = False  # once training: a kernel search spoke in this stall (kernel_search.in_stall)
 
 
 def current_stall(s: Supervision) -> Stall | None:
@@ -282,6 +298,10 @@ def current_stall(s: Supervision) -> Stall | None:
         step, seen = a.startup_step.value, startup_step_seen(s)
         (t, label), idle = startup_step_timeout(w, step, seen), startup_step_timeout(w, step, seen, w.idle_floor)[0]
         kind = DeadlineKind.STARTUP
+    elif (search := kernel_search.in_stall(s)) is not None:
+        t = w.startup_timeout  # bounded as a search, from its last line (kernel_search.py)
+        return Stall(search.at, Deadline(None if t is None else search.at + t, DeadlineKind.PHASE,
+                                         "kernel search, startup_timeout"), None, searching=True)
     elif s.state == State.HEALTHY and a.last_progress_at is not None and a.recovery is None:
         since = a.last_progress_at
         phase = stall_phase(s)  # an epoch's end until the first batch
@@ -320,9 +340,11 @@ def tree_reading_from(s: Supervision) -> float | None:
         return None
     if stall.frozen_bound is not None:  # several hosts: read whether a rank of this host is stopped
         return stall.since + max(IDLE_READING_AFTER, stall.frozen_bound - s.config.watchdog.idle_floor)
-    if stall.word.culprit is not None:  # a named worker's bound is the loader's rhythm or a start's: read whether
-        return stall.since + IDLE_READING_AFTER  # it waits on the world
-    if stall.idle_bound is None:
+    if stall.searching:
+        return None
+    if stall.word.culprit is not None or stall.word.silent is not None:  # a named worker's bound is the loader's
+        return stall.since + IDLE_READING_AFTER  # rhythm or a start's (does it wait on the world?); a silent
+    if stall.idle_bound is None:  # witness's is the tree's
         return None
     return stall.since + max(IDLE_READING_AFTER, stall.idle_bound - s.config.watchdog.idle_floor)
 

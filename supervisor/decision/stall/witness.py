@@ -21,7 +21,11 @@ The witness is judged first; the tree's activity and the stacks come after it:
 each of these three is bounded as training's (validation's in validation: ``watchdog.evidence_phase``) whether the
 stall began in training, in a mid-epoch checkpoint's save, at an epoch's end or at the next epoch's first batch;
 - a lock, a collective, anything else: the tree's activity decides the floor, as without a witness; the restart;
-- no word in this stall (a plain script, a native call that holds the GIL, a stopped process): as without a witness.
+- no word in this stall (a plain script, a stopped process): as without a witness;
+- a witness that spoke in this attempt and then fell silent in this stall after a word of running code (``ELSEWHERE``)
+  or none (``silent_from``): C code holds the GIL and the witness thread cannot run, so its last word does not stand
+  for the silent stretch; the stretch is judged by what the tree does: busy, it is work until the phase's own bound;
+  idle, a hang at the idle floor (``watchdog.deadline``), and its incident names the frame the stacks saw.
 """
 
 from __future__ import annotations
@@ -95,6 +99,30 @@ def place_of(where: str) -> str:
     return f"{match[1]}:{match[2]}" if match else where
 
 
+SILENT_AFTER = 1.5  # seconds: three of the witness's intervals (worker/witness.py INTERVAL) without a word
+
+
+def silent_from(a: Attempt, stall_since: float, state: State, phase: str) -> float | None:
+    """When the training process's witness fell silent in this stall (its thread cannot run: C code holds the GIL),
+    or None: not training, or in a first batch of its phase (no rhythm of its own yet, as for idle_floor); it never
+    spoke in this attempt (no witness); its process is stopped (/proc says so); or its last word is of a wait that
+    releases the GIL (a loader, the device, a lock, a collective, I/O, a sleep), which it keeps saying. Outside DDP:
+    a rank's silence is the ranks' naming's."""
+    seen = a.waits.get(None)  # its word in this stall (None: none yet; it speaks after one interval of a stall)
+    if state != State.HEALTHY or phase in RHYTHM_PHASES and not a.intervals.get(phase) or not a.witness_heard \
+            or a.ranks or {a.progress_pid, a.worker_pid} & a.stopped \
+            or seen is not None and seen.report.kind != WaitKind.ELSEWHERE:
+        return None
+    return max(stall_since, seen.at if seen is not None else stall_since) + SILENT_AFTER
+
+
+def silence(seconds: float, idle: bool) -> str:
+    """The phrase of a stall the witness fell silent in, for the verdict's detail and the incident's ``witness``."""
+    tree = "idle" if idle else "busy"
+    return (f"the training process's witness said nothing for the last {seconds:.1f} s (C code holding the GIL: its "
+            f"thread cannot run), the tree {tree}")
+
+
 def held_at(seen: WaitSeen | None, culprit: int | None, state: State, phase: str) -> str | None:
     """The place (``place_of``) where the training process's main thread has been held for the whole of this stall
     in ``phase`` (its evidence's: ``watchdog.evidence_phase``), by the word that tells it, once it trains and in a phase of
@@ -146,6 +174,7 @@ class Word:
     culprit: int | None
     held: str | None
     idle_since: float | None
+    silent: float | None = None  # from when the training process's witness is silent in it (``silent_from``)
 
 
 def word_on(a: Attempt, stall_since: float, state: State, phase: str) -> Word:
@@ -164,7 +193,7 @@ def word_on(a: Attempt, stall_since: float, state: State, phase: str) -> Word:
         idle = stall_since
     else:
         idle = a.idle_since
-    return Word(seen, culprit, held, idle)
+    return Word(seen, culprit, held, idle, silent_from(a, stall_since, state, phase))
 
 
 class Rank(Protocol):
