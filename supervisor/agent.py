@@ -193,8 +193,17 @@ class Agent:
 
     def _read_ahead(self, action: Any) -> None:
         answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
+        self._drain_worker()  # what the worker said while its stacks were read is decided before them
         if answer is not None:
             self.handle(answer)
+
+    def _loader_workers(self, action: Any) -> None:
+        """The in-place tier's action; what the worker said meanwhile (a stacks' reading takes seconds) is decided
+        before its answer: progress then drops the verdict."""
+        answer = loader_workers.carry_out(action, self.config, self.worker, self._spare(), self.metrics.gpu_readers,
+                                          self.systemd.keepalive)
+        self._drain_worker()
+        self.handle(answer)
 
     def _keep_verified_copy(self) -> None:
         note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
@@ -395,9 +404,7 @@ CARRY_OUT: dict[type, Callable[[Agent, Any], None]] = {
     decision.Spawn: lambda a, x: a._spawn(x),
     decision.PrepareStandby: lambda a, x: a.standby.prepare(a.spawner.env(x.rung_settings)),
     decision.KillTree: lambda a, x: a._kill(x.incident),
-    **{kind: lambda a, x: a.handle(loader_workers.carry_out(x, a.config, a.worker, a._spare(), a.metrics.gpu_readers,
-                                                             a.systemd.keepalive))
-       for kind in loader_workers.ACTIONS},
+    **{kind: lambda a, x: a._loader_workers(x) for kind in loader_workers.ACTIONS},
     decision.ReadStacksAhead: lambda a, x: a._read_ahead(x),
     decision.DropStacksAhead: lambda a, x: drop_ahead(a.config, a.worker, x),
     decision.AwaitSurvivors: lambda a, x: a._await_survivors(x.pids),

@@ -135,3 +135,18 @@ def test_a_word_of_no_known_wait_from_an_idle_tree_is_no_busy_wait():
     d(core.TreeActivity(idle_since=last + 0.5))
     evidence = hang_evidence.of(d.s)
     assert evidence.keys is None and evidence.why.endswith("its tree idle (no busy wait): any rung")
+
+
+def test_progress_while_the_in_place_tier_reads_the_stacks_drops_its_verdict():
+    """The in-place tier reads the stacks before it kills anything: the batch that comes meanwhile (the shell hands it
+    over before the stacks' answer) ends the stall: no kill, no incident; the answer that follows changes nothing."""
+    from supervisor.decision.recovery import in_place
+    from tests.decision.test_in_place import stall
+    from tests.helpers.driver import STACKS, loading
+
+    d = loading()
+    inspect = stall(d)
+    said = d.at(d.t + 1.2).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
+    assert "KillTree" not in kinds(said) and "no hang, nothing killed" in said[0].text
+    assert d(in_place.StallInspected(inspect.incident.id, False, (), "no loader worker is stuck", None, STACKS)) == []
+    assert d.s.state == core.State.HEALTHY and d.s.incidents == [] and d.s.current.recovery is None

@@ -107,6 +107,7 @@ class Recovery:
     acted_at: float | None = None  # its action confirmed; None while it is being taken (the shell answers at once)
     bound: float | None = None  # seconds from acted_at for its proof
     rebuilt_at: float | None = None  # the rebuilt loader's new workers reported (in place): the bound counts from here
+    inspecting: bool = False  # its stacks are being read: progress meanwhile drops the verdict (in_place.progressed)
 
     def shift(self, gap: float) -> None:
         """The supervisor itself did not run for ``gap`` seconds: the tier's clock moves by as much."""

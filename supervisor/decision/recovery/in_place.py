@@ -182,6 +182,7 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         return [Log("warning", f"hang in {phase}: {detail}; the training process {witness.describe(seen)}: "
                                f"replacing loader worker(s){of_rank} {', '.join(map(str, pids))} in place"),
                 ReplaceLoaderWorkers(pids, owner[0])]
+    a.recovery.inspecting = True
     return [Log("warning", f"hang in {phase}: {detail}; reading the stacks before killing anything (in-place tier)"),
             InspectStall(incident, {pid: rank for pid, (rank, _) in a.loaders.items()},
                          {view.pid: rank for rank, view in a.ranks.items()})]
@@ -216,6 +217,7 @@ watchdog.OWN_STACKS.append(takes)
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:
     if r.incident.id != event.incident_id or r.acted_at is not None:
         return []
+    r.inspecting = False
     r.incident = s.amend(r.incident, stacks=event.stacks)
     if not (event.loader_wait and event.culprits):
         return Escalate(event.why)
@@ -240,7 +242,14 @@ def killed(s: Supervision, r: Recovery, event: LoaderWorkersKilled, now: Now) ->
 
 
 def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> list[Any]:
-    """A batch after the action: the recovery worked. Its cost is recorded, and the incident is complete."""
+    """A batch after the action: the recovery worked. Its cost is recorded, and the incident is complete. Progress
+    before any action (it came while the stacks were read: the shell hands it over before their answer) drops the
+    verdict: the stall is over, nothing is killed and no incident is kept."""
+    if r.acted_at is None and r.inspecting:
+        s.current.recovery = None
+        s.incidents = [i for i in s.incidents if i is not r.incident]
+        return [Log("info", f"the stall ended while its stacks were read ({now.mono - r.verdict_at:.1f} s after its "
+                            f"verdict): no hang, nothing killed")]
     if r.acted_at is None or m.kind != MessageKind.BEAT or m.phase.value not in PHASES:
         return []
     s.current.recovery = None
