@@ -127,3 +127,59 @@ def test_a_search_that_prints_mid_epoch_and_at_validations_first_batch_is_not_ki
     status, incidents = run(write_config, tmp_path, SEARCHING, "auto_floor = 3\nstartup_timeout = 5")
     assert incidents == []
     assert (status["state"], status["attempt"], status["restarts"]) == ("succeeded", 1, 0)
+
+
+# py-spy as the supervisor runs it, made slow: it first ends the training process's wait (a byte down the FIFO the
+# wait reads), then takes 2 s before the real py-spy reads the stacks. The wait ends during the reading by construction.
+SLOW_PY_SPY = """#!/bin/sh
+python3 - "{fifo}" <<'END'
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)
+    os.write(fd, b"x")
+    os.close(fd)
+except OSError:
+    pass
+END
+sleep 2
+exec "{real}" "$@"
+"""
+
+
+def test_a_wait_that_ends_while_its_stacks_are_read_is_not_killed(tmp_path):
+    """A 6 s GIL-held wait got its verdict, ended 0.8 s later while its stacks were read, and was killed 2.8 s after
+    it ended. The loop (tests/fixtures/loader_loop.py, our worker's contract, its loader workers reported: the
+    in-place tier reads the stacks first) waits in a GIL-held read until py-spy runs: the batch that follows comes
+    while the stacks are read, and drops the verdict."""
+    import json
+    import os
+    import subprocess
+
+    from tests.helpers.supervised import demo_train, python_without_py_spy, worker_launcher
+    from worker.trainer import RECORD_FED_ENV
+
+    fifo, tools = tmp_path / "wait.fifo", tmp_path / "tools"
+    os.mkfifo(fifo)
+    tools.mkdir()
+    (tools / "py-spy").write_text(SLOW_PY_SPY.format(fifo=fifo, real=Path(sys.executable).parent / "py-spy"))
+    (tools / "py-spy").chmod(0o755)
+    plan = {"hang": "main_gil_fifo", "path": str(fifo), "attempt": 1, "epoch": 1, "batch": 5}
+    launcher = worker_launcher(tmp_path, f"import runpy, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                                         f"runpy.run_path({str(ROOT / 'tests' / 'fixtures' / 'loader_loop.py')!r}, "
+                                         f"run_name='__main__')\n")
+    (tmp_path / "marks").mkdir()
+    config = tmp_path / "config.toml"
+    config.write_text(f'name = "loader-loop"\n{demo_train(epochs=2)}{quiet_config()}'
+                      f'[worker]\npython = "{launcher}"\n'
+                      f"env = {{ LOADER_LOOP = '{json.dumps(plan)}', LOADER_LOOP_MARKS = '{tmp_path / 'marks'}' }}\n"
+                      f"[incidents]\nstacks_budget = 8\n")
+    state_dir = tmp_path / "state"
+    env = {**os.environ, "PATH": f"{tools}:/usr/bin:/bin", RECORD_FED_ENV: str(tmp_path / "fed.txt")}
+    result = subprocess.run([str(python_without_py_spy(tmp_path)), "-m", "supervisor", "run", "--config", str(config),
+                             "--state-dir", str(state_dir)], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=150)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no hang, nothing killed" in result.stderr  # the verdict came, and was dropped
+    assert read_incidents(state_dir) == []
+    status = read_state(state_dir)["status"]
+    assert (status["state"], status["attempt"], status["restarts"]) == ("succeeded", 1, 0)
