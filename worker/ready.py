@@ -19,6 +19,8 @@ import time
 from typing import Any
 
 from worker.contract import ENV_READY
+from worker.demo_data import ensure_demo_dataset
+from worker.startup_steps import few_cpu_threads
 # Keys of a model's YAML that a build fills in from the dataset or the file: the rest is the architecture.
 FILLED_IN = ("yaml_file", "nc", "ch", "channels")
 MIB = 1 << 20
@@ -41,8 +43,6 @@ def architecture(cfg: Any) -> dict[str, Any] | None:
 def prepare(spec: dict[str, Any]) -> str:
     """Build what the next attempt would build first (``spec``: its model, data, device); the line that says what is
     held, or why nothing is. Runs while another process trains: on one CPU thread, once, then it sleeps."""
-    from worker.startup_steps import few_cpu_threads
-
     began = time.monotonic()
     try:
         with few_cpu_threads(1):
@@ -75,7 +75,6 @@ def _build(spec: dict[str, Any]) -> str:
         HELD["capped"] = device
     data = spec.get("data")
     if data == "demo":
-        from worker.demo_data import ensure_demo_dataset
 
         data = str(ensure_demo_dataset())
     dataset = check_det_dataset(data)

@@ -13,8 +13,8 @@ class _Base:
 
 
 class _Trainer(SupervisedTrainerMixin, _Base):
-    def __init__(self):  # the mixin's own set-up is not what this test is about
-        pass
+    def __init__(self):  # the mixin's own set-up is not what this test is about: a cold build's model step
+        self._held_model = False
 
 
 def test_the_model_step_runs_on_few_threads_and_gives_them_back():
