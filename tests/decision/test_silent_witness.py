@@ -134,7 +134,8 @@ def test_a_word_of_no_known_wait_from_an_idle_tree_is_no_busy_wait():
     assert hang_evidence.of(d.s).keys == frozenset({"env"}) and "its tree busy" in hang_evidence.of(d.s).why
     d(core.TreeActivity(idle_since=last + 0.5))
     evidence = hang_evidence.of(d.s)
-    assert evidence.keys is None and evidence.why.endswith("its tree idle (no busy wait): any rung")
+    assert evidence.keys == frozenset({"env", "start_method"})
+    assert evidence.why.endswith("its tree idle (no busy wait): the rungs that change the device's runtime")
 
 
 def test_progress_while_the_in_place_tier_reads_the_stacks_drops_its_verdict():

@@ -60,7 +60,7 @@ def stopped_inside_an_epoch(target: psutil.Process, state_dir: Path) -> bool:
 
 def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resumed_from_its_checkpoint(tmp_path):
     config = copy_example("plain_loop", tmp_path, step_delay=0.05)
-    # The rung's own hangs alone (no prior): the one hang climbs, so the rung's argv is seen to reach the script.
+    # The rung's own hangs alone (no prior): a hang that a rung could cure would climb; a frozen tree is none.
     config.write_text(config.read_text().replace("[watchdog]\n", "[watchdog]\nauto_floor = 20\n")
                       .replace("[ladder]\n", '[ladder]\nprior_between_hangs = "off"\n'))
     state_dir = tmp_path / "state"
@@ -75,15 +75,17 @@ def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resu
     # 25 and more it trained in that attempt)
     assert first["lost_batches"] is not None and 0 <= first["lost_batches"] <= 10, first["lost_batches"]
     final = read_state(state_dir)["status"]
-    assert final["resumed_from"].endswith(".ckpt") and "at rung 1 (args=--workers 1)" in stderr
-    assert "training 3 epochs x 40 steps, workers=1" in stderr  # the script's own line: the rung reached its argv
+    assert final["resumed_from"].endswith(".ckpt")
+    # a tree frozen from outside is no evidence against the rung: the run stays, and the log says why
+    assert "the tree frozen from outside): no rung changes it, and counts against no rung" in stderr
     assert (final["epoch"], final["epochs"], final["batch"], final["batches"]) == (3, 3, 40, 40)
     # One hang is sent. Twice on CI (never in 30 runs here, loaded or not) the resumed run also went 10 s, then
-    # 20 s, without a bar moving, and was killed, resumed and finished one rung lower: the supervisor's job done,
-    # so it passes, but says what it saw, so a third time shows where that run sat.
-    assert (final["state"], final["rung"], final["restarts"]) == ("succeeded", 1 + len(later), 1 + len(later))
+    # 20 s, without a bar moving, and was killed and resumed: the supervisor's job done, so it passes, but says what
+    # it saw, so a third time shows where that run sat.
+    assert (final["state"], final["restarts"]) == ("succeeded", 1 + len(later))
+    assert final["rung"] == 0 or later
     for incident in later:
-        assert incident["reason"] == "hang" and incident["rung"] >= 1, one_line(incident)
+        assert incident["reason"] == "hang", one_line(incident)
     if later:  # what `yolo-train incidents` shows: where each hang sat, the newest with its detail and stacks
         incidents = load_incidents(state_dir)
         warnings.warn(f"a hang not sent by the test:\n{render(state_dir, incidents, group_by_where(incidents))}\n"

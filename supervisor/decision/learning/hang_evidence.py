@@ -6,8 +6,8 @@ witness.py): the ladder climbs where the evidence points (issue 38). Pure.
 - a device wait: the rungs that change the device's runtime (environment rungs, the forkserver, whose loader workers
   inherit no GPU runtime state), and ``val = false`` when it hung in validation;
 - no known wait inside a native call (ROCm's lost completion leaves the host spinning in a busy wait the witness
-  cannot name), its tree busy: the environment rungs, and ``val = false`` in validation; its tree idle (asleep, no
-  busy wait): any rung;
+  cannot name), its tree busy: the environment rungs, and ``val = false`` in validation; its tree idle (asleep in
+  the call, as a lost completion interrupt leaves it): the rungs that change the device's runtime;
 - the training process's own lock, its own loop of Python (no known wait, in no native call), or I/O outside its
   processes: no rung changes it, and it counts against no rung's record;
 - the tree frozen (/proc shows the training process, every rank under DDP, stopped: SIGSTOP from outside, a
@@ -59,8 +59,11 @@ def of(s: Supervision) -> Evidence:
     if wait.weighs is None:
         return Evidence(None, "")
     if seen.report.kind == WaitKind.ELSEWHERE:  # inside a native call: a busy wait only where the tree was busy
-        if a.idle_since is not None:  # asleep, as /proc shows its tree: nothing says which rung
-            return Evidence(None, f"{said}, its tree idle (no busy wait): any rung")
+        if a.idle_since is not None:  # asleep in the call, as ROCm's lost completion interrupt leaves a wait:
+            # polling the signals (an environment rung) or another runtime cures that, no loader setting does
+            val = frozenset({"val"}) if a.progress.phase == Phase.VAL.value else frozenset()
+            return Evidence(witness.RUNTIME_KEYS | {"env"} | val,
+                            f"{said}, its tree idle (no busy wait): the rungs that change the device's runtime")
         said += ", its tree busy"
     val = frozenset({"val"}) if wait.weighs and a.progress.phase == Phase.VAL.value else frozenset()
     return Evidence(wait.weighs | val, f"{said}: {wait.weighs_why}")
