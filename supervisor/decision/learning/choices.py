@@ -23,10 +23,10 @@ def probe_target(s: Supervision) -> int | None:
     return rung_choice.probe_target(s.rung, rung_facts(s), s.config.probe.give_up_after)
 
 
-def after_a_hang(s: Supervision) -> Choice:
+def after_a_hang(s: Supervision, kernel_said: bool = False) -> Choice:
     """Where a hang at this rung moves the run: decided once, at the verdict, with the attempt closed and this hang
-    counted; the standby is prepared for it in advance."""
-    evidence = hang_evidence.of(s)  # where the witness put the hang weighs the rungs that can change it
+    counted; the standby is prepared for it in advance. ``kernel_said``: the kernel's line is the hang's word."""
+    evidence = hang_evidence.of(s, kernel_said)  # where the witness put the hang weighs the rungs that can change it
     counted = hang_evidence.counts(s, evidence)
     facts = rung_facts(s)
     here = facts[s.rung]

@@ -43,10 +43,11 @@ class Evidence:
         return self.keys is None or any(before.get(k) != after.get(k) for k in self.keys)
 
 
-def of(s: Supervision) -> Evidence:
-    """What the witness said of the hang under way (at its verdict: the attempt's words are still there)."""
+def of(s: Supervision, kernel_said: bool = False) -> Evidence:
+    """What the witness said of the hang under way (at its verdict: the attempt's words are still there).
+    ``kernel_said``: the kernel reported the GPU hung, so a stopped tree is the driver's doing, not a stop from outside."""
     a = s.current
-    if frozen(s):
+    if frozen(s) and not kernel_said:
         return Evidence(frozenset(), "every process of the training is stopped (the tree frozen from outside): no "
                                      "rung changes it")
     seen = told(s)

@@ -44,7 +44,7 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
         s.hang_history.hang(point, s.trained(), last_progress_at, s.goodput.lost_seconds - lost_before)
     if s.job_next is not None:  # another host already decided where the job goes for this attempt's failure
         climb, remedy = False, None
-    choice = choices.after_a_hang(s) if climb and point is not None and s.probe.probing_from is None else None
+    choice = choices.after_a_hang(s, reason == Reason.KERNEL) if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
     starting = s.state == State.STARTING
     tier = None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART
