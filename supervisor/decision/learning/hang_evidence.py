@@ -59,15 +59,16 @@ def of(s: Supervision, kernel_said: bool = False) -> Evidence:
         return Evidence(frozenset(), f"{said}, a loop of its own: no rung changes it")
     if wait.weighs is None:
         return Evidence(None, "")
+    weighs, why = wait.weighs, wait.weighs_why
     if seen.report.kind == WaitKind.ELSEWHERE:  # inside a native call: a busy wait only where the tree was busy
         if a.idle_since is not None:  # asleep in the call, as ROCm's lost completion interrupt leaves a wait:
             # polling the signals (an environment rung) or another runtime cures that, no loader setting does
-            val = frozenset({"val"}) if a.progress.phase == Phase.VAL.value else frozenset()
-            return Evidence(witness.RUNTIME_KEYS | {"env"} | val,
-                            f"{said}, its tree idle (no busy wait): the rungs that change the device's runtime")
-        said += ", its tree busy"
-    val = frozenset({"val"}) if wait.weighs and a.progress.phase == Phase.VAL.value else frozenset()
-    return Evidence(wait.weighs | val, f"{said}: {wait.weighs_why}")
+            weighs, said, why = witness.RUNTIME_KEYS | {"env"}, f"{said}, its tree idle (no busy wait)", \
+                "the rungs that change the device's runtime"
+        else:
+            said += ", its tree busy"
+    val = frozenset({"val"}) if weighs and a.progress.phase == Phase.VAL.value else frozenset()
+    return Evidence(weighs | val, f"{said}: {why}")
 
 
 def frozen(s: Supervision) -> bool:
