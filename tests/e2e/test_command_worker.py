@@ -34,11 +34,14 @@ def freeze_when_checkpointed(config: Path, state_dir: Path, frozen: callable, ar
                           and s["batch"] <= s["batches"] - 5
                           and (s["epoch"] - 1) * s["batches"] + s["batch"] > after_batches
                           and any(checkpoints.glob("*ckpt")) and s, 120, "training with a checkpoint")
-        target = frozen(psutil.Process(status["worker_pid"]))
+        main = psutil.Process(status["worker_pid"])
+        target = frozen(main)
         while not stopped_inside_an_epoch(target, state_dir):
             target.send_signal(signal.SIGCONT)  # it stopped at an epoch's end: let it into the next epoch, again
             wait_for(lambda: (s := status_of(state_dir)) and s["phase"] == "train" and s["batch"]
                      and s["batch"] <= s["batches"] - 5, 120, "the next epoch")
+            if not target.is_running():  # a loader worker of the epoch that ended: the next epoch's instead
+                target = frozen(main)
         _, stderr = proc.communicate(timeout=240)
     finally:
         proc.kill()
@@ -90,6 +93,27 @@ def test_a_plain_loop_frozen_from_outside_is_detected_from_its_tqdm_bar_and_resu
         incidents = load_incidents(state_dir)
         warnings.warn(f"a hang not sent by the test:\n{render(state_dir, incidents, group_by_where(incidents))}\n"
                       f"supervisor stderr:\n{stderr[-4000:]}")
+
+
+def test_a_plain_loops_loader_worker_stopped_climbs_and_the_rungs_argv_reaches_the_script(tmp_path):
+    """A hang a rung cures: one of the script's DataLoader workers stopped. The run climbs to rung 1, whose ``args``
+    replace the script's ``--workers 2`` with ``--workers 1``: the script's own line says what it got."""
+    config = copy_example("plain_loop", tmp_path, step_delay=0.05)
+    config.write_text(config.read_text().replace("[ladder]\n", '[ladder]\nprior_between_hangs = "off"\n'))
+    state_dir = tmp_path / "state"
+
+    def a_loader_worker(main: psutil.Process) -> psutil.Process:
+        return wait_for(lambda: next(iter(main.children()), None), 30, "the script's loader workers")
+
+    code, stderr, _ = freeze_when_checkpointed(config, state_dir, a_loader_worker)
+    assert code == 0, stderr[-3000:]
+    first = read_incidents(state_dir)[0]
+    assert (first["reason"], first["phase"], first["rung"]) == ("hang", "train", 0), one_line(first)
+    assert "at rung 1 (args=--workers 1)" in stderr, stderr[-3000:]
+    assert "training 3 epochs x 40 steps, workers=1" in stderr  # the script's own line: the rung reached its argv
+    final = read_state(state_dir)["status"]
+    assert (final["state"], final["epoch"], final["batch"]) == ("succeeded", 3, 40)
+    assert final["rung"] >= 1
 
 
 def test_lightning_frozen_is_resumed_from_its_last_ckpt(tmp_path):
