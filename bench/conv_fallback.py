@@ -309,9 +309,10 @@ BN_SHAPES = [(16, 16, 320, 320), (16, 32, 160, 160), (16, 64, 80, 80), (16, 128,
 
 def bn_kernels(device: str, precisions: list[str], calls: int = 20) -> None:
     """Milliseconds per training-mode BatchNorm2d forward+backward at YOLOv8n's shapes, by way: native (cuDNN),
-    the fallback (ATen's NCHW kernels: one block per channel), the fallback on a channels-last copy (ATen's
+    the fallback as it is (``batch_norm``: rows of channels where ``is_rows_route`` says so, else ATen's NCHW
+    kernels), ATen's NCHW kernels alone (one block per channel), the fallback on a channels-last copy (ATen's
     channels-last kernels, the copies to and from NCHW included), and statistics by var_mean with the rest in
-    elementwise autograd ops. Where a batch-norm fallback could take its time from."""
+    elementwise autograd ops. The ``rows`` line says which shapes the fallback routes."""
     import torch.nn.functional as F
 
     def var_mean_bn(x, weight, bias, eps=1e-5):
@@ -319,9 +320,16 @@ def bn_kernels(device: str, precisions: list[str], calls: int = 20) -> None:
         scale = weight.view(1, -1, 1, 1) * torch.rsqrt(var + eps)
         return (x - mean) * scale + bias.view(1, -1, 1, 1)
 
+    def nchw_bn(x, weight, bias, rm, rv):
+        with torch.backends.cudnn.flags(enabled=False):
+            return torch.batch_norm(x, weight, bias, rm, rv, True, 0.1, 1e-5, False)
+
+    print("rows of channels (the fallback's route) at: "
+          + ", ".join("x".join(map(str, s)) for s in BN_SHAPES if bn_fallback.is_rows_route(s)))
     ways = {
         "native": lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, True),
         "fallback": lambda x, w, b, rm, rv: bn_fallback.batch_norm(x, rm, rv, w, b, True),
+        "nchw": lambda x, w, b, rm, rv: nchw_bn(x, w, b, rm, rv),
         "fallback-cl": lambda x, w, b, rm, rv: bn_fallback.batch_norm(
             x.contiguous(memory_format=torch.channels_last), rm, rv, w, b, True).contiguous(),
         "var_mean": lambda x, w, b, rm, rv: var_mean_bn(x, w, b),

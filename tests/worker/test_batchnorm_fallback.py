@@ -34,7 +34,7 @@ def batch_norm_calls(fn) -> list[bool]:
     return [e.concrete_inputs[-1] for e in prof.events() if e.name == "aten::batch_norm"]
 
 
-def run(module: torch.nn.Module, steps: int, dtype=None, seed: int = 0) -> dict[str, list[torch.Tensor]]:
+def run(module: torch.nn.Module, steps: int, dtype=None, seed: int = 0, shape=(4, 5, 6)) -> dict[str, list[torch.Tensor]]:
     """``steps`` training steps (forward, backward) then one in eval mode; every output, gradient and buffer."""
     g = torch.Generator().manual_seed(seed)
     seen: dict[str, list[torch.Tensor]] = {}
@@ -44,7 +44,8 @@ def run(module: torch.nn.Module, steps: int, dtype=None, seed: int = 0) -> dict[
 
     for step in range(steps + 1):
         module.train(step < steps)
-        x = (torch.randn(4, module.num_features, 5, 6, generator=g) * 3 + 2).requires_grad_()
+        n, h, w = shape
+        x = (torch.randn(n, module.num_features, h, w, generator=g) * 3 + 2).requires_grad_()
         with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             y = module(x)
         gy = torch.randn(y.shape, generator=g).to(y.dtype)
@@ -92,6 +93,60 @@ def test_equal_to_torch_batchnorm2d_train_and_eval(kwargs):
         assert not torch.equal(patched.running_mean, torch.zeros(3))
 
 
+def batch_norm_input_dims(fn) -> list[int]:
+    """The number of dimensions of every aten::batch_norm input the dispatcher saw while fn ran."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    return [len(e.input_shapes[0]) for e in prof.events() if e.name == "aten::batch_norm"]
+
+
+# Few channels over large planes: ATen's channels-last kernels on rows of channels (2**15 values per channel here).
+ROWS_SHAPE = (8, 64, 64)
+
+
+def test_the_rows_route_is_for_few_channels_over_large_planes():
+    # YOLOv8n's widest batch norms at batch 16, 640 px take it; from 64 channels, or on small planes, NCHW stays.
+    assert fallback.is_rows_route((16, 16, 320, 320)) and fallback.is_rows_route((16, 32, 160, 160))
+    assert not fallback.is_rows_route((16, 64, 80, 80)) and not fallback.is_rows_route((16, 256, 20, 20))
+    assert not fallback.is_rows_route((4, 3, 5, 6)) and not fallback.is_rows_route((16, 32, 40))
+    bn = torch.nn.BatchNorm2d(4)
+    fallback.enable()
+    x = torch.randn(8, 4, 64, 64, requires_grad=True)
+    assert batch_norm_input_dims(lambda: bn(x).sum().backward()) == [2]
+    assert batch_norm_input_dims(lambda: bn(x[:, :, :8]).sum().backward()) == [4]  # too few values per channel
+    assert batch_norm_input_dims(lambda: torch.nn.BatchNorm2d(40)(torch.randn(8, 40, 64, 64)).sum()) == [4]
+    bn.eval()  # running statistics: one elementwise pass, nothing to gain
+    assert batch_norm_input_dims(lambda: bn(x).sum().backward()) == [4]
+    cl = x.detach().contiguous(memory_format=torch.channels_last)  # ATen picks its channels-last kernels itself
+    bn.train()
+    assert batch_norm_input_dims(lambda: bn(cl)) == [4]
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "default")
+def test_rows_route_equal_to_torch_batchnorm2d_train_and_eval(kwargs):
+    """The same arithmetic by ATen's other kernels: equal to float32 rounding (the sums run in another order)."""
+    torch.manual_seed(0)
+    native = torch.nn.BatchNorm2d(4, **kwargs)
+    if native.affine:
+        with torch.no_grad():
+            native.weight.uniform_(0.5, 1.5)
+            native.bias.uniform_(-0.5, 0.5)
+    patched = type(native)(4, **kwargs)
+    patched.load_state_dict(native.state_dict())
+    expected = run(native, steps=3, shape=ROWS_SHAPE)
+    fallback.enable()
+    got = run(patched, steps=3, shape=ROWS_SHAPE)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        for step, (e, o) in enumerate(zip(expected[name], got[name])):
+            torch.testing.assert_close(o, e, rtol=1e-5, atol=1e-5, msg=f"{name} at step {step}")
+            if name == "out" or name == "grad input":
+                assert o.is_contiguous()  # NCHW out, as natively
+    if native.track_running_stats:
+        assert int(patched.num_batches_tracked) == 3
+        assert not torch.equal(patched.running_mean, torch.zeros(4))
+
+
 def cpu_batch_norm_supports(dtype) -> bool:
     try:
         torch.nn.functional.batch_norm(torch.ones(2, 1, 2, 2, dtype=dtype), None, None, training=True)
@@ -101,21 +156,25 @@ def cpu_batch_norm_supports(dtype) -> bool:
 
 
 @pytest.mark.parametrize("dtype", [d for d in (torch.bfloat16, torch.float16) if cpu_batch_norm_supports(d)])
-def test_equal_under_cpu_autocast(dtype):
+@pytest.mark.parametrize("shape", [(4, 5, 6), ROWS_SHAPE], ids=["nchw", "rows"])
+def test_equal_under_cpu_autocast(dtype, shape):
     torch.manual_seed(0)
     conv_bn = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3, padding=1), torch.nn.BatchNorm2d(3))
     conv_bn.num_features = 3  # run() draws inputs of this many channels
     copy = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3, padding=1), torch.nn.BatchNorm2d(3))
     copy.num_features = 3
     copy.load_state_dict(conv_bn.state_dict())
-    expected = run(conv_bn, steps=2, dtype=dtype)
+    expected = run(conv_bn, steps=2, dtype=dtype, shape=shape)
     fallback.enable()
-    got = run(copy, steps=2, dtype=dtype)
+    got = run(copy, steps=2, dtype=dtype, shape=shape)
     assert got["out"][0].dtype == expected["out"][0].dtype == dtype  # the convolution's output dtype, as natively
     assert got["1.running_mean"][0].dtype == torch.float32
+    # NCHW: the same kernel, exactly; rows: float statistics summed in another order, one half-precision rounding of
+    # the output or its gradient apart at most.
+    tol = 0 if shape == (4, 5, 6) else (1e-5 if dtype is torch.float32 else 2e-2)
     for name in expected:
         for e, o in zip(expected[name], got[name]):
-            torch.testing.assert_close(o, e, rtol=0, atol=0, msg=name)
+            torch.testing.assert_close(o, e, rtol=tol, atol=tol, msg=name)
 
 
 def test_no_cudnn_or_miopen_batch_norm_can_be_chosen_while_enabled():

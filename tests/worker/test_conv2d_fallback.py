@@ -59,6 +59,31 @@ def test_fp32_forward_and_backward_equal_native(groups_cfg, kernel, stride, padd
         torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("kernel,stride,padding,dilation,groups", [
+    (3, 2, 1, 1, 1),  # YOLO's downsampling convolution
+    (3, 2, 1, 1, 4),
+    (3, 3, 1, 1, 1),  # 9 phases, some without a tap at a window place
+    (5, 3, 2, 2, 2),
+    (3, (2, 1), (0, 2), 1, 1),  # phases along one axis only
+    (1, 2, 0, 1, 1),  # a phase without any tap: its input positions get no gradient
+    (2, 1, 3, 1, 1),  # stride 1, padding beyond the kernel: not the flipped convolution's case
+])
+@pytest.mark.parametrize("size", [(12, 10), (13, 11)], ids=["even", "odd"])
+def test_input_gradient_by_phases_equals_native_and_runs_no_col2im(kernel, stride, padding, dilation, groups, size):
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(2, 8, *size, generator=g, requires_grad=True)
+    w = torch.randn(12, 8 // groups, kernel, kernel, generator=g, requires_grad=True)
+    args = (stride, padding, dilation, groups)
+    gy = torch.randn(F.conv2d(x, w, None, *args).shape, generator=g)
+    expected = grads(lambda x, w, b: F.conv2d(x, w, None, *args), x, w, None, gy)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        got = grads(lambda x, w, b: fallback.conv2d(x, w, None, *args), x, w, None, gy)
+    assert not {e.name for e in prof.events()} & {"aten::col2im", "aten::im2col_backward"}
+    for name, e, o in zip(["out", "grad input", "grad weight"], expected, got):
+        assert o.shape == e.shape, name
+        torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4, msg=name)
+
+
 @pytest.mark.parametrize("kernel,stride,padding", [(1, [1, 1], [0, 0]), (3, [1, 1], [1, 1]), (3, [2, 2], [1, 1])])
 def test_list_arguments_and_channels_last_tensors_equal_native(kernel, stride, padding):
     # Lists are not hashable (the geometry is worked out for the call alone); channels-last tensors are not

@@ -25,9 +25,19 @@ its synchronised training path never reached MIOpen (ATen's ``batch_norm_stats``
 Code that imported the function by name before ``enable()``, or calls ``torch.batch_norm`` itself, keeps the native
 path.
 
-Why not the batch norm from elementwise ops and reductions: ``native_batch_norm`` is one ATen call forward and one
-backward, as cuDNN's, where the elementwise version is about ten forward and fifteen backward; with 57 BatchNorm2d
-in YOLOv8n that host time is the step's (as the conv fallback's was: ``python -m bench.conv_fallback``).
+Few channels, large planes: ATen's kernels for a contiguous NCHW tensor give each channel one thread block, in the
+statistics forward and in the backward; with 16 or 32 channels most of a large GPU idles while each block walks a
+plane of hundreds of thousands of values. Its kernels for channels-last data (a 2-D input is one: rows of channels)
+spread every channel over the whole grid. So a training-mode call with at most 32 channels and at least 2**15 values
+per channel (YOLO's first, widest layers) runs ATen's batch norm on the input seen as rows of channels, copied there
+and back: the same kernels' arithmetic (float statistics, ATen's running-statistics update), two copies forward and
+two backward (one in the next layer's own contiguous()) for kernels that use the GPU. Above 32 channels the NCHW
+kernels have blocks enough, and below 2**15 values a channel is a few loops of its block, which the copies' launches
+would cost more than they save (``python -m bench.conv_fallback --bn-kernels`` compares the ways per shape).
+
+Why not the batch norm from elementwise ops and reductions everywhere: ``native_batch_norm`` is one ATen call forward
+and one backward, as cuDNN's, where the elementwise version is about ten forward and fifteen backward; with 57
+BatchNorm2d in YOLOv8n that host time is the step's (as the conv fallback's was: ``python -m bench.conv_fallback``).
 
 Public entry points: ``enable()``, ``disable()``, ``is_enabled()``, ``batch_norm()`` (a drop-in for
 ``torch.nn.functional.batch_norm``) and ``should_enable(mode, env, conv_fallback=...)``.
@@ -72,14 +82,31 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     # ATen up to torch 2.x read the last argument; newer ATen (_select_batch_norm_backend, measured with torch 2.11 on
     # an H100: CudnnBatchNormBackward0 with the argument off) reads the global flag instead: turn off both, for this
     # call alone. The autograd node records the forward's choice, so the backward follows it.
+    shape = input.shape
+    as_rows = training and is_rows_route(shape) and input.is_contiguous()
+    if as_rows:  # few channels, large planes (module docstring): ATen's channels-last kernels on (N*H*W, C) rows
+        input = input.permute(0, 2, 3, 1).reshape(-1, shape[1])
     enabled = torch._C._get_cudnn_enabled()
-    if not enabled:
-        return torch.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, False)
-    torch._C._set_cudnn_enabled(False)
+    if enabled:
+        torch._C._set_cudnn_enabled(False)
     try:
-        return torch.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, False)
+        out = torch.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, False)
     finally:
-        torch._C._set_cudnn_enabled(True)
+        if enabled:
+            torch._C._set_cudnn_enabled(True)
+    if as_rows:
+        n, c, h, w = shape
+        return out.view(n, h, w, c).permute(0, 3, 1, 2).contiguous()
+    return out
+
+
+ROWS_MAX_CHANNELS = 32
+ROWS_MIN_VALUES = 2**15  # values per channel (N*H*W)
+
+
+def is_rows_route(shape) -> bool:
+    """Whether a training-mode batch norm of an NCHW input of this shape runs on rows of channels (module docstring)."""
+    return len(shape) == 4 and shape[1] <= ROWS_MAX_CHANNELS and shape[0] * shape[2] * shape[3] >= ROWS_MIN_VALUES
 
 
 # -- patching torch.nn.functional.batch_norm ------------------------------------------------------

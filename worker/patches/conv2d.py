@@ -12,8 +12,12 @@ weight, bias folded in, gives the output. The backward is a custom autograd Func
 same pieces: the weight gradient is a batched GEMM against the columns (recomputed, not saved: they
 are kh*kw times the input, too much memory for an 8 GB card) summed over the batch; the input
 gradient, at stride 1, a convolution of the output gradient with the weight flipped in space
-(im2col + GEMM again; the flipped weight is one gather), otherwise a batched GEMM with the
-transposed weight followed by ``col2im``. A 1x1 stride-1 unpadded convolution skips the gather
+(im2col + GEMM again; the flipped weight is one gather), otherwise by phases (``_phase_grad_input``):
+a stride-s convolution's input gradient splits into s*s interleaved phases, each a stride-1 convolution of
+the output gradient with a part of the weight, so one im2col of the output gradient and one GEMM with the
+parts stacked give every phase, and one permuting copy interleaves them. ATen's ``col2im``, which would
+scatter the transposed product back instead, runs an int64 division chain per input value and is the
+slowest kernel per byte of the step. A 1x1 stride-1 unpadded convolution skips the gather
 (the input is already its own column matrix) and the Function: it is one ``bmm`` of ATen ops
 whose backward (two GEMMs and the sum over the batch, the same kernels) autograd runs in C++;
 except for float32 on a GPU whose matmul precision differs from cuDNN's (see Precision), which
@@ -84,7 +88,8 @@ class _Geometry:
     """What a convolution's stride, padding, dilation and kernel size decide, worked out once per distinct set (a
     model has a handful) instead of at every call: the host's work per convolution is what the fallback costs."""
 
-    __slots__ = ("dilation", "extra", "flip_padding", "input_grad", "kernel", "padding", "pads", "pointwise", "stride")
+    __slots__ = ("dilation", "extra", "flip_padding", "input_grad", "kernel", "padding", "pads", "phases", "pointwise",
+                 "stride")
 
     def __init__(self, stride, padding, dilation, kernel: tuple[int, int]):
         self.kernel, self.stride, self.dilation = kernel, _pair(stride), _pair(dilation)
@@ -97,12 +102,24 @@ class _Geometry:
         self.pointwise = kernel == (1, 1) and self.stride == (1, 1) and self.padding == (0, 0)
         (kh, kw), (dh, dw) = kernel, self.dilation
         self.flip_padding = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
+        self.phases = None
         if self.pointwise:
             self.input_grad = "matmul"  # the transposed weight times the output gradient, nothing to scatter
         elif self.stride == (1, 1) and dh * (kh - 1) >= ph and dw * (kw - 1) >= pw:
             self.input_grad = "flipped"  # a stride-1 convolution of the output gradient (_flipped_grads)
         else:
-            self.input_grad = "col2im"
+            self.input_grad = "phases"  # _phase_grad_input
+            self.phases = (_phase_taps(kh, self.stride[0], ph, dh), _phase_taps(kw, self.stride[1], pw, dw))
+
+
+def _phase_taps(k: int, s: int, p: int, d: int) -> tuple[int, int, tuple]:
+    """Along one axis of a convolution (kernel k, stride s, padding p, dilation d): input position s*a + r (phase r)
+    receives from tap i the output gradient at a + o, with o = (r + p - i*d) / s where that divides. Returns the
+    smallest and largest o, and ((r, o - smallest), i) for every such tap: the window of output-gradient positions
+    each phase reads, and which tap sits where in it."""
+    found = [(r, (r + p - i * d) // s, i) for r in range(s) for i in range(k) if (r + p - i * d) % s == 0]
+    low, high = min(o for _, o, _ in found), max(o for _, o, _ in found)
+    return low, high, tuple(((r, o - low), i) for r, o, i in found)
 
 
 _geometries: dict = {}
@@ -177,7 +194,9 @@ class _Conv2dMatmul(torch.autograd.Function):
             else:
                 if need_weight:
                     grad_weight = _weight_grad(x, grad_out, weight, geo, groups)
-                if need_input:
+                if need_input and geo.input_grad == "phases":
+                    grad_input = _phase_grad_input(grad_out, weight, x.shape, geo, groups)
+                elif need_input:
                     grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
             if grad_input is not None and geo.extra is not None:
                 left, right, top, bottom = geo.extra
@@ -250,7 +269,7 @@ def _weight_grad(x, grad_out, weight, geo, groups) -> torch.Tensor:
 
 
 def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
-    """The input gradient by GEMM with the transposed weight, then col2im unless the convolution is pointwise."""
+    """The input gradient of a pointwise convolution: a GEMM with the transposed weight."""
     n, cout = grad_out.shape[:2]
     cin_g = weight.shape[1]
     _, _, h, w = input_shape
@@ -260,13 +279,62 @@ def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
     else:
         wmat_t = weight.reshape(groups, cout // groups, -1).transpose(1, 2)
         gcols = torch.matmul(wmat_t, gy.view(n, groups, cout // groups, -1)).view(n, -1, gy.shape[-1])
-    if geo.input_grad == "matmul":
-        return gcols.view(n, -1, h, w)
-    (kh, kw), c = geo.kernel, cin_g * groups
-    # Batch folded into channels: one kernel launch instead of a loop over the images.
-    folded = torch._C._nn.col2im(gcols.view(1, n * c * kh * kw, -1), (h, w), geo.kernel, geo.dilation, geo.padding,
-                                 geo.stride)
-    return folded.view(n, c, h, w)
+    return gcols.view(n, -1, h, w)
+
+
+def _phase_grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
+    """The input gradient of any convolution, phase by phase (see the module docstring), without col2im.
+
+    Input row s*a + r, phase r, gets the output gradient's rows a + o for its taps' offsets o (``_phase_taps``): a
+    stride-1 correlation over a window of offsets. The columns of that window (one im2col, padded so that row a
+    of every phase has its window) times the weight's taps stacked per phase, zeros where a phase has no tap at
+    a window place ((Cin*s*s, Cout*window) per group, one gather), give all phases in (Cin, s, s) rows; one
+    permuting copy interleaves them into the input's rows and columns. The GEMM multiplies the zeros too (a 3x3
+    at stride 2: 16 products for 9 taps); it is not where the time goes, the memory traffic is."""
+    n, _, ho, wo = grad_out.shape
+    _, cin, h, w = input_shape
+    (sh, sw), ((lh, hh, _), (lw, hw, _)) = geo.stride, geo.phases
+    ah, aw = -(-h // sh), -(-w // sw)  # rows and columns of a phase
+    kh, kw = hh - lh + 1, hw - lw + 1  # the window
+    # im2col pads both sides alike: enough that row 0 reads offset lh (up) and row ah-1 reads ah-1+hh (down).
+    ph, pw = max(0, -lh, ah + hh - ho), max(0, -lw, aw + hw - wo)
+    bh, bw = ho + 2 * ph - kh + 1, wo + 2 * pw - kw + 1
+    cols = _columns(grad_out, (kh, kw), (1, 1), (ph, pw), (1, 1), bh * bw, (kh, kw, ph, pw) == (1, 1, 0, 0))
+    stacked = _phase_weight(weight, geo, groups, (kh, kw))
+    if groups == 1:
+        phases = torch.bmm(stacked.expand(n, -1, -1), cols)
+    else:
+        phases = torch.matmul(stacked, cols.view(n, groups, -1, bh * bw))
+    top, left = lh + ph, lw + pw  # im2col's row top + a reads offset lh from row a
+    phases = phases.view(n, cin, sh, sw, bh, bw)[:, :, :, :, top : top + ah, left : left + aw]
+    grad_input = phases.permute(0, 1, 4, 2, 5, 3).reshape(n, cin, ah * sh, aw * sw)
+    return grad_input if (ah * sh, aw * sw) == (h, w) else grad_input[..., :h, :w]
+
+
+_phase_cache: dict = {}
+
+
+def _phase_weight(weight: torch.Tensor, geo: _Geometry, groups: int, window: tuple[int, int]) -> torch.Tensor:
+    """The weight's taps stacked per phase for ``_phase_grad_input``: (Cin*sh*sw, Cout*kh*kw) rows (ci, rh, rw) and
+    columns (co, u, v), or one such matrix per group; zero where phase (rh, rw) has no tap at window place (u, v).
+    Indices made once per shape, device and geometry; per call a concatenation of one zero and one gather."""
+    key = (weight.shape, weight.device, weight.dtype, groups, geo.phases)
+    cached = _phase_cache.get(key)
+    if cached is None:
+        cout, cin_g, kh, kw = weight.shape
+        cout_g = cout // groups
+        (sh, sw), (taps_h, taps_w) = geo.stride, (geo.phases[0][2], geo.phases[1][2])
+        # (g, cin_g, cout_g, kh, kw): where weight[g*cout_g + co, ci, i, j] sits in the flattened weight
+        where = torch.arange(weight.numel()).view(groups, cout_g, cin_g, kh, kw).transpose(1, 2)
+        index = torch.full((groups, cin_g, sh, sw, cout_g, *window), weight.numel())  # the appended zero
+        for (rh, u), i in taps_h:
+            for (rw, v), j in taps_w:
+                index[:, :, rh, rw, :, u, v] = where[..., i, j]
+        index = index.view(groups, cin_g * sh * sw, -1)
+        index = index[0] if groups == 1 else index
+        cached = _phase_cache[key] = index.to(weight.device), weight.new_zeros(1)
+    index, zero = cached
+    return torch.cat((weight.reshape(-1), zero)).take(index)
 
 
 _flip_index_cache: dict = {}
