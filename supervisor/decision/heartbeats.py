@@ -30,6 +30,7 @@ from supervisor.decision.model.persistence import span
 from supervisor.decision.model.state import (THROUGHPUT_WINDOW, Attempt, CheckpointMark, Progress, RankView,
                                              Supervision, TrainingClock)
 from supervisor.decision.recovery import probe, standby, stopping
+from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import Reason, State, WorkerStart
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
@@ -296,8 +297,8 @@ def _diverged(s: Supervision, now: Now) -> list[Any]:
     a.nan_beats = a.nan_beats + 1 if not all(math.isfinite(v) for v in p.losses.values()) else 0
     amp = a.in_force.amp if a.in_force else None
     if a.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and amp is not False:
-        return stopping.begin(s, now, Reason.NAN, "train", remedy={"amp": False}, failure="nan",
-                              detail=f"non-finite losses in {a.nan_beats} batches in a row ({p.losses})")
+        return stopping.begin(s, now, Stop(Reason.NAN, "train", remedy={"amp": False}, failure="nan",
+                                           detail=f"non-finite losses in {a.nan_beats} batches in a row ({p.losses})"))
     return []
 
 
