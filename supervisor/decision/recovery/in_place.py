@@ -23,12 +23,12 @@ workers once the worker reports them; more than ``in_place_max`` in-place recove
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from supervisor.decision.model.actions import Log
 from supervisor.decision.model.events import Now
-from supervisor.decision.model.incident import Incident, InPlaceCost, Stacks
+from supervisor.decision.model.incident import Incident, Stacks
 from supervisor.decision.model.state import Recovery, Supervision
 from supervisor.decision.recovery import tier
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered, word_on
@@ -80,6 +80,21 @@ class LoaderWorkersKilled:
     sent: bool = True  # the command reached the worker's pipe
 
 
+@dataclass(frozen=True)
+class InPlaceCost:
+    """What an in-place recovery cost, in seconds: the stall (last progress to the verdict), the action (the stacks,
+    the command, the loader workers killed and confirmed dead), the wait for the next batch; and batches lost (the
+    next batch's index past the one waited for: 0 when the loader went on where it stopped)."""
+    stall: float
+    action: float
+    to_next_batch: float | None = None
+    batches_lost: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.stall + self.action + (self.to_next_batch or 0.0)
+
+
 PHASES = (Phase.TRAIN.value, Phase.VAL.value)
 
 
@@ -113,8 +128,9 @@ class InPlaceTier:
     def recovered(self, i: Incident, where: str) -> str | None:
         if i.tier != Tier.IN_PLACE or i.cost is None:
             return None
-        return (f"recovered in place from {where}: training again {i.cost.to_next_batch or 0.0:.0f} s after the loader "
-                f"workers were replaced, {i.cost.batches_lost} batches lost")  # the same process trains on
+        cost = InPlaceCost(**i.cost)
+        return (f"recovered in place from {where}: training again {cost.to_next_batch or 0.0:.0f} s after the loader "
+                f"workers were replaced, {cost.batches_lost} batches lost")  # the same process trains on
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         if r.acted_at is not None:  # its workers were replaced and no batch came: what in_place_max counts
@@ -261,7 +277,7 @@ def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> li
     cost = InPlaceCost(stall=round(r.stall, 3), action=round(r.acted_at - r.verdict_at, 3),
                        to_next_batch=round(now.mono - r.acted_at, 3),
                        batches_lost=max(0, m.batch - (r.batch + 1)) if same_pass else 0)
-    s.amend(r.incident, cost=cost, restart_seconds=None)
+    s.amend(r.incident, cost=asdict(cost), restart_seconds=None)
     recovered(s, Tier.IN_PLACE)
     s.hangs_by_phase[r.phase] += 1  # (an escalated one counts as the restart's)
     # The stall lies inside the attempt's trained span (its first batch to its last progress), yet trained nothing.
