@@ -353,7 +353,7 @@ def _bounded(s: Supervision) -> Stall | None:
         t, label = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint)
         idle = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint, w.idle_floor)[0]
         kind = DeadlineKind.PHASE
-    word = witness.word_on(a, since, s.state, stall_phase(s))
+    word = witness.word_on(a, stall_since=since, state=s.state, phase=stall_phase(s))
     if t is None:
         return Stall(since, Deadline(None, kind, label), None, word=word)
     shorter = idle is not None and idle < t and w.idle_floor is not None

@@ -177,7 +177,7 @@ class Word:
     silent: float | None = None  # from when the training process's witness is silent in it (``silent_from``)
 
 
-def word_on(a: Attempt, stall_since: float, state: State, phase: str) -> Word:
+def word_on(a: Attempt, *, stall_since: float, state: State, phase: str) -> Word:
     """The witness's word on attempt ``a``'s stall since ``stall_since``, in ``phase`` (the stall's: a device wait
     counts as an idle tree's in ``RHYTHM_PHASES`` only). A culprit among the tree's processes seen waiting on a socket
     or a remote file (``Attempt.waits_outside``) waits on the world."""
