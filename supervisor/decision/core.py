@@ -50,6 +50,8 @@ from supervisor.decision.model.incident import one_line
 from supervisor.decision.model.signatures import scan
 from supervisor.decision.model.state import Attempt, JobRung, Supervision
 from supervisor.decision.recovery import restart, stacks_ahead, stopping
+from supervisor.decision.recovery.stopping import Stop
+from supervisor.decision.recovery.tier import Verdict
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.decision.stall.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
@@ -180,15 +182,16 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 
 
 def _tick(s: Supervision, now: Now) -> list[Any]:
-    due = watchdog.deadline(s)
-    ahead = watchdog.stacks_ahead_at(s, due)
+    stall = watchdog.current_stall(s)  # judged once: the verdict, its tier and its incident read this one
+    due = watchdog.due(s, stall)
+    ahead = stall.stacks_at if stall is not None else None
     if due.at is None or now.mono < due.at:
-        return stacks_ahead.ask(s, now) if ahead is not None and now.mono >= ahead else []
+        return stacks_ahead.ask(s, now, stall) if ahead is not None and now.mono >= ahead else []
     if ahead is not None:
         # A hang's verdict due before its stacks were read (its bound fell at once: an idle tree, a silent witness):
         # they are read first and the verdict is checked again after them, so progress that came meanwhile (the
         # reading holds the supervisor for a second or more) drops it: no kill after the wait ended.
-        return stacks_ahead.ask(s, now)
+        return stacks_ahead.ask(s, now, stall)
     if due.kind == DeadlineKind.BACKOFF:
         return [restart.spawn(s)]
     if due.kind == DeadlineKind.SURVIVORS:
@@ -202,7 +205,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         return recovery.overdue(s, now)
     phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
-        return kernel.unconfirmed(s, now, phase)
+        return kernel.unconfirmed(s, now, phase, stall)
     since = a.step_since if s.state == State.STARTING else a.last_progress_at
     if (searching := kernel_search.in_stall(s)) is not None:
         since = searching.at  # a search's stall runs from its last line
@@ -211,27 +214,27 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - (since or due.at):.1f} s)"
     if (search := kernel_search.in_step(s) or kernel_search.in_stall(s)) is not None:
         detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
-    seen, culprit = witness.telling(a.waits, a.loaders)
-    stall = watchdog.current_stall(s)
     silent = stall.word.silent if stall is not None else None
     if silent is not None and now.mono >= silent:
         detail += f": {witness.silence(now.mono - silent + witness.SILENT_AFTER, a.idle_since is not None)}"
-        where = stacks_ahead.where(s)
+        where = stacks_ahead.where(s, stall)
         detail += f"; the stacks saw: {where}" if where else ""
-    elif (place := watchdog.held_place(s, seen, culprit)) is not None:
-        who = "the training process" if seen.rank is None else f"rank {seen.rank}"
-        detail += f": {who} was held at one place ({place}) for {quiet:.1f} s"
+    elif stall is not None and stall.held is not None:
+        who = "the training process" if stall.word.seen.rank is None else f"rank {stall.word.seen.rank}"
+        detail += f": {who} was held at one place ({stall.held}) for {quiet:.1f} s"
     if phase == Phase.DONE.value:
         # Training finished and its last checkpoint is written: a worker that then never exits (stuck in the GPU
         # runtime's teardown) has nothing left to lose. Its tree is killed and the run ends as it would have.
-        return stopping.begin(s, now, Reason.HANG, phase, failure="hang:done", then=After.SUCCEED,
-                              detail=f"{detail}: it said training was done and did not exit; nothing is lost")
+        detail = f"{detail}: it said training was done and did not exit; nothing is lost"
+        return stopping.begin(s, now, Stop(Reason.HANG, phase, detail, failure="hang:done", then=After.SUCCEED),
+                              Verdict(phase, detail, stall=stall))
     remedy = _remedy(s, Reason.HANG, phase)
     if remedy is not None:
         seen, change = remedy
-        return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}", remedy=change,
-                              detail=f"{detail} after {seen.name}: {seen.advice}")
-    return recovery.hang(s, now, phase, detail)  # the cheapest tier that applies first, the restart last
+        detail = f"{detail} after {seen.name}: {seen.advice}"
+        return stopping.begin(s, now, Stop(Reason.HANG, phase, detail, failure=f"hang:{phase}", remedy=change),
+                              Verdict(phase, detail, stall=stall))
+    return recovery.hang(s, now, phase, detail, stall)  # the cheapest tier that applies first, the restart last
 
 
 def _remedy(s: Supervision, reason: Reason, phase: str, ending: SignatureSeen | None = None
@@ -273,18 +276,18 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         return recovery.escalate(s, now, f"the worker {how} during the {a.recovery.tier.name.label} recovery"
                                          + (f": {a.last_error}" if a.last_error else ""))
     if code == EXIT_CONFIG:  # the worker's own verdict: restarting cannot help (a checkpoint of another training)
-        return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure="worker:config",
-                              then=After.CONFIG_ERROR, advice="fix the configuration or the state directory, then "
-                                                              "run again",
-                              detail=f"{how}: {(event.last_words or 'the worker refused its configuration')[:300]}")
+        return stopping.begin(s, now, Stop(
+            Reason.CRASH, a.progress.phase, failure="worker:config", then=After.CONFIG_ERROR,
+            advice="fix the configuration or the state directory, then run again",
+            detail=f"{how}: {(event.last_words or 'the worker refused its configuration')[:300]}"))
     ending = _ending_signature(s, event.last_words)
     timed_out = ending if ending is not None and ending.remedy == Remedy.COLLECTIVE_HANG else \
         next((seen for seen in a.signatures.values() if seen.remedy == Remedy.COLLECTIVE_HANG), None)
     if timed_out is not None:  # torch's own collective bound ended a rank before our verdict: the same hang
         phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
-        return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}",
-                              detail=f"{how} after torch's collective timeout ended a rank "
-                                     f"({timed_out.line.strip()[:240]}): {timed_out.advice}")
+        return stopping.begin(s, now, Stop(Reason.HANG, phase, failure=f"hang:{phase}",
+                                           detail=f"{how} after torch's collective timeout ended a rank "
+                                                  f"({timed_out.line.strip()[:240]}): {timed_out.advice}"))
     if ending is not None and ending.remedy == Remedy.PEER_LOST and s.config.distributed.several_hosts:
         if not _own_error_first(a):
             return _peer_lost(s, now, ending, f"{how} after its rank")
@@ -293,20 +296,22 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
         next((seen for seen in a.signatures.values() if seen.remedy == Remedy.GPU_HANG), None)
     if gpu_hang is not None:  # ROCr aborted the worker on a hung GPU: the hang it is, up the ladder as any hang
         phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
-        return stopping.begin(s, now, Reason.HANG, phase, failure=f"hang:{phase}", climb=True,
-                              detail=f"{how} after ROCr's {gpu_hang.name} ({gpu_hang.line.strip()[:240]}): "
-                                     f"{gpu_hang.advice}")
+        return stopping.begin(s, now, Stop(Reason.HANG, phase, failure=f"hang:{phase}", climb=True,
+                                           detail=f"{how} after ROCr's {gpu_hang.name} "
+                                                  f"({gpu_hang.line.strip()[:240]}): {gpu_hang.advice}"))
     if ending is not None and ending.remedy == Remedy.CONFIG_ERROR:
-        return stopping.begin(s, now, Reason.CRASH, a.progress.phase, failure=ending.name, then=After.CONFIG_ERROR,
-                              advice=ending.advice, detail=f"{how}: {ending.line.strip()[:200]}")
+        return stopping.begin(s, now, Stop(Reason.CRASH, a.progress.phase, failure=ending.name,
+                                           then=After.CONFIG_ERROR, advice=ending.advice,
+                                           detail=f"{how}: {ending.line.strip()[:200]}"))
     reason, failure = Reason.CRASH, f"crash:{a.last_error.split(':')[0]}" if a.last_error else f"crash:{how}"
     if s.state == State.STARTING:  # before its first batch: no rung changes that, and a repeat is deterministic
         words = a.last_error or event.last_words or how
         if s.startup_failure == f"{failure}|{words}":
-            return stopping.begin(s, now, Reason.CRASH, STARTUP_PHASE, failure=failure, then=After.CONFIG_ERROR,
-                                  advice="it failed the same way before its first batch on two attempts in a row, "
-                                         "whatever the rung; fix the cause, then run again",
-                                  detail=f"{how}: {words[:300]}")
+            return stopping.begin(s, now, Stop(
+                Reason.CRASH, STARTUP_PHASE, failure=failure, then=After.CONFIG_ERROR,
+                advice="it failed the same way before its first batch on two attempts in a row, whatever the rung; "
+                       "fix the cause, then run again",
+                detail=f"{how}: {words[:300]}"))
         s.startup_failure = f"{failure}|{words}"
     detail = "exited with status 0 before training finished" if code == 0 else \
         how + (f": {a.last_error}" if a.last_error else "")
@@ -315,13 +320,13 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if remedy is not None:  # out of GPU memory
         seen, change = remedy
         reason, failure, detail = Reason.OOM, seen.name, f"{how}: out of GPU memory ({seen.line.strip()[:160]})"
-    kernel_events = None
+    kernel_events = ()
     if a.oom is not None and now.mono - a.oom.at <= OOM_EXIT_WINDOW:
-        reason, failure, kernel_events = Reason.OOM, "oom", [a.oom.event]
+        reason, failure, kernel_events = Reason.OOM, "oom", (a.oom.event,)
         detail = f"{how} after the OOM killer took pid {a.oom.event.pid}: {a.oom.event.message[:200]}"
-    return stopping.begin(s, now, reason, a.progress.phase, detail=detail, failure=failure, remedy=change or None,
-                          climb=failure == s.last_failure and not change and s.state == State.HEALTHY,
-                          kernel_events=kernel_events)
+    return stopping.begin(s, now, Stop(reason, a.progress.phase, detail=detail, failure=failure, remedy=change or None,
+                                       climb=failure == s.last_failure and not change and s.state == State.HEALTHY,
+                                       kernel_events=kernel_events))
 
 
 def _ending_signature(s: Supervision, last_words: str | None) -> SignatureSeen | None:
@@ -348,10 +353,10 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
     """A first stop request lets the worker save a checkpoint (within save_timeout); a second one kills."""
     detail = f"{event.signal} received"
     if s.state == State.STARTING:  # no batch since the checkpoint it resumed from: nothing new to save
-        return stopping.begin(s, now, Reason.STOP, STARTUP_PHASE, detail=detail, then=After.STOP)
+        return stopping.begin(s, now, Stop(Reason.STOP, STARTUP_PHASE, detail=detail, then=After.STOP))
     if s.state == State.HEALTHY:
-        actions = stopping.begin(s, now, Reason.STOP, s.current.progress.phase, detail=detail, then=After.STOP,
-                                 save_until=stopping.save_deadline(s, now))
+        actions = stopping.begin(s, now, Stop(Reason.STOP, s.current.progress.phase, detail=detail, then=After.STOP,
+                                              save_until=stopping.save_deadline(s, now)))
         return actions + [Log("info", "asking the worker to save a checkpoint and exit"), RequestCheckpoint()]
     if s.state == State.STOPPING and s.stop is not None and s.stop.survivors:  # nothing left to save or wait for
         return stopping.end_run(s, State.STOPPED, Exit(
@@ -412,7 +417,8 @@ def _state_dir_taken(s: Supervision, event: StateDirTaken, now: Now) -> list[Any
     advice = "this one stopped its worker; stop the other, or give each supervisor its own state_dir"
     if s.state in (State.STARTING, State.HEALTHY):
         phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
-        return stopping.begin(s, now, Reason.STOP, phase, detail=event.detail, then=After.CONFIG_ERROR, advice=advice)
+        return stopping.begin(s, now, Stop(Reason.STOP, phase, detail=event.detail, then=After.CONFIG_ERROR,
+                                           advice=advice))
     if s.state == State.STOPPING and s.stop is not None:
         s.stop.then, s.stop.advice = After.CONFIG_ERROR, advice
         if s.stop.incident is not None:
@@ -455,7 +461,7 @@ def _peer_lost(s: Supervision, now: Now, seen: SignatureSeen, who: str) -> list[
 def _restart_with_peers(s: Supervision, now: Now, detail: str) -> list[Any]:
     """Another host's failure ends this attempt: restarted at once, reason peer (restart.py)."""
     phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
-    return stopping.begin(s, now, Reason.PEER, phase, failure=f"peer:{phase}", detail=detail)
+    return stopping.begin(s, now, Stop(Reason.PEER, phase, failure=f"peer:{phase}", detail=detail))
 
 
 def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:

@@ -30,6 +30,7 @@ from supervisor.decision.model.persistence import span
 from supervisor.decision.model.state import (THROUGHPUT_WINDOW, Attempt, CheckpointMark, Progress, RankView,
                                              Supervision, TrainingClock)
 from supervisor.decision.recovery import probe, standby, stopping
+from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import Reason, State, WorkerStart
 from worker.contract import HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
@@ -83,23 +84,43 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     if view.pid != m.pid:
         s.messages_ignored += 1
         return False
-    if m.kind == MessageKind.IN_FORCE and m.in_force:
-        view.device = m.in_force.device or None
-    if m.kind in TIER_REPORTS:  # a tier's own (every rank's loader workers are the in-place tier's to replace)
-        TIER_REPORTS[m.kind](s, m, now)
-        return False
-    if m.kind == MessageKind.ERROR and m.rank != 0:
-        s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
-        s.current.first_error = s.current.first_error or s.current.last_error
-    if m.kind == MessageKind.WAIT:  # every rank's word is kept: the one that tells the stall is chosen at need
-        s.current.waits[m.rank] = witness.heard(s.current.waits.get(m.rank), m.wait, now.mono, m.rank)
-        return False
+    own = RANK_REPORTS.get(m.kind)
+    if own is not None and not own(s, view, m, now):
+        return False  # the rank's alone: no progress, and not the run's report
     speaks_for_the_run = (m.rank if m.local_rank is None else m.local_rank) == 0
     if m.progress > view.progress:
         view.progress, view.last_progress_at = m.progress, now.mono
         if not speaks_for_the_run:  # (the run's rank's word is read by its progress first: _progressed)
             s.current.waits.pop(m.rank, None)
     return speaks_for_the_run
+
+
+def _rank_in_force(s: Supervision, view: RankView, m: HeartbeatMessage, now: Now) -> bool:
+    if m.in_force:
+        view.device = m.in_force.device or None
+    return True
+
+
+def _rank_error(s: Supervision, view: RankView, m: HeartbeatMessage, now: Now) -> bool:
+    if m.rank != 0:
+        s.current.last_error = f"rank {m.rank}: {(m.error or '')[:480]}"
+        s.current.first_error = s.current.first_error or s.current.last_error
+    return True
+
+
+def _rank_wait(s: Supervision, view: RankView, m: HeartbeatMessage, now: Now) -> bool:
+    """Every rank's word is kept: the one that tells the stall is chosen at need."""
+    s.current.waits[m.rank] = witness.heard(s.current.waits.get(m.rank), m.wait, now.mono, m.rank)
+    return False
+
+
+def _rank_alone(read: Callable[[Supervision, HeartbeatMessage, Now], list[Any]]
+                ) -> Callable[[Supervision, RankView, HeartbeatMessage, Now], bool]:
+    """A tier's report, read from any rank, and the rank's alone."""
+    def rank_report(s: Supervision, view: RankView, m: HeartbeatMessage, now: Now) -> bool:
+        read(s, m, now)
+        return False
+    return rank_report
 
 
 def _error(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -296,8 +317,8 @@ def _diverged(s: Supervision, now: Now) -> list[Any]:
     a.nan_beats = a.nan_beats + 1 if not all(math.isfinite(v) for v in p.losses.values()) else 0
     amp = a.in_force.amp if a.in_force else None
     if a.nan_beats >= NAN_BEATS and s.state == State.HEALTHY and amp is not False:
-        return stopping.begin(s, now, Reason.NAN, "train", remedy={"amp": False}, failure="nan",
-                              detail=f"non-finite losses in {a.nan_beats} batches in a row ({p.losses})")
+        return stopping.begin(s, now, Stop(Reason.NAN, "train", remedy={"amp": False}, failure="nan",
+                                           detail=f"non-finite losses in {a.nan_beats} batches in a row ({p.losses})"))
     return []
 
 
@@ -345,6 +366,12 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
 # The recovery tiers' own reports (the in-place tier's loader starts): read from every rank, whether or not a tier
 # is under way.
 TIER_REPORTS = {kind: read for tier in recovery.TIERS for kind, read in tier.reports.items()}
+# What a rank's message of each kind does before its progress is read (``_rank_alive``): False, it is the rank's alone
+# (a tier's report: every rank's loader workers are the in-place tier's to replace; a wait); True, it goes on.
+RANK_REPORTS: dict[MessageKind, Callable[[Supervision, RankView, HeartbeatMessage, Now], bool]] = {
+    MessageKind.IN_FORCE: _rank_in_force, MessageKind.ERROR: _rank_error, MessageKind.WAIT: _rank_wait,
+    **{kind: _rank_alone(read) for kind, read in TIER_REPORTS.items()},
+}
 # Each report of the worker that is no progress, and the rule that reads it.
 REPORTS: dict[MessageKind, Callable[[Supervision, HeartbeatMessage, Now], list[Any]]] = {
     MessageKind.ERROR: _error, MessageKind.IN_FORCE: _in_force, MessageKind.STEP: _startup_step,

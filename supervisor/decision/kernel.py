@@ -16,6 +16,9 @@ from supervisor.decision.model.actions import Log
 from supervisor.decision.model.events import KernelMessage, Now
 from supervisor.decision.model.state import OomKill, Supervision, Suspicion, trains_on_cpu
 from supervisor.decision.recovery import stopping
+from supervisor.decision.recovery.stopping import Stop
+from supervisor.decision.recovery.tier import Verdict
+from supervisor.decision.stall.watchdog import Stall
 from supervisor.vocabulary import After, KernelKind, Reason, State
 
 
@@ -35,8 +38,8 @@ def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
         s.reboot_needed = True
         text = f"GPU lost ({event.pattern}): {event.message[:300]}"
         if running:
-            return stopping.begin(s, now, Reason.KERNEL, a.progress.phase, detail=text, failure="kernel:gpu_lost",
-                                  then=After.REBOOT, kernel_events=[event])
+            return stopping.begin(s, now, Stop(Reason.KERNEL, a.progress.phase, detail=text, failure="kernel:gpu_lost",
+                                               then=After.REBOOT, kernel_events=(event,)))
         return [Log("error", text)]
     if not running:
         return []
@@ -69,11 +72,13 @@ def progress_seen(s: Supervision) -> list[Any]:
                         f"({event.message[:160]})")]
 
 
-def unconfirmed(s: Supervision, now: Now, phase: str) -> list[Any]:
-    """The confirm window passed without progress: the worker is hung, as the kernel line said."""
+def unconfirmed(s: Supervision, now: Now, phase: str, stall: Stall | None) -> list[Any]:
+    """The confirm window passed without progress: the worker is hung, as the kernel line said (``stall``: the tick's
+    judgement of the stall under way)."""
     event = s.current.suspicion.event
     detail = (f"kernel {event.kind.value} ({event.pattern}) and no progress within "
               f"{s.config.kernel_log.confirm_window:.0f} s: {event.message[:300]}")
-    return stopping.begin(s, now, Reason.KERNEL, phase, detail=detail, climb=True,
-                          failure=f"kernel:{event.kind.value}", kernel_events=[event])
+    return stopping.begin(s, now, Stop(Reason.KERNEL, phase, detail=detail, climb=True,
+                                       failure=f"kernel:{event.kind.value}", kernel_events=(event,)),
+                          Verdict(phase, detail, stall=stall))
 

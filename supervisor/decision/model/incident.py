@@ -37,21 +37,6 @@ class Kill:
 
 
 @dataclass(frozen=True)
-class InPlaceCost:
-    """What an in-place recovery cost, in seconds: the stall (last progress to the verdict), the action (the stacks,
-    the command, the loader workers killed and confirmed dead), the wait for the next batch; and batches lost (the
-    next batch's index past the one waited for: 0 when the loader went on where it stopped)."""
-    stall: float
-    action: float
-    to_next_batch: float | None = None
-    batches_lost: int | None = None
-
-    @property
-    def seconds(self) -> float:
-        return self.stall + self.action + (self.to_next_batch or 0.0)
-
-
-@dataclass(frozen=True)
 class Stacks:
     """Where a hung tree waited (supervisor/host/stacks.py), as the incident keeps it."""
     where: str = kept()  # the grouping key of ``yolo-train incidents``
@@ -120,7 +105,8 @@ class Incident:
     # -- the recovery tiers (tier.py, recovery.py); None, (): no recovery (a stop, a probe) --
     tier: Tier | None = kept(default=None, omitted=True)  # the last tier it went to: the one that recovered it
     tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order
-    cost: InPlaceCost | None = kept(default=None, omitted=True, key="in_place")  # tier in_place
+    # the cost of the tier that recovered it, as that tier spells it (in_place.InPlaceCost), under its tier's name
+    cost: dict[str, Any] | None = kept(default=None, omitted=True, key="in_place")
     escalation: str | None = kept(default=None, omitted=True)  # why a cheaper tier was not taken, or failed
     # -- the witness (witness.py): where the training process said it waited, and whether its stacks agree --
     witness: str | None = kept(default=None, omitted=True)

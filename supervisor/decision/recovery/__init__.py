@@ -14,20 +14,22 @@ May import: what ``learning`` may, and ``learning``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from supervisor.decision.model.events import Now
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.recovery import in_place, restart
 from supervisor.decision.recovery.tier import Escalate, RecoveryTier, Verdict
+from supervisor.decision.stall import watchdog
 
 TIERS: tuple[RecoveryTier, ...] = (in_place.TIER, restart.TIER)  # cheapest first; the restart always applies
 EVENTS: tuple[type, ...] = tuple(dict.fromkeys(e for tier in TIERS for e in tier.events))
 
 
-def hang(s: Supervision, now: Now, phase: str, detail: str) -> list[Any]:
-    """A hang's verdict: the first tier that applies takes it."""
-    return _walk(s, now, TIERS, Verdict(phase, detail))
+def hang(s: Supervision, now: Now, phase: str, detail: str, stall: watchdog.Stall | None) -> list[Any]:
+    """A hang's verdict on ``stall`` (as the tick judged it): the first tier that applies takes it."""
+    return _walk(s, now, TIERS, Verdict(phase, detail, stall=stall))
 
 
 def _walk(s: Supervision, now: Now, tiers: tuple[RecoveryTier, ...], verdict: Verdict) -> list[Any]:
@@ -37,7 +39,7 @@ def _walk(s: Supervision, now: Now, tiers: tuple[RecoveryTier, ...], verdict: Ve
         began = tier.begin(s, now, verdict)
         if not isinstance(began, Escalate):
             return began
-        verdict = Verdict(verdict.phase, verdict.detail, verdict.incident, began.why)  # declined at once
+        verdict = replace(verdict, why=began.why)  # declined at once
     raise RuntimeError(f"no recovery tier took the hang in {verdict.phase}: the last of TIERS must always apply")
 
 
@@ -61,5 +63,7 @@ def escalate(s: Supervision, now: Now, why: str) -> list[Any]:
     """The tier under way gives up: the next tiers, from the one after it, take the same hang and its incident."""
     r, s.current.recovery = s.current.recovery, None  # (r.incident is the incident as last amended)
     later = TIERS[TIERS.index(r.tier) + 1:]
-    return [*r.tier.escalate(s, r, now, why), *_walk(s, now, later, Verdict(r.phase, r.incident.detail, r.incident,
-                                                                             why))]
+    left = r.tier.escalate(s, r, now, why)
+    # the stall, with the tier no longer under way, judged again for the next tier: the words said since count
+    stall = watchdog.current_stall(s)
+    return [*left, *_walk(s, now, later, Verdict(r.phase, r.incident.detail, r.incident, why, stall))]

@@ -23,14 +23,15 @@ workers once the worker reports them; more than ``in_place_max`` in-place recove
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from supervisor.decision.model.actions import Log
 from supervisor.decision.model.events import Now
-from supervisor.decision.model.incident import Incident, InPlaceCost, Stacks
+from supervisor.decision.model.incident import Incident, Stacks
 from supervisor.decision.model.state import Recovery, Supervision
-from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
+from supervisor.decision.recovery import tier
+from supervisor.decision.recovery.tier import Escalate, Verdict, recovered, word_on
 from supervisor.decision.stall import watchdog, witness
 from supervisor.vocabulary import Reason, State, Tier
 from worker.contract import HeartbeatMessage, MessageKind, Phase
@@ -79,6 +80,21 @@ class LoaderWorkersKilled:
     sent: bool = True  # the command reached the worker's pipe
 
 
+@dataclass(frozen=True)
+class InPlaceCost:
+    """What an in-place recovery cost, in seconds: the stall (last progress to the verdict), the action (the stacks,
+    the command, the loader workers killed and confirmed dead), the wait for the next batch; and batches lost (the
+    next batch's index past the one waited for: 0 when the loader went on where it stopped)."""
+    stall: float
+    action: float
+    to_next_batch: float | None = None
+    batches_lost: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.stall + self.action + (self.to_next_batch or 0.0)
+
+
 PHASES = (Phase.TRAIN.value, Phase.VAL.value)
 
 
@@ -112,8 +128,9 @@ class InPlaceTier:
     def recovered(self, i: Incident, where: str) -> str | None:
         if i.tier != Tier.IN_PLACE or i.cost is None:
             return None
-        return (f"recovered in place from {where}: training again {i.cost.to_next_batch or 0.0:.0f} s after the loader "
-                f"workers were replaced, {i.cost.batches_lost} batches lost")  # the same process trains on
+        cost = InPlaceCost(**i.cost)
+        return (f"recovered in place from {where}: training again {cost.to_next_batch or 0.0:.0f} s after the loader "
+                f"workers were replaced, {cost.batches_lost} batches lost")  # the same process trains on
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         if r.acted_at is not None:  # its workers were replaced and no batch came: what in_place_max counts
@@ -155,13 +172,14 @@ def spent(s: Supervision, wall: float | None = None) -> bool:
 def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     """The verdict on a stall the in-place tier may recover: look at the stacks first, kill nothing yet."""
     a, cfg, phase, detail = s.current, s.config.recovery, verdict.phase, verdict.detail
-    declined = _declines(s)  # first: a hang that is not this tier's says why, whatever the count
+    word = word_on(s, verdict.stall)
+    declined = _declines(s, word)  # first: a hang that is not this tier's says why, whatever the count
     if declined is not None:
         return Escalate(declined)
     if spent(s, now.wall):
         return Escalate(f"more than in_place_max ({cfg.in_place_max}) in-place recoveries that escalated within "
                         f"in_place_window ({cfg.in_place_window:g} s)")
-    seen, culprit = witness.telling(a.waits, a.loaders)
+    seen, culprit = word.seen, word.culprit
     stall = now.mono - (a.last_progress_at or now.mono)
     if verdict.incident is None:
         incident = s.open_incident(now, Reason.HANG, phase, detail, tier=Tier.IN_PLACE, tiers=(Tier.IN_PLACE,),
@@ -169,7 +187,7 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     else:
         incident = s.amend(verdict.incident, tier=Tier.IN_PLACE, tiers=verdict.incident.tiers + (Tier.IN_PLACE,),
                            escalation=verdict.why)
-    said = witness.incident_fields(a.waits, a.loaders, a.ranks, a.stopped)
+    said = tier.witness_fields(s, verdict.stall, now, silence=False)
     if said:
         incident = s.amend(incident, **said)
     a.recovery = Recovery(TIER, incident, phase, a.progress.epoch, a.progress.batch, now.mono, stall)
@@ -188,12 +206,13 @@ def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
                          {view.pid: rank for rank, view in a.ranks.items()})]
 
 
-def _declines(s: Supervision) -> str | None:
-    """Why the tree as the core knows it is not this tier's (``Escalate``'s reason); None: it may be."""
+def _declines(s: Supervision, word: witness.Word) -> str | None:
+    """Why the tree as the core knows it is not this tier's (``Escalate``'s reason), by the witness's ``word`` on the
+    stall; None: it may be."""
     a = s.current
     if not a.loaders:  # nothing this tier can replace: a thread cannot be killed, and workers = 0 loads in the loop
         return NO_WORKERS
-    seen, culprit = witness.telling(a.waits, a.loaders)
+    seen, culprit = word.seen, word.culprit
     if witness.all_stopped(a.ranks, a.stopped):  # /proc shows each rank stopped: whatever one said before, not a hang
         return f"{witness.FROZEN}: restart"
     if not a.ranks and a.progress_pid is not None and a.progress_pid in a.stopped:
@@ -205,11 +224,12 @@ def _declines(s: Supervision) -> str | None:
     return None
 
 
-def takes(s: Supervision, phase: str) -> bool:
-    """A verdict now in ``phase`` would begin this tier (its own stacks, or the loader workers replaced without any),
-    not go straight to the restart: as ``begin`` judges. ``in_place_max`` spent, the restart takes it (and its stacks
-    are read ahead: read at the kill, they would delay that restart by their capture)."""
-    return TIER.applies(s, phase) and not spent(s) and _declines(s) is None
+def takes(s: Supervision, phase: str, word: witness.Word) -> bool:
+    """A verdict now in ``phase``, the witness saying ``word`` of the stall, would begin this tier (its own stacks, or
+    the loader workers replaced without any), not go straight to the restart: as ``begin`` judges. ``in_place_max``
+    spent, the restart takes it (and its stacks are read ahead: read at the kill, they would delay that restart by
+    their capture)."""
+    return TIER.applies(s, phase) and not spent(s) and _declines(s, word) is None
 
 
 watchdog.OWN_STACKS.append(takes)
@@ -257,7 +277,7 @@ def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> li
     cost = InPlaceCost(stall=round(r.stall, 3), action=round(r.acted_at - r.verdict_at, 3),
                        to_next_batch=round(now.mono - r.acted_at, 3),
                        batches_lost=max(0, m.batch - (r.batch + 1)) if same_pass else 0)
-    s.amend(r.incident, cost=cost, restart_seconds=None)
+    s.amend(r.incident, cost=asdict(cost), restart_seconds=None)
     recovered(s, Tier.IN_PLACE)
     s.hangs_by_phase[r.phase] += 1  # (an escalated one counts as the restart's)
     # The stall lies inside the attempt's trained span (its first batch to its last progress), yet trained nothing.

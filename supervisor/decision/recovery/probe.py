@@ -17,6 +17,7 @@ from supervisor.decision.model.events import Now
 from supervisor.decision.model.rung_record import RungRecord
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.recovery import stopping
+from supervisor.decision.recovery.stopping import Stop
 from supervisor.vocabulary import After, Reason
 
 
@@ -32,10 +33,10 @@ def check(s: Supervision, now: Now) -> list[Any]:
         return []
     # A record like any stop's: the attempt's time is closed into the totals, and a save that fails is a real incident.
     target = choices.probe_target(s)
-    return stopping.begin(s, now, Reason.PROBE, s.current.progress.phase, then=After.RESTART,
-                          detail=f"rung {s.rung} trained {rung_trained(s):.0f} s without a hang: probing rung "
-                                 f"{target} ({s.ladder.label(target)}) at this checkpoint",
-                          save_until=stopping.save_deadline(s, now)) + \
+    return stopping.begin(s, now, Stop(Reason.PROBE, s.current.progress.phase, then=After.RESTART,
+                                       detail=f"rung {s.rung} trained {rung_trained(s):.0f} s without a hang: probing "
+                                              f"rung {target} ({s.ladder.label(target)}) at this checkpoint",
+                                       save_until=stopping.save_deadline(s, now))) + \
         [*stopping.publish(s, target, s.remedies, {"reason": Reason.PROBE.value}), RequestCheckpoint()]
 
 

@@ -22,6 +22,7 @@ from supervisor.decision.model.rung_choice import Choice
 from supervisor.decision.model.state import (Recovery, StopPlan, Supervision, backoff_delay, restarts_in_window,
                                               trains_on_cpu)
 from supervisor.decision.recovery import probe, stopping
+from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State, Tier
@@ -40,8 +41,8 @@ class RestartTier:
         return True
 
     def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any]:
-        return stopping.begin(s, now, Reason.HANG, verdict.phase, detail=verdict.detail, climb=True,
-                              failure=f"hang:{verdict.phase}", escalation=verdict.why, incident=verdict.incident)
+        return stopping.begin(s, now, Stop(Reason.HANG, verdict.phase, verdict.detail, climb=True,
+                                           failure=f"hang:{verdict.phase}"), verdict)
 
     def on_event(self, s: Supervision, r: Recovery, event: Any, now: Now) -> list[Any] | Escalate:
         return []

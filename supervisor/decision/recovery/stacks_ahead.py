@@ -27,9 +27,9 @@ from supervisor.decision.stall import watchdog, witness
 from supervisor.vocabulary import State
 
 
-def ask(s: Supervision, now: Now) -> list[Any]:
-    """The stall nears its verdict (``watchdog.stacks_ahead_at`` is due): read its stacks now."""
-    a, stall = s.current, watchdog.current_stall(s)
+def ask(s: Supervision, now: Now, stall: watchdog.Stall) -> list[Any]:
+    """``stall`` nears its verdict (its ``stacks_at`` is due): read its stacks now."""
+    a = s.current
     a.stacks_ahead = StacksAhead(stall.since, now.mono)  # asked: not again for this stall unless its bound grows
     hung = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped).get("hung_rank")
     return [ReadStacksAhead(s.attempt, stall.since, tuple(a.loaders), {v.pid: r for r, v in a.ranks.items()}, hung)]
@@ -38,8 +38,8 @@ def ask(s: Supervision, now: Now) -> list[Any]:
 def read(s: Supervision, event: StacksReadAhead, now: Now) -> list[Any]:
     """The shell read them: kept while their stall goes on; a stall over already (it cannot be, the shell answers
     before any other event, but a pause moves every clock) has them dropped at once."""
-    a, stall = s.current, _stall(s)
-    if a.stacks_ahead is None or stall is None or not event.since == stall.since == a.stacks_ahead.since:
+    a, since = s.current, _since(s)
+    if a.stacks_ahead is None or since is None or not event.since == since == a.stacks_ahead.since:
         return [DropStacksAhead(event.stacks.path)]
     a.stacks_ahead = StacksAhead(event.since, event.at, event.stacks)
     due = watchdog.deadline(s).at
@@ -48,10 +48,10 @@ def read(s: Supervision, event: StacksReadAhead, now: Now) -> list[Any]:
                         f"(no progress for {event.at - event.since:.1f} s{left}): {event.stacks.where}")]
 
 
-def taken(s: Supervision, now: Now) -> Stacks | None:
-    """At a hang's verdict: the stacks read ahead of it in this stall, for its incident, with how long before it they
+def taken(s: Supervision, now: Now, stall: watchdog.Stall | None) -> Stacks | None:
+    """At a hang's verdict on ``stall``: the stacks read ahead of it, for its incident, with how long before it they
     were read (``Stacks.ahead``); None: none (the kill reads them). The attempt keeps them no more."""
-    a, stall = s.current, _stall(s)
+    a = s.current
     ahead, a.stacks_ahead = a.stacks_ahead, None
     if ahead is None or ahead.stacks is None or stall is None or ahead.since != stall.since:
         a.stacks_ahead = ahead  # (``stale`` drops them after this event)
@@ -59,9 +59,9 @@ def taken(s: Supervision, now: Now) -> Stacks | None:
     return replace(ahead.stacks, ahead=round(now.mono - ahead.at, 3))
 
 
-def where(s: Supervision) -> str | None:
-    """Where the stacks read ahead of the current stall put the training process (``Stacks.where``); None: unread."""
-    ahead, stall = s.current.stacks_ahead, _stall(s)
+def where(s: Supervision, stall: watchdog.Stall | None) -> str | None:
+    """Where the stacks read ahead of ``stall`` put the training process (``Stacks.where``); None: unread."""
+    ahead = s.current.stacks_ahead
     if ahead is None or ahead.stacks is None or stall is None or ahead.since != stall.since:
         return None
     return ahead.stacks.where
@@ -73,12 +73,13 @@ def stale(s: Supervision) -> list[Any]:
     ahead = s.current.stacks_ahead
     if ahead is None:
         return []
-    stall = _stall(s)
-    if stall is not None and stall.since == ahead.since:
+    since = _since(s)
+    if since is not None and since == ahead.since:
         return []
     s.current.stacks_ahead = None
     return [DropStacksAhead(ahead.stacks.path)] if ahead.stacks is not None else []
 
 
-def _stall(s: Supervision) -> watchdog.Stall | None:
-    return watchdog.current_stall(s) if s.state in (State.STARTING, State.HEALTHY) else None
+def _since(s: Supervision) -> float | None:
+    """When the current stall began, without judging it again: stacks read ahead are matched by it."""
+    return watchdog.stall_since(s) if s.state in (State.STARTING, State.HEALTHY) else None

@@ -9,7 +9,7 @@ and the tree is killed at once unless the worker was asked to save first. What f
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from supervisor.decision.learning import choices, goodput
@@ -19,24 +19,41 @@ from supervisor.decision.model.events import KernelMessage, Now
 from supervisor.decision.model.hang_history import HangPoint
 from supervisor.decision.model.incident import Incident
 from supervisor.decision.model.state import StopPlan, Supervision
-from supervisor.decision.recovery import stacks_ahead
-from supervisor.decision.stall import kernel_search, watchdog, witness
+from supervisor.decision.recovery import stacks_ahead, tier
+from supervisor.decision.recovery.tier import Verdict
+from supervisor.decision.stall import kernel_search, watchdog
 from supervisor.vocabulary import After, Reason, State, Tier
 
 SAVE_WAIT_UNBOUNDED = 3600.0  # how long a stop waits for the worker's checkpoint when save_timeout is "off"
 
 
-def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, climb: bool = False,
-          failure: str | None = None, then: After | None = None, remedy: dict[str, Any] | None = None,
-          advice: str | None = None, kernel_events: list[KernelMessage] | None = None,
-          save_until: float | None = None, escalation: str | None = None,
-          incident: Incident | None = None) -> list[Any]:
+@dataclass(frozen=True)
+class Stop:
+    """What stops the worker and what follows: ``begin``'s question, asked by every way a worker ends."""
+    reason: Reason
+    phase: str
+    detail: str
+    failure: str | None = None  # names the failure, so a repeat can be told from a first time (StopPlan.failure)
+    then: After | None = None  # what follows the kill; None: a restart (a stop's own: After.STOP)
+    climb: bool = False  # the next attempt moves up the ladder (a hang: where its choice says)
+    remedy: dict[str, Any] | None = None  # settings added on top of the rung from the next attempt on
+    advice: str | None = None  # After.CONFIG_ERROR: what the user should change
+    kernel_events: tuple[KernelMessage, ...] = ()  # the kernel's lines that made the verdict
+    save_until: float | None = None  # monotonic: the worker was asked to save first, and is killed only after that
+
+
+def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) -> list[Any]:
     """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save.
-    ``incident``: the hang's, opened by a cheaper recovery tier that escalated (recovery.py): amended, not doubled."""
+    ``verdict``: a hang's, from a recovery tier (recovery.py) or the tick: the stall judged for it, and the incident a
+    cheaper tier opened before it escalated (amended, not doubled) with the reason it did."""
     a = s.current
+    reason, phase, detail, then, save_until = stop.reason, stop.phase, stop.detail, stop.then, stop.save_until
+    climb, remedy, incident = stop.climb, stop.remedy, verdict.incident if verdict else None
     earlier = s.record_complete(still_open=incident)  # the one before, if its restart never reached a batch
     point = HangPoint(phase, a.progress.epoch, a.progress.batch, a.resumed_at, s.rung) \
         if reason in (Reason.HANG, Reason.KERNEL) else None
+    # a hang's stall, judged once: the tick's (or the escalation's) where it judged it
+    stall = (verdict.stall if verdict is not None else watchdog.current_stall(s)) if point is not None else None
     last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds
     # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
     loss, resumes_from, at_risk = goodput.close_attempt(s, lost=save_until is None and then != After.SUCCEED)
@@ -47,33 +64,27 @@ def begin(s: Supervision, now: Now, reason: Reason, phase: str, *, detail: str, 
     choice = choices.after_a_hang(s, reason == Reason.KERNEL) if climb and point is not None and s.probe.probing_from is None else None
     several_hosts = s.config.distributed.several_hosts
     starting = s.state == State.STARTING
-    tier = None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART
+    by = None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART
     stopped = dict(  # what the stop knows; the verdict's own fields stay an escalated incident's
-        kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in kernel_events or ()),
+        kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in stop.kernel_events),
         loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
         node_rank=s.config.distributed.node_rank if several_hosts else None,
         caused_by=a.peer_cause if several_hosts else None,
         startup_step=a.startup_step.value if starting else None,
         startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
-        startup_step_seen=watchdog.startup_step_seen(s) if starting else None, escalation=escalation, tier=tier,
-        kernel_search=_search(s, now))
+        startup_step_seen=watchdog.startup_step_seen(s) if starting else None,
+        escalation=verdict.why if verdict else None, tier=by, kernel_search=_search(s, now))
     if point is not None:  # a hang: where the training process said it waited
-        stopped.update(witness.incident_fields(a.waits, a.loaders, a.ranks, a.stopped))
-        stall = watchdog.current_stall(s)
-        silent = stall.word.silent if stall is not None else None
-        if silent is not None and now.mono >= silent and not a.ranks:  # its last word is not where it was: the
-            where = stacks_ahead.where(s)  # stacks' frame is
-            stopped["witness"] = witness.silence(now.mono - silent + witness.SILENT_AFTER, a.idle_since is not None) \
-                + (f"; the stacks saw: {where}" if where else "")
+        stopped.update(tier.witness_fields(s, stall, now))
     ahead = None
     if incident is not None:  # (an escalated hang's stacks are its first tier's, or read at the kill)
-        incident = s.amend(incident, **stopped, tiers=incident.tiers + ((tier,) if tier else ()))
+        incident = s.amend(incident, **stopped, tiers=incident.tiers + ((by,) if by else ()))
     else:  # a hang's stacks read ahead of this verdict: the kill need not wait for them
-        ahead = stacks_ahead.taken(s, now) if point is not None else None
-        incident = s.open_incident(now, reason, phase, detail, **stopped, tiers=(tier,) if tier else (),
+        ahead = stacks_ahead.taken(s, now, stall) if point is not None else None
+        incident = s.open_incident(now, reason, phase, detail, **stopped, tiers=(by,) if by else (),
                                    stacks=ahead)
     _enter(s, StopPlan(reason, then or (After.STOP if reason == Reason.STOP else After.RESTART), incident,
-                       climb=climb, failure=failure, remedy=remedy, advice=advice, save_until=save_until,
+                       climb=climb, failure=stop.failure, remedy=remedy, advice=stop.advice, save_until=save_until,
                        at_risk=at_risk if save_until is not None else (0.0, 0), point=point, choice=choice))
     if reason == Reason.HANG:
         s.hangs_by_phase[phase] += 1

@@ -26,8 +26,11 @@ from typing import Any, Callable, Protocol
 
 from supervisor.decision.model.events import Now
 from supervisor.decision.model.incident import Incident
-from supervisor.vocabulary import Tier
 from supervisor.decision.model.state import Recovery, Supervision
+from supervisor.decision.recovery import stacks_ahead
+from supervisor.decision.stall import witness
+from supervisor.decision.stall.watchdog import Stall
+from supervisor.vocabulary import Tier
 from worker.contract import HeartbeatMessage, MessageKind
 
 
@@ -38,6 +41,7 @@ class Verdict:
     detail: str
     incident: Incident | None = None  # the hang's one incident, once a tier opened it: amended, never doubled
     why: str | None = None  # why the earlier tiers did not serve (the incident's ``escalation``)
+    stall: Stall | None = None  # the stall as the watchdog judged it for this verdict (None: none under way)
 
 
 @dataclass(frozen=True)
@@ -68,3 +72,27 @@ class RecoveryTier(Protocol):
 def recovered(s: Supervision, tier: Tier) -> None:
     """One more recovery by ``tier`` (status --json's ``recoveries``, the metric's series)."""
     s.recoveries[tier] += 1
+
+
+def witness_fields(s: Supervision, stall: Stall | None, now: Now, *, silence: bool = True) -> dict[str, Any]:
+    """The one writer of a hang's incident's words of the witness, for every tier: ``witness`` (where the training
+    process said it waited: the word that tells ``stall``) and, under DDP, ``hung_rank``, ``ranks`` and the ranks
+    named as ``witness``. With ``silence`` (the restart's), a witness fallen silent in the stall is said so, with the
+    frame its stacks read ahead saw: its last word is not where it was; the in-place tier reads its own stacks."""
+    a, word = s.current, word_on(s, stall)
+    fields = {} if word.seen is None else {"witness": witness.describe(word.seen)}
+    named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped)
+    if named:  # under DDP: which rank hung, and where each one waited (or that it is stopped)
+        fields.update(named, witness=named["witness"] or fields.get("witness"))
+    if silence and word.silent is not None and now.mono >= word.silent and not a.ranks:
+        where = stacks_ahead.where(s, stall)
+        fields["witness"] = witness.silence(now.mono - word.silent + witness.SILENT_AFTER, a.idle_since is not None) \
+            + (f"; the stacks saw: {where}" if where else "")
+    return fields
+
+
+def word_on(s: Supervision, stall: Stall | None) -> witness.Word:
+    """The witness's word on the stall judged for a verdict; with none under way (a stop while a tier is), the word
+    said now."""
+    a = s.current
+    return stall.word if stall is not None else witness.Word(*witness.telling(a.waits, a.loaders), None, None)

@@ -13,7 +13,7 @@ whatever the tree does, a wait on something outside the worker's processes never
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable, Iterable
 
@@ -100,51 +100,67 @@ def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
 
 def deadline(s: Supervision) -> Deadline:
     """When the watchdog fires next, and which timeout that is."""
-    a, w = s.current, s.config.watchdog
+    return due(s, current_stall(s))
+
+
+def due(s: Supervision, stall: Stall | None) -> Deadline:
+    """``deadline``, with the current stall judged already (``current_stall``, once per decision)."""
     if s.state == State.BACKOFF:
         return Deadline(s.backoff_until, DeadlineKind.BACKOFF, "backoff")
     if s.state == State.STOPPING and s.stop is not None and s.stop.survivors_until is not None:
         return Deadline(s.stop.survivors_until, DeadlineKind.SURVIVORS, "survivor_timeout")
     if s.saving():
         # Waiting for the checkpoint asked for; a worker that stalls meanwhile is hung and cannot save.
-        due = Deadline(s.stop.save_until, DeadlineKind.SAVE, "stop save_timeout")
+        a = s.current
+        at = Deadline(s.stop.save_until, DeadlineKind.SAVE, "stop save_timeout")
         if a.last_progress_at is not None:
             t, _ = phase_timeout(s.config.watchdog, a.progress.phase, a.intervals, s.epoch_end_seen)
-            if t is not None and a.last_progress_at + t < due.at:
-                due = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
-        return due
-    due = Deadline(None)
-    if s.state == State.HEALTHY and a.recovery is not None:
-        bound = a.recovery.tier.deadline(a.recovery)
+            if t is not None and a.last_progress_at + t < at.at:
+                at = Deadline(a.last_progress_at + t, DeadlineKind.SAVE_STALLED, "stop stalled")
+        return at
+    r = s.current.recovery
+    if s.state == State.HEALTHY and r is not None:
+        bound = r.tier.deadline(r)
         if bound is None:
-            return due  # waiting for the shell, which answers at once
-        return Deadline(bound[0], DeadlineKind.RECOVERY, f"{a.recovery.tier.name.label} bound")
-    stall = current_stall(s)
-    if stall is not None and stall.searching:
-        due = stall.deadline  # a kernel search's: the witness and the tree say nothing of it
-    elif stall is not None:
-        due, word = stall.deadline, stall.word
-        seen, culprit = word.seen, word.culprit
-        evidence = witness_bound(s, stall.since, seen, culprit)
-        if evidence is not None:
-            at, why = evidence
-            due = Deadline(at, due.kind, f"{due.label}, {why}") if due.at is None or at < due.at else due
-        elif stall.idle_bound is not None and word.idle_since is not None:  # the tree's activity decides the floor
-            at = max(stall.since + stall.idle_bound, word.idle_since + w.idle_floor)
-            why = "idle" if word.idle_since == a.idle_since else f"witness: {seen.report.kind.value}"
-            due = Deadline(at, due.kind, f"{due.label}, {why}") if at < due.at else due
-        if word.silent is not None and (due.at is None or due.at > word.silent):
-            due = silent_bound(s, stall, word.silent)  # the witness did not speak through to its verdict
+            return Deadline(None)  # waiting for the shell, which answers at once
+        return Deadline(bound[0], DeadlineKind.RECOVERY, f"{r.tier.name.label} bound")
+    return _confirmed(s, stall.bound if stall is not None else Deadline(None))
+
+
+def _judged(s: Supervision, stall: Stall) -> Deadline:
+    """The stall's bound as its verdict is due: its own (``Stall.deadline``), shortened by the witness's evidence,
+    else by an idle tree, or by a witness fallen silent."""
+    a, w, word = s.current, s.config.watchdog, stall.word
+    at = stall.deadline
+    if stall.searching:
+        return at  # a kernel search's: the witness and the tree say nothing of it
+    evidence = witness_bound(s, stall)
+    if evidence is not None:
+        bound, why = evidence
+        at = Deadline(bound, at.kind, f"{at.label}, {why}") if at.at is None or bound < at.at else at
+    elif stall.idle_bound is not None and word.idle_since is not None:  # the tree's activity decides the floor
+        bound = max(stall.since + stall.idle_bound, word.idle_since + w.idle_floor)
+        why = "idle" if word.idle_since == a.idle_since else f"witness: {word.seen.report.kind.value}"
+        at = Deadline(bound, at.kind, f"{at.label}, {why}") if bound < at.at else at
+    if word.silent is not None and (at.at is None or at.at > word.silent):
+        at = silent_bound(s, stall, word.silent)  # the witness did not speak through to its verdict
+    return at
+
+
+def _confirmed(s: Supervision, at: Deadline) -> Deadline:
+    """``at``, or a kernel line's confirm window where that ends first."""
+    a = s.current
     if a.suspicion is not None and s.state in (State.STARTING, State.HEALTHY):
         confirm = a.suspicion.since + s.config.kernel_log.confirm_window
-        if due.at is None or confirm < due.at:
+        if at.at is None or confirm < at.at:
             return Deadline(confirm, DeadlineKind.KERNEL_CONFIRM, "kernel confirm window")
-    return due
+    return at
 
 
 # A recovery tier that reads a stall's stacks itself (or needs none) adds its ``takes`` here when it is imported
-# (recovery/in_place.py): the judge stands below the tiers, and asks them through this list, not by name.
-OWN_STACKS: list[Callable[[Supervision, str], bool]] = []
+# (recovery/in_place.py): the judge stands below the tiers, and asks them through this list, not by name. It is
+# asked with the phase and the witness's word on the stall.
+OWN_STACKS: list[Callable[[Supervision, str, witness.Word], bool]] = []
 
 
 def silent_bound(s: Supervision, stall: Stall, silent: float) -> Deadline:
@@ -158,21 +174,27 @@ def silent_bound(s: Supervision, stall: Stall, silent: float) -> Deadline:
     return own
 
 
-def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None:
-    """When the stacks of the current stall are read ahead of its verdict (stacks_ahead.py): once it has lasted its
+def stacks_ahead_at(s: Supervision) -> float | None:
+    """When the stacks of the current stall are read ahead of its verdict (``Stall.stacks_at``); None: not."""
+    stall = current_stall(s)
+    return stall.stacks_at if stall is not None else None
+
+
+def _stacks_at(s: Supervision, stall: Stall, due: Deadline) -> float | None:
+    """When the stacks of ``stall`` are read ahead of its verdict (stacks_ahead.py): once it has lasted its
     bound less a lead, the capture's budget (``[incidents] stacks_budget``) at most half the bound (an idle floor of
     3 s reads them at 1.5 s), so the verdict kills at once. Only where that verdict would read them before its kill
     (``[incidents] stacks``, a hang's stall that goes to the restart, not to the in-place tier, which reads its own
     or needs none), and once per stall: again only where its bound grew past the reading by more than the lead.
-    None: not in this stall, or read already. ``due``: ``deadline(s)``, where the caller has it."""
+    None: not in this stall, or read already. ``due``: the watchdog's deadline with this stall."""
     a = s.current
     if not s.config.incidents.stacks or s.state not in (State.STARTING, State.HEALTHY) or a.worker_pid is None \
             or a.recovery is not None:
         return None
-    stall, due = current_stall(s), due or deadline(s)
-    if stall is None or due.at is None or due.kind not in (DeadlineKind.PHASE, DeadlineKind.STARTUP):
+    if due.at is None or due.kind not in (DeadlineKind.PHASE, DeadlineKind.STARTUP):
         return None
-    if any(takes(s, STARTUP_PHASE if s.state == State.STARTING else a.progress.phase) for takes in OWN_STACKS):
+    phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
+    if any(takes(s, phase, stall.word) for takes in OWN_STACKS):
         return None
     at = due.at - min(s.config.incidents.stacks_budget, (due.at - stall.since) / 2)
     read = a.stacks_ahead
@@ -184,16 +206,16 @@ def stacks_ahead_at(s: Supervision, due: Deadline | None = None) -> float | None
 def wake(s: Supervision) -> Deadline:
     """What the shell waits for: the watchdog's ``deadline``, or the stacks read ahead of it where that comes first
     (``DeadlineKind.STACKS_AHEAD``)."""
-    due = deadline(s)
-    ahead = stacks_ahead_at(s, due)
-    if ahead is not None and (due.at is None or ahead < due.at):
+    stall = current_stall(s)
+    at = due(s, stall)
+    ahead = stall.stacks_at if stall is not None else None
+    if ahead is not None and (at.at is None or ahead < at.at):
         return Deadline(ahead, DeadlineKind.STACKS_AHEAD, "stacks ahead")
-    return due
+    return at
 
 
-def witness_bound(s: Supervision, since: float, seen: witness.WaitSeen | None, culprit: int | None
-                  ) -> tuple[float, str] | None:
-    """When the stall that began at ``since`` is a hang by the witness's evidence, and that evidence in a phrase; None:
+def witness_bound(s: Supervision, stall: Stall) -> tuple[float, str] | None:
+    """When ``stall`` is a hang by the witness's evidence, and that evidence in a phrase; None:
     the evidence bounds nothing (no word, a wait outside the tree, a lock or a collective: the tree decides).
 
     The evidence is bounded as in training or validation (``evidence_phase``) whatever the phase the stall began in:
@@ -203,7 +225,7 @@ def witness_bound(s: Supervision, since: float, seen: witness.WaitSeen | None, c
     (``witness.loader_start_bound``, from this attempt's own starts); a device wait the device's; the main thread held
     at one place that loop's. An attempt's first batch (STARTING) and validation's first keep their own bounds: no
     rhythm is known there yet."""
-    a = s.current
+    a, since, seen, culprit = s.current, stall.since, stall.word.seen, stall.word.culprit
     if seen is None or s.state != State.HEALTHY:
         return None
     phase = evidence_phase(s)
@@ -218,7 +240,7 @@ def witness_bound(s: Supervision, since: float, seen: witness.WaitSeen | None, c
         return None  # the attempt's second batch, validation's first: a first step's kernels, no rhythm yet
     if witness.WAITS[seen.report.kind].rhythm:
         return since + device_wait_bound(s, phase), f"witness: {seen.report.kind.value}"
-    if held_place(s, seen, culprit) is not None:
+    if stall.held is not None:
         return since + one_place_bound(s, phase), "witness: one place"
     return None
 
@@ -279,39 +301,59 @@ def _rhythm_bound(s: Supervision, seen: dict[str, float], phase: str) -> float:
 
 @dataclass(frozen=True)
 class Stall:
-    """The stretch without news the watchdog bounds now: a startup step, or a phase since its last progress."""
+    """The stretch without news the watchdog bounds now, judged once per decision (``current_stall``): a startup
+    step, or a phase since its last progress. The tick carries it to its verdict, the verdict to the recovery tier
+    (``tier.Verdict``), and the tier to the hang's incident (``tier.witness_fields``)."""
     since: float  # monotonic: when its clock started
-    deadline: Deadline  # its bound over auto_floor
+    deadline: Deadline  # its own bound (the phase's or the startup step's) over auto_floor
     idle_bound: float | None  # its bound over idle_floor, where that is shorter: an idle tree's, from ``since``
     # Several hosts: the idle bound a stall would get with a rank of this host stopped, where none is as far as the
     # core knows; the tree is read for it (``tree_reading_from``). None: none to get.
     frozen_bound: float | None = None
-    word: witness.Word = witness.Word(None, None, None, None)  # the witness's word on it, read once
+    # the witness's word on it: the word that tells it, the loader worker it names (the culprit), from when the stall
+    # counts as an idle tree's, from when the witness is silent (a kernel search's: the word and its culprit only)
+    word: witness.Word = witness.Word(None, None, None, None)
     searching: bool = False  # once training: a kernel search spoke in this stall (kernel_search.in_stall)
+    held: str | None = None  # where the witness held the main thread for the whole stall (``held_place``)
+    bound: Deadline = Deadline(None)  # its verdict's: ``deadline`` judged with the word and the tree (``_judged``)
+    stacks_at: float | None = None  # when its stacks are read ahead of the verdict (``_stacks_at``); None: not
 
 
 def current_stall(s: Supervision) -> Stall | None:
-    """None outside a startup step or a phase being watched (a stop, the backoff, a recovery tier under way)."""
-    a, w = s.current, s.config.watchdog
-    if s.state == State.STARTING and a.step_since is not None:
-        since = a.step_since
+    """The stall under way, judged: its clock, its bounds, the witness's word on it, its verdict's bound and when
+    its stacks are read ahead. None outside a startup step or a phase being watched (a stop, the backoff, a recovery
+    tier under way)."""
+    stall = _bounded(s)
+    if stall is None:
+        return None
+    stall = replace(stall, held=held_place(s, stall.word.seen, stall.word.culprit))
+    stall = replace(stall, bound=_judged(s, stall))
+    return replace(stall, stacks_at=_stacks_at(s, stall, _confirmed(s, stall.bound)))
+
+
+def _bounded(s: Supervision) -> Stall | None:
+    """The stall's clock, its own bounds and the witness's word on it."""
+    a, w, clock = s.current, s.config.watchdog, _clock(s)
+    if clock is None:
+        return None
+    of, since = clock
+    if of == "search":
+        t = w.startup_timeout  # bounded as a search, from its last line (kernel_search.py)
+        said, culprit = witness.telling(a.waits, a.loaders)  # (its word bounds nothing: the search's does)
+        return Stall(since, Deadline(None if t is None else since + t, DeadlineKind.PHASE,
+                                     "kernel search, startup_timeout"), None,
+                     word=witness.Word(said, culprit, None, None), searching=True)
+    if of == "step":
         step, seen = a.startup_step.value, startup_step_seen(s)
         (t, label), idle = startup_step_timeout(w, step, seen), startup_step_timeout(w, step, seen, w.idle_floor)[0]
         kind = DeadlineKind.STARTUP
-    elif (search := kernel_search.in_stall(s)) is not None:
-        t = w.startup_timeout  # bounded as a search, from its last line (kernel_search.py)
-        return Stall(search.at, Deadline(None if t is None else search.at + t, DeadlineKind.PHASE,
-                                         "kernel search, startup_timeout"), None, searching=True)
-    elif s.state == State.HEALTHY and a.last_progress_at is not None and a.recovery is None:
-        since = a.last_progress_at
+    else:
         phase = stall_phase(s)  # an epoch's end until the first batch
         checkpoint = s.checkpoint_seen if a.save_mid_epoch else None
         t, label = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint)
         idle = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint, w.idle_floor)[0]
         kind = DeadlineKind.PHASE
-    else:
-        return None
-    word = witness.word_on(a, since, s.state, stall_phase(s))
+    word = witness.word_on(a, stall_since=since, state=s.state, phase=stall_phase(s))
     if t is None:
         return Stall(since, Deadline(None, kind, label), None, word=word)
     shorter = idle is not None and idle < t and w.idle_floor is not None
@@ -320,6 +362,26 @@ def current_stall(s: Supervision) -> Stall | None:
         # host's own making, a rank of it stopped (SIGSTOP to the tree, a debugger), which waits for nobody.
         return Stall(since, Deadline(since + t, kind, label), None, idle, word)
     return Stall(since, Deadline(since + t, kind, label), idle if shorter else None, word=word)
+
+
+def _clock(s: Supervision) -> tuple[str, float] | None:
+    """Which stall is under way ("step": a startup step; "search": a kernel search once training; "phase": a phase
+    since its last progress) and when its clock started; None: none."""
+    a = s.current
+    if s.state == State.STARTING and a.step_since is not None:
+        return "step", a.step_since
+    if (search := kernel_search.in_stall(s)) is not None:
+        return "search", search.at
+    if s.state == State.HEALTHY and a.last_progress_at is not None and a.recovery is None:
+        return "phase", a.last_progress_at
+    return None
+
+
+def stall_since(s: Supervision) -> float | None:
+    """When the current stall's clock started (``Stall.since``), without judging it: what stacks read ahead are
+    matched with. None: no stall."""
+    clock = _clock(s)
+    return clock[1] if clock is not None else None
 
 
 def rank_stopped(s: Supervision) -> bool:
@@ -335,7 +397,7 @@ def tree_reading_from(s: Supervision) -> float | None:
     """From when the shell reads the worker's tree for activity (``TreeActivity``): once the stall has lasted so long
     that idle_floor more of an idle tree reaches its idle bound, and at least ``IDLE_READING_AFTER``, so a training
     whose batches come costs nothing; None: an idle tree cannot shorten this stall's bound."""
-    stall = current_stall(s)
+    stall = _bounded(s)  # (its clock and its bounds: not its verdict's)
     if stall is None or s.current.worker_pid is None:
         return None
     if stall.frozen_bound is not None:  # several hosts: read whether a rank of this host is stopped

@@ -177,7 +177,7 @@ class Word:
     silent: float | None = None  # from when the training process's witness is silent in it (``silent_from``)
 
 
-def word_on(a: Attempt, stall_since: float, state: State, phase: str) -> Word:
+def word_on(a: Attempt, *, stall_since: float, state: State, phase: str) -> Word:
     """The witness's word on attempt ``a``'s stall since ``stall_since``, in ``phase`` (the stall's: a device wait
     counts as an idle tree's in ``RHYTHM_PHASES`` only). A culprit among the tree's processes seen waiting on a socket
     or a remote file (``Attempt.waits_outside``) waits on the world."""
@@ -300,7 +300,7 @@ def ranks_phrase(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen],
 
 def rank_fields(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | None, str]],
                 stopped: frozenset[int] = frozenset()) -> dict:
-    """An incident's ``hung_rank``, ``ranks`` and ``witness`` under DDP, for the restart's and the in-place tier's alike:
+    """An incident's ``hung_rank``, ``ranks`` and ``witness`` under DDP (``tier.witness_fields``, for every tier):
     {} without DDP, or when no rank said anything in this stall and none is stopped. Every rank stopped (the whole
     tree frozen): ``hung_rank`` is the one whose progress is the oldest, as when every rank waits in a collective."""
     said = any(r in ranks for r in waits if r is not None)
@@ -309,18 +309,6 @@ def rank_fields(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen], loade
     return {"hung_rank": hung_rank(ranks, waits, loaders, stopped),
             "ranks": tuple(asdict(w) for w in by_rank(ranks, waits, stopped)),
             "witness": ranks_phrase(ranks, waits, loaders, stopped)}
-
-
-def incident_fields(waits: dict[int | None, WaitSeen], loaders: dict[int, tuple[int | None, str]],
-                    ranks: dict[int, Rank], stopped: frozenset[int] = frozenset()) -> dict:
-    """A hang's incident's words of the witness, for every tier alike: ``witness`` (where the training process said
-    it waited) and, under DDP, ``hung_rank``, ``ranks`` and the ranks named as ``witness``; {}: nothing said."""
-    said = telling(waits, loaders)[0]
-    fields = {} if said is None else {"witness": describe(said)}
-    named = rank_fields(ranks, waits, loaders, stopped)
-    if named:  # under DDP: which rank hung, and where each one waited (or that it is stopped)
-        fields.update(named, witness=named["witness"] or fields.get("witness"))
-    return fields
 
 
 START_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch
