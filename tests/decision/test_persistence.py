@@ -329,3 +329,16 @@ def test_status_renders_a_malformed_last_incident_in_one_line():
     for malformed in ({"reason": "hang"}, "x", {"time": "yesterday", "reason": 1, "phase": None, "detail": 2}):
         text = render({"state": "not running", "last_incident": malformed}, now=1_700_000_000.0)
         assert "last incident: unreadable record" in text
+
+
+def test_an_in_place_incident_whose_cost_lacks_a_field_still_gets_its_notice():
+    """The cost is the tier's own record, kept as a map: one written by another version (or by hand) without
+    ``batches_lost`` reads back, and the notice says what it knows instead of failing when it is built."""
+    from supervisor.decision.recovery.in_place import InPlaceTier
+
+    line = copy.deepcopy(INCIDENT_LINES[2])
+    del line["in_place"]["batches_lost"]
+    incident = Incident.from_dict(line)
+    notice = InPlaceTier().recovered(incident, "val")
+    assert notice == "recovered in place from val: training again 1 s after the loader workers were replaced, " \
+                     "? batches lost"

@@ -128,9 +128,10 @@ class InPlaceTier:
     def recovered(self, i: Incident, where: str) -> str | None:
         if i.tier != Tier.IN_PLACE or i.cost is None:
             return None
-        cost = InPlaceCost(**i.cost)
-        return (f"recovered in place from {where}: training again {cost.to_next_batch or 0.0:.0f} s after the loader "
-                f"workers were replaced, {cost.batches_lost} batches lost")  # the same process trains on
+        # Read by key, not rebuilt as an InPlaceCost: a state file written by hand or by another version may lack one
+        to_next_batch, lost = i.cost.get("to_next_batch") or 0.0, i.cost.get("batches_lost")
+        return (f"recovered in place from {where}: training again {to_next_batch:.0f} s after the loader "
+                f"workers were replaced, {'?' if lost is None else lost} batches lost")  # the same process trains on
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         if r.acted_at is not None:  # its workers were replaced and no batch came: what in_place_max counts
