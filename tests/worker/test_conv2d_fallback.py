@@ -341,3 +341,20 @@ def test_miopen_names_follow_getdbbasename():
     assert arch_from_override("10.3.0") == "gfx1030" and arch_from_override("junk") is None
     assert kernel_db_names("gfx1030", 40) == ["gfx1030_40.kdb", "gfx1030.kdb"]
     assert kernel_db_names("gfx90a", 110) == ["gfx90a6e.kdb", "gfx90a.kdb"]
+
+
+def test_a_tiny_weight_gradient_over_a_long_k_is_split_and_equals_native():
+    # The first layer's shape in small: a 4 x 27 weight gradient (3 -> 4 channels, 3x3, stride 2) over 128*128 positions
+    # an image. Its weight gradient is cut into chunks of K, each a GEMM of its own, summed after.
+    assert fallback._k_chunks(4, 27, 128 * 128) > 1
+    assert fallback._k_chunks(64, 288, 128 * 128) == 1 and fallback._k_chunks(4, 27, 1000) == 1
+    g = torch.Generator().manual_seed(17)
+    x = torch.randn(2, 3, 256, 256, generator=g)
+    w = torch.randn(4, 3, 3, 3, generator=g, requires_grad=True)
+    gy = torch.randn(2, 4, 128, 128, generator=g)
+    (expected,) = torch.autograd.grad(F.conv2d(x, w, None, 2, 1), w, gy)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        (got,) = torch.autograd.grad(fallback.conv2d(x, w, None, 2, 1), w, gy)
+    batches = {e.input_shapes[0][0] for e in prof.events() if e.name == "aten::bmm"}
+    assert max(batches) > 2  # the forward's GEMM has one an image, the weight gradient's one a chunk
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

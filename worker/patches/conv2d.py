@@ -245,7 +245,7 @@ def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch
     if groups == 1:
         grad_input = torch.bmm(flipped.expand(n, -1, -1), cols)
         if need_weight:
-            swapped = torch.bmm(xs, cols.transpose(1, 2)).sum(0)
+            swapped = _batch_summed_product(xs, cols)
     else:
         cols = cols.view(n, groups, -1, h * w)
         grad_input = torch.matmul(flipped, cols)
@@ -263,9 +263,39 @@ def _weight_grad(x, grad_out, weight, geo, groups) -> torch.Tensor:
     if groups == 1:
         # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
         # would need the columns and the gradient transposed in memory, two large copies.
-        return torch.bmm(gy, cols.transpose(1, 2)).sum(0).view(weight.shape)
+        return _batch_summed_product(gy, cols).view(weight.shape)
     cols = cols.view(n, groups, -1, cols.shape[-1]).transpose(2, 3)
     return torch.matmul(gy.view(n, groups, cout // groups, -1), cols).sum(0).view(weight.shape)
+
+
+def _batch_summed_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The sum over the batch of a[i] @ b[i].T, for contiguous a (n, M, K) and b (n, N, K): a weight gradient."""
+    n, m, k = a.shape
+    rows = b.shape[1]
+    chunks = _k_chunks(m, rows, k)
+    if chunks == 1:
+        return torch.bmm(a, b.transpose(1, 2)).sum(0)
+    # A weight gradient with a tiny output and a huge K (the first layer's: 16 x 27 over each image's 320*320
+    # positions) is n GEMMs of one output tile each, and a batched GEMM gives a GEMM's tile one block: n blocks
+    # walk all of K while the rest of the GPU idles. Cut each image's K into chunks, each its own GEMM in the batch,
+    # and sum them after: n*chunks blocks. The operands are copied into that batch order (a chunk of an image is
+    # not one stride away from the next image's), a pass over memory the GEMM was going to read anyway.
+    parts = torch.matmul(a.view(n, m, chunks, k // chunks).transpose(1, 2),
+                         b.view(n, rows, chunks, k // chunks).permute(0, 2, 3, 1))
+    return parts.sum((0, 1))
+
+
+SPLIT_K_MAX_OUTPUT = 32 * 32  # an output of one small GEMM tile at most: one block per image
+SPLIT_K_MIN_K = 16384
+SPLIT_K_CHUNK = 1024  # the shortest chunk of K: long enough that a block's loop over it outweighs its start
+
+
+def _k_chunks(m: int, n: int, k: int) -> int:
+    """Into how many chunks ``_batch_summed_product`` cuts K: 1 unless M*N fits one small tile and K is long; then the
+    most, up to 64, that divide K into chunks of at least ``SPLIT_K_CHUNK``."""
+    if m * n > SPLIT_K_MAX_OUTPUT or k < SPLIT_K_MIN_K:
+        return 1
+    return next((s for s in range(min(64, k // SPLIT_K_CHUNK), 1, -1) if k % s == 0), 1)
 
 
 def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
