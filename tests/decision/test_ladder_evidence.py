@@ -73,3 +73,20 @@ def test_a_loop_of_python_in_the_training_process_stays_and_a_native_busy_wait_w
                   wait={"kind": "elsewhere", "where": "trainer.py:42 in step", "stalled": 1.0, "function": "item"})
     choice = choices.after_a_hang(native.d.s)  # (this CPU ladder has no environment rung: it stays, uncounted)
     assert "(item)" in choice.why and "only an environment rung" in choice.why
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_rank_1_stopped_while_rank_0_waits_for_it_moves_no_rung(peer):
+    """Under DDP SIGSTOP from outside lands on one rank's tree (issue 49's night: rank 1's tree frozen in validation
+    climbed to the forkserver rung): its peers wait for it in a collective, so the whole tree is not stopped, but a
+    stopped process is a signal's or a debugger's doing, which no rung changes."""
+    d = loading(ladder={"prior_between_hangs": "off"})
+    d.beat("train", kind="loader", pid=RANK_1, rank=1, progress=0, pids=[5101], seconds=0.4, loader="train")
+    d.t = LAST_BATCH + 1.0
+    word(d, "collective", pid=RANK_0, rank=0, **PEERS[peer])
+    d(core.TreeActivity(idle_since=d.t, stopped=frozenset({RANK_1, 5101})))
+    assert status(d)["watchdog"]["hung_rank"] == 1
+    choice = choices.after_a_hang(d.s)
+    assert choice.counts is False and choice.rung == 0, choice.why
+    assert choice.why.startswith("rank 1's process is stopped (frozen from outside)"), choice.why
+    assert "no rung changes it" in choice.why

@@ -10,7 +10,7 @@ witness.py): the ladder climbs where the evidence points (issue 38). Pure.
   the call, as a lost completion interrupt leaves it): the rungs that change the device's runtime;
 - the training process's own lock, its own loop of Python (no known wait, in no native call), or I/O outside its
   processes: no rung changes it, and it counts against no rung's record;
-- the tree frozen (/proc shows the training process, every rank under DDP, stopped: SIGSTOP from outside, a
+- the tree frozen (/proc shows the training process, under DDP the hung rank's, stopped: SIGSTOP from outside, a
   debugger): no rung changes it either;
 - a sleep (the wait the code chose says nothing of what it waits for: the faults that stand for the seeds' hangs in
   the training loop sleep), a collective, or no word at all: any rung, as without a witness.
@@ -48,6 +48,10 @@ def of(s: Supervision, kernel_said: bool = False) -> Evidence:
     ``kernel_said``: the kernel reported the GPU hung, so a stopped tree is the driver's doing, not a stop from outside."""
     a = s.current
     if frozen(s) and not kernel_said:
+        if a.ranks and not witness.all_stopped(a.ranks, a.stopped):
+            rank = witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped)
+            return Evidence(frozenset(), f"rank {rank}'s process is stopped (frozen from outside) while its peers wait "
+                                         f"for it: no rung changes it")
         return Evidence(frozenset(), "every process of the training is stopped (the tree frozen from outside): no "
                                      "rung changes it")
     seen = told(s)
@@ -72,10 +76,12 @@ def of(s: Supervision, kernel_said: bool = False) -> Evidence:
 
 
 def frozen(s: Supervision) -> bool:
-    """/proc shows the training process stopped: every rank's under DDP, else the sender of its progress."""
+    """/proc shows the training process stopped: under DDP the hung rank's (its peers then wait for it in a
+    collective; a process is only stopped by a signal or a debugger, which no rung changes), else the sender of its
+    progress."""
     a = s.current
     if a.ranks:
-        return witness.all_stopped(a.ranks, a.stopped)
+        return witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped) in witness.stopped_ranks(a.ranks, a.stopped)
     return a.progress_pid is not None and a.progress_pid in a.stopped
 
 
