@@ -60,6 +60,19 @@ def run(module: torch.nn.Module, steps: int, dtype=None, seed: int = 0, shape=(4
     return seen
 
 
+def twin_batchnorms(channels: int, kwargs: dict) -> tuple[torch.nn.BatchNorm2d, torch.nn.BatchNorm2d]:
+    """Two equal BatchNorm2d (affine parameters away from 1 and 0): one to run natively, one under the fallback."""
+    torch.manual_seed(0)
+    native = torch.nn.BatchNorm2d(channels, **kwargs)
+    if native.affine:
+        with torch.no_grad():
+            native.weight.uniform_(0.5, 1.5)
+            native.bias.uniform_(-0.5, 0.5)
+    patched = type(native)(channels, **kwargs)
+    patched.load_state_dict(native.state_dict())
+    return native, patched
+
+
 CONFIGS = [
     {},
     {"momentum": None},  # cumulative moving average, from num_batches_tracked
@@ -72,14 +85,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "default")
 def test_equal_to_torch_batchnorm2d_train_and_eval(kwargs):
-    torch.manual_seed(0)
-    native = torch.nn.BatchNorm2d(3, **kwargs)
-    if native.affine:
-        with torch.no_grad():
-            native.weight.uniform_(0.5, 1.5)
-            native.bias.uniform_(-0.5, 0.5)
-    patched = type(native)(3, **kwargs)
-    patched.load_state_dict(native.state_dict())
+    native, patched = twin_batchnorms(3, kwargs)
     expected = run(native, steps=3)
     fallback.enable()
     got = run(patched, steps=3)
@@ -125,14 +131,7 @@ def test_the_rows_route_is_for_few_channels_over_large_planes():
 @pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "default")
 def test_rows_route_equal_to_torch_batchnorm2d_train_and_eval(kwargs):
     """The same arithmetic by ATen's other kernels: equal to float32 rounding (the sums run in another order)."""
-    torch.manual_seed(0)
-    native = torch.nn.BatchNorm2d(4, **kwargs)
-    if native.affine:
-        with torch.no_grad():
-            native.weight.uniform_(0.5, 1.5)
-            native.bias.uniform_(-0.5, 0.5)
-    patched = type(native)(4, **kwargs)
-    patched.load_state_dict(native.state_dict())
+    native, patched = twin_batchnorms(4, kwargs)
     expected = run(native, steps=3, shape=ROWS_SHAPE)
     fallback.enable()
     got = run(patched, steps=3, shape=ROWS_SHAPE)
