@@ -49,9 +49,8 @@ def of(s: Supervision, kernel_said: bool = False) -> Evidence:
     a = s.current
     if frozen(s) and not kernel_said:
         if a.ranks and not witness.all_stopped(a.ranks, a.stopped):
-            rank = witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped)
-            return Evidence(frozenset(), f"rank {rank}'s process is stopped (frozen from outside) while its peers wait "
-                                         f"for it: no rung changes it")
+            return Evidence(frozenset(), f"rank {hung(s)}'s process is stopped (frozen from outside) while its peers "
+                                         f"wait for it: no rung changes it")
         return Evidence(frozenset(), "every process of the training is stopped (the tree frozen from outside): no "
                                      "rung changes it")
     seen = told(s)
@@ -81,15 +80,21 @@ def frozen(s: Supervision) -> bool:
     progress."""
     a = s.current
     if a.ranks:
-        return witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped) in witness.stopped_ranks(a.ranks, a.stopped)
+        return hung(s) in witness.stopped_ranks(a.ranks, a.stopped)
     return a.progress_pid is not None and a.progress_pid in a.stopped
+
+
+def hung(s: Supervision) -> int | None:
+    """Under DDP the rank the others wait for (witness.hung_rank); None outside DDP."""
+    a = s.current
+    return witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped)
 
 
 def told(s: Supervision) -> witness.WaitSeen | None:
     """The word that tells the hang: under DDP the hung rank's (None where it said nothing), else the best said."""
     a = s.current
     if a.ranks:
-        return a.waits.get(witness.hung_rank(a.ranks, a.waits, a.loaders, a.stopped))
+        return a.waits.get(hung(s))
     return witness.telling(a.waits, a.loaders)[0]
 
 
