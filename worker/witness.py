@@ -172,8 +172,8 @@ def short_path(path: str) -> str:
 
 def loader_wait(stack: Stack) -> Match | None:
     frame = stack.first((BATCH_WAIT_FILE,), BATCH_WAIT_FUNCTIONS)
-    if frame is None:
-        return None
+    if frame is None or any(_own(f) for f in stack.frames[:stack.frames.index(frame)]):
+        return None  # code of the training's own run inside the wait (a signal's handler) waits on what it waits on
     it = frame.f_locals.get("self")
     module = sys.modules.get("torch.utils.data.dataloader")
     if module is None or not isinstance(it, module._MultiProcessingDataLoaderIter):
@@ -191,6 +191,13 @@ def loader_wait(stack: Stack) -> Match | None:
     pid = workers[worker].pid if worker is not None and worker < len(workers) else None
     return Match(frame.f_code.co_name, (("loader", loader_name(it)), ("worker", worker), ("worker_pid", pid),
                                         ("batch_index", batch)))
+
+
+def _own(frame: Any) -> bool:
+    """A frame of neither torch nor Python's standard library: what a loader's wait is made of is only theirs."""
+    path = frame.f_code.co_filename
+    return not (_TORCH in path or path.startswith("<frozen ")
+                or path.startswith(_STDLIB + os.sep) and "-packages" not in path)
 
 
 _SHARER = stdlib(os.path.join("multiprocessing", "resource_sharer.py"))

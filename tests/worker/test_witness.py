@@ -125,6 +125,18 @@ def test_a_batch_read_from_a_stopped_worker_names_that_worker_not_the_batch_awai
         assert "multiprocessing/connection.py" in report.where and report.where.endswith(" in _recv"), report.where
 
 
+def test_a_wait_of_its_own_run_inside_the_loaders_wait_is_that_wait_not_the_loaders(trainer, tmp_path):
+    """A signal's handler that blocks on a lock runs on top of the loader's frames (the main thread waited there for a
+    batch): the training process waits on the lock, which no loader rung changes. Seen in CI: a rank hung this way
+    was called a loader wait, and its peer's rank-0 test failed on the word."""
+    with scenario(trainer, tmp_path, kind="loader", how="handler", pin=False) as s:
+        s.file(s.marker)  # a worker holds BLOCK_AT: the training process waits in the loader
+        s.wait_for(WaitKind.LOADER, batch_index=BLOCK_AT)
+        os.kill(s.pid, signal.SIGUSR2)
+        report = s.wait_for(WaitKind.LOCK)
+        assert report.where == f"tests/fixtures/witness_process.py:{fixture_line('handler')} in handler"
+
+
 def test_a_main_thread_on_a_lock_of_its_own_is_seen_on_the_lock(trainer, tmp_path):
     with scenario(trainer, tmp_path, kind="main", how="lock") as s:
         report = s.wait_for(WaitKind.LOCK)
