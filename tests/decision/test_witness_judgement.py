@@ -324,6 +324,22 @@ def test_at_an_epochs_end_one_place_keeps_the_ends_own_bound_and_a_device_wait_g
         assert "KillTree" in kinds(d.at(last + at + 0.01)(core.Tick())), kind
 
 
+@pytest.mark.parametrize("phase", ["ending", "done"])
+def test_once_trained_through_one_place_keeps_the_ends_own_bound(phase):
+    """CI (tests/worker/test_ddp.py, twice): rank 1 trained through held one place in Ultralytics' ``_clear_memory``
+    for 3 s while rank 0 validated best.pt, and the run got a second incident, "hang in done", at the idle floor. A
+    rank's teardown is seen once per run: save_timeout bounds it, not training's rhythm."""
+    d = loading()
+    d.beat(phase, kind="phase", epoch=3, epochs=3, batch=10, batches=10)
+    last = d.t
+    for k in range(1, 13):
+        d.t = last + 0.5 * k
+        d.beat(phase, kind="wait", pid=PID, progress=d.progress,
+               wait={"kind": "elsewhere", "where": "trainer.py:700 in _clear_memory", "stalled": 0.5 * k})
+    assert watchdog.deadline(d.s).label == "save_timeout"
+    assert verdicts(d.at(last + 6.0)(core.Tick())) == []
+
+
 @pytest.mark.parametrize("after", ["validation", "a mid-epoch checkpoint"])
 def test_a_spin_after_the_save_stretch_is_found_at_the_idle_floor(after):
     """Issue 48: the training process spinning in its forward right after "train" is said again (an epoch's first

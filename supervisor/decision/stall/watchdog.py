@@ -249,8 +249,10 @@ def held_place(s: Supervision, seen: witness.WaitSeen | None, culprit: int | Non
     """Where the witness held the main thread for the whole stall, bounded as training's or validation's
     (``witness.held_at``); None: not so. Not while the save stretch is said: validation's set-up and the save hold one
     place for seconds after a resume; from the next "train" on (the next epoch's first forward, after
-    a mid-epoch checkpoint) it is training's."""
-    if s.current.progress.phase == Phase.SAVE.value:
+    a mid-epoch checkpoint) it is training's. Nor once trained through (the ending, done): a rank's teardown holds one
+    place while its peers end theirs (rank 1 in Ultralytics' ``_clear_memory`` while rank 0 validates best.pt), seen
+    once per run; ``save_timeout`` bounds it."""
+    if s.current.progress.phase in (Phase.SAVE.value, Phase.ENDING.value, Phase.DONE.value):
         return None
     return witness.held_at(seen, culprit, s.state, evidence_phase(s))
 
