@@ -336,8 +336,12 @@ def _phase_grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tenso
     else:
         phases = torch.matmul(stacked, cols.view(n, groups, -1, bh * bw))
     top, left = lh + ph, lw + pw  # im2col's row top + a reads offset lh from row a
-    phases = phases.view(n, cin, sh, sw, bh, bw)[:, :, :, :, top : top + ah, left : left + aw]
-    grad_input = phases.permute(0, 1, 4, 2, 5, 3).reshape(n, cin, ah * sh, aw * sw)
+    # The (n, cin, sh, sw, bh, bw) product's window [top : top + ah, left : left + aw], permuted to
+    # (n, cin, ah, sh, aw, sw): one strided view, one ATen call where a view, two slices and a permute are four.
+    plane = bh * bw
+    strides = (cin * sh * sw * plane, sh * sw * plane, bw, sw * plane, 1, plane)
+    window = phases.as_strided((n, cin, ah, sh, aw, sw), strides, phases.storage_offset() + top * bw + left)
+    grad_input = window.reshape(n, cin, ah * sh, aw * sw)
     return grad_input if (ah * sh, aw * sw) == (h, w) else grad_input[..., :h, :w]
 
 
@@ -347,8 +351,10 @@ _phase_cache: dict = {}
 def _phase_weight(weight: torch.Tensor, geo: _Geometry, groups: int, window: tuple[int, int]) -> torch.Tensor:
     """The weight's taps stacked per phase for ``_phase_grad_input``: (Cin*sh*sw, Cout*kh*kw) rows (ci, rh, rw) and
     columns (co, u, v), or one such matrix per group; zero where phase (rh, rw) has no tap at window place (u, v).
-    Indices made once per shape, device and geometry; per call a concatenation of one zero and one gather."""
-    key = (weight.shape, weight.device, weight.dtype, groups, geo.phases)
+    Indices and the mask of the places with no tap made once per shape, device and geometry; per call one gather
+    and one fill (zeros written, not multiplied in: a weight that is not finite stays out of the phases it has
+    no tap in, as in the native gradient)."""
+    key = (weight.shape, weight.device, groups, geo.phases)
     cached = _phase_cache.get(key)
     if cached is None:
         cout, cin_g, kh, kw = weight.shape
@@ -356,15 +362,16 @@ def _phase_weight(weight: torch.Tensor, geo: _Geometry, groups: int, window: tup
         (sh, sw), (taps_h, taps_w) = geo.stride, (geo.phases[0][2], geo.phases[1][2])
         # (g, cin_g, cout_g, kh, kw): where weight[g*cout_g + co, ci, i, j] sits in the flattened weight
         where = torch.arange(weight.numel()).view(groups, cout_g, cin_g, kh, kw).transpose(1, 2)
-        index = torch.full((groups, cin_g, sh, sw, cout_g, *window), weight.numel())  # the appended zero
+        index = torch.full((groups, cin_g, sh, sw, cout_g, *window), -1)  # -1: no tap there, a zero
         for (rh, u), i in taps_h:
             for (rw, v), j in taps_w:
                 index[:, :, rh, rw, :, u, v] = where[..., i, j]
         index = index.view(groups, cin_g * sh * sw, -1)
         index = index[0] if groups == 1 else index
-        cached = _phase_cache[key] = index.to(weight.device), weight.new_zeros(1)
-    index, zero = cached
-    return torch.cat((weight.reshape(-1), zero)).take(index)
+        empty = index < 0
+        cached = _phase_cache[key] = index.clamp(min=0).to(weight.device), empty.to(weight.device)
+    index, empty = cached
+    return weight.take(index).masked_fill_(empty, 0)
 
 
 _flip_index_cache: dict = {}
