@@ -192,12 +192,13 @@ class _Conv2dMatmul(torch.autograd.Function):
             if need_input and geo.input_grad == "flipped":
                 grad_input, grad_weight = _flipped_grads(x, grad_out, weight, geo, groups, need_weight)
             else:
+                gy = grad_out.view(grad_out.shape[0], grad_out.shape[1], -1)  # (n, cout, Ho*Wo), for both GEMMs
                 if need_weight:
-                    grad_weight = _weight_grad(x, grad_out, weight, geo, groups)
+                    grad_weight = _weight_grad(x, gy, weight, geo, groups)
                 if need_input and geo.input_grad == "phases":
                     grad_input = _phase_grad_input(grad_out, weight, x.shape, geo, groups)
                 elif need_input:
-                    grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
+                    grad_input = _grad_input(gy, weight, x.shape, groups)
             if grad_input is not None and geo.extra is not None:
                 left, right, top, bottom = geo.extra
                 h, w = grad_input.shape[-2:]
@@ -216,7 +217,7 @@ def _conv_matmul(x, weight, bias, geo, groups) -> torch.Tensor:
     ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, ho * wo, geo.pointwise)
     if groups == 1:
-        wmat = weight.reshape(cout, -1).expand(n, -1, -1)  # a stride-0 batch: no copy
+        wmat = _weight_batch(weight, n, transposed=False)
         out = torch.baddbmm(bias.view(1, cout, 1), wmat, cols) if bias is not None else torch.bmm(wmat, cols)
     else:
         wmat = weight.reshape(groups, cout // groups, -1)
@@ -224,6 +225,20 @@ def _conv_matmul(x, weight, bias, geo, groups) -> torch.Tensor:
         if bias is not None:
             out = out + bias.view(1, cout, 1)
     return out.view(n, cout, ho, wo)
+
+
+def _weight_batch(weight: torch.Tensor, n: int, transposed: bool) -> torch.Tensor:
+    """The weight as the (Cout, Cin*kh*kw) matrix (or its transpose) repeated n times with a batch stride of 0, no
+    copy: the left operand of a batched GEMM. One strided view, one ATen call where reshape, transpose and expand
+    are up to three; a weight that is not contiguous (a channels-last model's) takes those."""
+    cout = weight.shape[0]
+    k = weight.numel() // cout
+    if not weight.is_contiguous():
+        matrix = weight.reshape(cout, k)
+        return (matrix.t() if transposed else matrix).expand(n, -1, -1)
+    if transposed:
+        return weight.as_strided((n, k, cout), (0, 1, k), weight.storage_offset())
+    return weight.as_strided((n, cout, k), (0, k, 1), weight.storage_offset())
 
 
 def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -256,9 +271,8 @@ def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch
     return grad_input.view(n, cin, h, w), grad_weight
 
 
-def _weight_grad(x, grad_out, weight, geo, groups) -> torch.Tensor:
-    n, cout = grad_out.shape[:2]
-    gy = grad_out.view(n, cout, -1)
+def _weight_grad(x, gy, weight, geo, groups) -> torch.Tensor:
+    n, cout = gy.shape[:2]
     cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, gy.shape[2], geo.pointwise)
     if groups == 1:
         # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
@@ -298,14 +312,13 @@ def _k_chunks(m: int, n: int, k: int) -> int:
     return next((s for s in range(min(64, k // SPLIT_K_CHUNK), 1, -1) if k % s == 0), 1)
 
 
-def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
-    """The input gradient of a pointwise convolution: a GEMM with the transposed weight."""
-    n, cout = grad_out.shape[:2]
-    cin_g = weight.shape[1]
+def _grad_input(gy, weight, input_shape, groups) -> torch.Tensor:
+    """The input gradient of a pointwise convolution from its (n, Cout, H*W) output gradient: a GEMM with the
+    transposed weight."""
+    n, cout = gy.shape[:2]
     _, _, h, w = input_shape
-    gy = grad_out.view(n, cout, -1)
     if groups == 1:
-        gcols = torch.bmm(weight.reshape(cout, -1).t().expand(n, -1, -1), gy)
+        gcols = torch.bmm(_weight_batch(weight, n, transposed=True), gy)
     else:
         wmat_t = weight.reshape(groups, cout // groups, -1).transpose(1, 2)
         gcols = torch.matmul(wmat_t, gy.view(n, groups, cout // groups, -1)).view(n, -1, gy.shape[-1])
