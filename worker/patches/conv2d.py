@@ -24,8 +24,8 @@ except for float32 on a GPU whose matmul precision differs from cuDNN's (see Pre
 only the Function can set around its backward. No native convolution kernel runs, forward or
 backward.
 
-Why this shape: each convolution is kept to a few ATen calls and kernels (a 3x3 at stride 1: 8
-calls and 2 kernels forward, about 15 calls and 6 kernels backward; a 1x1: 5 calls and 1 kernel
+Why this shape: each convolution is kept to a few ATen calls and kernels (a 3x3 at stride 1: 7
+calls and 2 kernels forward, 13 calls and 6 kernels backward; a 1x1: 5 calls and 1 kernel
 forward, 3 kernels backward run by autograd's C++) and no layout conversions, and what depends only
 on a convolution's stride, padding, dilation and kernel size (``_Geometry``) is worked out once per
 distinct set, not at every call: on a fast GPU a small model's step is partly host time. What is
