@@ -358,3 +358,20 @@ def test_a_tiny_weight_gradient_over_a_long_k_is_split_and_equals_native():
     batches = {e.input_shapes[0][0] for e in prof.events() if e.name == "aten::bmm"}
     assert max(batches) > 2  # the forward's GEMM has one an image, the weight gradient's one a chunk
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("kernel,stride,padding", [(1, 1, 0), (3, 1, 1), (3, 2, 1)])
+def test_the_function_path_equals_native_for_every_weight_layout(layout, kernel, stride, padding):
+    # A 1x1 convolution takes the Function on a GPU whose float32 matmul precision is not cuDNN's (not on a CPU):
+    # driven here directly, with a contiguous weight (one strided view of it) and a channels-last one (reshaped).
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(2, 4, 9, 9, generator=g, requires_grad=True)
+    w = torch.randn(6, 4, kernel, kernel, generator=g).to(memory_format=layout).requires_grad_()
+    b = torch.randn(6, generator=g, requires_grad=True)
+    gy = torch.randn(F.conv2d(x, w, b, stride, padding).shape, generator=g)
+    geo = fallback._geometry(stride, padding, 1, w)
+    expected = grads(lambda x, w, b: F.conv2d(x, w, b, stride, padding), x, w, b, gy)
+    got = grads(lambda x, w, b: fallback._Conv2dMatmul.apply(x, w, b, geo, 1), x, w, b, gy)
+    for name, e, o in zip(["out", "grad input", "grad weight", "grad bias"], expected, got):
+        torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-4, msg=name)

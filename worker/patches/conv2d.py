@@ -24,8 +24,8 @@ except for float32 on a GPU whose matmul precision differs from cuDNN's (see Pre
 only the Function can set around its backward. No native convolution kernel runs, forward or
 backward.
 
-Why this shape: each convolution is kept to a few ATen calls and kernels (a 3x3 at stride 1: 8
-calls and 2 kernels forward, about 15 calls and 6 kernels backward; a 1x1: 5 calls and 1 kernel
+Why this shape: each convolution is kept to a few ATen calls and kernels (a 3x3 at stride 1: 7
+calls and 2 kernels forward, 13 calls and 6 kernels backward; a 1x1: 5 calls and 1 kernel
 forward, 3 kernels backward run by autograd's C++) and no layout conversions, and what depends only
 on a convolution's stride, padding, dilation and kernel size (``_Geometry``) is worked out once per
 distinct set, not at every call: on a fast GPU a small model's step is partly host time. What is
@@ -192,12 +192,13 @@ class _Conv2dMatmul(torch.autograd.Function):
             if need_input and geo.input_grad == "flipped":
                 grad_input, grad_weight = _flipped_grads(x, grad_out, weight, geo, groups, need_weight)
             else:
+                gy = grad_out.view(grad_out.shape[0], grad_out.shape[1], -1)  # (n, cout, Ho*Wo), for both GEMMs
                 if need_weight:
-                    grad_weight = _weight_grad(x, grad_out, weight, geo, groups)
+                    grad_weight = _weight_grad(x, gy, weight, geo, groups)
                 if need_input and geo.input_grad == "phases":
                     grad_input = _phase_grad_input(grad_out, weight, x.shape, geo, groups)
                 elif need_input:
-                    grad_input = _grad_input(grad_out, weight, x.shape, geo, groups)
+                    grad_input = _grad_input(gy, weight, x.shape, groups)
             if grad_input is not None and geo.extra is not None:
                 left, right, top, bottom = geo.extra
                 h, w = grad_input.shape[-2:]
@@ -216,7 +217,7 @@ def _conv_matmul(x, weight, bias, geo, groups) -> torch.Tensor:
     ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, ho * wo, geo.pointwise)
     if groups == 1:
-        wmat = weight.reshape(cout, -1).expand(n, -1, -1)  # a stride-0 batch: no copy
+        wmat = _weight_batch(weight, n, transposed=False)
         out = torch.baddbmm(bias.view(1, cout, 1), wmat, cols) if bias is not None else torch.bmm(wmat, cols)
     else:
         wmat = weight.reshape(groups, cout // groups, -1)
@@ -224,6 +225,20 @@ def _conv_matmul(x, weight, bias, geo, groups) -> torch.Tensor:
         if bias is not None:
             out = out + bias.view(1, cout, 1)
     return out.view(n, cout, ho, wo)
+
+
+def _weight_batch(weight: torch.Tensor, n: int, transposed: bool) -> torch.Tensor:
+    """The weight as the (Cout, Cin*kh*kw) matrix (or its transpose) repeated n times with a batch stride of 0, no
+    copy: the left operand of a batched GEMM. One strided view, one ATen call where reshape, transpose and expand
+    are up to three; a weight that is not contiguous (a channels-last model's) takes those."""
+    cout = weight.shape[0]
+    k = weight.numel() // cout
+    if not weight.is_contiguous():
+        matrix = weight.reshape(cout, k)
+        return (matrix.t() if transposed else matrix).expand(n, -1, -1)
+    if transposed:
+        return weight.as_strided((n, k, cout), (0, 1, k), weight.storage_offset())
+    return weight.as_strided((n, cout, k), (0, k, 1), weight.storage_offset())
 
 
 def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -256,9 +271,8 @@ def _flipped_grads(x, grad_out, weight, geo, groups, need_weight) -> tuple[torch
     return grad_input.view(n, cin, h, w), grad_weight
 
 
-def _weight_grad(x, grad_out, weight, geo, groups) -> torch.Tensor:
-    n, cout = grad_out.shape[:2]
-    gy = grad_out.view(n, cout, -1)
+def _weight_grad(x, gy, weight, geo, groups) -> torch.Tensor:
+    n, cout = gy.shape[:2]
     cols = _columns(x, geo.kernel, geo.stride, geo.padding, geo.dilation, gy.shape[2], geo.pointwise)
     if groups == 1:
         # (n, cout, K) then summed over the batch: a GEMM over the batch folded into the columns
@@ -298,14 +312,13 @@ def _k_chunks(m: int, n: int, k: int) -> int:
     return next((s for s in range(min(64, k // SPLIT_K_CHUNK), 1, -1) if k % s == 0), 1)
 
 
-def _grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tensor:
-    """The input gradient of a pointwise convolution: a GEMM with the transposed weight."""
-    n, cout = grad_out.shape[:2]
-    cin_g = weight.shape[1]
+def _grad_input(gy, weight, input_shape, groups) -> torch.Tensor:
+    """The input gradient of a pointwise convolution from its (n, Cout, H*W) output gradient: a GEMM with the
+    transposed weight."""
+    n, cout = gy.shape[:2]
     _, _, h, w = input_shape
-    gy = grad_out.view(n, cout, -1)
     if groups == 1:
-        gcols = torch.bmm(weight.reshape(cout, -1).t().expand(n, -1, -1), gy)
+        gcols = torch.bmm(_weight_batch(weight, n, transposed=True), gy)
     else:
         wmat_t = weight.reshape(groups, cout // groups, -1).transpose(1, 2)
         gcols = torch.matmul(wmat_t, gy.view(n, groups, cout // groups, -1)).view(n, -1, gy.shape[-1])
@@ -336,8 +349,12 @@ def _phase_grad_input(grad_out, weight, input_shape, geo, groups) -> torch.Tenso
     else:
         phases = torch.matmul(stacked, cols.view(n, groups, -1, bh * bw))
     top, left = lh + ph, lw + pw  # im2col's row top + a reads offset lh from row a
-    phases = phases.view(n, cin, sh, sw, bh, bw)[:, :, :, :, top : top + ah, left : left + aw]
-    grad_input = phases.permute(0, 1, 4, 2, 5, 3).reshape(n, cin, ah * sh, aw * sw)
+    # The (n, cin, sh, sw, bh, bw) product's window [top : top + ah, left : left + aw], permuted to
+    # (n, cin, ah, sh, aw, sw): one strided view, one ATen call where a view, two slices and a permute are four.
+    plane = bh * bw
+    strides = (cin * sh * sw * plane, sh * sw * plane, bw, sw * plane, 1, plane)
+    window = phases.as_strided((n, cin, ah, sh, aw, sw), strides, phases.storage_offset() + top * bw + left)
+    grad_input = window.reshape(n, cin, ah * sh, aw * sw)
     return grad_input if (ah * sh, aw * sw) == (h, w) else grad_input[..., :h, :w]
 
 
@@ -347,8 +364,10 @@ _phase_cache: dict = {}
 def _phase_weight(weight: torch.Tensor, geo: _Geometry, groups: int, window: tuple[int, int]) -> torch.Tensor:
     """The weight's taps stacked per phase for ``_phase_grad_input``: (Cin*sh*sw, Cout*kh*kw) rows (ci, rh, rw) and
     columns (co, u, v), or one such matrix per group; zero where phase (rh, rw) has no tap at window place (u, v).
-    Indices made once per shape, device and geometry; per call a concatenation of one zero and one gather."""
-    key = (weight.shape, weight.device, weight.dtype, groups, geo.phases)
+    Indices and the mask of the places with no tap made once per shape, device and geometry; per call one gather
+    and one fill (zeros written, not multiplied in: a weight that is not finite stays out of the phases it has
+    no tap in, as in the native gradient)."""
+    key = (weight.shape, weight.device, groups, geo.phases)
     cached = _phase_cache.get(key)
     if cached is None:
         cout, cin_g, kh, kw = weight.shape
@@ -356,15 +375,16 @@ def _phase_weight(weight: torch.Tensor, geo: _Geometry, groups: int, window: tup
         (sh, sw), (taps_h, taps_w) = geo.stride, (geo.phases[0][2], geo.phases[1][2])
         # (g, cin_g, cout_g, kh, kw): where weight[g*cout_g + co, ci, i, j] sits in the flattened weight
         where = torch.arange(weight.numel()).view(groups, cout_g, cin_g, kh, kw).transpose(1, 2)
-        index = torch.full((groups, cin_g, sh, sw, cout_g, *window), weight.numel())  # the appended zero
+        index = torch.full((groups, cin_g, sh, sw, cout_g, *window), -1)  # -1: no tap there, a zero
         for (rh, u), i in taps_h:
             for (rw, v), j in taps_w:
                 index[:, :, rh, rw, :, u, v] = where[..., i, j]
         index = index.view(groups, cin_g * sh * sw, -1)
         index = index[0] if groups == 1 else index
-        cached = _phase_cache[key] = index.to(weight.device), weight.new_zeros(1)
-    index, zero = cached
-    return torch.cat((weight.reshape(-1), zero)).take(index)
+        empty = index < 0
+        cached = _phase_cache[key] = index.clamp(min=0).to(weight.device), empty.to(weight.device)
+    index, empty = cached
+    return weight.take(index).masked_fill_(empty, 0)
 
 
 _flip_index_cache: dict = {}
