@@ -116,7 +116,7 @@ def rank_link() -> SupervisorLink:
     if record.options.forks_from_server(loader_workers(record.train, record.trainer_args)):
         # at the rank's first line, before its process group, model and checkpoint (and any thread): forked from the
         # rank, whose imports are done, ready before the loader first asks for a worker
-        start_forkserver()
+        start_forkserver(fork=True)
     apply_patches(record)
     startup_steps.install()
     CLOCK.rank_started()
