@@ -46,7 +46,6 @@ from worker.heartbeat import ENV_FD, ENV_PATH, Heartbeat
 from worker.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
 from worker.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
 from worker.startup_clock import CLOCK
-from worker.startup_steps import STEPS
 
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
 ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES:SAMPLES" of a mid-epoch checkpoint, for the ranks
@@ -123,8 +122,8 @@ def rank_link() -> SupervisorLink:
     hb = Heartbeat.from_env(witness=True)  # the rank's own witness, on its main thread (worker/witness.py)
     hb.phase("setup")
     # the rank's steps, kept per rank for the restart's parts (the incident's rank_parts)
-    STEPS.attach(hb)
-    STEPS.enter(StartupStep.CHECKPOINT)  # the trainer built by the caller: its arguments, the checkpoint's read
+    startup_steps.STEPS.attach(hb)
+    startup_steps.STEPS.enter(StartupStep.CHECKPOINT)  # the trainer built by the caller: its arguments, the checkpoint's read
     return link_from_record(record, hb, rank=rank, resume_point=resume_point_from_env())
 
 
