@@ -33,7 +33,9 @@ run's goodput (status ``goodput``: the share of the wall time whose training was
 - ``rungs`` (issue 49): the restart at each rung of the CUDA default ladder (``--rungs``, its indices): a run whose
   ladder is that rung's settings alone, with ``in_place = false``; a loader worker of rank 1 blocked once it trains,
   so that the restart climbs onto the rung; the verdict -> next first batch and its parts (``restart_parts``: kill,
-  to the spawn, each startup step), and the rung the next attempt ran. The run stops at that batch.
+  to the spawn, each startup step), each rank's (``rank_parts``: from the spawn to the rank's first word, then each
+  of its steps: checkpoint, process_group, model, ..., first_batch, first_step), and the rung the next attempt ran.
+  The run stops at that batch.
 
     python -m bench.ddp --gpu --cases standby,device,loader,tree,hosts     # 2 GPUs
     python -m bench.ddp --cases standby,loader,tree,hosts                  # the CPU drill: 2 gloo ranks
@@ -401,7 +403,8 @@ def incident_rows(incidents: list[dict]) -> list[dict]:
                      "restart_s": i.get("restart_seconds"), "lost_s": i.get("lost_seconds"),
                      "in_place_s": round(sum(cost.get(k) or 0 for k in ("action", "to_next_batch")), 2)
                      if cost else None,
-                     "restart_parts": i.get("restart_parts"), "rung": i.get("rung"), "witness": i.get("witness")})
+                     "restart_parts": i.get("restart_parts"), "rank_parts": i.get("rank_parts"),
+                     "rung": i.get("rung"), "witness": i.get("witness")})
     return rows
 
 
@@ -489,6 +492,9 @@ def run_rungs(a: argparse.Namespace, data: str, out: Path) -> list[dict]:
         print(f"bench: rungs: rung {index} ({ladder.label(index)}): restart {r.get('restart_s')} s (the next attempt "
               f"at rung {r.get('next_rung')}, rank {r.get('hung_rank')} named); parts {r.get('restart_parts')}"
               + (f"; {r['error']}" if "error" in r else ""), flush=True)
+        for rank in r.get("rank_parts") or []:
+            print(f"bench: rungs: rung {index}: rank {rank['rank']}: " + ", ".join(
+                f"{part} {seconds:.2f}" for part, seconds in rank["parts"].items()), flush=True)
     return results
 
 

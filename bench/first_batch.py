@@ -6,10 +6,13 @@ Ultralytics; for "forkserver" it starts the server with the worker's preload (wo
 touches the device, and waits until its imports are done (``server ready``: the cost a standby pays ahead); then it
 builds a model on the device and runs it once (on a GPU: the CUDA runtime a forked worker inherits), builds the
 training loader (``--workers`` processes, the embedded demo at ``--imgsz``, mosaic and all), and times its first batch
-(the workers' start) and its samples/s over ``--batches`` batches after the ones prefetched meanwhile. Rounds are
+(the workers' start) and its samples/s over ``--batches`` batches after the ones prefetched meanwhile. Also (issue
+49): ``forkserver-forked``, the server forked from this process (a DDP rank's, worker/loaders.py); ``threads``, the
+threads loader (``--threads``), and ``threads-all-at-once``, its threads each handed their first batches at once. Rounds are
 interleaved; the best round of each method is printed, with the ratios to fork.
 
     .venv/bin/python -m bench.first_batch                 # the CPU demo: 2 workers, 64 px
+    .venv/bin/python -m bench.first_batch --methods forkserver,forkserver-forked,threads,threads-all-at-once
     python3 -m bench.first_batch --gpu                    # a GPU: 8 workers, 640 px, batch 32, 1,024 images
 """
 
@@ -27,7 +30,7 @@ from bench.harness import ROOT
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-METHODS = ("fork", "spawn", "forkserver")
+METHODS = ("fork", "spawn", "forkserver", "forkserver-forked", "threads", "threads-all-at-once")
 
 
 def endless(loader):
@@ -48,11 +51,11 @@ def one(method: str, args: argparse.Namespace) -> dict[str, float]:
     from worker.loaders import start_forkserver, start_workers_with
 
     result = {"imports": time.perf_counter() - began}
-    if method == "forkserver":
+    if method.startswith("forkserver"):
         import multiprocessing
 
         started = time.perf_counter()
-        start_forkserver()
+        start_forkserver(fork=method == "forkserver-forked")
         ready = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
         ready.start()  # served once the server's imports are done
         ready.join()
@@ -66,13 +69,21 @@ def one(method: str, args: argparse.Namespace) -> dict[str, float]:
     cfg = get_cfg(overrides={"imgsz": args.imgsz, "task": "detect"})
     dataset = build_yolo_dataset(cfg, data["train"], args.batch, data, mode="train")
     loader = build_dataloader(dataset, args.batch, args.workers, shuffle=True, rank=-1, device=str(device))
-    start_workers_with(loader, method)
+    if method.startswith("threads"):
+        from worker import thread_loader
+
+        if method == "threads-all-at-once":  # every thread's first batches handed over at its start
+            thread_loader.START_WINDOW = 1 << 30
+        loader = thread_loader.thread_loader_from(loader, args.threads or os.cpu_count() or 1)
+    else:
+        start_workers_with(loader, method.split("-")[0])
     started = time.perf_counter()
     batches = endless(loader)
     next(batches)
     result["first_batch"] = time.perf_counter() - started
-    for _ in range(2 * args.workers):  # what the workers prefetched while the others started: not their speed
+    for _ in range(2 * getattr(loader, "threads", args.workers)):  # what was prefetched while the rest started
         next(batches)
+    result["to_prefetched"] = time.perf_counter() - started  # the start's whole cost, not its first batch alone
     started, samples = time.perf_counter(), 0
     for _ in range(args.batches):
         samples += len(next(batches)["im_file"])
@@ -89,8 +100,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--images", type=int)
     parser.add_argument("--batches", type=int, default=60, help="timed after the first and the prefetched")
+    parser.add_argument("--threads", type=int, help="the threads loader's pool (default: the CPU count)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default="fork,spawn,forkserver")
     parser.add_argument("--one", choices=METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     preset = {"workers": 8, "imgsz": 640, "batch": 32, "images": 1024} if args.gpu else \
@@ -105,7 +117,8 @@ def main() -> int:
     print(f"first batch of Ultralytics' training loader, {args.workers} workers, {args.imgsz} px, batch {args.batch}, "
           f"{args.images} images, {'cuda:0' if args.gpu else 'cpu'}; best of {args.rounds} rounds", flush=True)
     best: dict[str, dict[str, float]] = {}
-    flags = [f"--{k}={getattr(args, k)}" for k in ("workers", "imgsz", "batch", "images", "batches")]
+    flags = [f"--{k}={getattr(args, k)}" for k in ("workers", "imgsz", "batch", "images", "batches")] + \
+        ([f"--threads={args.threads}"] if args.threads else [])
     for _ in range(args.rounds):
         for method in methods:
             out = subprocess.run([sys.executable, "-m", "bench.first_batch", "--one", method, *flags] + (["--gpu"] if args.gpu else []),

@@ -83,6 +83,9 @@ class StartupStep(str, Enum):
     worker that reports none is in ``imports`` from its spawn to its first batch."""
     IMPORTS = "imports"  # from the spawn: the interpreter, torch and Ultralytics imported (nothing, for a standby)
     CHECKPOINT = "checkpoint"  # the checkpoint read and the trainer built from it (a fresh start: the trainer alone)
+    # a DDP rank's process group formed (its rendezvous with the other ranks). Said by ranks alone, whose steps are
+    # kept per rank for the restart's parts, not bounded one by one: the launching worker's step bounds their start
+    PROCESS_GROUP = "process_group"
     MODEL = "model"  # the model built (on resume, its weights loaded) and moved to the device
     AMP_CHECK = "amp_check"  # the AMP check (after torch.compile, where asked for)
     DATASET = "dataset"  # a dataset built: its labels scanned, its images cached, with progress (``done``, ``total``)

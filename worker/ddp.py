@@ -39,11 +39,13 @@ from torch.nn.parallel import DistributedDataParallel
 from ultralytics.engine import validator
 from ultralytics.utils import LOCAL_RANK, RANK
 
-from worker.contract import ENV_COMMAND_FD, ENV_CPU_RANKS, LaunchRecord, loader_workers
+from worker import startup_steps
+from worker.contract import ENV_COMMAND_FD, ENV_CPU_RANKS, LaunchRecord, StartupStep, loader_workers
 from worker.exact_resume import ResumePoint
 from worker.heartbeat import ENV_FD, ENV_PATH, Heartbeat
 from worker.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
 from worker.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
+from worker.startup_clock import CLOCK
 
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
 ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES:SAMPLES" of a mid-epoch checkpoint, for the ranks
@@ -111,12 +113,17 @@ def rank_link() -> SupervisorLink:
     drop_ambient_capabilities()
     record = LaunchRecord.from_json(Path(path).read_text(), source=path)
     if record.options.forks_from_server(loader_workers(record.train, record.trainer_args)):
-        # at the rank's first line, before its process group, model and checkpoint: the forkserver's imports (its
-        # own process) are paid while those are built, not when the loader first asks for a worker
-        start_forkserver()
+        # at the rank's first line, before its process group, model and checkpoint (and any thread): forked from the
+        # rank, whose imports are done, ready before the loader first asks for a worker
+        start_forkserver(fork=True)
     apply_patches(record)
+    startup_steps.install()
+    CLOCK.rank_started()
     hb = Heartbeat.from_env(witness=True)  # the rank's own witness, on its main thread (worker/witness.py)
     hb.phase("setup")
+    # the rank's steps, kept per rank for the restart's parts (the incident's rank_parts)
+    startup_steps.STEPS.attach(hb)
+    startup_steps.STEPS.enter(StartupStep.CHECKPOINT)  # the trainer built by the caller: its arguments, the checkpoint's read
     return link_from_record(record, hb, rank=rank, resume_point=resume_point_from_env())
 
 

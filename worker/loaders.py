@@ -87,16 +87,103 @@ FORKSERVER_PRELOAD = ("torch", "cv2", "numpy", "ultralytics.data.build", "ultral
                       "ultralytics.data.augment", "worker.loaders", "worker.faults")
 
 
-def start_forkserver() -> None:
+def start_forkserver(fork: bool = False) -> None:
     """Start this process's forkserver with ``FORKSERVER_PRELOAD`` (at once; it imports in its own process), for
     loader workers started "forkserver". It is a fresh interpreter, not a fork of this process: it and its children
     inherit no GPU runtime state, whenever it is started; started early, its imports are done by the first batch.
-    Idempotent: a server running is kept."""
+    Idempotent: a server running is kept.
+
+    ``fork``: a process that has touched no GPU and runs one thread (a DDP rank at its first line, whose imports are
+    done) forks its server instead, ready at once: the same guarantees (no GPU runtime state to inherit, no page the
+    GPU maps), none of the seconds of a new interpreter's imports, which a rank's first batch waited for (two of
+    them at once with two ranks). Elsewhere, the new interpreter."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     from multiprocessing import forkserver
 
+    if fork and forkserver._forkserver._forkserver_pid is None and _fork_is_safe() \
+            and _fork_forkserver(forkserver._forkserver):
+        return
     forkserver.ensure_running()
+
+
+FORKED_SERVER_ARGS = {"listener_fd", "alive_r", "preload", "main_path", "sys_path", "authkey_r"}
+
+
+def _fork_is_safe() -> bool:
+    """One thread (a fork copies no lock another holds) and no CUDA runtime in this process."""
+    try:
+        if len(os.listdir("/proc/self/task")) != 1:
+            return False
+    except OSError:
+        return False
+    return not torch.cuda.is_initialized()
+
+
+def _fork_forkserver(server: Any) -> bool:
+    """What multiprocessing's ``ForkServer.ensure_running`` does, the server forked from this process instead of a
+    new interpreter's ``-c 'from multiprocessing.forkserver import main; main(...)'``; False where this Python's
+    ``main`` takes arguments it does not know."""
+    import inspect
+    import socket
+    from multiprocessing import connection, forkserver, resource_tracker, util
+
+    params = set(inspect.signature(forkserver.main).parameters)
+    if params - FORKED_SERVER_ARGS:
+        return False
+    with server._lock:
+        resource_tracker.ensure_running()
+        listener = socket.socket(socket.AF_UNIX)
+        address = connection.arbitrary_address("AF_UNIX")
+        listener.bind(address)
+        if not util.is_abstract_socket_namespace(address):
+            os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()  # every client holds the write end: at its last one's end the server exits
+        authkey_r = authkey_w = None
+        if "authkey_r" in params:
+            authkey_r, authkey_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            keep = [listener.fileno(), alive_r] + ([] if authkey_r is None else [authkey_r])
+            _serve_forked(keep, {} if authkey_r is None else {"authkey_r": authkey_r})
+        listener.close()
+        os.close(alive_r)
+        if authkey_r is not None:
+            os.close(authkey_r)
+            key = os.urandom(getattr(forkserver, "_AUTHKEY_LEN", 32))
+            os.write(authkey_w, key)
+            os.close(authkey_w)
+            server._forkserver_authkey = key
+        server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+    return True
+
+
+def _serve_forked(keep: list[int], kwargs: dict[str, int]) -> None:
+    """In the forked server: what a new interpreter's would hold (standard streams, the descriptors passed, default
+    SIGUSR1 where a rank set its own), then multiprocessing's server loop. Never returns."""
+    from multiprocessing import forkserver
+
+    code = 1
+    try:
+        die_with_parent()
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+        low = 3
+        for fd in sorted(keep):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+        forkserver.main(keep[0], keep[1], list(FORKSERVER_PRELOAD), **kwargs)
+    except SystemExit:  # the last client is gone
+        code = 0
+    except BaseException:  # noqa: BLE001  (said as the server's own interpreter would)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
 
 
 def forkserver_pid() -> int | None:

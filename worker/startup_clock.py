@@ -43,6 +43,13 @@ class StartupClock:
             self.profile = cProfile.Profile()
             self.profile.enable()
 
+    def rank_started(self) -> None:
+        """A DDP rank's start is measured from its process's: a rank forked by the rank server (worker/rank_server.py)
+        holds the server's clock, made at its imports."""
+        self.began = process_start_wall()
+        self.marks = []
+        self.origin = "rank start"
+
     def mark(self, stage: str) -> None:
         """``stage`` just ended."""
         self.marks.append((stage, time.time()))

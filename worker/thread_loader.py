@@ -35,7 +35,7 @@ Life cycle: the loader threads run only inside an epoch's iteration, and are sto
 iterator is dropped, so none runs during validation or outlives training. Batches already made are kept, and the
 next iteration goes on from them. ``reset()`` (after close_mosaic) starts over as torch's does: a new base seed, a new
 permutation and fresh dataset copies. Memory is bounded: at most ``prefetch_factor`` batches per thread are made or
-waiting.
+waiting; at a start, fewer (``START_WINDOW``), so that the first batch is not made beside every other thread's.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ SHARED_DATASET_ATTRS = ("labels", "im_files", "label_files", "npy_files", "batch
 RAM_CACHE_ATTRS = ("ims", "im_hw0", "im_hw")  # read-only too when cache == "ram" (no eviction then)
 RNG_USING_MODULES = ("ultralytics.data.augment",)  # where Ultralytics draws augmentation randomness
 
+# Batches handed to the threads when they start, doubled at each batch taken up to prefetch_factor x threads: the
+# Python half of a sample holds the GIL, so N threads each making their first batch at once made the first one wait
+# for about N batches' worth of it (32 threads, a rank's CPU count). Which stream makes which batch, and from which
+# draws, does not depend on when it is handed over.
+START_WINDOW = 2
 _current = threading.local()  # .stream: the _Stream the calling loader thread serves
 
 
@@ -143,6 +148,7 @@ class ThreadDataLoader:
         # starts over, so the permutations after a reset are the same too.
         self.lookahead = lookahead
         self._run: _Run | None = None
+        self._window = START_WINDOW  # batches in the making ahead of the next one taken (START_WINDOW says why)
         self._workers: list[threading.Thread] = []
         self._owner: object | None = None  # the iteration that started the running threads
         install_per_stream_random()
@@ -162,8 +168,10 @@ class ThreadDataLoader:
                 if not self._workers:  # first batch, or close() was called between two batches
                     self._start_workers(run)
                     self._owner = token
-                self._dispatch_to(run, run.yielded + self.prefetch_factor * self.threads)
+                    self._window = START_WINDOW
+                self._dispatch_to(run, run.yielded + min(self._window, self.prefetch_factor * self.threads))
                 batch = self._take(run)
+                self._window *= 2
                 self._draw_to(run, run.yielded + 1 + self.lookahead)
                 run.yielded += 1
                 yield batch

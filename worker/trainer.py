@@ -78,6 +78,7 @@ class SupervisedTrainerMixin:
             raise
 
     def _setup_ddp(self) -> None:
+        STEPS.enter(StartupStep.PROCESS_GROUP)
         setup_process_group(self, super()._setup_ddp)
         check_hosts_agree(self.link.hb)
 

@@ -25,7 +25,7 @@ from supervisor.decision import kernel, recovery
 from supervisor.decision.learning import goodput
 from supervisor.decision.model.actions import KeepVerifiedCopy, Log, PublishCheckpoint
 from supervisor.decision.model.events import JobCheckpointRead, Now
-from supervisor.decision.model.incident import Incident
+from supervisor.decision.model.incident import Incident, RankStart
 from supervisor.decision.model.persistence import span
 from supervisor.decision.model.state import (THROUGHPUT_WINDOW, Attempt, CheckpointMark, Progress, RankView,
                                              Supervision, TrainingClock)
@@ -80,7 +80,8 @@ def _rank_alive(s: Supervision, m: HeartbeatMessage, now: Now) -> bool:
     """Every rank's beats keep its own liveness; only this host's first rank's (rank 0, or local rank 0 of a host
     among several) go on to count as the run's progress. A rank is the pid that first spoke for it: its DataLoader
     workers inherit RANK and must not speak for it."""
-    view = s.current.ranks.setdefault(m.rank, RankView(pid=m.pid, local_rank=m.local_rank))
+    view = s.current.ranks.setdefault(m.rank, RankView(pid=m.pid, local_rank=m.local_rank,
+                                                        first_word_at=sent_at(m, now)))
     if view.pid != m.pid:
         s.messages_ignored += 1
         return False
@@ -112,6 +113,39 @@ def _rank_wait(s: Supervision, view: RankView, m: HeartbeatMessage, now: Now) ->
     """Every rank's word is kept: the one that tells the stall is chosen at need."""
     s.current.waits[m.rank] = witness.heard(s.current.waits.get(m.rank), m.wait, now.mono, m.rank)
     return False
+
+
+def _rank_step(s: Supervision, view: RankView, m: HeartbeatMessage, now: Now) -> bool:
+    """A rank's startup step, timed in its own view for the restart's parts by rank (``rank_starts``); the rank's
+    alone: the run's startup steps are the launching worker's, whose ``checkpoint`` step bounds the ranks' start."""
+    if m.step != view.step:
+        at = sent_at(m, now)
+        _rank_step_ended(view, at)
+        view.step, view.step_entered = m.step, at
+    return False
+
+
+def _rank_step_ended(view: RankView, at: float) -> None:
+    if view.step is not None and view.step_entered is not None:
+        key = view.step.value
+        view.step_seconds[key] = view.step_seconds.get(key, 0.0) + max(0.0, at - view.step_entered)
+
+
+def rank_starts(a: Attempt, at: float) -> tuple[RankStart, ...]:
+    """Each rank's share of the restart, at the run's first batch (``at``, monotonic): from the attempt's spawn or
+    take-over to the rank's first word, then each startup step it said, the one it is in counted to ``at``."""
+    starts = []
+    for rank, view in sorted(a.ranks.items()):
+        parts: dict[str, float] = {}
+        start = None if view.first_word_at is None else span(a.spawned_at, view.first_word_at)
+        if start is not None:
+            parts["start"] = round(max(0.0, start), 3)
+        seconds = dict(view.step_seconds)
+        if view.step is not None and view.step_entered is not None:
+            seconds[view.step.value] = seconds.get(view.step.value, 0.0) + max(0.0, at - view.step_entered)
+        parts.update({step: round(value, 3) for step, value in seconds.items()})
+        starts.append(RankStart(rank, parts))
+    return tuple(starts)
 
 
 def _rank_alone(read: Callable[[Supervision, HeartbeatMessage, Now], list[Any]]
@@ -353,7 +387,7 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     last = s.incidents[-1] if s.incidents else None
     if last is not None and not last.recorded and last.reason != Reason.STOP:
         last = s.amend(last, restart_seconds=span(last.time, now.wall), restart_start=a.start,
-                       restart_parts=restart_parts(last, a))
+                       restart_parts=restart_parts(last, a), rank_parts=rank_starts(a, now.mono))
         if last.reason == Reason.HANG and last.restart_seconds is not None:
             s.hang_history.restarted(last.restart_seconds)
     if last is not None and not last.recorded and s.goodput.lost_from is not None:
@@ -370,6 +404,7 @@ TIER_REPORTS = {kind: read for tier in recovery.TIERS for kind, read in tier.rep
 # (a tier's report: every rank's loader workers are the in-place tier's to replace; a wait); True, it goes on.
 RANK_REPORTS: dict[MessageKind, Callable[[Supervision, RankView, HeartbeatMessage, Now], bool]] = {
     MessageKind.IN_FORCE: _rank_in_force, MessageKind.ERROR: _rank_error, MessageKind.WAIT: _rank_wait,
+    MessageKind.STEP: _rank_step,
     **{kind: _rank_alone(read) for kind, read in TIER_REPORTS.items()},
 }
 # Each report of the worker that is no progress, and the rule that reads it.

@@ -36,3 +36,38 @@ def test_the_incident_names_each_part_of_a_restart_and_how_the_worker_came():
 def test_a_ready_standby_loads_the_checkpoint_into_its_model_and_builds_none():
     parts = restarted(WorkerStart.READY).restart_parts
     assert "model" not in parts and parts["model_load"] == pytest.approx(0.2)
+
+
+def test_under_ddp_each_ranks_share_of_the_restart_is_in_the_incident_and_its_steps_bound_nothing():
+    """Issue 49: the launching worker says one ``checkpoint`` step for its ranks' whole start; each rank says its own
+    steps, kept per rank (``rank_parts``): from the spawn to the rank's first word, then each of its steps, the one a
+    rank is in at the run's first batch (rank 0's) counted to it. The run's startup step stays the launcher's."""
+    d = healthy()
+    d.at(d.t + 10.01)(core.Tick())
+    verdict = d.t
+    d.at(verdict + 0.4)(core.TreeKilled(killed=1, seconds=0.4))
+    d.at(verdict + 1.0)(core.Spawned(PID + 1, "/s/train/weights/last.pt"))
+    d.at(verdict + 1.1).beat(phase="setup", kind="step", pid=PID + 1, progress=0, step="checkpoint")
+    ranks = {0: PID + 10, 1: PID + 11}
+    steps = ((0.0, "checkpoint"), (0.3, "process_group"), (0.5, "model"), (0.7, "dataset"), (0.8, "loaders"),
+             (1.0, "first_batch"), (2.0, "first_step"))
+    for rank, late in ((0, 1.5), (1, 1.6)):
+        d.at(verdict + late).beat(phase="setup", kind="phase", pid=ranks[rank], progress=1, rank=rank)
+    for at, step in steps:
+        for rank, late in ((0, 1.5), (1, 1.6 + (1.0 if step == "first_batch" else 0.0))):
+            if step == "first_step" and rank == 1:
+                continue  # rank 1 is still loading its first batch at the run's first
+            d.at(verdict + late + at).beat(phase="setup", kind="step", pid=ranks[rank], progress=1, rank=rank,
+                                           step=step)
+    assert d.s.current.startup_step.value == "checkpoint"  # the launcher's, not a rank's
+    d.at(verdict + 4.0).beat(pid=ranks[0], progress=2, rank=0, epoch=1, epochs=3, batch=21, batches=40)
+    incident = d.s.incidents[-1]
+    assert incident.restart_parts["checkpoint"] == pytest.approx(2.9)  # the launcher's one step
+    by_rank = {r.rank: r.parts for r in incident.rank_parts}
+    assert list(by_rank[0]) == ["start", "checkpoint", "process_group", "model", "dataset", "loaders", "first_batch",
+                                "first_step"]
+    assert by_rank[0]["start"] == pytest.approx(0.5) and by_rank[1]["start"] == pytest.approx(0.6)
+    assert by_rank[0]["process_group"] == pytest.approx(0.2) and by_rank[0]["first_step"] == pytest.approx(0.5)
+    assert by_rank[1]["first_batch"] == pytest.approx(4.0 - 3.6)  # entered at 3.6, open at the first batch
+    assert "first_step" not in by_rank[1]
+    assert incident.to_dict()["rank_parts"][1] == {"rank": 1, "parts": by_rank[1]}

@@ -141,8 +141,8 @@ def test_the_steps_seen_survive_a_supervisor_restart_and_a_pause_moves_the_steps
     entered = restarted.t
     restarted.at(entered + 5)(core.SupervisorPaused(60.0))
     assert watchdog.deadline(restarted.s).at == entered + 60.0 + 10.0
-    assert [s.value for s in StartupStep] == ["imports", "checkpoint", "model", "amp_check", "dataset", "loaders",
-                                              "first_batch", "first_step"]
+    assert [s.value for s in StartupStep] == ["imports", "checkpoint", "process_group", "model", "amp_check",
+                                              "dataset", "loaders", "first_batch", "first_step"]
 
 
 def test_the_first_batchs_step_on_the_device_is_bounded_apart_from_the_loaders_start():

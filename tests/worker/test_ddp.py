@@ -55,6 +55,14 @@ def test_a_hang_in_rank_1_kills_every_rank_and_training_resumes_and_finishes(wri
     alive = [p["pid"] for p in incident["processes"] if psutil.pid_exists(p["pid"])
              and psutil.Process(p["pid"]).status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+    # issue 49: each rank's share of the restart, step by step, in the incident and in status --json
+    steps = ["start", "checkpoint", "process_group", "model", "dataset", "loaders", "first_batch"]
+    assert [r["rank"] for r in incident["rank_parts"]] == [0, 1]
+    for rank in incident["rank_parts"]:
+        assert [p for p in rank["parts"] if p != "amp_check"][:len(steps)] == steps, rank
+        assert all(seconds >= 0 for seconds in rank["parts"].values()), rank
+    assert "amp_check" not in incident["rank_parts"][1]["parts"]  # rank 0 alone checks AMP
+    assert status["last_incident"]["rank_parts"] == incident["rank_parts"]
 
 
 def test_a_fault_names_a_rank_and_fires_in_that_rank_only(tmp_path):
@@ -183,7 +191,8 @@ def test_a_rank_at_a_forkserver_rung_starts_its_forkserver_before_its_trainer_is
     monkeypatch.setenv(ddp.ENV_LAUNCH_RECORD, str(record))
     monkeypatch.setenv("RANK", "1")
     calls: list[str] = []
-    monkeypatch.setattr(ddp, "start_forkserver", lambda: calls.append("forkserver"))
+    monkeypatch.setattr(ddp, "start_forkserver", lambda fork=False: calls.append("forkserver" if fork else "exec"))
+    monkeypatch.setattr(ddp.startup_steps, "install", lambda: None)
     monkeypatch.setattr(ddp, "apply_patches", lambda record: calls.append("patches"))
     monkeypatch.setattr(ddp, "die_with_parent", lambda: None)
     monkeypatch.setattr(ddp, "drop_ambient_capabilities", lambda: None)
@@ -196,4 +205,7 @@ def test_a_rank_at_a_forkserver_rung_starts_its_forkserver_before_its_trainer_is
 
 class _NoBeat:
     def phase(self, *args, **kwargs) -> None:
+        pass
+
+    def step(self, *args, **kwargs) -> None:
         pass

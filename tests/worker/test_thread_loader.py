@@ -136,6 +136,64 @@ def test_forkserver_workers_fork_from_the_preloaded_server_and_give_the_same_bat
         loader.close()
 
 
+@pytest.mark.parametrize("one_thread", [True, False])
+def test_a_forkserver_forked_from_a_one_thread_process_is_a_fork_of_it_and_gives_the_same_batches(one_thread):
+    """Issue 49: a DDP rank's forkserver, a new interpreter, imported torch, cv2 and Ultralytics while the rank built its
+    trainer, and the rank's first batch waited for it. Forked from the rank at its first line instead (one thread, no
+    CUDA), it is a copy of the rank with its imports done: its command line is the rank's, not ``-c 'from
+    multiprocessing.forkserver import main ...'``; its workers give the same batches as forked ones; it ends with
+    its last client. With a second thread running, a fork could copy a held lock: the new interpreter, as before."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    code = f"from tests.worker.test_thread_loader import forked_server_child; forked_server_child({one_thread})"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    assert seen["server_parent"] == seen["pid"]
+    assert (seen["server_cmdline"] == seen["cmdline"]) is one_thread, seen
+    assert ("forkserver import main" in " ".join(seen["server_cmdline"])) is not one_thread, seen
+    assert seen["workers_parent"] == [seen["server"]] and seen["same_batches"] == 8
+    deadline = time.monotonic() + 60  # its client (the child above) is gone: the server reads EOF and exits
+    while psutil.pid_exists(seen["server"]) and psutil.Process(seen["server"]).status() != psutil.STATUS_ZOMBIE \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(seen["server"]) or psutil.Process(seen["server"]).status() == psutil.STATUS_ZOMBIE
+
+
+def forked_server_child(one_thread: bool) -> None:
+    """The test above's process: its forkserver started with ``fork=True``, then fork and forkserver loaders compared."""
+    import json
+
+    from ultralytics.data.utils import check_det_dataset
+
+    if not one_thread:
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    start_forkserver(fork=True)
+    server = psutil.Process(forkserver_pid())
+    data = check_det_dataset(str(ensure_demo_dataset()))
+    loaders = []
+    for method in ("fork", "forkserver"):
+        loader = process_loader(data, workers=2)
+        start_workers_with(loader, method)
+        chain_worker_init(loader, die_with_parent)
+        loaders.append(loader)
+    same = 0
+    for a, b in zip(*loaders, strict=True):
+        assert_same_batch(a, b)
+        same += 1
+    workers = sorted({psutil.Process(w.pid).ppid() for w in loaders[1].iterator._workers})
+    for loader in loaders:
+        loader.close()
+    print(json.dumps({"pid": os.getpid(), "cmdline": psutil.Process().cmdline(), "server": server.pid,
+                      "server_parent": server.ppid(), "server_cmdline": server.cmdline(), "workers_parent": workers,
+                      "same_batches": same}), flush=True)
+
+
 def test_spawned_workers_shut_down_mid_epoch_end_cleanly():
     """A spawned worker shut down while busy puts its last batch and exits at once, its queue's feeder thread still
     pickling that batch in torch's C++ (shareFd); finalizing the interpreter ends that thread with pthread_exit, whose
@@ -200,10 +258,27 @@ def test_prefetch_is_bounded(data):
     loader.dataset.__class__ = type("Counted", (base,), {
         "__getitem__": lambda self, i: loaded.append(i) or base.__getitem__(self, i)})
     iterator = iter(loader)
-    next(iterator)
+    for _ in range(3):  # the third batch taken hands over the full prefetch (the threads' start hands over 2)
+        next(iterator)
     time.sleep(0.5)  # plenty to make all 8 batches, were they not bounded
-    assert len(loaded) == loader.prefetch_factor * loader.threads * BATCH < len(loader) * BATCH
+    assert len(loaded) == (2 + loader.prefetch_factor * loader.threads) * BATCH < len(loader) * BATCH
     del iterator
+    assert loader_threads() == []
+
+
+def test_the_threads_start_with_two_batches_to_make_and_reach_their_full_prefetch_by_the_third(data):
+    """Issue 49: every thread handed its first batches at the start made the first batch beside all the others, the
+    Python half of each holding one GIL (32 threads, a rank's CPU count: 4.9 s more than forked workers' start).
+    Batches handed over at each batch taken: 2, then 4 ahead, then the full prefetch_factor x threads (4 x 2 here)."""
+    loader = thread_loader_from(process_loader(data, workers=2), threads=2)
+    assert loader.prefetch_factor * loader.threads == 8
+    batches = iter(loader)
+    dispatched = []
+    for _ in range(4):
+        next(batches)
+        dispatched.append(loader._run.dispatched)
+    assert dispatched == [2, 1 + 4, 2 + 8, 3 + 8]
+    del batches
     assert loader_threads() == []
 
 

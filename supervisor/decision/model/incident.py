@@ -53,6 +53,17 @@ class Stacks:
 
 
 @dataclass(frozen=True)
+class RankStart:
+    """Where one DDP rank's share of a restart went (heartbeats.rank_starts), in seconds: ``start`` from the next
+    worker's spawn or take-over to the rank's first word (the launching worker, torch.distributed.run, the rank's fork
+    from the rank server or its own interpreter), then each startup step the rank entered, in order (``checkpoint``:
+    the trainer built, its checkpoint read; ``process_group``; ``model``; ... ``first_step``); the step it was in at
+    the run's first batch counted to it."""
+    rank: int
+    parts: dict[str, float]
+
+
+@dataclass(frozen=True)
 class Incident:
     """Written as ``to_dict`` says: every field by its name (``loss`` and ``stacks`` spread into the record), what
     is not known left out (``omitted``), the kill's findings only once the tree is gone."""
@@ -102,6 +113,7 @@ class Incident:
     restart_seconds: float | None = kept(default=None, omitted=True)  # from the verdict to the next first batch
     restart_start: WorkerStart | None = kept(default=None, omitted=True)  # how the next worker came
     restart_parts: dict[str, float] | None = kept(default=None, omitted=True)  # heartbeats.restart_parts
+    rank_parts: tuple[RankStart, ...] = kept(default=(), omitted=True)  # under DDP: restart_parts of each rank
     # -- the recovery tiers (tier.py, recovery.py); None, (): no recovery (a stop, a probe) --
     tier: Tier | None = kept(default=None, omitted=True)  # the last tier it went to: the one that recovered it
     tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order

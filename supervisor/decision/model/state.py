@@ -166,6 +166,12 @@ class RankView:
     local_rank: int | None = None  # its rank on this host, where hosts are several
     progress: int = -1
     last_progress_at: float | None = None  # monotonic
+    # its own start (heartbeats.rank_starts): its first word (monotonic), the startup step it is in and since when,
+    # and each step's seconds as it ended
+    first_word_at: float | None = None
+    step: StartupStep | None = None
+    step_entered: float | None = None
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
