@@ -153,7 +153,7 @@ def _build_data(args: Any, options: dict[str, Any], model: Any, data: dict[str, 
     HELD["loader"] = HeldLoader(train_key, loader_key(args.batch, args.workers, RANK, bool(args.compile), device,
                                                       options.get("start_method"), args.seed), loader,
                                 start_unfed(loader))
-    return f"the datasets and the training loader, its {loader.num_workers} workers started"
+    return f"the datasets and the training loader ({loader.num_workers} worker processes started)"
 
 
 def grid(model: Any) -> int:

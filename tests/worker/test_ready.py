@@ -45,7 +45,7 @@ def test_the_held_loader_gives_the_batches_and_worker_seeds_a_new_one_would_from
 
     train = {"imgsz": 64, "batch": 4, "workers": 2, "seed": 0}
     line = ready.prepare(spec("yolov8n.yaml", **train))
-    assert "the training loader, its 2 workers started" in line, line
+    assert "the training loader (2 worker processes started)" in line, line
     held = ready.HELD.pop("loader")
     workers = [w.pid for w in held.iterator._workers]
     assert all(w.is_alive() for w in held.iterator._workers)
