@@ -2,11 +2,11 @@
 account of its start (interpreter and imports, trainer, model/dataset/loaders, first batch) beside the
 supervisor's detection and kill figures (issue: lose minutes, not epochs; restart in seconds).
 
-Three restarts side by side: cold (``[worker] standby = false``), from the imported standby (today's default) and
-from the ready standby (``standby_ready = "auto"``, the default: device context, model, datasets and loader workers
-held), each incident's
-``restart_parts`` (kill, to_spawn, then each startup step of the next worker) in a column; ``--repeat N`` runs each
-N times and prints each part's range.
+Three restarts side by side: cold (``[worker] standby = false``), from the imported standby (``standby_ready =
+"off"``) and from the ready standby (``"auto"``, the default: device context, model, datasets and the training
+loader's workers held), each incident's ``restart_parts`` (kill, to_spawn, then each startup step of the next worker;
+``model_load`` and ``first_batch_held`` where the ready one held them) in a column; ``--repeat N`` runs each N times
+and prints each part's range.
 
     .venv/bin/python -m bench.restart_breakdown                                   # the CPU demo
     python3 -m bench.restart_breakdown --imgsz 640 --images 1024 --batch 32 --workers 8 --device 0   # a GPU
