@@ -241,7 +241,8 @@ def take_loader(data_key: str, key: str, workers_hooked: bool) -> Any | None:
         return None
     if held.dataset_key != data_key or held.loader_key != key or workers_hooked:
         held.close()
-        why = "a fault is hooked into its workers" if workers_hooked else "it is not this launch's"
+        why = "a fault is hooked into its workers" if workers_hooked else "its dataset is not this launch's" \
+            if held.dataset_key != data_key else "made for another rung's loader (batch, workers, start method, seed)"
         print(f"yolo-train worker: the training loader held ready is dropped ({why}): starting its workers at the "
               f"first batch", file=sys.stderr, flush=True)
         return None
