@@ -389,11 +389,14 @@ class Config:
         "It costs memory while it waits (torch, Ultralytics and the trainer imported) and one core for its imports "
         "each attempt (bench/RESULTS.md has the figures). A `command` cannot be started ahead "
         "of its arguments: `true` there is refused"), at="worker.standby", shown="`true` (`false` with a `command`)")
-    standby_ready: str = key(Choice(("auto", "off")), "off", (
+    standby_ready: str = key(Choice(("auto", "off")), "auto", (
         "\"auto\": where the device has room (`standby_memory_mib` free beside the training), the standby also holds "
-        "the next attempt ready: the device context and the model built (on a GPU, its kernels chosen by a first "
-        "step), so the restart only loads the checkpoint into it; where there is no room it only imports, and "
-        "`status --json` says why (`standby_kind`, `standby_why`). \"off\": it only imports"),
+        "the next attempt ready: the device context, the model built (on a GPU, its kernels chosen by a first "
+        "step), the training and validation datasets (labels read) and the training loader's worker processes "
+        "started (not for \"spawn\" workers nor the threads loader), so the restart only loads the checkpoint into "
+        "the model and points the loader at its position; each is taken only where the launch would build the same, "
+        "else built there. Where there is no room (or under DDP) it only imports, and the log and `status --json` "
+        "say which kind waits and why (`standby_kind`, `standby_why`). \"off\": it only imports"),
         at="worker.standby_ready")
     standby_memory_mib: int = key(Whole(), 1024, (
         "the device memory a ready standby may hold (its context, the model, a first step's workspace): it is "

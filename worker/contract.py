@@ -277,6 +277,15 @@ def _dict(value: Any) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, dict) else None
 
 
+def _strs(value: Any) -> tuple[str, ...] | None:
+    return tuple(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else None
+
+
+# What a launch can take from a ready standby (InForce.held): the spelling the incident's restart parts are named by.
+HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, HELD_LOADER_WORKERS = (
+    "model", "train dataset", "val dataset", "training loader workers")
+
+
 @dataclass(frozen=True)
 class InForce:
     """What a worker reports really in force, once per attempt: the proof of what its rung changed, shown by
@@ -300,6 +309,8 @@ class InForce:
     conv_fallback: bool | None = None  # whether the Conv2d fallback is on
     batchnorm_fallback: bool | None = None  # whether the batch-norm fallback is on
     versions: dict[str, Any] | None = None  # ultralytics, torch, hip, cuda, python
+    # What this attempt took from a ready standby instead of building it (worker/ready.py): HELD_PARTS; () none
+    held: tuple[str, ...] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
@@ -313,7 +324,7 @@ class InForce:
                    resumed=_bool(m.get("resumed")), start_epoch=_int(m.get("start_epoch")),
                    forced=_dict(m.get("forced")), conv_fallback=_bool(m.get("conv_fallback")),
                    batchnorm_fallback=_bool(m.get("batchnorm_fallback")),
-                   versions=_dict(m.get("versions")))
+                   versions=_dict(m.get("versions")), held=_strs(m.get("held")))
 
 
 # Where torch's DataLoader iterator waits for the batch one of its worker processes owes: read from the training

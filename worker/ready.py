@@ -1,31 +1,57 @@
 """The ready standby: what a standby worker holds, built while the attempt before it trains, so that the next attempt
 takes it instead of building it after the verdict.
 
-The supervisor asks for it (``ENV_READY``, the train arguments it needs as JSON) only where the device has room
-(supervisor/attempt/ready_room.py); the standby then builds the device context and the model (on a GPU, with a
-first step that chooses its kernels), on one CPU thread and within the device memory it was granted, and sleeps on
-its stdin. At the launch the trainer's ``get_model`` takes the held model when it is the one the
-launch would build (same architecture, classes and channels) and loads the checkpoint's weights into it, as a cold
-build does into a new one: the weights, the buffers and every later step are the same; only the build is gone. A
-model that does not match is dropped, and the launch builds its own.
+The supervisor asks for it (``ENV_READY``: the rung's train arguments and loader options as JSON) only where the
+device has room (supervisor/attempt/ready_room.py); the standby then builds, on one CPU thread and within the device
+memory it was granted, the device context, the model (on a GPU, with a first step that chooses its kernels), the
+training and validation datasets (their labels read) and the training loader with its worker processes started,
+and sleeps on its stdin. At the launch each is taken only where the launch would build the same one, else dropped
+and built there:
+
+- ``take_model``: the same architecture, classes and channels; the checkpoint's weights are loaded into it as a cold
+  build loads them into a new one.
+- ``take_dataset``: the same arguments (all but those only the trainer reads), path, split, batch, stride and
+  dataset description; nothing in a dataset depends on when it was built.
+- ``take_loader``: the same dataset and loader arguments, start method and seed. Its workers were started fed
+  nothing (torch's iterator asks its sampler for the first batches as it starts them): at the launch the iterator
+  is pointed at the sampler the resume positioned (worker/exact_resume.py) and fed then, so it loads the batches a
+  new iterator would, in the same order, with the same worker seeds (drawn from the loader's generator, seeded as
+  the trainer seeds it). Not for "spawn" workers (each a fresh interpreter importing torch: several cores while the
+  training runs) nor the threads loader (its threads are made at the launch).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from worker.contract import ENV_READY
 from worker.demo_data import ensure_demo_dataset
+from worker.loaders import chain_worker_init, die_with_parent, start_workers_with
 from worker.startup_steps import few_cpu_threads
 # Keys of a model's YAML that a build fills in from the dataset or the file: the rest is the architecture.
 FILLED_IN = ("yaml_file", "nc", "ch", "channels")
 MIB = 1 << 20
 
-HELD: dict[str, Any] = {}  # "model": the model built ahead, until the launch takes or drops it
+# Ultralytics arguments no dataset reads (the trainer's, the exporter's, the predictor's): a held dataset built with
+# other values of these is the launch's all the same. Any other argument that differs drops it.
+NOT_THE_DATASETS = frozenset((
+    "model", "epochs", "time", "patience", "batch", "save", "save_period", "device", "workers", "project", "name",
+    "exist_ok", "pretrained", "optimizer", "verbose", "deterministic", "resume", "amp", "profile", "freeze",
+    "multi_scale", "compile", "dropout", "val", "plots", "lr0", "lrf", "momentum", "weight_decay", "warmup_epochs",
+    "warmup_momentum", "warmup_bias_lr", "box", "cls", "dfl", "pose", "kobj", "rle", "angle", "nbs", "save_dir",
+    "close_mosaic", "cos_lr", "mode", "save_json", "conf", "iou", "max_det", "half", "dnn", "source", "vid_stride",
+    "stream_buffer", "visualize", "augment", "agnostic_nms", "embed", "show", "save_frames", "save_txt", "save_conf",
+    "save_crop", "show_labels", "show_conf", "show_boxes", "line_width", "format", "keras", "optimize", "int8",
+    "dynamic", "simplify", "opset", "workspace", "nms", "tracker", "cfg", "channels_last", "quantize",
+    "distill_model", "retina_masks", "cache_dir"))
+
+HELD: dict[str, Any] = {}  # what the launch takes or drops: "model", "datasets" {key: dataset}, "loader" HeldLoader
 
 
 def architecture(cfg: Any) -> dict[str, Any] | None:
@@ -41,50 +67,197 @@ def architecture(cfg: Any) -> dict[str, Any] | None:
 
 
 def prepare(spec: dict[str, Any]) -> str:
-    """Build what the next attempt would build first (``spec``: its model, data, device); the line that says what is
-    held, or why nothing is. Runs while another process trains: on one CPU thread, once, then it sleeps."""
+    """Build what the next attempt would build first (``spec``: ``train``, its arguments; ``options``, its rung's
+    loader options); the line that says what is held, or why nothing is. Runs while another process trains: on one
+    CPU thread, once, then it sleeps."""
     began = time.monotonic()
     try:
         with few_cpu_threads(1):
-            what = _build(spec)
+            what = _build(spec.get("train", {}), spec.get("options", {}), int(spec.get("memory_mib", 1024)))
     except Exception as e:  # a standby that cannot prepare is today's standby: the launch builds all
-        HELD.pop("model", None)
+        drop()
         return f"not ready ({type(e).__name__}: {e}): the launch builds the model"
     return f"ready in {time.monotonic() - began:.1f} s: {what}"
 
 
-def _build(spec: dict[str, Any]) -> str:
+def _build(train: dict[str, Any], options: dict[str, Any], memory_mib: int) -> str:
     import torch
+    from ultralytics.cfg import get_cfg
     from ultralytics.data.utils import check_det_dataset
     from ultralytics.nn.tasks import DetectionModel, guess_model_task
+    from ultralytics.utils import DEFAULT_CFG
     from ultralytics.utils.torch_utils import select_device
 
-    model = spec.get("model", "yolov8n.yaml")
+    model = train.get("model", "yolov8n.yaml")
     if architecture(model) is None:
         return f"the device only (model {model} is not a YAML: its build reads the checkpoint)"
-    task = spec.get("task") or guess_model_task(model)
+    task = train.get("task") or guess_model_task(model)
     if task != "detect":
         return f"the device only (task {task}: only a detection model is built ahead)"
-    device = select_device(str(spec.get("device", "")), verbose=False)
+    device = select_device(str(train.get("device", "")), verbose=False)
     if device.type == "cuda":
         torch.zeros(1, device=device)  # the device context, created now rather than after the verdict
         # Beside a training that holds the rest of the card, this process may allocate what the supervisor found
         # free for it and no more: a first step that needs more fails here, not in the training (restored at launch).
         total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, int(spec.get("memory_mib", 1024)) * MIB / total), device)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, memory_mib * MIB / total), device)
         HELD["capped"] = device
-    data = spec.get("data")
-    if data == "demo":
-
-        data = str(ensure_demo_dataset())
-    dataset = check_det_dataset(data)
-    built = DetectionModel(model, nc=dataset["nc"], ch=dataset.get("channels", 3), verbose=False)
+    args = get_cfg(DEFAULT_CFG, {k: v for k, v in train.items() if k in vars(DEFAULT_CFG)})
+    args.task = task
+    if args.data == "demo":
+        args.data = str(ensure_demo_dataset())
+    # As the detection trainer's get_dataset makes it, so that the datasets' key is the launch's.
+    data = check_det_dataset(args.data, split=args.split)
+    args.data = data.get("yaml_file", args.data)
+    if args.single_cls:
+        data["names"], data["nc"] = {0: "item"}, 1
+    built = DetectionModel(model, nc=data["nc"], ch=data.get("channels", 3), verbose=False)
     step = ""
     if device.type == "cuda":
         built = built.to(device)
-        step = _first_step(built, device, int(spec.get("imgsz", 640)), int(spec.get("batch", 16)))
+        step = _first_step(built, device, int(train.get("imgsz", 640)), int(train.get("batch", 16)))
     HELD["model"] = built
-    return f"the model {model} built on {device.type}{step}"
+    if device.type in ("cpu", "mps") and "workers" not in train:
+        args.workers = 0  # as the trainer forces it there
+    return f"the model {model} built on {device.type}{step}; {_build_data(args, options, built, data, device)}"
+
+
+def _build_data(args: Any, options: dict[str, Any], model: Any, data: dict[str, Any], device: Any) -> str:
+    """The datasets and the training loader, as the trainer would build them with ``args``; what is held, for the
+    line."""
+    import torch
+    from ultralytics.data.build import build_dataloader, build_yolo_dataset
+    from ultralytics.utils import RANK
+    from ultralytics.utils.checks import check_imgsz
+
+    if not isinstance(args.batch, int) or args.batch < 1:
+        return "no dataset (an auto batch is known only to the trainer)"
+    gs = grid(model)
+    args.imgsz = check_imgsz(args.imgsz, stride=gs, floor=gs, max_dim=1)  # as the trainer's _setup_train does
+    datasets = HELD.setdefault("datasets", {})
+    for mode, split, batch in (("train", "train", args.batch), ("val", args.split, args.batch * 2)):
+        key = dataset_key(args, data[split], mode, batch, gs, data)
+        datasets[key] = build_yolo_dataset(args, data[split], batch, data, mode=mode, rect=mode == "val", stride=gs)
+    if options.get("loader", "process") != "process":
+        return "the datasets (the threads loader starts its threads at the launch)"
+    if options.get("start_method") == "spawn":
+        return "the datasets (\"spawn\" loader workers are not started ahead: each is an interpreter importing torch)"
+    train_key = dataset_key(args, data["train"], "train", args.batch, gs, data)
+    torch.manual_seed(args.seed + 1 + RANK)  # the trainer's init_seeds: the loader's generator is seeded from it
+    loader = build_dataloader(datasets[train_key], batch=args.batch, workers=args.workers, shuffle=True, rank=RANK,
+                              drop_last=bool(args.compile), device=device)
+    if loader.num_workers == 0:
+        return "the datasets (no loader worker processes to start)"
+    start_workers_with(loader, options.get("start_method"))
+    chain_worker_init(loader, die_with_parent)
+    HELD["loader"] = HeldLoader(train_key, loader_key(args.batch, args.workers, RANK, bool(args.compile), device,
+                                                      options.get("start_method"), args.seed), loader,
+                                start_unfed(loader))
+    return f"the datasets and the training loader ({loader.num_workers} worker processes started)"
+
+
+def grid(model: Any) -> int:
+    """The grid a detection trainer builds its datasets for: the model's largest stride, at least 32."""
+    return max(int(model.stride.max()), 32)
+
+
+def dataset_key(args: Any, img_path: Any, mode: str, batch: Any, stride: int, data: dict[str, Any]) -> str:
+    """What a dataset is made of: two builds of one key are the same dataset."""
+    kept = {k: v for k, v in sorted(vars(args).items()) if k not in NOT_THE_DATASETS}
+    return json.dumps([kept, str(img_path), mode, batch, stride, data], default=str, sort_keys=True)
+
+
+def loader_key(batch: int, workers: Any, rank: int, drop_last: bool, device: Any, start_method: str | None,
+               seed: Any) -> str:
+    """What a training loader is made of beyond its dataset."""
+    return json.dumps([batch, workers, rank, drop_last, str(device), start_method, seed], default=str)
+
+
+@dataclass
+class HeldLoader:
+    dataset_key: str
+    loader_key: str
+    loader: Any
+    iterator: Any  # its workers started, fed nothing yet
+
+    def close(self) -> None:
+        self.iterator._shutdown_workers()
+
+
+def start_unfed(loader: Any) -> Any:
+    """The loader's iterator, its worker processes started and asked for nothing: torch's iterator asks its sampler
+    for its first batches as it starts (``_reset``), so it is made over an empty one (``fed`` points it at the
+    loader's own later)."""
+    sampler = loader.batch_sampler
+    object.__setattr__(loader, "batch_sampler", [])  # DataLoader refuses a plain assignment after __init__
+    try:
+        return loader._get_iterator()
+    finally:
+        object.__setattr__(loader, "batch_sampler", sampler)
+
+
+def fed(iterator: Any, loader: Any) -> Any:
+    """``iterator`` (from ``start_unfed``) asking for the loader's batches from its sampler's position now, as a
+    new iterator of the loader would at its start."""
+    iterator._index_sampler = loader._index_sampler
+    iterator._sampler_iter = iter(iterator._index_sampler)
+    for _ in range(iterator._prefetch_factor * iterator._num_workers):
+        iterator._try_put_index()
+    return iterator
+
+
+@functools.cache
+def held_class(base: type) -> type:
+    """``base`` whose next iterator is the one held ready (``held_iterator``), fed from the sampler as it stands
+    then; later iterators are made as ``base`` makes them. Below the resume's and the in-place recovery's classes,
+    which subclass it: they position the sampler before it and see the iterator it gives."""
+
+    def _get_iterator(self):
+        held = self.__dict__.pop("held_iterator", None)
+        return fed(held, self) if held is not None else base._get_iterator(self)
+
+    def close(self):
+        """A close or reset before the first iteration (close_mosaic's changes the dataset the workers copied)
+        stops the held workers too: the next iterator is a new one."""
+        held = self.__dict__.pop("held_iterator", None)
+        if held is not None:
+            held._shutdown_workers()
+        base.close(self)
+
+    return type(f"Held{base.__name__}", (base,), {"_get_iterator": _get_iterator, "close": close})
+
+
+def take_dataset(key: str) -> Any | None:
+    """The dataset held for ``key`` (dataset_key), else None; no longer held either way."""
+    return HELD.get("datasets", {}).pop(key, None)
+
+
+def take_loader(data_key: str, key: str, workers_hooked: bool) -> Any | None:
+    """The training loader held, its workers ready for the next iterator (``held_class``), when the launch would
+    build the same (``data_key``, ``key``) and hook nothing into its workers (``workers_hooked``: a fault injected
+    there); else None, its workers stopped (its dataset stays held for ``take_dataset``)."""
+    held = HELD.pop("loader", None)
+    if held is None:
+        return None
+    if held.dataset_key != data_key or held.loader_key != key or workers_hooked:
+        held.close()
+        why = "a fault is hooked into its workers" if workers_hooked else "its dataset is not this launch's" \
+            if held.dataset_key != data_key else "made for another rung's loader (batch, workers, start method, seed)"
+        print(f"yolo-train worker: the training loader held ready is dropped ({why}): starting its workers at the "
+              f"first batch", file=sys.stderr, flush=True)
+        return None
+    HELD.get("datasets", {}).pop(data_key, None)
+    held.loader.held_iterator = held.iterator
+    return held.loader
+
+
+def drop() -> None:
+    """Nothing held any more: a held loader's workers stopped."""
+    held = HELD.pop("loader", None)
+    if held is not None:
+        held.close()
+    HELD.pop("model", None)
+    HELD.pop("datasets", None)
 
 
 def _first_step(model: Any, device: Any, imgsz: int, batch: int) -> str:

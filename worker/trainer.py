@@ -22,7 +22,8 @@ from ultralytics.utils.torch_utils import unwrap_model
 from worker import exact_resume, loader_recovery, ready
 from worker.checkpoint_writer import BackgroundWriter, to_host
 from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
-from worker.contract import InForce, StartupStep
+from worker.contract import (HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, InForce,
+                             StartupStep)
 from worker.ddp import adopt_cpu_drill, rank_link, setup_process_group
 from worker.device_warmup import DeviceWarmUp
 from worker.link import StopForSupervisor, SupervisorLink
@@ -55,6 +56,7 @@ class SupervisedTrainerMixin:
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         self._warmup: DeviceWarmUp | None = None  # the first step's, from the model on the device to the first batch
         self._held_model = False  # the model is the one a ready standby built ahead (worker/ready.py)
+        self._held: list[str] = []  # the datasets and loader workers taken from a ready standby
         self._ending = False  # trained through: the final validation and the wait for the other ranks (Phase.ENDING)
         super().__init__(*args, **kwargs)
         adopt_cpu_drill(self)
@@ -155,18 +157,45 @@ class SupervisedTrainerMixin:
             held.load(weights)
         return held
 
-    def build_dataset(self, *args: Any, **kwargs: Any) -> Any:
+    def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
+        held = ready.take_dataset(self._dataset_key(img_path, mode, batch))
+        if held is not None:  # built by a ready standby while the attempt before trained (worker/ready.py)
+            self._held.append(HELD_TRAIN_DATASET if mode == "train" else HELD_VAL_DATASET)
+            STEPS.enter(StartupStep.LOADERS)
+            return held
         STEPS.enter(StartupStep.DATASET)
-        dataset = super().build_dataset(*args, **kwargs)
+        dataset = super().build_dataset(img_path, mode, batch)
         STEPS.enter(StartupStep.LOADERS)  # its DataLoader, and what the trainer sets up after it
         return dataset
+
+    def _dataset_key(self, img_path: str, mode: str, batch: int | None) -> str:
+        return ready.dataset_key(self.args, img_path, mode, batch, ready.grid(unwrap_model(self.model)), self.data)
+
+    def _held_loader(self, dataset_path: str, batch_size: int, rank: int) -> Any | None:
+        """The training loader a ready standby made, its workers started with this rung's start method, where it is
+        the one this launch would make (worker/ready.py)."""
+        if self.link.options.loader == "threads":
+            return None
+        loader = ready.take_loader(
+            self._dataset_key(dataset_path, "train", batch_size),
+            ready.loader_key(batch_size, self.args.workers, rank, bool(self.args.compile), self.device,
+                             self.link.options.start_method, self.args.seed),
+            workers_hooked="dataloader_hang" in self.link.faults.kinds())
+        if loader is not None:
+            self._held.append(HELD_LOADER_WORKERS)
+        return loader
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         options = self.link.options
         if mode == "train" and isinstance(getattr(self, "amp", None), bool):
             self._warm_up_device(batch_size, self.amp)  # AMP decided: the training loader, not a calibration one
-        loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
-        if options.loader == "threads":
+        held = self._held_loader(dataset_path, batch_size, rank) if mode == "train" else None
+        loader = held if held is not None else super().get_dataloader(dataset_path, batch_size, rank, mode)
+        if held is not None:  # its workers started by a ready standby, as below but for the per-epoch class
+            if not options.persistent_workers:
+                make_epoch_workers(loader)
+            loader.__class__ = ready.held_class(type(loader))  # its next iterator: the held one
+        elif options.loader == "threads":
             # Made before the process loader's first iteration, so not one worker process is ever started; the
             # worker-process patches (parent-death signal, per-epoch workers) have nothing to act on: the threads
             # die with the process and are stopped at every epoch's end anyway.
@@ -464,6 +493,7 @@ class SupervisedTrainerMixin:
             forced={k: getattr(self.args, k, None) for k in self.link.forced},
             conv_fallback=conv2d.is_enabled(),
             batchnorm_fallback=batchnorm.is_enabled(),
+            held=((HELD_MODEL,) if self._held_model else ()) + tuple(self._held),
             versions={"ultralytics": ultralytics.__version__, "torch": torch.__version__,
                       "hip": torch.version.hip, "cuda": torch.version.cuda, "python": sys.version.split()[0]},
         )

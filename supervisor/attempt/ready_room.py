@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_READY
+from worker.contract import ENV_READY, WorkerOptions
 
 MIB = 1 << 20
 
@@ -24,12 +24,15 @@ class Room:
     why: str  # ``status --json``'s ``standby_why``: the one line the log says too
     memory_mib: int = 0  # what a ready one may hold on the device: its allocations are capped there
 
-    def env(self, train: dict[str, Any]) -> dict[str, str]:
-        """What a standby of this kind is told beyond its rung's environment: what to build, for a ready one."""
+    def env(self, train: dict[str, Any], options: WorkerOptions) -> dict[str, str]:
+        """What a standby of this kind is told beyond its rung's environment: for a ready one, what to build (the
+        rung's train arguments, its loader's options)."""
         if self.kind is not WorkerStart.READY:
             return {}
-        spec = {k: train[k] for k in ("model", "data", "task", "device", "imgsz", "batch") if k in train}
-        return {ENV_READY: json.dumps({**spec, "memory_mib": self.memory_mib}, default=str)}
+        loader = {"loader": options.loader, "start_method": options.start_method,
+                  "persistent_workers": options.persistent_workers}
+        return {ENV_READY: json.dumps({"train": train, "options": loader, "memory_mib": self.memory_mib},
+                                      default=str, sort_keys=True)}
 
 
 def cuda_index(device: Any) -> int | None | str:

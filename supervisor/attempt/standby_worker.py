@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import selectors
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from supervisor.attempt.read_throttle import ReadThrottle
 from supervisor.attempt.ready_room import Room, room
@@ -20,7 +20,7 @@ from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import ConfigError
 from supervisor.host import process_tree
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG
+from worker.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG, split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -68,25 +68,29 @@ class Standby:
     def why(self) -> str | None:
         return self.room.why if self.process is not None and self.room is not None else None
 
-    def prepare(self, env: dict[str, str]) -> None:
+    def prepare(self, env: dict[str, str], rung_settings: dict[str, Any]) -> None:
         config = self.spawner.config
         made = room(config.standby_ready, config.standby_memory_mib, config.train, env.get(ENV_RANK_STANDBY) == "1")
+        rung = split_rung(rung_settings)
+        ready = made.env({**config.train, **rung.trainer_args}, rung.options)
         if self.process is not None and covers(self.process.env, env) and self.room is not None \
-                and (self.room.kind is WorkerStart.READY or made.kind is not WorkerStart.READY):
+                and (self.room.kind is WorkerStart.READY or made.kind is not WorkerStart.READY) \
+                and (made.kind is not WorkerStart.READY or self.process.env.get(ENV_READY) == ready.get(ENV_READY)):
             # It serves the next attempt already, and is as ready as a new one would be (one that holds its device
-            # memory is kept, though that memory may be what a new one would now find missing).
+            # memory is kept, though that memory may be what a new one would now find missing; one ready for
+            # another rung's train arguments or loader is made anew).
             return
         self.discard()
         try:
-            self.process = self.spawner.worker([STANDBY_FLAG], {**env, **made.env(config.train)}, standby=True)
+            self.process = self.spawner.worker([STANDBY_FLAG], {**env, **ready}, standby=True)
         except ConfigError as e:  # the worker itself started; a standby that cannot is only a slower restart
             log.warning(f"no standby worker: {e}")
             return
         self.room = made
         self.selector.register(self.process.pidfd, selectors.EVENT_READ, self._on_exit)
         if made.kind is WorkerStart.READY:
-            log.info(f"standby worker pid {self.process.pid}: importing now, then building the device context and "
-                     f"the model, to start the next attempt without them (ready standby: {made.why})")
+            log.info(f"standby worker pid {self.process.pid}: importing now, then building the device context, "
+                     f"the model, the datasets and the training loader's workers, to start the next attempt without them (ready standby: {made.why})")
         else:
             log.info(f"standby worker pid {self.process.pid}: importing now, to start the next attempt without that "
                      f"(imported standby: {made.why})")
@@ -107,7 +111,7 @@ class Standby:
             log.info(f"standby worker pid {standby.pid} not used ({why}): starting cold")
             self._kill(standby)
             return None
-        held = "its imports, device context and model are" if self.room is not None and \
+        held = "its imports, device context, model, datasets and loader are" if self.room is not None and \
             self.room.kind is WorkerStart.READY else "its imports are"
         log.info(f"standby worker pid {standby.pid} takes the attempt: {held} done")
         self.took = self.room.kind if self.room is not None else WorkerStart.IMPORTED

@@ -6,7 +6,7 @@ import json
 from supervisor.attempt.ready_room import cuda_index, room
 from supervisor.attempt.standby_worker import serves
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_READY
+from worker.contract import ENV_READY, WorkerOptions
 
 GIB = 1 << 30
 TRAIN = {"model": "yolov8n.yaml", "data": "demo", "device": 0, "imgsz": 640, "batch": 16, "epochs": 3}
@@ -14,12 +14,13 @@ TRAIN = {"model": "yolov8n.yaml", "data": "demo", "device": 0, "imgsz": 640, "ba
 
 def test_a_card_that_the_training_fills_keeps_the_imported_standby_and_says_why():
     full = room("auto", 1024, TRAIN, False, gpu_free=lambda index: GIB // 2)
-    assert full.kind is WorkerStart.IMPORTED and full.env(TRAIN) == {}
+    assert full.kind is WorkerStart.IMPORTED and full.env(TRAIN, WorkerOptions()) == {}
     assert full.why == "no room: GPU 0 has 512 MiB free, a ready standby needs 1024 MiB ([worker] standby_memory_mib)"
     roomy = room("auto", 1024, TRAIN, False, gpu_free=lambda index: 60 * GIB)
     assert roomy.kind is WorkerStart.READY and "GPU 0 has 61440 MiB free" in roomy.why
-    assert json.loads(roomy.env(TRAIN)[ENV_READY]) == {**{k: TRAIN[k] for k in ("model", "data", "device", "imgsz",
-                                                                                "batch")}, "memory_mib": 1024}
+    told = json.loads(roomy.env(TRAIN, WorkerOptions(start_method="forkserver"))[ENV_READY])  # the rung's loader too
+    assert told == {"train": TRAIN, "memory_mib": 1024,
+                    "options": {"loader": "process", "start_method": "forkserver", "persistent_workers": True}}
 
 
 def test_the_cpu_has_room_unless_configured_otherwise_and_what_rules_a_ready_standby_out():

@@ -6,9 +6,10 @@ import pytest
 from supervisor.decision import core
 from supervisor.vocabulary import WorkerStart
 from tests.helpers.driver import PID, healthy
+from worker.contract import HELD_LOADER_WORKERS, HELD_MODEL
 
 
-def restarted(start: WorkerStart):
+def restarted(start: WorkerStart, held: tuple[str, ...] = ()):
     d = healthy()  # 0.5 s batches until t=1010
     d.at(d.t + 10.01)(core.Tick())  # the verdict
     verdict = d.t
@@ -17,6 +18,9 @@ def restarted(start: WorkerStart):
     for at, step in ((1.0, "imports"), (1.1, "checkpoint"), (1.5, "model"), (1.7, "dataset"), (1.8, "loaders"),
                      (2.4, "first_batch"), (2.6, "first_step")):
         d.at(verdict + at).beat(phase="setup", kind="step", pid=PID + 1, progress=0, step=step)
+        if step == "first_batch":  # the worker's settings come as its training starts
+            d.at(verdict + at).beat(phase="setup", kind="settings", pid=PID + 1, progress=0,
+                                    settings={"held": list(held)})
     d.at(verdict + 3.0).beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=21, batches=40)
     return d.s.incidents[-1]
 
@@ -71,3 +75,9 @@ def test_under_ddp_each_ranks_share_of_the_restart_is_in_the_incident_and_its_st
     assert by_rank[1]["first_batch"] == pytest.approx(4.0 - 3.6)  # entered at 3.6, open at the first batch
     assert "first_step" not in by_rank[1]
     assert incident.to_dict()["rank_parts"][1] == {"rank": 1, "parts": by_rank[1]}
+
+
+def test_held_loader_workers_leave_the_first_batch_its_loading_only_and_say_so():
+    parts = restarted(WorkerStart.READY, held=(HELD_MODEL, HELD_LOADER_WORKERS)).restart_parts
+    assert "first_batch" not in parts and parts["first_batch_held"] == pytest.approx(0.2)
+    assert "first_batch_held" not in restarted(WorkerStart.READY, held=(HELD_MODEL,)).restart_parts

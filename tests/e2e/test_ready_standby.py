@@ -1,6 +1,7 @@
 """The ready standby under the real supervisor on the CPU demo (issue 48): the next attempt waits with its model built,
-takes the restart without building one, and trains the same batches as a restart that builds everything; where the
-device has no room it only imports, and status says why."""
+its datasets built and its training loader's workers started, takes the restart without building or starting any of
+them, and trains the same batches as a restart that builds everything; where the device has no room it only imports,
+and status says why."""
 
 import os
 from pathlib import Path
@@ -58,15 +59,19 @@ def run_with_a_hang(demo_config, tmp_path: Path, worker: str) -> tuple[dict, dic
     return waiting, incident, stderr, fed
 
 
-def test_a_ready_standby_takes_the_restart_without_building_a_model_and_trains_the_same_batches(demo_config,
-                                                                                              tmp_path):
-    waiting, incident, stderr, fed = run_with_a_hang(demo_config, tmp_path, 'standby_ready = "auto"')
+def test_a_ready_standby_takes_the_restart_without_building_a_model_or_datasets_nor_starting_loader_workers(
+        demo_config, tmp_path):
+    waiting, incident, stderr, fed = run_with_a_hang(demo_config, tmp_path, "")  # "auto": the default
     assert waiting["standby_kind"] == "ready" and "MiB free" in waiting["standby_why"], waiting
+    assert "the datasets and the training loader (" in stderr
     assert incident["restart_start"] == "ready"
     parts = incident["restart_parts"]
     assert "model" not in parts and "model_load" in parts, parts  # the checkpoint loaded into the held model
-    assert "takes the attempt: its imports, device context and model are done" in stderr
+    assert "dataset" not in parts, parts  # both datasets held: none built after the verdict
+    assert "first_batch" not in parts and "first_batch_held" in parts, parts  # no loader workers started
+    assert "takes the attempt: its imports, device context, model, datasets and loader are done" in stderr
     assert "model (held ready, checkpoint loaded)" in stderr
+    assert "held ready is dropped" not in stderr
     assert trained(fed) == uninterrupted()  # what a cold restart trains: the uninterrupted run's batches
 
 

@@ -6,16 +6,20 @@ import torch
 from worker import ready
 
 
+def spec(model: str, **train) -> dict:
+    return {"train": {"model": model, "data": "demo", "device": "cpu", **train}}
+
+
 def test_the_held_model_is_taken_by_the_same_build_only_and_then_carries_the_checkpoints_weights():
-    line = ready.prepare({"model": "yolov8n.yaml", "data": "demo", "device": "cpu"})
+    line = ready.prepare(spec("yolov8n.yaml"))
     assert line.startswith("ready in ") and "the model yolov8n.yaml built on cpu" in line, line
     held = ready.HELD["model"]
     assert ready.take_model("yolov8s.yaml", 2, 3) is None and "model" not in ready.HELD  # another scale: dropped
 
-    ready.prepare({"model": "yolov8n.yaml", "data": "demo", "device": "cpu"})
+    ready.prepare(spec("yolov8n.yaml"))
     assert ready.take_model("yolov8n.yaml", 80, 3) is None  # other classes
 
-    ready.prepare({"model": "yolov8n.yaml", "data": "demo", "device": "cpu"})
+    ready.prepare(spec("yolov8n.yaml"))
     held = ready.HELD["model"]
     checkpoint = type(held)(dict(held.yaml), nc=2, ch=3, verbose=False)  # a resume's cfg is the checkpoint's dict
     for p in checkpoint.parameters():
@@ -27,6 +31,39 @@ def test_the_held_model_is_taken_by_the_same_build_only_and_then_carries_the_che
 
 
 def test_a_model_that_cannot_be_built_ahead_leaves_the_launch_to_build_it():
-    assert "not a YAML" in ready.prepare({"model": "yolov8n.pt", "data": "demo", "device": "cpu"})
-    assert "not ready" in ready.prepare({"model": "yolov8n.yaml", "data": "/nonexistent/data.yaml", "device": "cpu"})
+    assert "not a YAML" in ready.prepare(spec("yolov8n.pt"))
+    assert "not ready" in ready.prepare(spec("yolov8n.yaml", data="/nonexistent/data.yaml"))
     assert ready.HELD == {}
+
+
+def test_the_held_loader_gives_the_batches_and_worker_seeds_a_new_one_would_from_the_resumed_position():
+    """Its workers were started fed nothing; pointed at the sampler a resume positioned, they load what a loader
+    built at the launch loads, in order, with the same seeds."""
+    from ultralytics.data.build import build_dataloader
+
+    from worker import exact_resume
+
+    train = {"imgsz": 64, "batch": 4, "workers": 2, "seed": 0}
+    line = ready.prepare(spec("yolov8n.yaml", **train))
+    assert "the training loader (2 worker processes started)" in line, line
+    held = ready.HELD.pop("loader")
+    workers = [w.pid for w in held.iterator._workers]
+    assert all(w.is_alive() for w in held.iterator._workers)
+    ready.HELD.clear()
+    resume = exact_resume.ResumePoint(epoch=1, batches=3)
+
+    def first_batches(loader):
+        exact_resume.install(loader, 0, lambda: 1, exact_resume.ResumePoint(resume.epoch, resume.batches))
+        return [[name.rsplit("/", 1)[-1] for name in batch["im_file"]] for batch in loader], loader.iterator
+
+    held.loader.held_iterator = held.iterator
+    held.loader.__class__ = ready.held_class(type(held.loader))
+    took, iterator = first_batches(held.loader)
+    assert [w.pid for w in iterator._workers] == workers  # the held workers, not new ones
+
+    torch.manual_seed(0 + 1 - 1)  # as the trainer's init_seeds (seed + 1 + RANK) before it builds its loader
+    cold, cold_iterator = first_batches(build_dataloader(held.loader.dataset, batch=4, workers=2, shuffle=True,
+                                                         rank=-1, device="cpu"))
+    assert took == cold and len(took) == 8 - 3
+    assert iterator._base_seed == cold_iterator._base_seed  # the workers' seeds: the same augmentations
+    held.loader.close()
