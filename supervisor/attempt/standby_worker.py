@@ -68,10 +68,10 @@ class Standby:
     def why(self) -> str | None:
         return self.room.why if self.process is not None and self.room is not None else None
 
-    def prepare(self, env: dict[str, str], rung_settings: dict[str, Any]) -> None:
+    def prepare(self, env: dict[str, str], held_settings: dict[str, Any]) -> None:
         config = self.spawner.config
         made = room(config.standby_ready, config.standby_memory_mib, config.train, env.get(ENV_RANK_STANDBY) == "1")
-        rung = split_rung(rung_settings)
+        rung = split_rung(held_settings)
         ready = made.env({**config.train, **rung.trainer_args}, rung.options)
         if self.process is not None and covers(self.process.env, env) and self.room is not None \
                 and (self.room.kind is WorkerStart.READY or made.kind is not WorkerStart.READY) \

@@ -48,7 +48,8 @@ def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_run
     # The first batch's step: the loader's workers make it. A first batch that never runs (the seeds' most frequent
     # hang) then restarts from a standby.
     standby = standbys(d.beat("setup", kind="step", step="first_batch"))
-    assert standby == [core.PrepareStandby({"workers": 4})]  # rung 1's settings: where a hang goes next
+    # rung 1's settings: where a hang goes next; its loader held for rung 0's (the same environment, test below)
+    assert standby == [core.PrepareStandby({"workers": 4}, {})]
     assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step="first_batch", done=1, total=2))
     assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step="first_step"))
     assert "PrepareStandby" not in kinds(d.beat("train", kind="phase"))
@@ -61,13 +62,13 @@ def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_run
     worded.beat("setup", kind="step", step="model")
     worded.beat("setup", kind="wait", progress=worded.progress,
                 wait={"kind": "elsewhere", "where": "thop/profile.py:211 in __torch_function__", "stalled": 1.0})
-    assert standbys(worded.beat("setup", kind="step", step="first_batch")) == [core.PrepareStandby({"workers": 4})]
+    assert standbys(worded.beat("setup", kind="step", step="first_batch")) == [core.PrepareStandby({"workers": 4}, {})]
     assert "PrepareStandby" not in kinds(worded.beat("train", kind="phase"))
     assert "PrepareStandby" not in kinds(worded.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))
     unreported = Driver(make())  # a worker that reports no startup steps: at its first batch
     unreported.boot_and_spawn()
     assert standbys(unreported.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == \
-        [core.PrepareStandby({"workers": 4})]
+        [core.PrepareStandby({"workers": 4}, {})]
     off = Driver(make(worker={"standby": False}))
     off.boot_and_spawn()
     assert "PrepareStandby" not in kinds(off.beat("setup", kind="step", step="first_batch"))
@@ -82,7 +83,8 @@ def test_the_standby_follows_the_rung_a_hang_would_move_to_as_the_attempt_trains
     d = Driver(make())
     d.boot_and_spawn()
     d.beat("train", kind="phase")
-    assert standbys(d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == [core.PrepareStandby({"workers": 4})]
+    assert standbys(d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == \
+        [core.PrepareStandby({"workers": 4}, {})]
     # Hang-free training lowers rung 0's hang rate (the prior): a hang 10 s in stays at rung 0
     # (test_hang_in_training_is_detected...). The standby made for rung 1 would not serve it: one for rung 0 is asked
     # for, once, at a review (every standby.REVIEW_EVERY seconds of training), not at every batch.
@@ -91,6 +93,18 @@ def test_the_standby_follows_the_rung_a_hang_would_move_to_as_the_attempt_trains
     d.at(d.t + 10.01)(core.Tick())
     spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, core.Spawn)][0]
     assert spawn.rung_settings == {}  # where the standby was made for
+
+
+def test_a_ready_standbys_loader_is_held_for_the_current_rung_where_both_rungs_share_an_environment():
+    """Issue 48.5: a standby is made for the rung an evidence-free hang would move to, but a restart's hang mostly
+    keeps the rung once its evidence is read (a spin, a lock, a frozen tree); where a launch at the current rung would
+    take the same standby (the same environment), its held datasets and loader workers are the current rung's, not
+    dropped at that launch. A standby of another environment serves only the other rung: it holds that one's."""
+    for rungs, after, held in (([{"workers": 4}], {"workers": 4}, {}),
+                               ([{"env": {"HSA_ENABLE_INTERRUPT": "0"}}], {"env": {"HSA_ENABLE_INTERRUPT": "0"}}, None)):
+        d = Driver(make(ladder={"rungs": rungs, "prior_between_hangs": "off"}))
+        d.boot_and_spawn()
+        assert standbys(d.beat("setup", kind="step", step="first_batch")) == [core.PrepareStandby(after, held)]
 
 
 def test_once_an_attempt_trained_with_amp_on_the_next_attempts_are_told_its_check_passed():

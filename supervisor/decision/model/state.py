@@ -266,6 +266,7 @@ class Attempt:
     waits: dict[int | None, WaitSeen] = field(default_factory=dict)  # the witness's word by rank (None: no DDP),
     # each since that sender's last progress (witness.py)
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)
+    standby_held: dict[str, Any] | None = None  # the settings its held loader was asked for (standby.py)
     standby_reviewed_at: float = 0.0  # monotonic: the last review of them
 
     def in_force_shown(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 from supervisor.decision.learning import choices
 from supervisor.decision.model.actions import PrepareStandby
 from supervisor.decision.model.state import Supervision
+from worker.contract import split_rung
 
 REVIEW_EVERY = 5.0  # seconds of training between two reviews of the standby's rung
 
@@ -30,12 +31,18 @@ def prepared(s: Supervision, mono: float) -> list[Any]:
     if not s.kind.standby:
         return []
     settings = {**s.ladder.settings(choices.after_a_hang(s).rung), **s.remedies}
+    here = {**s.ladder.settings(s.rung), **s.remedies}
+    # What a ready standby holds (the datasets, the loader's workers) is for the current rung where a launch at it
+    # would take this standby too (the same environment): a hang this prediction climbs for, without its evidence,
+    # mostly keeps the rung once its evidence is read (a spin, a lock, a frozen tree: no rung changes them), and a
+    # loader's own hang is replaced in place. A standby that serves only the other rung holds that rung's.
+    held = here if split_rung(here).env == split_rung(settings).env else settings
     a = s.current
     a.standby_reviewed_at = mono
-    if settings == a.standby_settings:
+    if (settings, held) == (a.standby_settings, a.standby_held):
         return []
-    a.standby_settings = settings
-    return [PrepareStandby(settings)]
+    a.standby_settings, a.standby_held = settings, held
+    return [PrepareStandby(settings, None if held == settings else held)]
 
 
 def reviewed(s: Supervision, mono: float) -> list[Any]:
