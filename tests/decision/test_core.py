@@ -104,7 +104,10 @@ def test_a_ready_standbys_loader_is_held_for_the_current_rung_where_both_rungs_s
                                ([{"env": {"HSA_ENABLE_INTERRUPT": "0"}}], {"env": {"HSA_ENABLE_INTERRUPT": "0"}}, None)):
         d = Driver(make(ladder={"rungs": rungs, "prior_between_hangs": "off"}))
         d.boot_and_spawn()
-        assert standbys(d.beat("setup", kind="step", step="first_batch")) == [core.PrepareStandby(after, held)]
+        [standby] = standbys(d.beat("setup", kind="step", step="first_batch"))
+        assert standby == core.PrepareStandby(after, held)
+        # what the shell builds the ready standby for (agent.py): rung 0's empty settings are settings too
+        assert standby.held == (after if held is None else held)
 
 
 def test_once_an_attempt_trained_with_amp_on_the_next_attempts_are_told_its_check_passed():

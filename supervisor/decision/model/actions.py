@@ -32,6 +32,10 @@ class PrepareStandby:
     # to run, which may be the current one where both share an environment (standby.py); None: ``rung_settings``.
     held_settings: dict[str, Any] | None = None
 
+    @property
+    def held(self) -> dict[str, Any]:
+        return self.rung_settings if self.held_settings is None else self.held_settings
+
 
 @dataclass(frozen=True)
 class PublishLadder:
