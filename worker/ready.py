@@ -88,6 +88,10 @@ def _build(train: dict[str, Any], options: dict[str, Any], memory_mib: int) -> s
     from ultralytics.utils import DEFAULT_CFG
     from ultralytics.utils.torch_utils import select_device
 
+    from worker.patches import offline
+
+    offline.install()  # the dataset check fetches a font, as in the training (worker/link.py installs it there)
+
     model = train.get("model", "yolov8n.yaml")
     if architecture(model) is None:
         return f"the device only (model {model} is not a YAML: its build reads the checkpoint)"
@@ -236,19 +240,27 @@ def take_loader(data_key: str, key: str, workers_hooked: bool) -> Any | None:
     """The training loader held, its workers ready for the next iterator (``held_class``), when the launch would
     build the same (``data_key``, ``key``) and hook nothing into its workers (``workers_hooked``: a fault injected
     there); else None, its workers stopped (its dataset stays held for ``take_dataset``)."""
-    held = HELD.pop("loader", None)
+    held = HELD.get("loader")
     if held is None:
         return None
     if held.dataset_key != data_key or held.loader_key != key or workers_hooked:
-        held.close()
-        why = "a fault is hooked into its workers" if workers_hooked else "its dataset is not this launch's" \
-            if held.dataset_key != data_key else "made for another rung's loader (batch, workers, start method, seed)"
-        print(f"yolo-train worker: the training loader held ready is dropped ({why}): starting its workers at the "
-              f"first batch", file=sys.stderr, flush=True)
+        drop_loader("a fault is hooked into its workers" if workers_hooked else "its dataset is not this launch's"
+                    if held.dataset_key != data_key else
+                    "made for another rung's loader (batch, workers, start method, seed)")
         return None
+    HELD.pop("loader")
     HELD.get("datasets", {}).pop(data_key, None)
     held.loader.held_iterator = held.iterator
     return held.loader
+
+
+def drop_loader(why: str, then: str = "starting its workers at the first batch") -> None:
+    """The held loader's workers stopped, and why said, where the launch does not take it."""
+    held = HELD.pop("loader", None)
+    if held is not None:
+        held.close()
+        print(f"yolo-train worker: the training loader held ready is dropped ({why}): {then}", file=sys.stderr,
+              flush=True)
 
 
 def drop() -> None:
