@@ -175,6 +175,8 @@ class SupervisedTrainerMixin:
         """The training loader a ready standby made, its workers started with this rung's start method, where it is
         the one this launch would make (worker/ready.py)."""
         if self.link.options.loader == "threads":
+            # its workers would idle beside the threads for the whole attempt
+            ready.drop_loader("this rung loads on threads", "the threads start at the first batch")
             return None
         loader = ready.take_loader(
             self._dataset_key(dataset_path, "train", batch_size),

@@ -67,3 +67,19 @@ def test_the_held_loader_gives_the_batches_and_worker_seeds_a_new_one_would_from
     assert took == cold and len(took) == 8 - 3
     assert iterator._base_seed == cold_iterator._base_seed  # the workers' seeds: the same augmentations
     held.loader.close()
+
+
+def test_a_held_loader_the_launch_does_not_take_has_its_workers_stopped_and_says_why(capsys):
+    """CI: a standby held rung 0's loader and the launch ran rung 1's threads loader, which never asks for it: its two
+    worker processes idled in the attempt's tree until its kill. Every launch that does not take it stops them."""
+    ready.prepare(spec("yolov8n.yaml", imgsz=64, batch=4, workers=2, seed=0))
+    workers = list(ready.HELD["loader"].iterator._workers)
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    ready.drop_loader("this rung loads on threads", "the threads start at the first batch")
+    assert "loader" not in ready.HELD
+    for w in workers:
+        w.join(30)
+        assert not w.is_alive()
+    assert "held ready is dropped (this rung loads on threads): the threads start at the first batch" \
+        in capsys.readouterr().err
+    ready.HELD.clear()
