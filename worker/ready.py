@@ -33,6 +33,7 @@ from typing import Any
 from worker.contract import ENV_READY
 from worker.demo_data import ensure_demo_dataset
 from worker.loaders import chain_worker_init, die_with_parent, start_workers_with
+from worker.patches import offline
 from worker.startup_steps import few_cpu_threads
 # Keys of a model's YAML that a build fills in from the dataset or the file: the rest is the architecture.
 FILLED_IN = ("yaml_file", "nc", "ch", "channels")
@@ -87,8 +88,6 @@ def _build(train: dict[str, Any], options: dict[str, Any], memory_mib: int) -> s
     from ultralytics.nn.tasks import DetectionModel, guess_model_task
     from ultralytics.utils import DEFAULT_CFG
     from ultralytics.utils.torch_utils import select_device
-
-    from worker.patches import offline
 
     offline.install()  # the dataset check fetches a font, as in the training (worker/link.py installs it there)
 
