@@ -339,6 +339,10 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
         a.training.progressed(sent_at(m, now))
     a.waits_outside, a.stopped = frozenset(), frozenset()
     a.waits.pop(m.rank, None)  # a word said before this progress is of a stall that is over
+    if m.rank is not None:
+        # and the launching worker's last word too: it stopped its witness as it started its ranks (worker/train.py)
+        # and makes no progress of its own that would end that word, which would otherwise tell its ranks' stalls
+        a.waits.pop(None, None)
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value
 
 

@@ -122,3 +122,27 @@ def test_the_flight_recorder_dumps_the_shell_found_are_listed_in_the_incident():
     dumps = ("incidents/x/flight_recorder_rank_0", "/tmp/nccl_trace_rank_1")
     d(core.IncidentEnriched(incident.id, (), flight_recorder=dumps))
     assert tuple(d.s.incidents[-1].to_dict()["flight_recorder"]) == dumps
+
+
+def test_the_launchers_last_word_tells_no_stall_of_its_ranks():
+    """CI (tests/e2e/test_multinode.py): the launching worker stops its witness as it starts its ranks
+    (worker/train.py), and no progress of its own ever comes to end its last word, said while its setup imported a
+    config module. In a stall of its ranks' that word was taken for the training process held at one place, and a
+    host whose rank only waited for the other host's was killed at 3 s. A rank's progress ends the launcher's word."""
+    from supervisor.decision.stall import watchdog
+    from tests.helpers.driver import PID, Driver, make
+
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("setup", kind="wait", progress=0, wait={"kind": "elsewhere", "stalled": 1.0,
+                                                  "where": "torch/utils/_config_module.py:90 in __post_init__"})
+    d.beat("train", kind="phase", pid=RANK_0, rank=0)
+    while d.t + 0.5 <= LAST_BATCH:
+        d.t += 0.5
+        d.beat(pid=RANK_0, rank=0, epoch=1, epochs=3, batch=3, batches=10, samples=4)
+    for k in range(1, 8):
+        d.t = LAST_BATCH + 0.5 * k
+        word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")  # waits for the other host's rank
+    assert None not in d.s.current.waits and PID != RANK_0
+    assert "one place" not in watchdog.deadline(d.s).label
+    assert kinds(d.at(LAST_BATCH + 3.01)(core.Tick())) == []
