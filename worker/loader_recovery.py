@@ -128,6 +128,16 @@ class LoaderRecovery:
             self.hb.loader_started(self.name, pids, None if made_at is None else time.monotonic() - made_at)
 
 
+def stop_workers_now(iterator: Any) -> None:
+    """Kill the live worker processes of a pass given up for a new iterator, rather than ask them to exit: a worker
+    reads its exit word only between samples, so torch's shutdown waits for the batch each is making (a second and
+    more of mosaics at 640 px; 5 s a worker, then SIGTERM, where one is stuck as well), all of it restart time of the
+    in-place tier, while the new iterator waits. What they were making belongs to the pass given up."""
+    for worker in getattr(iterator, "_workers", ()):
+        if worker.is_alive():
+            worker.kill()
+
+
 def recovering_class(base: type) -> type:
     """``base`` (a process loader, Ultralytics' or one of ours) whose pass survives the supervisor's replacement of
     its worker processes. Made per base class, as ``exact_resume.resuming_class``."""
@@ -205,7 +215,8 @@ def recovering_class(base: type) -> type:
             """A new iterator whose first pass starts ``skip_samples`` into this one; its next ``batches``."""
             old, self.iterator = self.iterator, None
             if old is not None and hasattr(old, "_shutdown_workers"):
-                old._shutdown_workers()  # the live workers told to exit, the dead ones reaped
+                stop_workers_now(old)
+                old._shutdown_workers()  # the dead ones reaped, the queues and the pin-memory thread closed
             sampler = self.batch_sampler.sampler.sampler  # _RepeatSampler -> BatchSampler -> ours
             if hasattr(sampler, "skip"):  # exact_resume.EpochOrderSampler: the epoch's order, keyed by epoch
                 sampler.skip[self.current_epoch()] = skip_samples
