@@ -32,6 +32,7 @@ from typing import Any
 
 from worker.contract import ENV_READY
 from worker.demo_data import ensure_demo_dataset
+from worker.device_warmup import DeviceWarmUp
 from worker.loaders import chain_worker_init, die_with_parent, start_workers_with
 from worker.patches import offline
 from worker.startup_steps import few_cpu_threads
@@ -118,7 +119,9 @@ def _build(train: dict[str, Any], options: dict[str, Any], memory_mib: int) -> s
     step = ""
     if device.type == "cuda":
         built = built.to(device)
-        step = _first_step(built, device, int(train.get("imgsz", 640)), int(train.get("batch", 16)))
+        gs = grid(built)
+        imgsz = -(-int(train.get("imgsz", 640)) // gs) * gs  # as Ultralytics' check_imgsz rounds it
+        step = _first_step(built, args, device, imgsz, int(train.get("batch", 16)))
     HELD["model"] = built
     if device.type in ("cpu", "mps") and "workers" not in train:
         args.workers = 0  # as the trainer forces it there
@@ -271,24 +274,29 @@ def drop() -> None:
     HELD.pop("datasets", None)
 
 
-def _first_step(model: Any, device: Any, imgsz: int, batch: int) -> str:
-    """One forward and backward at the training's shape, so the kernels are chosen (cuDNN's benchmark) before the
-    verdict; the weights and buffers it changes are the checkpoint's after the launch. What it did, for the line."""
+def _first_step(model: Any, args: Any, device: Any, imgsz: int, batch: int) -> str:
+    """One forward, loss and backward as the training's first step makes them (the device warm-up, on a copy of the
+    model, under the training's autocast), so the GPU libraries are loaded and the kernels chosen before the verdict;
+    the model itself is untouched. At the training's batch where the memory granted holds it, else at one image: the
+    libraries and most kernels are the same, and the launch's own warm-up (beside the first batch) finds them loaded.
+    What it did, for the line."""
     import torch
 
+    amp = args.amp not in {False, "fp32"}
+    dtype = torch.bfloat16 if args.amp == "bf16" else torch.float16 if amp else None
+    model.args = args  # the loss's hyperparameters (the trainer sets the same at the launch)
     batch = batch if batch > 0 else 16  # an auto batch (-1, a fraction) is known only to the trainer
     try:
-        images = torch.zeros(batch, 3, imgsz, imgsz, device=device)
-        model.train()
-        outputs = model(images)
-        sum(o.float().sum() for o in (outputs if isinstance(outputs, (list, tuple)) else [outputs])).backward()
-        torch.cuda.synchronize(device)
-        return ", its first step run"
-    except torch.cuda.OutOfMemoryError:
-        return ", no first step (it needs more than [worker] standby_memory_mib)"
+        for size in dict.fromkeys((batch, 1)):
+            warm = DeviceWarmUp(model, (size, 3, imgsz, imgsz), device, dtype).start()
+            warm.finish()
+            if warm.error is None:
+                through = "forward, loss and backward" if warm.through_loss else "forward and backward"
+                return f", its first step run ({through}, batch {size}, {warm.seconds:.1f} s)"
+            if not isinstance(warm.error, torch.cuda.OutOfMemoryError):
+                return f", no first step ({type(warm.error).__name__}: {warm.error})"
+        return ", no first step (even one image needs more than [worker] standby_memory_mib)"
     finally:
-        for p in model.parameters():
-            p.grad = None
         torch.cuda.empty_cache()
 
 

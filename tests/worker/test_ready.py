@@ -83,3 +83,33 @@ def test_a_held_loader_the_launch_does_not_take_has_its_workers_stopped_and_says
     assert "held ready is dropped (this rung loads on threads): the threads start at the first batch" \
         in capsys.readouterr().err
     ready.HELD.clear()
+
+
+class RefusesMoreThanOneImage(torch.nn.Module):
+    """A model whose step at more than one image fails as a capped device's allocator refuses it (no GPU here)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.conv(x)
+
+
+def test_the_standbys_first_step_runs_through_the_loss_on_a_copy_and_at_one_image_where_the_batch_does_not_fit():
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+
+    args = get_cfg(DEFAULT_CFG, {"amp": False})
+    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    line = ready._first_step(model, args, torch.device("cpu"), 64, 2)
+    assert "its first step run (forward, loss and backward, batch 2" in line, line
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the copy stepped, not the model
+    assert all(p.grad is None for p in model.parameters())
+
+    line = ready._first_step(RefusesMoreThanOneImage(), args, torch.device("cpu"), 32, 16)
+    assert "its first step run (forward and backward, batch 1" in line, line
