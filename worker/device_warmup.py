@@ -77,7 +77,9 @@ class DeviceWarmUp:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except BaseException as e:  # a failed warm-up only leaves the first step as slow as it was
-            self.error = e
+            # Kept without its traceback: the frames of the forward it failed in hold what it had allocated (an out
+            # of memory error: all of it), and this object lives as long as the trainer.
+            self.error = e.with_traceback(None)
         self.model = None  # the copy's memory goes back to the allocator, for the real first step
         self.seconds = time.monotonic() - began
         _RUNNING.discard(self.thread)

@@ -295,6 +295,7 @@ def _first_step(model: Any, args: Any, device: Any, imgsz: int, batch: int) -> s
                 return f", its first step run ({through}, batch {size}, {warm.seconds:.1f} s)"
             if not isinstance(warm.error, torch.cuda.OutOfMemoryError):
                 return f", no first step ({type(warm.error).__name__}: {warm.error})"
+            torch.cuda.empty_cache()  # what the refused step reserved, back to the device before the smaller one
         return ", no first step (even one image needs more than [worker] standby_memory_mib)"
     finally:
         torch.cuda.empty_cache()

@@ -95,3 +95,29 @@ def test_a_loader_worker_is_never_forked_while_the_warm_up_runs():
                                          multiprocessing_context="fork")
     assert next(iter(loader)).tolist() == [True, True]  # the worker was forked after the warm-up's end
     assert warm_up.finish().startswith("device warm-up") and warm_up.error is None
+
+
+ALLOCATED: list = []  # weak references to what _RefusedMidway allocated before it failed
+
+
+class _RefusedMidway(torch.nn.Module):
+    """A forward that allocates, then is refused more, as a device's allocator refuses a step that does not fit."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        import weakref
+
+        activations = torch.ones(1 << 20) * self.weight
+        ALLOCATED.append(weakref.ref(activations))
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_a_warm_up_refused_for_memory_holds_none_of_what_it_allocated():
+    """The error is kept for its line, and lives as long as the trainer (or the standby's next, smaller try)."""
+    warm = DeviceWarmUp(_RefusedMidway(), (2, 3, 8, 8), torch.device("cpu"), None).start()
+    line = warm.finish()
+    assert "OutOfMemoryError" in line and isinstance(warm.error, torch.cuda.OutOfMemoryError)
+    assert ALLOCATED and ALLOCATED[-1]() is None  # freed with the forward's frames, not held by the error
