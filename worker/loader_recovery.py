@@ -138,6 +138,25 @@ def stop_workers_now(iterator: Any) -> None:
             worker.kill()
 
 
+WORKER_CHECK_SECONDS = 0.5
+
+
+def check_workers_often(iterator: Any) -> None:
+    """Make the iterator look for dead workers every ``WORKER_CHECK_SECONDS`` while it waits for a batch, not every
+    5 s (torch's ``MP_STATUS_CHECK_INTERVAL``, bound as ``_try_get_data``'s default). torch learns of a worker's
+    death from SIGCHLD, which only the worker's parent gets: workers started by the forkserver are its children, so
+    the training process saw the supervisor's kill only at its next 5 s check, past the in-place tier's bound (H200
+    night: 2 of 2 rebuilds at the forkserver rung escalated, the training process waiting with no worker left)."""
+    wait = getattr(iterator, "_try_get_data", None)
+    if wait is None:
+        return
+
+    def try_get_data(timeout: float = WORKER_CHECK_SECONDS):
+        return wait(timeout)
+
+    iterator._try_get_data = try_get_data
+
+
 def recovering_class(base: type) -> type:
     """``base`` (a process loader, Ultralytics' or one of ours) whose pass survives the supervisor's replacement of
     its worker processes. Made per base class, as ``exact_resume.resuming_class``."""
@@ -189,6 +208,7 @@ def recovering_class(base: type) -> type:
             reported as soon as they are made, so a batch they never give names them (per-pass workers that hang
             before an epoch's first batch were known only at that batch)."""
             iterator = super()._get_iterator()
+            check_workers_often(iterator)
             self.recovery.started(iterator, None)
             return iterator
 

@@ -6,6 +6,7 @@ import signal
 from functools import partial
 from pathlib import Path
 
+import pytest
 import torch
 from ultralytics.data.build import InfiniteDataLoader
 
@@ -56,6 +57,60 @@ def test_a_rebuild_kills_the_given_up_passs_busy_workers_instead_of_waiting_for_
         # torch's own shutdown would have joined each for 5 s and then sent SIGTERM: killed, they were not waited for
         assert [w.exitcode for w in old] == [-signal.SIGKILL] * WORKERS
         assert not {w.pid for w in old} & {w.pid for w in loader.iterator._workers}
+        assert loader.recovery.recoveries == 1
+    finally:
+        batches.close()
+        loader.close()
+        os.close(read)
+        os.close(write)
+
+
+class Blocks(torch.utils.data.Dataset):
+    """Batch MAKING never comes from the first iterator's workers (a worker stuck in it); any other does."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, index: int) -> int:
+        if index // BATCH == MAKING and not NEW_WORKERS:
+            import time
+
+            time.sleep(60)
+        return index
+
+
+def test_a_forkserver_workers_kill_is_seen_at_once_though_its_sigchld_goes_to_the_forkserver(tmp_path):
+    """torch hears of a worker's death by SIGCHLD, which only its parent gets; the forkserver's workers are not the
+    training process's children, and torch's own check of its workers comes every 5 s of a wait."""
+    import threading
+    import time
+
+    from worker.loaders import start_workers_with
+
+    loader = InfiniteDataLoader(Blocks(), batch_size=BATCH, num_workers=1, shuffle=False,
+                                worker_init_fn=partial(note_generation, tmp_path))
+    start_workers_with(loader, "forkserver")
+    read, write = os.pipe()
+    assert loader_recovery.install(loader, "train", CommandChannel(read), Heartbeat(None))
+    batches = iter(loader)
+    try:
+        assert [next(batches).tolist() for _ in range(MAKING)][-1] == [2 * MAKING - 2, 2 * MAKING - 1]
+        (worker,) = loader.iterator._workers
+        with pytest.raises(ChildProcessError):  # not this process's child: its SIGCHLD goes to the forkserver
+            os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+
+        def replace() -> None:  # once the training waits for the batch the worker is stuck in
+            time.sleep(0.3)
+            (tmp_path / "rebuilt").touch()
+            os.write(write, Command(CommandKind.REPLACE_LOADER_WORKERS, pids=(worker.pid,), seq=1).to_line())
+            os.kill(worker.pid, signal.SIGKILL)
+
+        threading.Thread(target=replace, daemon=True).start()
+        began = time.monotonic()
+        assert next(batches).tolist() == [2 * MAKING, 2 * MAKING + 1]
+        # torch's own first look at its workers came 5 s into the wait; this one within a second of the kill (the
+        # new worker's start from the forkserver is in it too)
+        assert time.monotonic() - began < 5.0
         assert loader.recovery.recoveries == 1
     finally:
         batches.close()
