@@ -7,6 +7,7 @@ torch-free and supervisor-free so both sides import it.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -14,7 +15,9 @@ def write_durably(path: Path, data: bytes) -> None:
     """A temporary file beside ``path``, flushed to disk, renamed over it, the directory flushed too. OSError when it
     cannot be done, with the temporary file removed and ``path`` as it was."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # One temporary file per writing thread: two writes of one path, each with O_TRUNC on a shared name, would write
+    # into one file at two offsets and rename a mix of both.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_native_id()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -34,6 +34,11 @@ def verify(path: Path) -> str | None:
             names = archive.namelist()
             if not any(n.endswith("data.pkl") for n in names):
                 return "no data.pkl inside: not a torch checkpoint"
+            # zipfile reads an archive that other bytes stand before (it shifts every offset by them); torch's
+            # reader refuses it ("invalid header or archive is corrupted"), and torch.save's archive starts at 0.
+            before = min(i.header_offset for i in archive.infolist())
+            if before:
+                return f"{before} bytes of something else before the archive (torch cannot read it)"
             bad = archive.testzip()
             if bad is not None:
                 return f"CRC mismatch in {bad}"

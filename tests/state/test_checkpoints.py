@@ -72,6 +72,22 @@ def test_a_first_attempt_with_a_torn_last_pt_resumes_from_the_verified_copy(tmp_
     assert torch.load(chosen)["w"][0] == 1.0
 
 
+def test_an_archive_with_bytes_before_it_is_corrupt_for_torch_and_never_kept_as_the_verified_copy(tmp_path):
+    """zipfile reads an archive that other bytes stand before (the start of another save, here): every member's CRC
+    checks out, but torch's reader refuses it. Seen in CI: a run's last.pt and its copy both so, exit 78."""
+    weights = tmp_path / "weights"
+    save_atomically(weights / "last.pt", 1.0)
+    assert keep_verified_copy(tmp_path) is None
+    whole = (weights / "last.pt").read_bytes()
+    (weights / "last.pt").write_bytes(whole[:100] + whole)
+    assert "bytes of something else before the archive" in verify(weights / "last.pt")
+    note = keep_verified_copy(tmp_path)
+    assert "not a usable checkpoint" in note and torch.load(weights / "last.good.pt")["w"][0] == 1.0
+    chosen, notes = choose_resume(tmp_path)
+    assert chosen == weights / "last.good.pt" and "corrupt checkpoint" in notes[0]
+    assert torch.load(chosen)["w"][0] == 1.0
+
+
 def test_without_a_verified_copy_best_pt_is_used_and_named(tmp_path):
     weights = tmp_path / "weights"
     save(weights / "best.pt", 5.0)
