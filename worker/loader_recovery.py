@@ -145,8 +145,8 @@ def check_workers_often(iterator: Any) -> None:
     """Make the iterator look for dead workers every ``WORKER_CHECK_SECONDS`` while it waits for a batch, not every
     5 s (torch's ``MP_STATUS_CHECK_INTERVAL``, bound as ``_try_get_data``'s default). torch learns of a worker's
     death from SIGCHLD, which only the worker's parent gets: workers started by the forkserver are its children, so
-    the training process saw the supervisor's kill only at its next 5 s check, past the in-place tier's bound (H200
-    night: 2 of 2 rebuilds at the forkserver rung escalated, the training process waiting with no worker left)."""
+    the training process saw the supervisor's kill only at its next check, past the in-place tier's bound: a rebuild
+    at the forkserver rung escalated, the training process waiting with no worker left."""
     wait = getattr(iterator, "_try_get_data", None)
     if wait is None:
         return

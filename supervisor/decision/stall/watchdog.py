@@ -21,7 +21,7 @@ from supervisor.config import AUTO, WatchdogConfig
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.stall import kernel_search, witness
 from supervisor.vocabulary import STARTUP_PHASE, State
-from worker.contract import Phase, StartupStep, split_rung
+from worker.contract import Phase, StartupStep, WaitKind, split_rung
 
 
 class DeadlineKind(Enum):
@@ -356,6 +356,12 @@ def _bounded(s: Supervision) -> Stall | None:
         idle = phase_timeout(w, phase, a.intervals, s.epoch_end_seen, checkpoint, w.idle_floor)[0]
         kind = DeadlineKind.PHASE
     word = witness.word_on(a, stall_since=since, state=s.state, phase=stall_phase(s))
+    if of == "phase" and phase == Phase.SAVE.value and own_lock(word):
+        # An idle tree (no CPU, no disk, none in the disk's sleep) whose training process waits on a lock of its
+        # own is bounded as in training, not by the epoch's end (ten times the longest seen): a save that writes is
+        # never idle (issue 48.4).
+        trained = phase_timeout(w, Phase.TRAIN.value, a.intervals, floor=w.idle_floor)[0]
+        idle = trained if trained is not None and (idle is None or trained < idle) else idle
     if t is None:
         return Stall(since, Deadline(None, kind, label), None, word=word)
     shorter = idle is not None and idle < t and w.idle_floor is not None
@@ -364,6 +370,12 @@ def _bounded(s: Supervision) -> Stall | None:
         # host's own making, a rank of it stopped (SIGSTOP to the tree, a debugger), which waits for nobody.
         return Stall(since, Deadline(since + t, kind, label), None, idle, word)
     return Stall(since, Deadline(since + t, kind, label), idle if shorter else None, word=word)
+
+
+def own_lock(word: witness.Word) -> bool:
+    """The witness puts the training process's main thread on a lock, condition, event or queue of its own process
+    (``WaitKind.LOCK``), no loader worker named."""
+    return word.seen is not None and word.culprit is None and word.seen.report.kind == WaitKind.LOCK
 
 
 def _clock(s: Supervision) -> tuple[str, float] | None:
