@@ -26,7 +26,7 @@ DEMO_CONFIG = Path(__file__).with_name("demo.toml")
 # units/yolo-train.service's WatchdogSec=30s: the longest the supervisor's loop may be away. Killing a tree holds
 # the loop for up to kill_grace + kill_timeout (no heartbeat read, no stop request handled), so their sum must fit.
 UNIT_WATCHDOG_SEC = 30.0
-CHECKPOINT_FLOOR = 5.0  # [checkpoint] max and "auto" never closer: a save every few seconds wears the disk
+CHECKPOINT_FLOOR = 5.0  # [checkpoint] max never under this: the interval of a run that has not hung
 # An "auto" bound is the factor times the slowest recent interval: beyond this one it waits hours for a batch of
 # seconds, and no stall is ever found.
 AUTO_FACTOR_MOST = 1000.0
@@ -231,12 +231,12 @@ class CheckpointConfig:
         "loop waits only for a copy to host memory; a thread writes it, atomically); a hang loses at most this much "
         'plus detection. "auto": chosen at every spawn as Young\'s sqrt(2 x hold x mean time between hangs) from the '
         "measured checkpoint hold and this run's hangs (supervisor/decision/model/checkpoint_interval.py), at least "
-        "max(5 s, 10 holds) and at most `max`: `max` while the run has not hung; while hangs are frequent (one in 10 "
+        "10 measured holds (1 s at the least) and at most `max`: `max` while the run has not hung; while hangs are frequent (one in 10 "
         "minutes of training or more often), at most twice the restarts' own time, so a restart replays no more "
         'than its own time; "epoch": Ultralytics\' end-of-epoch '
         "save only. `status --json` shows it as `checkpoint_every`; metric yolo_train_checkpoint_interval_seconds"))
     max: float = key(Seconds(durations=True, least=CHECKPOINT_FLOOR, beyond=(
-        f'at least {CHECKPOINT_FLOOR:.0f} s (the floor of the interval "auto" chooses) and at most a day '
+        f'at least {CHECKPOINT_FLOOR:.0f} s and at most a day '
         f'({LONGEST:g}), e.g. max = "10m"')), 600.0,
         'the longest interval "auto" chooses: the interval of a run that has not hung')
 

@@ -11,8 +11,13 @@ every spawn, so after each hang, from what this run measured:
 - the mean time between hangs: training seconds over the hangs of the last ``HANG_WINDOW`` (plus the time since the
   newest), so a burst shortens the interval within a hang or two and a quiet spell lengthens it again.
 
-Clamped to ``[FLOOR, max]``: the floor keeps a checkpoint's cost under a tenth of training whatever the hang rate;
-``max`` (default 10 minutes) is the interval of a run that has not hung, the same as a fixed ``every = "10m"``.
+Clamped to ``[floor, max]``: the floor, ten measured holds (and never under ``LEAST``), keeps a checkpoint's cost
+under a tenth of training whatever the hang rate. It follows the hold this run measured, not a fixed count of
+seconds: a save written from a thread holds the loop for tens of milliseconds, so a night of hangs tens of seconds
+apart checkpoints inside its epochs (a fixed 5 s floor kept every restart of a 6 s-epoch night at the last epoch's
+end: issue 59.4); a save that holds the loop longer (a large model, a slow disk, the writer still busy with the last
+one) raises its floor with it. ``max`` (default 10 minutes) is the interval of a run that has not hung, the same as a
+fixed ``every = "10m"``.
 
 Young's balance counts a batch replayed as a batch's training; it is more: a restarted attempt's first batches run
 slow. So while hangs are frequent (one every ``FREQUENT`` seconds of training or more often), the replay a restart
@@ -26,8 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from supervisor.config import CHECKPOINT_FLOOR as MIN_SECONDS
-
+LEAST = 1.0  # seconds: "auto" never checkpoints closer, whatever the hold (a save a second is the file's size a second)
 HOLD_FACTOR = 10.0  # nor closer than this many holds: checkpoints cost at most a tenth of the training loop's time
 ASSUMED_HOLD = 1.0  # seconds, until this run has measured one
 HOLDS_KEPT = 5  # checkpoint holds behind the median
@@ -51,7 +55,7 @@ def young(hold: float, mean_time_between_hangs: float) -> float:
 
 
 def floor(hold: float) -> float:
-    return max(MIN_SECONDS, HOLD_FACTOR * hold)
+    return max(LEAST, HOLD_FACTOR * hold)
 
 
 def choose(every: float | str | None, maximum: float, holds: list[float],
