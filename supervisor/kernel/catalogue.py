@@ -80,11 +80,14 @@ _RESET_SOURCE = re.compile(r"GPU reset begin!\. Source: +(\d+)")
 DEVCOREDUMP_LINES = frozenset({"amdgpu_reset_begin", "amdgpu_reset_succeeded", "amdgpu_coredump_created"})
 
 
-def reset_source(line: str) -> str | None:
-    """What reset the GPU, as a "GPU reset begin!. Source:  N" line names it; None: the line does not say."""
+NO_SOURCE = "not said"  # "GPU reset begin!" of a kernel older than the source's number
+
+
+def reset_source(line: str) -> str:
+    """What reset the GPU, as a "GPU reset begin!. Source:  N" line names it."""
     found = _RESET_SOURCE.search(line)
     if found is None:
-        return None
+        return NO_SOURCE
     number = int(found.group(1))
     return _RESET_SOURCES.get(number, f"source {number}")
 

@@ -147,7 +147,7 @@ EXPECTED = {
 }
 
 # What each reset line of amdgpu_reset_sources.dmesg names as its source, in order.
-RESET_SOURCES = ["job timeout", "MES", "RAS", "hws", "user", "user queue", "unknown", "source 9", None]
+RESET_SOURCES = ["job timeout", "MES", "RAS", "hws", "user", "user queue", "unknown", "source 9", "not said"]
 
 
 def dmesg_lines(name: str) -> list[str]:
