@@ -18,6 +18,7 @@ import selectors
 import time
 from collections import deque
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable
 
 from supervisor import decision
@@ -32,7 +33,7 @@ from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import Config
 from supervisor.decision import Incident, scan
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.host import process_tree
+from supervisor.host import devcoredump, process_tree
 from supervisor.host.signals import catch_signals, stop_requests
 from supervisor.host.torch_build import ladder_for
 from supervisor.kernel.reader import KernelLogSource
@@ -40,6 +41,7 @@ from supervisor.kernel.sources import KernelSources
 from supervisor.state import checkpoints, state_file
 from supervisor.state.history import History, gpu_readings
 from supervisor.state.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
+from supervisor.state.paths import StatePaths
 from supervisor.state.state_dir import StateDir
 from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
 from supervisor.telemetry.notify_command import NotifyCommand
@@ -190,6 +192,13 @@ class Agent:
         if self.s.stop is not None and self.s.stop.incident is not None:
             fields["INCIDENT_ID"] = self.s.stop.incident.id  # journalctl INCIDENT_ID=... finds the story
         log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
+
+    def _keep_devcoredumps(self, action: Any) -> None:
+        paths = StatePaths(self.config.state_dir)
+        dest = paths.incident_dir(action.incident) if action.incident else paths.devcoredumps_dir(action.attempt)
+        dumps = devcoredump.keep(devcoredump.sysfs_root(), dest, Path(self.config.state_dir), action.kept)
+        if dumps:
+            self.handle(decision.DevcoredumpsKept(action.attempt, dumps))
 
     def _read_ahead(self, action: Any) -> None:
         answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
@@ -409,6 +418,7 @@ CARRY_OUT: dict[type, Callable[[Agent, Any], None]] = {
     decision.DropStacksAhead: lambda a, x: drop_ahead(a.config, a.worker, x),
     decision.AwaitSurvivors: lambda a, x: a._await_survivors(x.pids),
     decision.RecordIncident: lambda a, x: a.state_dir.append_incident(x.incident.to_dict()),
+    decision.KeepDevcoredumps: lambda a, x: a._keep_devcoredumps(x),
     decision.RequestCheckpoint: lambda a, x: a.worker.request_checkpoint() if a.worker is not None else None,
     decision.KeepVerifiedCopy: lambda a, x: a._keep_verified_copy(),
     decision.PublishLadder: lambda a, x: a._publish(a.job_ladder, x, "the job-wide ladder decision",

@@ -20,7 +20,7 @@ from supervisor import decision
 from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.config import Config
 from supervisor.decision import StallInspected, Incident, Stacks, judge, as_incident_stacks
-from supervisor.host import flight_recorder, process_tree, stacks
+from supervisor.host import devcoredump, flight_recorder, process_tree, stacks
 from supervisor.host.gpu_metrics import sample_all
 from supervisor.state.paths import StatePaths
 from supervisor.vocabulary import STARTUP_PHASE, Reason
@@ -42,8 +42,10 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
     its own. ``loader_pids``: the loader worker processes the worker reported, named so in the stacks; ``rank_pids``:
     each DDP rank's pid, pid -> rank (the stacks name the ranks by them, the incident's ``hung_rank`` the culprit)."""
     members = worker.tree_members(spare) if worker else process_tree.tree(spare=spare)
+    dumps = devcoredump.move_into(Path(config.state_dir), incident.devcoredumps,
+                                  StatePaths(config.state_dir).incident_dir(incident.id))
     if worker is None:
-        return decision.IncidentEnriched(incident.id, tuple(process_tree.snapshot(members)))
+        return decision.IncidentEnriched(incident.id, tuple(process_tree.snapshot(members)), devcoredumps=dumps)
     since, worker.cpu_since = worker.cpu_since, None
     ahead = incident.stacks.ahead if incident.stacks is not None else None
     if since is None or time.monotonic() - since.at > max(CPU_WINDOW_KEPT, (ahead or 0.0) + 1.0):
@@ -60,10 +62,11 @@ def what_the_tree_shows(config: Config, worker: WorkerProcess | None, incident: 
                                rank_pids)
     processes = process_tree.snapshot(members, since=since)
     host = socket.gethostname() if config.distributed.several_hosts else None
-    dumps = flight_recorder.collect(worker.env, incident.last_progress_wall,
-                                    StatePaths(config.state_dir).incident_dir(incident.id)) \
+    recorder = flight_recorder.collect(worker.env, incident.last_progress_wall,
+                                       StatePaths(config.state_dir).incident_dir(incident.id)) \
         if rank_pids and incident.last_progress_wall is not None else ()
-    return decision.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host, dumps)
+    return decision.IncidentEnriched(incident.id, tuple(processes), tuple(worker.output_tail), never, found, host,
+                                     recorder, dumps)
 
 
 def inspect_stall(config: Config, worker: WorkerProcess, incident: Incident, loaders: dict[int, int | None],

@@ -12,14 +12,15 @@ May import: the standard library, the ground floor (``supervisor.vocabulary``, `
 """
 
 from supervisor.decision.core import Supervision, decide
-from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
+from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
+                                               KillTree, Log,
                                                PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
                                                RecordIncident, RequestCheckpoint, Spawn)
-from supervisor.decision.model.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead,
+from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead,
                                               JobLadderRead, KernelMessage, Now, SearchNews, SignatureSeen, Spawned,
                                               StacksReadAhead, StateDirTaken, StopRequested, SupervisorPaused,
                                               SurvivorsGone, Tick, TreeActivity, TreeKilled, WorkerExited)
-from supervisor.decision.model.incident import Incident, Stacks, one_line, where_of
+from supervisor.decision.model.incident import Devcoredump, Incident, Stacks, one_line, where_of
 from supervisor.decision.model.ladder import Ladder, build_ladder
 from supervisor.decision.model.persistence import Unreadable
 from supervisor.decision.model.signatures import scan
@@ -34,9 +35,10 @@ from supervisor.decision.stall.stack_reading import (UNTRACEABLE_STATES, Frame, 
 from supervisor.decision.stall.watchdog import tree_reading_from, wake
 from supervisor.decision.status_view import Heartbeats, Status, Supervisor, snapshot
 
-__all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "decide", "derive", "DropStacksAhead",
+__all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "decide", "derive", "Devcoredump",
+           "DevcoredumpsKept", "DropStacksAhead",
            "Exit", "Frame", "HeartbeatReceived", "Heartbeats", "Incident", "IncidentEnriched", "InspectStall",
-           "JobCheckpointRead", "JobLadderRead", "judge", "KeepVerifiedCopy", "KernelMessage", "KillTree", "Ladder",
+           "JobCheckpointRead", "JobLadderRead", "judge", "KeepDevcoredumps", "KeepVerifiedCopy", "KernelMessage", "KillTree", "Ladder",
            "LoaderWorkersKilled", "Log", "Notice", "NoticeLimit", "Now", "one_line", "PrepareStandby", "ProcessStacks",
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "ReplaceLoaderWorkers",
            "RequestCheckpoint", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",

@@ -38,10 +38,11 @@ from typing import Any, Callable
 
 from supervisor.decision import heartbeats, kernel, recovery
 from supervisor.decision.model import survivors
-from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
+from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
+                                         KillTree, Log,
                                          PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
                                          RecordIncident, RequestCheckpoint, Spawn)
-from supervisor.decision.model.events import (Boot, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
+from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StacksReadAhead,
                                         StateDirTaken, StopRequested, SupervisorPaused, SurvivorsGone, Tick,
                                         TreeActivity, TreeKilled, WorkerExited)
@@ -60,10 +61,10 @@ from worker.contract import Phase
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
 # are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.
-__all__ = ["Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
+__all__ = ["Boot", "DevcoredumpsKept", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StateDirTaken", "StopRequested",
            "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone",
-           "AwaitSurvivors", "DropStacksAhead", "Exit", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
+           "AwaitSurvivors", "DropStacksAhead", "Exit", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "RequestCheckpoint", "Spawn",
            "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide", "describe_exit",
            "training_fingerprint"]
@@ -116,6 +117,7 @@ HANDLERS: dict[type, Callable[[Supervision, Any, Now], list[Any]]] = {
     IncidentEnriched: lambda s, e, now: _enriched(s, e),
     StopRequested: lambda s, e, now: _stop(s, e, now),
     KernelMessage: lambda s, e, now: kernel.message(s, e, now),
+    DevcoredumpsKept: lambda s, e, now: kernel.kept(s, e),
     SignatureSeen: lambda s, e, now: _signature(s, e, now),
     SearchNews: lambda s, e, now: kernel_search.news(s, e, now),
     SupervisorPaused: lambda s, e, now: _paused(s, e, now),
@@ -477,7 +479,8 @@ def _enriched(s: Supervision, event: IncidentEnriched) -> list[Any]:
         witness.WAITS[said.report.kind].names_loader == stacks.in_loader_worker  # both blame a loader worker, or neither
     enriched = s.amend(incident, processes=event.processes, output_tail=event.output_tail, stacks=stacks,
                        detail=detail, host=event.host, witness_agreed=agreed,
-                       flight_recorder=event.flight_recorder or incident.flight_recorder)
+                       flight_recorder=event.flight_recorder or incident.flight_recorder,
+                       devcoredumps=event.devcoredumps or incident.devcoredumps)
     # Where it hung, in the journal: decided once the kill's own lines are out (the agent queues this event).
     return [Log("info", one_line(enriched.to_dict()))] if event.stacks is not None else []
 

@@ -4,7 +4,9 @@ A stall or GPU-fault line puts the worker under suspicion; if it makes no progre
 killed as hung at once (long before the stall timeout), if it does, the line is counted and nothing is killed. A line
 naming a pid outside the worker's tree only counts. A lost GPU ends the supervisor with "reboot needed", but only on
 the kernel's own word about a GPU this training uses. The OOM killer taking a worker process is remembered
-(``Attempt.oom``): the crash that follows is an ``oom`` one (core._exited).
+(``Attempt.oom``): the crash that follows is an ``oom`` one (core._exited). A GPU reset is remembered by its source,
+and on a reset or coredump line the GPU's devcoredump is copied first, whatever the line's judgement (the kernel
+deletes it 5 minutes later): both go into the attempt's incident (``gpu_resets``, ``devcoredumps``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from supervisor.decision.model.actions import Log
-from supervisor.decision.model.events import KernelMessage, Now
+from supervisor.decision.model.actions import KeepDevcoredumps, Log
+from supervisor.decision.model.events import DevcoredumpsKept, KernelMessage, Now
 from supervisor.decision.model.state import OomKill, Supervision, Suspicion, trains_on_cpu
 from supervisor.decision.recovery import stopping
 from supervisor.decision.recovery.stopping import Stop
@@ -23,6 +25,41 @@ from supervisor.vocabulary import After, KernelKind, Reason, State
 
 
 def message(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
+    return _reset(s, event) + _judged(s, event, now)
+
+
+def _reset(s: Supervision, event: KernelMessage) -> list[Any]:
+    """A reset's source, remembered; the devcoredump asked for before anything the line's judgement does."""
+    a = s.current
+    if event.reset_source is not None:
+        a.gpu_resets.append(event.reset_source)
+        if (incident := _open_incident(s)) is not None:
+            s.amend(incident, gpu_resets=tuple(a.gpu_resets))
+    if not event.devcoredump:
+        return []
+    incident = _open_incident(s)
+    return [KeepDevcoredumps(s.attempt, incident.id if incident else None, tuple(d.source for d in a.devcoredumps))]
+
+
+def kept(s: Supervision, event: DevcoredumpsKept) -> list[Any]:
+    """The shell copied them: the attempt's, and its incident's if one is under way."""
+    if event.attempt != s.attempt or not event.dumps:
+        return []
+    a = s.current
+    a.devcoredumps += event.dumps
+    if (incident := _open_incident(s)) is not None:
+        s.amend(incident, devcoredumps=incident.devcoredumps + event.dumps)
+    said = ", ".join(f"{d.source} ({d.bytes} bytes{', truncated' if d.truncated else ''})" for d in event.dumps)
+    return [Log("warning", f"the GPU's devcoredump kept: {said}, in {event.dumps[0].path.rsplit('/', 1)[0]}")]
+
+
+def _open_incident(s: Supervision) -> Any:
+    """The current attempt's incident still being completed, if its worker is being stopped or was."""
+    incident = s.incidents[-1] if s.incidents else None
+    return incident if incident is not None and incident.attempt == s.attempt and not incident.recorded else None
+
+
+def _judged(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
     a = s.current
     s.kernel_events[event.kind] += 1
     running = s.state in (State.STARTING, State.HEALTHY)

@@ -3,8 +3,8 @@
 A kernel log line (from ``/dev/kmsg`` or the journal) or a GPU uevent becomes a ``KernelEvent`` of one
 of four kinds:
 
-- ``stall``: the kernel saw a CPU or a task make no progress (the amdgpu/amdkfd workqueue hogging a
-  CPU, a task blocked in D state, a soft or hard lockup, an RCU stall). The worker comes under
+- ``stall``: the kernel saw a CPU or a task make no progress (amdkfd's work hogging a CPU: not amdgpu's
+  display code nor any other driver's, a task blocked in D state, a soft or hard lockup, an RCU stall). The worker comes under
   suspicion; only a worker that then makes no progress is killed.
 - ``gpu_fault``: the GPU driver reported a fault it may recover from (ring/job timeout, VM page fault,
   MES not answering, a GPU reset beginning or succeeding, an NVIDIA Xid that a restarted
@@ -51,6 +51,8 @@ class KernelEvent:
     pattern: str  # name of the catalogue entry that matched
     monotonic_us: int | None  # kernel timestamp (usec since boot) when known
     from_kernel: bool = True  # False: a record user space wrote to /dev/kmsg (facility != kern): anyone can forge it
+    reset_source: str | None = None  # a GPU reset's line: what reset it ("job timeout", "MES" ...), where it says
+    devcoredump: bool = False  # a line after which the GPU's devcoredump may be in sysfs (DEVCOREDUMP_LINES)
 
 
 class Classification(NamedTuple):
@@ -70,6 +72,26 @@ XID_GPU_LOST = (79, 48, 46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 
 # smoothing circuitry state).
 XID_INFORMATIONAL = (63, 92, 93, 106, 107, 162, 163, 164, 165)
 
+# enum AMDGPU_RESET_SRCS (drivers/gpu/drm/amd/amdgpu/amdgpu_reset.h), as "GPU reset begin!. Source:  %d" prints it;
+# a number not here (a later kernel's) is shown as "source N".
+_RESET_SOURCES = {0: "unknown", 1: "job timeout", 2: "RAS", 3: "MES", 4: "hws", 5: "user", 6: "user queue"}
+_RESET_SOURCE = re.compile(r"GPU reset begin!\. Source: +(\d+)")
+# The lines after which the GPU's devcoredump may be in sysfs: the supervisor copies it before it is deleted.
+DEVCOREDUMP_LINES = frozenset({"amdgpu_reset_begin", "amdgpu_reset_succeeded", "amdgpu_coredump_created"})
+
+
+NO_SOURCE = "not said"  # "GPU reset begin!" of a kernel older than the source's number
+
+
+def reset_source(line: str) -> str:
+    """What reset the GPU, as a "GPU reset begin!. Source:  N" line names it."""
+    found = _RESET_SOURCE.search(line)
+    if found is None:
+        return NO_SOURCE
+    number = int(found.group(1))
+    return _RESET_SOURCES.get(number, f"source {number}")
+
+
 _XID = r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): "
 _XID_PID = r"(?:, pid=(?P<pid>\d+))?"
 
@@ -78,29 +100,42 @@ def _codes(codes: Iterable[int]) -> str:
     return "(?:" + "|".join(str(c) for c in codes) + r")\b"
 
 
-# Kernel functions and modules whose workqueue items hogging a CPU point at the GPU driver; the same
-# line about a network or storage driver says nothing about training.
-_GPU_WORK = r"(?:\S*(?:amdgpu|amdkfd|kfd_|drm_|ttm_|drm_sched)\S*|\S+ \[(?:amdgpu|amdxcp|drm\w*|ttm|gpu_sched)\])"
+# amdkfd's work items, as %ps prints them (the function, then " [amdgpu]" where amdgpu is a module): the compute
+# stack's own work (kfd_svm.c svm_range_restore_work(), svm_range_deferred_list_work(); kfd_process.c
+# kfd_process_wq_release(), evict_process_worker(), restore_process_worker(); kfd_interrupt.c interrupt_wq();
+# amdgpu_amdkfd_gpuvm.c amdgpu_amdkfd_restore_userptr_worker()). The two generic names only with amdgpu's module.
+_AMDKFD_WORK = (r"(?:(?:amdgpu_amdkfd_|kfd_|svm_range_)\w+(?: \[amdgpu\])?"
+                r"|(?:evict_process_worker|restore_process_worker|interrupt_wq) \[amdgpu\])")
+# wq_cpu_intensive_report()'s line: any threshold (10000 us, scaled up by 4000/BogoMIPS below 4000 BogoMIPS:
+# 10666, 13333, 20000 ...) and any count (4, 8, 16 ... before 6.9; 4, 5, 7, 11, 19 ... with
+# workqueue.cpu_intensive_warning_thresh), or none where a log quotes the line short.
+_HOG = r" hogged CPU for >\d+us(?: \d+ times)?"
 
 BUILTIN: tuple[tuple[str, str, str, str], ...] = (
     # --- stall ---------------------------------------------------------------------------------------
     (
-        "amdkfd_svm_workqueue_hog",
-        r"workqueue: (?:svm_range_restore_work|svm_range_deferred_list_work|kfd_process_wq_release)"
-        r"(?: \[amdgpu\])? hogged CPU for >\d+us",
+        "amdkfd_workqueue_hog",
+        r"workqueue: " + _AMDKFD_WORK + _HOG,
         "stall",
-        "kernel/workqueue.c wq_cpu_intensive_report() for amdkfd's work: kfd_svm.c svm_range_restore_work() "
-        "(restoring SVM ranges an MMU notifier evicted), svm_range_deferred_list_work(), kfd_process.c "
-        'kfd_process_wq_release(): "workqueue: svm_range_restore_work [amdgpu] hogged CPU for >10000us 67 times, '
-        'consider switching to WQ_UNBOUND", the count doubling (67, 131, 259 ...) before a GPU page fault '
-        "(ROCm/legacy-rocm-build#5952, #4515; ROCm's issues are filed at ROCm/TheRock now)",
+        'kernel/workqueue.c wq_cpu_intensive_report(): "workqueue: %ps hogged CPU for >%luus %llu times, consider '
+        'switching to WQ_UNBOUND", for amdkfd\'s work: svm_range_restore_work(), svm_range_deferred_list_work() '
+        "(kfd_svm.c), kfd_process_wq_release(), evict_process_worker(), restore_process_worker() (kfd_process.c), "
+        "interrupt_wq() (kfd_interrupt.c), amdgpu_amdkfd_restore_userptr_worker() (amdgpu_amdkfd_gpuvm.c); any "
+        "threshold (10000 us, scaled by 4000/BogoMIPS on slower CPUs: 10666, 13333, 20000 ...: "
+        "wq_cpu_intensive_thresh_init()) and count (4, 5, 7, 11, 19 ...: cnt + 1 - "
+        "workqueue.cpu_intensive_warning_thresh a power of 2; 4, 8, 16 ... in kernels before that parameter). The "
+        "counts grow before a GPU "
+        "page fault (ROCm/legacy-rocm-build#5952, #4515, #5933)",
     ),
     (
-        "workqueue_gpu_hog",
-        r"workqueue: " + _GPU_WORK + r" hogged CPU for >\d+us",
-        "stall",
-        "kernel/workqueue.c wq_cpu_intensive_report(): "
-        '"workqueue: %ps hogged CPU for >%luus %llu times, consider switching to WQ_UNBOUND"',
+        "workqueue_hog_not_amdkfd",
+        r"workqueue: \S+(?: \[\w+\])?" + _HOG,
+        IGNORE,
+        "kernel/workqueue.c wq_cpu_intensive_report() for any other work: amdgpu's display code "
+        '("workqueue: dm_irq_work_func [amdgpu] hogged CPU for >13333us 11 times", amdgpu_dm_hpd_low_irq(), '
+        "dm_handle_vmin_vmax_update(): amdgpu_dm_irq.c, hot plug and vblank interrupts, legacy-rocm-build#5933), "
+        "DRM helpers, network and storage drivers: a CPU busy in a driver that is not the compute stack says nothing "
+        "of the training",
     ),
     (
         "hung_task",
@@ -283,7 +318,10 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         "amdgpu_reset_begin",
         r"GPU reset begin!",
         "gpu_fault",
-        'amdgpu_device.c amdgpu_device_gpu_recover(): "GPU reset begin!" (". Source: %d" in newer kernels)',
+        'amdgpu_device.c amdgpu_device_gpu_recover(): "GPU %s begin!. Source:  %d" ("reset"; the source, after two '
+        "spaces, from enum AMDGPU_RESET_SRCS in amdgpu_reset.h: " + ", ".join(f"{n} {name}" for n, name in
+        sorted(_RESET_SOURCES.items())) + '; plain "GPU reset begin!" in older kernels); the source is kept in the '
+        "incident (``gpu_reset``)",
     ),
     (
         "amdgpu_reset_succeeded",
@@ -291,6 +329,15 @@ BUILTIN: tuple[tuple[str, str, str, str], ...] = (
         "gpu_fault",
         'amdgpu_device.c: "GPU reset(%d) succeeded!", "GPU reset succeeded, trying to resume"; the '
         "worker's GPU context did not survive it",
+    ),
+    (
+        "amdgpu_coredump_created",
+        r"AMDGPU device coredump file has been created",
+        "gpu_fault",
+        'amdgpu_dev_coredump.c amdgpu_coredump(): "AMDGPU device coredump file has been created", "Check your '
+        '/sys/class/drm/card%d/device/devcoredump/data" (drm_info): at a job timeout (before its ring reset) or after '
+        "a GPU reset; drivers/base/devcoredump.c deletes the dump 5 minutes later (DEVCD_TIMEOUT), so the supervisor "
+        "copies it at once (supervisor/kernel/devcoredump.py)",
     ),
     (
         "amdgpu_vram_lost",
@@ -365,7 +412,9 @@ class Catalogue:
         found = self.classify(line)
         if found is None:
             return None
-        return KernelEvent(found.kind, line, source, seq, found.pid, found.pattern, monotonic_us, from_kernel)
+        return KernelEvent(found.kind, line, source, seq, found.pid, found.pattern, monotonic_us, from_kernel,
+                           reset_source(line) if found.pattern == "amdgpu_reset_begin" else None,
+                           found.pattern in DEVCOREDUMP_LINES)
 
 
 DEFAULT = Catalogue()

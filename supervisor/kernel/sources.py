@@ -66,7 +66,8 @@ class KernelSources:
         stale = event.monotonic_us is not None and event.monotonic_us / 1e6 < self.started_mono - STALE_MARGIN
         return decision.KernelMessage(kind=KernelKind(event.kind), message=event.message, source=event.source,
                                   pattern=event.pattern, pid=event.pid, in_worker_tree=in_tree,
-                                  trusted=event.from_kernel and not stale, drill=os.environ.get(KERNEL_DRILL) == "1")
+                                  trusted=event.from_kernel and not stale, drill=os.environ.get(KERNEL_DRILL) == "1",
+                                  reset_source=event.reset_source, devcoredump=event.devcoredump)
 
     def position(self) -> dict[str, Any]:
         """Where a restarted supervisor continues reading: the first source that can say."""

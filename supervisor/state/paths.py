@@ -8,6 +8,8 @@
     STATE_DIR/incidents/ID/         an incident's files: stacks.json, the hung tree's stacks (host/stacks.py)
     STATE_DIR/incidents/ahead-N/    attempt N's stall's stacks, read ahead of its verdict (decision/recovery/stacks_ahead.py):
                                     moved into the incident's directory at the verdict, removed when the stall ends
+    STATE_DIR/incidents/devcoredumps-N/  the GPU's devcoredumps of attempt N, copied before its incident opened
+                                    (host/devcoredump.py): moved into the incident's directory when it does
     STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
     STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
     STATE_DIR/attempt-N.fault       a fault's flag, armed for attempt N (worker/faults.py)
@@ -76,6 +78,9 @@ class StatePaths:
 
     def stacks_ahead_dir(self, attempt: int) -> Path:
         return self.path / INCIDENTS_DIR / f"ahead-{attempt}"
+
+    def devcoredumps_dir(self, attempt: int) -> Path:
+        return self.path / INCIDENTS_DIR / f"devcoredumps-{attempt}"
 
     def stacks(self, incident_id: str) -> Path:
         return self.incident_dir(incident_id) / STACKS_FILE

@@ -428,7 +428,7 @@ SEEDS_LINE = ("workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged C
 
 
 def kernel(kind="stall", pid=None, in_tree=None, message=SEEDS_LINE):
-    return core.KernelMessage(kind=KernelKind(kind), message=message, source="kmsg", pattern="workqueue_gpu_hog", pid=pid,
+    return core.KernelMessage(kind=KernelKind(kind), message=message, source="kmsg", pattern="amdkfd_workqueue_hog", pid=pid,
                               in_worker_tree=in_tree)
 
 

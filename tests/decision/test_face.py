@@ -8,18 +8,18 @@ import supervisor.decision
 
 FACE = sorted([
     # the events the shell sends
-    "Boot", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage", "Now",
+    "Boot", "DevcoredumpsKept", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage", "Now",
     "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StallInspected", "LoaderWorkersKilled",
     "StateDirTaken", "StopRequested", "SupervisorPaused", "SurvivorsGone", "Tick", "TreeActivity", "TreeKilled",
     "WorkerExited",
     # the actions it carries out
-    "AwaitSurvivors", "DropStacksAhead", "Exit", "InspectStall", "KeepVerifiedCopy", "KillTree", "Log",
+    "AwaitSurvivors", "DropStacksAhead", "Exit", "InspectStall", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
     "PrepareStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",
     "ReplaceLoaderWorkers", "RequestCheckpoint", "Spawn",
     # the reducer, its record and the clock it wakes on
     "Supervision", "decide", "wake", "tree_reading_from",
     # records and readings the shell builds or shows
-    "Incident", "Stacks", "one_line", "where_of", "Ladder", "build_ladder", "Unreadable", "scan", "Survivor",
+    "Devcoredump", "Incident", "Stacks", "one_line", "where_of", "Ladder", "build_ladder", "Unreadable", "scan", "Survivor",
     "WorkerKind", "judge", "UNTRACEABLE_STATES", "Frame", "ProcessStacks", "ThreadStack", "TreeCapture",
     "as_incident_stacks",
     # the status users script against, and the notices

@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from tests.helpers.devcoredump_tree import DUMP, PCI, fake_sysfs
 from tests.helpers.supervised import read_incidents, read_state, start_supervisor, status_of, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.serial,
@@ -62,6 +63,30 @@ def test_the_seeds_line_with_a_frozen_worker_restarts_it_within_the_confirm_wind
     assert incident["time"] - written <= 10 + 1.5  # the confirm window (10 s) and a little, not the 300 s timeout
     final = read_state(state_dir)["status"]
     assert final["state"] == "succeeded" and final["rung"] == 1 and final["kernel_events"]["stall"] == 1
+
+
+def test_a_reset_line_keeps_the_gpus_devcoredump_in_its_incident(demo_config, write_config, tmp_path):
+    """A MES reset of a frozen worker: its source and the GPU's devcoredump (a fake sysfs one) in the incident, the
+    copy in the incident's directory when the incident is written."""
+    root = tmp_path / "sysfs"
+    fake_sysfs(root)
+    config, state_dir = config_with_long_stall(demo_config, write_config), tmp_path / "state"
+    proc = start_supervisor(config, state_dir, env={"YOLO_TRAIN_SYSFS_ROOT": str(root)})
+    try:
+        status = healthy_attempt(state_dir)
+        os.kill(status["worker_pid"], signal.SIGSTOP)
+        write_kmsg(f"amdgpu {PCI}: amdgpu: GPU reset begin!. Source:  3")
+        incident = wait_for(lambda: read_incidents(state_dir), timeout=60, what="an incident")[0]
+        copied = {path: path.read_bytes() for path in (state_dir / "incidents").rglob("devcoredump-*")}
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    assert incident["reason"] == "kernel" and incident["gpu_resets"] == ["MES"]
+    (dump,) = incident["devcoredumps"]
+    assert (dump["path"], dump["source"], dump["device"], dump["bytes"], dump["truncated"]) == \
+        (f"incidents/{incident['id']}/devcoredump-devcd1", "devcd1", PCI, len(DUMP), False)
+    assert copied == {state_dir / dump["path"]: DUMP}  # there as the incident was written
 
 
 def test_stall_lines_while_training_progresses_kill_nothing(demo_config, write_config, tmp_path):

@@ -76,7 +76,7 @@ def test_split_records_keeps_continuation_lines_with_their_record():
 
 @pytest.mark.parametrize(
     "name", ["amdgpu_hang", "amdgpu_page_fault", "amdgpu_reset_failed", "stalls", "oom", "nvidia_xid", "harmless",
-             "amdkfd_svm", "amdgpu_2026"]
+             "amdkfd_svm", "amdgpu_2026", "workqueue_hogs", "amdgpu_reset_sources"]
 )
 def test_recorded_kmsg_dump_replays_like_its_dmesg_rendering(name):
     reader = KmsgReader(str(FIXTURES / f"{name}.kmsg"), after_seq=0)
@@ -178,7 +178,7 @@ def test_kmsg_reader_picks_up_the_seeds_line_written_to_dev_kmsg():
         inject(f"{SEEDS_LINE} [{nonce}]")
         event = wait_for(reader, nonce)
         assert event is not None, "the record written to /dev/kmsg never reached the reader"
-        assert (event.kind, event.pattern, event.source) == ("stall", "workqueue_gpu_hog", "kmsg")
+        assert (event.kind, event.pattern, event.source) == ("stall", "amdkfd_workqueue_hog", "kmsg")
         assert event.seq <= reader.last_seq
         assert event.monotonic_us > 0
     finally:

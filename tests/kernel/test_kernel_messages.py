@@ -26,8 +26,8 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "kernel"
 # What each recorded log must produce, in order: (kind, pattern, pid) for every classified line.
 EXPECTED = {
     "amdgpu_hang": [
-        ("stall", "workqueue_gpu_hog", None),
-        ("stall", "workqueue_gpu_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
         ("gpu_fault", "amdgpu_mes_no_response", None),
         ("gpu_fault", "amdgpu_ring_timeout", None),
         ("gpu_fault", "amdgpu_fault_process", 4242),
@@ -55,20 +55,20 @@ EXPECTED = {
     # Seen in the field since the catalogue was written (issue 30): legacy-rocm-build#5952's SVM restore hogs, the
     # count doubling, before a GPU page fault; #4515's KFD release and SVM deferred-list hogs, then MES failing.
     "amdkfd_svm": [
-        ("stall", "amdkfd_svm_workqueue_hog", None),
-        ("stall", "workqueue_gpu_hog", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
         ("gpu_fault", "amdgpu_page_fault", None),
         ("gpu_fault", "amdgpu_fault_process", 4242),
         ("gpu_fault", "amdgpu_l2_protection_fault", None),
         ("gpu_fault", "amdgpu_utcl2_client", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
-        ("stall", "amdkfd_svm_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
+        ("stall", "amdkfd_workqueue_hog", None),
         ("gpu_fault", "amdgpu_mes_no_response", None),
         ("gpu_fault", "amdkfd_mes_remove_queue_failed", None),
         ("gpu_fault", "amdkfd_mes_remove_queue_failed", None),
@@ -90,7 +90,6 @@ EXPECTED = {
         ("stall", "hard_lockup", None),
         ("stall", "rcu_stall", None),
         ("stall", "rcu_stall", None),
-        ("stall", "workqueue_gpu_hog", None),
     ],
     "oom": [
         ("oom", "oom_kill_summary", 4300),
@@ -130,7 +129,25 @@ EXPECTED = {
         ("gpu_fault", "amdgpu_recovery_disabled", None),
     ],
     "harmless": [],
+    # wq_cpu_intensive_report()'s line as kernels print it in 2026: amdkfd's work at each threshold (10000 us scaled by
+    # BogoMIPS: 10666, 13333, 20000) and count (4, 5, 7, 11, 19: workqueue.cpu_intensive_warning_thresh; 8, 16 before
+    # it), the short form logs quote; then amdgpu's display code (legacy-rocm-build#5933), DRM helpers, the GPU
+    # scheduler, NVIDIA's DRM and a generic name without its module, none of them evidence.
+    "workqueue_hogs": [("stall", "amdkfd_workqueue_hog", None)] * 11,
+    # "GPU reset begin!. Source:  N" for each AMDGPU_RESET_SRCS value and the plain older form, with the coredump line
+    # of a job timeout (written before the reset) and of a MES reset (after it).
+    "amdgpu_reset_sources": [
+        ("gpu_fault", "amdgpu_coredump_created", None),
+        ("gpu_fault", "amdgpu_ring_timeout", None),
+        ("gpu_fault", "amdgpu_reset_begin", None),
+        ("gpu_fault", "amdgpu_reset_begin", None),
+        ("gpu_fault", "amdgpu_reset_succeeded", None),
+        ("gpu_fault", "amdgpu_coredump_created", None),
+    ] + [("gpu_fault", "amdgpu_reset_begin", None)] * 7,
 }
+
+# What each reset line of amdgpu_reset_sources.dmesg names as its source, in order.
+RESET_SOURCES = ["job timeout", "MES", "RAS", "hws", "user", "user queue", "unknown", "source 9", "not said"]
 
 
 def dmesg_lines(name: str) -> list[str]:
@@ -165,7 +182,37 @@ def test_every_builtin_pattern_is_exercised_by_a_fixture():
 
 def test_the_seeds_line_is_a_stall():
     line = "workqueue: amdgpu_amdkfd_restore_userptr_worker [amdgpu] hogged CPU for >10000us 4 times, consider switching to WQ_UNBOUND"
-    assert classify(line) == ("stall", "workqueue_gpu_hog", None)
+    assert classify(line) == ("stall", "amdkfd_workqueue_hog", None)
+
+
+@pytest.mark.parametrize("work", ["amdgpu_amdkfd_restore_userptr_worker [amdgpu]", "svm_range_restore_work [amdgpu]",
+                                  "svm_range_deferred_list_work [amdgpu]", "kfd_process_wq_release [amdgpu]",
+                                  "kfd_process_wq_release", "evict_process_worker [amdgpu]"])
+@pytest.mark.parametrize("threshold", [10000, 10666, 13333, 20000])
+@pytest.mark.parametrize("count", [" 4 times", " 5 times", " 7 times", " 11 times", " 19 times", " 1027 times", ""])
+def test_amdkfds_hogs_are_stall_evidence_at_any_threshold_and_count(work, threshold, count):
+    tail = ", consider switching to WQ_UNBOUND" if count else ""
+    line = f"[  421.004119] workqueue: {work} hogged CPU for >{threshold}us{count}{tail}"
+    assert classify(line) == ("stall", "amdkfd_workqueue_hog", None)
+
+
+@pytest.mark.parametrize("work", ["dm_irq_work_func [amdgpu]", "amdgpu_dm_hpd_low_irq [amdgpu]",
+                                  "dm_handle_vmin_vmax_update [amdgpu]", "drm_fb_helper_damage_work",
+                                  "drm_sched_run_job_work [gpu_sched]", "output_poll_execute [drm_kms_helper]",
+                                  "e1000_watchdog [e1000e]", "interrupt_wq"])
+@pytest.mark.parametrize("threshold, count", [(13333, " 11 times"), (10000, " 5 times"), (20000, "")])
+def test_display_and_other_modules_hogs_are_no_event(work, threshold, count):
+    line = f"workqueue: {work} hogged CPU for >{threshold}us{count}, consider switching to WQ_UNBOUND"
+    assert Catalogue().event(line, "kmsg") is None
+
+
+def test_a_reset_names_its_source_and_reset_lines_ask_for_the_devcoredump():
+    events = [e for line in dmesg_lines("amdgpu_reset_sources") if (e := Catalogue().event(line, "kmsg"))]
+    assert [e.reset_source for e in events if e.pattern == "amdgpu_reset_begin"] == RESET_SOURCES
+    assert [e.pattern for e in events if e.devcoredump] == [
+        "amdgpu_coredump_created", "amdgpu_reset_begin", "amdgpu_reset_begin", "amdgpu_reset_succeeded",
+        "amdgpu_coredump_created"] + ["amdgpu_reset_begin"] * 7
+    assert not any(e.reset_source for e in events if e.pattern != "amdgpu_reset_begin")
 
 
 def test_a_journalctl_prefix_classifies_like_the_bare_message():

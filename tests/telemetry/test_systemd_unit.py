@@ -33,7 +33,8 @@ STATE = "/var/lib/yolo-train"
 DROPIN = "/etc/systemd/system/yolo-train.service.d/50-test.conf"
 
 # The supervisor's part towards systemd, as the daemon plays it. Environment STANDIN_MODE: "ok", "hang" (stops
-# pinging the watchdog after READY) or "exit:N" (exits N before READY).
+# pinging the watchdog after READY), "exit:N" (exits N before READY) or "oom" (after READY, a child that takes memory
+# until the kernel's OOM killer ends it, as it would a DataLoader worker; then on as "ok").
 STANDIN_SCRIPT = f"""#!{PYTHON}
 import logging, os, signal, subprocess, sys, time
 sys.path.insert(0, {str(ROOT)!r})
@@ -85,6 +86,9 @@ def on_sigterm(*_):
 signal.signal(signal.SIGTERM, on_sigterm)
 try:
     notifier.ready("epoch 1/3 batch 5/8 rung 0 restarts 0")
+    if mode == "oom":
+        hog = subprocess.run([sys.executable, "-c", "b = []\\nwhile True: b.append(bytearray(8 << 20))"])
+        log.info("memory hog ended with %d", hog.returncode)
     log.info("training", extra={{"EPOCH": 1, "BATCH": 5, "RUNG": 0, "INCIDENT_ID": "standin-1"}})
     interval = notifier.watchdog_interval()
     log.info("watchdog interval %s", interval)
@@ -271,6 +275,50 @@ def test_config_errors_and_reboot_needed_are_not_restarted(installed, status, re
             # RestartPreventExitStatus=: straight to failed, never through auto-restart.
             assert show(sd, "ActiveState", "Result", "ExecMainStatus", "NRestarts") == \
                 {"ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": str(status), "NRestarts": "0"}
+
+
+OOM_DROPIN = "MemoryMax=160M\nEnvironment=STANDIN_MODE=oom\n"
+
+
+def oom_kills(sd: BootedSystemd) -> int:
+    """The kernel's count of OOM kills in the unit's cgroup: cgroup2's memory.events, else v1's memory.oom_control."""
+    group = show(sd, "ControlGroup")["ControlGroup"]
+    for path in (f"/sys/fs/cgroup{group}/memory.events", f"/sys/fs/cgroup/memory{group}/memory.oom_control"):
+        found = re.search(r"^oom_kill (\d+)$", sd.run(["cat", path], check=False).stdout, re.M)
+        if found:
+            return int(found.group(1))
+    raise AssertionError(f"no OOM kill counter for {group}")
+
+
+def test_an_oom_killed_child_leaves_the_unit_running(installed):
+    """OOMPolicy=continue: the kernel's OOM killer takes a child (a loader worker) and the supervisor goes on."""
+    sd = installed
+    with dropin(sd, OOM_DROPIN):
+        start(sd)
+        sd.wait_for(journal_cmd(sd), lambda out: "memory hog ended" in out, what="the memory hog's end")
+        assert "memory hog ended with -9" in messages(sd)  # SIGKILL ...
+        assert oom_kills(sd) >= 1  # ... by the OOM killer, at the unit's MemoryMax
+        sd.wait_for(journal_cmd(sd), lambda out: "ping 2" in out, what="the stand-in pinging on after it")
+        assert show(sd, "ActiveState", "SubState", "NRestarts", "OOMPolicy") == \
+            {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "OOMPolicy": "continue"}
+
+
+def test_without_oompolicy_continue_systemd_would_end_the_unit(installed):
+    """What the line is for: systemd's default stops the unit at the first OOM kill in it, where it can see one.
+    systemd 252 learns of an OOM kill from cgroup2's memory.events only: where the memory controller is on a cgroup v1
+    hierarchy (bound there by the host; a controller serves one hierarchy at a time, so no namespace can move it to
+    cgroup2), MemoryMax= is applied as v1's limit and the kernel kills, but systemd never hears of it."""
+    sd = installed
+    with dropin(sd, OOM_DROPIN + "OOMPolicy=stop\n"):
+        start(sd)
+        sd.wait_for(journal_cmd(sd), lambda out: "memory hog ended" in out or "OOM killer" in out,
+                    what="the memory hog's end")
+        group = show(sd, "ControlGroup")["ControlGroup"]
+        if sd.run(["test", "-e", f"/sys/fs/cgroup{group}/memory.events"], check=False).returncode != 0:
+            pytest.skip("the memory controller is on a cgroup v1 hierarchy here: systemd sees no OOM kill "
+                        f"({oom_kills(sd)} in the unit's cgroup)")
+        sd.wait_for(["systemctl", "show", "yolo-train", "-pResult"], lambda out: "oom-kill" in out,
+                    what="systemd ending the unit for the OOM kill")
 
 
 def test_memory_deny_write_execute_would_break_pytorch(systemd_booted):

@@ -104,6 +104,17 @@ class AwaitSurvivors:
 
 
 @dataclass(frozen=True)
+class KeepDevcoredumps:
+    """A reset or coredump line: copy the GPU's devcoredumps (/sys/class/devcoredump/devcd*/data, deleted by the kernel 5
+    minutes after they appear) not kept yet (``kept``, their devcdN names), bounded in size, into the directory of
+    ``incident`` (the attempt's incident under way), else the attempt's own until its incident opens; told back as
+    ``DevcoredumpsKept``."""
+    attempt: int
+    incident: str | None
+    kept: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RecordIncident:
     """The incident is complete: append it to incidents.jsonl."""
     incident: Incident

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from supervisor.decision.model.incident import Stacks
+from supervisor.decision.model.incident import Devcoredump, Stacks
 from supervisor.decision.model.survivors import Survivor
 from supervisor.vocabulary import KernelKind, Remedy, WorkerStart
 from worker.contract import HeartbeatMessage
@@ -69,6 +69,7 @@ class IncidentEnriched:
     stacks: Stacks | None = None  # captured for a hang
     host: str | None = None  # this host's name, where hosts are several
     flight_recorder: tuple[str, ...] = ()  # torch's NCCL Flight Recorder dumps of this attempt (host/flight_recorder.py)
+    devcoredumps: tuple[Devcoredump, ...] = ()  # the incident's devcoredumps, moved into its directory
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,15 @@ class KernelMessage:
     in_worker_tree: bool | None = None  # None when the message names no pid
     trusted: bool = True  # the kernel's own record from this run; False: forgeable or stale, never ends the run
     drill: bool = False  # a fault drill (YOLO_TRAIN_KERNEL_DRILL=1): taken as the kernel's word about our GPU
+    reset_source: str | None = None  # a GPU reset's line: what reset the GPU (catalogue.reset_source)
+    devcoredump: bool = False  # a line after which the GPU's devcoredump may be in sysfs, for 5 minutes
+
+
+@dataclass(frozen=True)
+class DevcoredumpsKept:
+    """The GPU's devcoredumps the core asked for (``KeepDevcoredumps``), copied for attempt ``attempt``."""
+    attempt: int
+    dumps: tuple[Devcoredump, ...]
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,16 @@ class Stacks:
 
 
 @dataclass(frozen=True)
+class Devcoredump:
+    """A GPU's devcoredump (drivers/base/devcoredump.c), copied before the kernel deletes it (host/devcoredump.py)."""
+    path: str = kept()  # the copy, relative to the state directory
+    source: str = kept()  # its name under /sys/class/devcoredump (devcdN)
+    device: str | None = kept(default=None)  # the device that dumped, as sysfs names it (a PCI address for amdgpu)
+    bytes: int = kept(default=0)  # copied
+    truncated: bool = kept(default=False)  # the dump went on past the copy's bound
+
+
+@dataclass(frozen=True)
 class RankStart:
     """Where one DDP rank's share of a restart went (heartbeats.rank_starts), in seconds: ``start`` from the next
     worker's spawn or take-over to the rank's first word (the launching worker, torch.distributed.run, the rank's fork
@@ -91,6 +101,10 @@ class Incident:
     # torch's NCCL Flight Recorder dumps written since the last progress (copied into the incident's directory when
     # small; host/flight_recorder.py says when torch writes them)
     flight_recorder: tuple[str, ...] = kept(default=(), omitted=True)
+    # the attempt's GPU resets, each by what reset the GPU ("job timeout", "MES" ...: catalogue.reset_source), and the
+    # GPU's devcoredumps, copied into the incident's directory
+    gpu_resets: tuple[str, ...] = kept(default=(), omitted=True)
+    devcoredumps: tuple[Devcoredump, ...] = kept(default=(), omitted=True)
     # -- several hosts ([distributed]) --
     node_rank: int | None = kept(default=None, omitted=True)  # this host's
     host: str | None = kept(default=None, omitted=True)  # this host's name (from the shell)

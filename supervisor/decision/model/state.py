@@ -25,7 +25,7 @@ from supervisor.decision.model import checkpoint_interval, persistence, rung_cho
 from supervisor.decision.model.actions import Exit, RecordIncident
 from supervisor.decision.model.events import KernelMessage, SignatureSeen
 from supervisor.decision.model.hang_history import HangHistory, HangPoint
-from supervisor.decision.model.incident import Incident, Stacks
+from supervisor.decision.model.incident import Devcoredump, Incident, Stacks
 from supervisor.decision.model.ladder import Ladder
 from supervisor.decision.model.persistence import kept
 from supervisor.decision.model.persistence import span
@@ -243,6 +243,8 @@ class Attempt:
     # whose crash the others then met (core._own_error_first)
     suspicion: Suspicion | None = None
     oom: OomKill | None = None
+    gpu_resets: list[str] = field(default_factory=list)  # what reset the GPU, each reset while it ran (kernel.py)
+    devcoredumps: list[Devcoredump] = field(default_factory=list)  # the GPU's dumps copied while it ran (kernel.py)
     peer_cause: dict[str, Any] | None = None  # another host's decision in this attempt: why this host's ranks fail
     signatures: dict[str, SignatureSeen] = field(default_factory=dict)  # seen in this attempt's output
     nan_beats: int = 0  # consecutive training beats with a NaN or inf loss

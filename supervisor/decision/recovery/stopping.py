@@ -73,7 +73,8 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
         startup_step=a.startup_step.value if starting else None,
         startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
         startup_step_seen=watchdog.startup_step_seen(s) if starting else None,
-        escalation=verdict.why if verdict else None, tier=by, kernel_search=_search(s, now))
+        escalation=verdict.why if verdict else None, tier=by, kernel_search=_search(s, now),
+        gpu_resets=tuple(a.gpu_resets), devcoredumps=tuple(a.devcoredumps))
     if point is not None:  # a hang: where the training process said it waited
         stopped.update(tier.witness_fields(s, stall, now))
     ahead = None
