@@ -1,25 +1,32 @@
-"""Which build of torch is installed and whether an NVIDIA GPU is present: what the default ladder is chosen by.
+"""Which build of torch is installed, whether an NVIDIA GPU is present and which AMD GPUs train: what the default
+ladder is chosen by, and what MIOpen is asked for.
 
-Read as text from the installed distribution and from ``/proc``: importing torch would cost the supervisor seconds
-and hundreds of MB. The decision core gets the answer as values (``ladder.build_ladder(..., rocm=, cuda=)``).
+Read as text from the installed distribution, ``/proc`` and the kfd topology in sysfs: importing torch would cost the
+supervisor seconds and hundreds of MB. The decision core gets the answer as values (``ladder.build_ladder(..., rocm=,
+cuda=, gfx=)``, ``MiopenRun``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from supervisor.config import Config
-from supervisor.decision import Ladder, build_ladder, WorkerKind
+from supervisor.decision import Ladder, MiopenRun, build_ladder, WorkerKind
 from worker.contract import loader_workers
+from worker.patches.miopen_db import kfd_gpu_nodes
 
 
 @dataclass(frozen=True)
 class TorchBuild:
     rocm: bool  # a ROCm build of torch: the ROCm environment rungs first
     cuda: bool  # a CUDA build training on an NVIDIA GPU: spawned DataLoader workers first
+    version: tuple[int, int] | None = None  # torch's (major, minor)
+    gfx: tuple[str, ...] = ()  # the real architectures of the AMD GPUs it trains on (kfd topology), e.g. ("gfx1201",)
 
 
 def ladder_for(config: Config) -> Ladder:
@@ -28,15 +35,38 @@ def ladder_for(config: Config) -> Ladder:
     if config.ladder is not None or not kind.default_ladder:
         return build_ladder(config.ladder, workers, default=kind.default_ladder)
     build = detect(config.train.get("device"))
-    return build_ladder(None, workers, rocm=build.rocm, cuda=build.cuda)
+    return build_ladder(None, workers, rocm=build.rocm, cuda=build.cuda, gfx=build.gfx)
 
 
-def detect(device: Any = None) -> TorchBuild:
+def miopen_run_for(config: Config, environ: Mapping[str, str] = os.environ) -> MiopenRun | None:
+    """What the core needs to say which MIOpen mode a run's settings give; None without a ROCm build of torch."""
+    build = detect(config.train.get("device"))
+    if not build.rocm or build.version is None:
+        return None
+    return MiopenRun(build.version, {k: v for k, v in environ.items() if k.startswith("MIOPEN_")})
+
+
+def detect(device: Any = None, root: Path = Path("/")) -> TorchBuild:
     """The installed torch's build; ``device`` is [train] device (a CPU training has no GPU runtime to inherit)."""
     version, version_py = _installed_torch()
     rocm = "rocm" in version.lower() or hip_version_in(version_py)
     cuda = not on_cpu(device) and nvidia_gpu_present() and cuda_version_in(version_py)
-    return TorchBuild(rocm, cuda)
+    gfx = training_gfx(root, device) if rocm and not on_cpu(device) else ()
+    return TorchBuild(rocm, cuda, torch_version(version), gfx)
+
+
+def torch_version(version: str) -> tuple[int, int] | None:
+    """``2.14.1+rocm7.14.0`` -> (2, 14)."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def training_gfx(root: Path, device: Any) -> tuple[str, ...]:
+    """The real architectures of the GPUs [train] device names (indices into the kfd topology's GPU nodes, in node
+    order, as HIP numbers them without HIP_VISIBLE_DEVICES; unset: the first)."""
+    nodes = kfd_gpu_nodes(root)
+    wanted = [int(d) for d in re.findall(r"\d+", str(device))] if device is not None and str(device).strip() else [0]
+    return tuple(nodes[i].arch for i in wanted if 0 <= i < len(nodes))
 
 
 def on_cpu(device: Any) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from supervisor.decision import miopen_setting
 from worker.patches.miopen_db import (
     arch_from_override,
     gpu_arch_seen_by_runtime,
@@ -212,6 +213,23 @@ def check_miopen_db(root: Path, env: Mapping[str, str], probe: TorchProbe) -> Ch
     names = " or ".join(kernel_db_names(arch.name, arch.compute_units))
     return Check(name, Status.WARN, f"no {names} in {lookup.searched()}: MIOpen compiles kernels at run time (slow first epoch; runs were seen to hang)",
                  f"keep [patches] conv_fallback = \"auto\" (it turns on) or install the package miopen-hip-{arch.name}kdb")
+
+
+def torch_minor(version: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_miopen_mode(probe: TorchProbe, env: Mapping[str, str]) -> Check:
+    """Which MIOpen mode Ultralytics' training gets from this torch (its ``deterministic``, default on, and off;
+    ``benchmark`` it never sets) and this environment's MIOPEN_ variables (docs/behaviour.md's tables)."""
+    name = "MIOpen mode"
+    torch = torch_minor(probe.version)
+    if probe.build != "ROCm" or torch is None:
+        return Check(name, Status.PASS, "not a ROCm build: not applicable")
+    on, off = (miopen_setting(torch, det, False, False, env).describe() for det in (True, False))
+    said = f"torch {probe.version}, Ultralytics' deterministic = true (its default): {on}"
+    return Check(name, Status.PASS, said + ("" if off == on else f"; with deterministic = false: {off}"))
 
 
 # -- ROCm installs, packages and the wheel for the card ------------------------------------------------
@@ -473,6 +491,7 @@ def run_checks(root: Path, env: Mapping[str, str], probe: TorchProbe, user: str,
         check_architecture(root, env, rocminfo_text),
         check_torch_rocm_pair(probe, arch.name if arch else (probe.gpu_archs[0].split(":")[0] if probe.gpu_archs and probe.gpu_archs[0] else None)),
         check_miopen_db(root, env, probe),
+        check_miopen_mode(probe, env),
         check_rocm_install(find_rocm_installs(root), packages),
         check_torch_wheel(root, env, probe),
         check_device_access(root, user, groups, probe),

@@ -268,3 +268,19 @@ def test_the_miopen_database_of_a_core_sdk_install_is_found_by_the_shared_lookup
 def test_the_readme_install_line_is_the_one_doctor_prints():
     readme = (REPO / "README.md").read_text()
     assert doctor.wheel_install_line("gfx1010") in readme
+
+
+# -- the MIOpen mode (issue 55) --------------------------------------------------------------------
+
+def test_the_doctor_says_which_miopen_mode_ultralytics_training_gets():
+    nightly = TorchProbe(version="2.14.1+rocm7.14.0", hip="7.14.26071-1f2c3b4d5", gpu_available=True)
+    check = doctor.check_miopen_mode(nightly, {})
+    assert check.status is Status.PASS
+    assert "deterministic = true (its default): normal find (MIOPEN_FIND_MODE unset: DYNAMIC_HYBRID" in check.detail
+    assert "no kernel search" in check.detail and "with deterministic = false" not in check.detail
+    two_eight = TorchProbe(version="2.8.0+rocm6.4", hip="6.4.43482-0f2d60242", gpu_available=True)
+    check = doctor.check_miopen_mode(two_eight, {"MIOPEN_FIND_MODE": "TRUST_VERIFY"})
+    assert "(its default): immediate (no find: MIOPEN_FIND_MODE and MIOPEN_FIND_ENFORCE change nothing)" in check.detail
+    assert "with deterministic = false: normal find (MIOPEN_FIND_MODE=TRUST_VERIFY" in check.detail
+    assert check.detail.endswith("a kernel search can happen")
+    assert "not applicable" in doctor.check_miopen_mode(CUDA, {}).detail
