@@ -95,6 +95,7 @@ def test_a_page_fault_line_in_training_weighs_it_and_the_log_says_its_cost():
     assert said and "a GPU reset or page fault in training (amdgpu_page_fault): TORCH_BLAS_PREFER_HIPBLASLT=0" in said[0]
     assert "its cost: TORCH_BLAS_PREFER_HIPBLASLT=0: its matrix products go through hipBLAS instead of hipBLASLt" \
         in said[0]
+    assert said[0].endswith("the rung's own speed is measured as it trains (rung 1 trained at 2.00 it/s)")
 
 
 def test_rocr_aborting_on_a_page_fault_in_training_weighs_it():

@@ -246,6 +246,11 @@ def follow_job(s: Supervision) -> None:
 
 
 def _cost(s: Supervision, was: int) -> str:
-    """The speed the rung just taken gives up, where the ladder knows it (ladder.COSTS)."""
+    """The speed the rung just taken gives up, where the ladder knows it (ladder.COSTS), against the speed measured at
+    the rung it left, and its own where it trained before."""
     cost = s.ladder.cost(was, s.rung)
-    return f"; its cost: {cost}" if cost else ""
+    if not cost:
+        return ""
+    facts = choices.rung_facts(s)
+    measured = [f"rung {k} trained at {facts[k].speed:.2f} it/s" for k in (was, s.rung) if facts[k].speed is not None]
+    return f"; its cost: {cost}" + (f" ({', '.join(measured)})" if measured else "")
