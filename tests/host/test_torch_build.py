@@ -35,3 +35,18 @@ def test_a_rocm_build_gives_its_version_and_only_the_miopen_variables(monkeypatc
     assert run == MiopenRun((2, 14), {"MIOPEN_FIND_MODE": "FAST", "MIOPEN_USER_DB_PATH": "/db"})
     assert torch_build.detect(None, FIXTURES / "rx9070xt").gfx == ("gfx1201",)
     assert torch_build.detect("cpu", FIXTURES / "rx9070xt").gfx == ()
+
+
+def test_the_visible_devices_renumber_the_gpus(tmp_path):
+    root = tmp_path / "two"  # an RX 6900 XT as GPU node 1, an RX 9070 XT as node 2
+    nodes = root / "sys/class/kfd/kfd/topology/nodes"
+    for n, card in ((0, "rx6900xt"), (1, "rx6900xt"), (2, "rx9070xt")):
+        (nodes / str(n)).mkdir(parents=True)
+        source = FIXTURES / card / "sys/class/kfd/kfd/topology/nodes" / ("0" if n == 0 else "1") / "properties"
+        (nodes / str(n) / "properties").write_text(source.read_text())
+    assert torch_build.training_gfx(root, "0") == ("gfx1030",)
+    assert torch_build.training_gfx(root, "0", torch_build.visible_devices({"HIP_VISIBLE_DEVICES": "1"})) == ("gfx1201",)
+    assert torch_build.training_gfx(root, "0,1", torch_build.visible_devices({"ROCR_VISIBLE_DEVICES": "1,0"})) == \
+        ("gfx1201", "gfx1030")
+    assert torch_build.visible_devices({"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "1"}) == [0]
+    assert torch_build.visible_devices({"HIP_VISIBLE_DEVICES": "GPU-0123abcd"}) is None
