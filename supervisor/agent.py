@@ -35,7 +35,7 @@ from supervisor.decision import Incident, scan
 from supervisor.exit_codes import EXIT_FAILED
 from supervisor.host import devcoredump, process_tree
 from supervisor.host.signals import catch_signals, stop_requests
-from supervisor.host.torch_build import ladder_for
+from supervisor.host.torch_build import ladder_for, miopen_run_for
 from supervisor.kernel.reader import KernelLogSource
 from supervisor.kernel.sources import KernelSources
 from supervisor.state import checkpoints, state_file
@@ -59,8 +59,8 @@ PAUSE_GAP = 3.0  # seconds a select() may return late before the supervisor coun
 class Agent:
     def __init__(self, config: Config):
         self.config = config
-        self.ladder = ladder_for(config)
-        self.s = decision.Supervision(config, self.ladder)
+        self.ladder, self.miopen = ladder_for(config), miopen_run_for(config)
+        self.s = decision.Supervision(config, self.ladder, miopen=self.miopen)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
         self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
@@ -137,7 +137,7 @@ class Agent:
     def _restore(self, record: dict[str, Any]) -> None:
         """The state file's record into a fresh Supervision, taken only whole: a file found corrupt halfway (moved
         aside by read_state) leaves the run at rung 0, not half restored."""
-        restored = decision.Supervision(self.config, self.ladder)
+        restored = decision.Supervision(self.config, self.ladder, miopen=self.miopen)
         restored.restore(record)
         self.s = restored
 

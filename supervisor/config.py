@@ -378,7 +378,8 @@ class Config:
     worker_python: str = key(Text(), "", "the interpreter that runs `-m worker`", at="worker.python",
                              shown="this Python")
     worker_env: dict[str, str] = key(Strings('env = { OMP_NUM_THREADS = "4" }'), {}, (
-        "extra environment of the worker (ROCm knobs: HSA_OVERRIDE_GFX_VERSION, MIOPEN_FIND_MODE, "
+        "extra environment of the worker (ROCm knobs: HSA_OVERRIDE_GFX_VERSION, MIOPEN_FIND_MODE (a normal find's "
+        "mode: nothing in immediate mode nor under benchmark, docs/behaviour.md), "
         "PYTORCH_HIP_ALLOC_CONF, OMP_NUM_THREADS, ...)"), at="worker.env")
     command: CommandConfig | None = table(CommandConfig, default_none=True)
     standby: bool = key(Flag(), True, (

@@ -25,6 +25,14 @@ class State(str, Enum):
 FINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.STOPPED})
 
 
+class MiopenMode(str, Enum):
+    """How PyTorch asks MIOpen for a convolution's kernels (decision/model/miopen_modes.py): the incident's and
+    ``yolo-train doctor``'s word."""
+    IMMEDIATE = "immediate"  # the find-db's solution or a heuristic's, no find and no search
+    FIND = "normal find"  # miopenFind*Algorithm without exhaustiveSearch: what a find does is MIOPEN_FIND_MODE's
+    EXHAUSTIVE = "exhaustive"  # miopenFind*Algorithm with exhaustiveSearch: every new shape is tuned
+
+
 class WorkerStart(str, Enum):
     """How an attempt's worker process came: ``status --json``'s ``standby_kind`` (the one waiting) and an incident's
     ``restart_start`` (the one that took the restart)."""

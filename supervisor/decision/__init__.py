@@ -22,6 +22,7 @@ from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatR
                                               SurvivorsGone, Tick, TreeActivity, TreeKilled, WorkerExited)
 from supervisor.decision.model.incident import Devcoredump, Incident, Stacks, one_line, where_of
 from supervisor.decision.model.ladder import Ladder, build_ladder
+from supervisor.decision.model.miopen_modes import MiopenRun, setting as miopen_setting, table as miopen_table
 from supervisor.decision.model.persistence import Unreadable
 from supervisor.decision.model.signatures import scan
 from supervisor.decision.model.survivors import Survivor
@@ -38,8 +39,9 @@ from supervisor.decision.status_view import Heartbeats, Status, Supervisor, snap
 __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "decide", "derive", "Devcoredump",
            "DevcoredumpsKept", "DropStacksAhead",
            "Exit", "Frame", "HeartbeatReceived", "Heartbeats", "Incident", "IncidentEnriched", "InspectStall",
-           "JobCheckpointRead", "JobLadderRead", "judge", "KeepDevcoredumps", "KeepVerifiedCopy", "KernelMessage", "KillTree", "Ladder",
-           "LoaderWorkersKilled", "Log", "Notice", "NoticeLimit", "Now", "one_line", "PrepareStandby", "ProcessStacks",
+           "JobCheckpointRead", "JobLadderRead", "judge", "KeepDevcoredumps", "KeepVerifiedCopy", "KernelMessage",
+           "KillTree", "Ladder", "LoaderWorkersKilled", "Log", "miopen_setting", "miopen_table", "MiopenRun", "Notice",
+           "NoticeLimit", "Now", "one_line", "PrepareStandby", "ProcessStacks",
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "ReplaceLoaderWorkers",
            "RequestCheckpoint", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
            "StacksReadAhead", "StallInspected", "StateDirTaken", "Status", "StopRequested", "Supervision", "Supervisor",

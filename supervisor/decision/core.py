@@ -37,6 +37,7 @@ import signal
 from typing import Any, Callable
 
 from supervisor.decision import heartbeats, kernel, recovery
+from supervisor.decision.learning import hang_evidence
 from supervisor.decision.model import survivors
 from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
                                          KillTree, Log,
@@ -297,6 +298,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     gpu_hang = ending if ending is not None and ending.remedy == Remedy.GPU_HANG else \
         next((seen for seen in a.signatures.values() if seen.remedy == Remedy.GPU_HANG), None)
     if gpu_hang is not None:  # ROCr aborted the worker on a hung GPU: the hang it is, up the ladder as any hang
+        hang_evidence.fault_seen(s, gpu_hang.name)
         phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
         return stopping.begin(s, now, Stop(Reason.HANG, phase, failure=f"hang:{phase}", climb=True,
                                            detail=f"{how} after ROCr's {gpu_hang.name} "

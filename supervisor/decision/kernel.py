@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from supervisor.decision.learning import hang_evidence
 from supervisor.decision.model.actions import KeepDevcoredumps, Log
 from supervisor.decision.model.events import DevcoredumpsKept, KernelMessage, Now
 from supervisor.decision.model.state import OomKill, Supervision, Suspicion, trains_on_cpu
@@ -87,6 +88,8 @@ def _judged(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:
     if event.in_worker_tree is False:
         return [Log("info", f"kernel {event.kind.value} line about pid {event.pid}, not the worker's: counted "
                             f"({event.message[:160]})")]
+    if event.kind == KernelKind.GPU_FAULT:
+        hang_evidence.fault_seen(s, event.pattern)
     if event.kind == KernelKind.OOM:
         if event.in_worker_tree:
             a.oom = OomKill(event, now.mono)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from supervisor.decision import miopen_setting
 from worker.patches.miopen_db import (
     arch_from_override,
     gpu_arch_seen_by_runtime,
@@ -214,6 +215,23 @@ def check_miopen_db(root: Path, env: Mapping[str, str], probe: TorchProbe) -> Ch
                  f"keep [patches] conv_fallback = \"auto\" (it turns on) or install the package miopen-hip-{arch.name}kdb")
 
 
+def torch_minor(version: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_miopen_mode(probe: TorchProbe, env: Mapping[str, str]) -> Check:
+    """Which MIOpen mode Ultralytics' training gets from this torch (its ``deterministic``, default on, and off;
+    ``benchmark`` it never sets) and this environment's MIOPEN_ variables (docs/behaviour.md's tables)."""
+    name = "MIOpen mode"
+    torch = torch_minor(probe.version)
+    if probe.build != "ROCm" or torch is None:
+        return Check(name, Status.PASS, "not a ROCm build: not applicable")
+    on, off = (miopen_setting(torch, det, False, False, env).describe() for det in (True, False))
+    said = f"torch {probe.version}, Ultralytics' deterministic = true (its default): {on}"
+    return Check(name, Status.PASS, said + ("" if off == on else f"; with deterministic = false: {off}"))
+
+
 # -- ROCm installs, packages and the wheel for the card ------------------------------------------------
 
 # Where ROCm lives. The 2026 ROCm Core SDK packages (built by TheRock) install to /opt/rocm/core-X.Y, with
@@ -350,6 +368,89 @@ def check_torch_wheel(root: Path, env: Mapping[str, str], probe: TorchProbe) -> 
                  wheel_install_line(arch) + " (then unset HSA_OVERRIDE_GFX_VERSION)" * bool(override))
 
 
+# -- the 2026 runtimes and the cards with a named workaround -------------------------------------------
+
+# ROCr 1.21's Runtime::AsyncEventsLoop busy-spins one core for the life of the process after its first kernel launch:
+# ROCm/TheRock#7051 (gfx1151 with the 7.14 wheels and TheRock's nightlies, "release-channel ROCR 1.18 clean"; in its
+# thread a gfx1030 with the therock-7.14.1 tarball and a gfx1100 with the rocm 10.0.0 wheels), legacy-rocm-build#6634
+# (gfx1201, ROCm 7.14, torch 2.12: a fix in develop and the nightlies only, in no release package as of 2026-08-27).
+SPINNING_RUNTIMES = ((7, 14), (10, 0))
+SPIN_SOURCE = "ROCm/TheRock#7051, legacy-rocm-build#6634"
+
+
+def runtime_versions(probe: TorchProbe, installs: list[RocmInstall]) -> list[tuple[str, str]]:
+    """(where, version) of each ROCm runtime a training may load: the one torch was built with (its wheels bring it),
+    and each install under /opt."""
+    found = [("torch's", probe.hip)] if probe.hip else []
+    return found + [(str(i.path), i.version) for i in installs if i.version]
+
+
+def check_rocm_runtime(probe: TorchProbe, installs: list[RocmInstall]) -> Check:
+    name = "ROCm runtime"
+    seen = runtime_versions(probe, installs)
+    if not seen:
+        return Check(name, Status.PASS, "no ROCm runtime: not applicable")
+    spinning = [(where, v) for where, v in seen if hip_version_tuple(v) in SPINNING_RUNTIMES]
+    listed = ", ".join(f"{where} {v}" for where, v in seen)
+    if not spinning:
+        return Check(name, Status.PASS, f"{listed}: not a runtime whose HIP thread is known to spin ({SPIN_SOURCE})")
+    return Check(name, Status.WARN,
+                 f"{', '.join(f'{where} {v}' for where, v in spinning)}: ROCr's AsyncEventsLoop thread spins a core "
+                 f"for as long as the process lives after its first kernel launch (seen on gfx1151, gfx1201, gfx1030, "
+                 f"gfx1100; {SPIN_SOURCE}): a core less for the loader workers, and a hung tree never looks idle, so "
+                 f"the idle floor cannot shorten its bound",
+                 "use torch wheels of ROCm 7.2 (its ROCr 1.18 does not spin) or a nightly that has the fix")
+
+
+# Integrated GPUs, which share the host's memory (AMD's LLVM target table: Raven, Renoir/Cezanne, Van Gogh,
+# Rembrandt, Raphael, Mendocino, Phoenix/Hawk Point, Strix Point, Strix Halo, Krackan).
+APUS = ("gfx902", "gfx909", "gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1037", "gfx1103", "gfx1150", "gfx1151",
+        "gfx1152", "gfx1153")
+
+
+@dataclass(frozen=True)
+class CardWorkaround:
+    archs: tuple[str, ...]
+    family: str
+    trouble: str
+    variable: str
+    value: str
+    source: str
+    ladder: str  # where the default ladder takes it
+
+
+CARD_WORKAROUNDS = (
+    CardWorkaround(("gfx1200", "gfx1201"), "gfx12 (RX 9060/9070, Radeon AI PRO R9700)",
+                   "training with hipBLASLt resets the GPU or faults (\"Memory access fault by GPU node-1 ... Page not "
+                   "present\")", "TORCH_BLAS_PREFER_HIPBLASLT", "0",
+                   "ROCm/TheRock#7699; legacy-rocm-build#6413, traced to hipBLASLt in rocm-libraries#7992",
+                   "its rung after a GPU reset or page fault in training"),
+    CardWorkaround(APUS, "an APU", "lost SDMA copy completions hang the GPU and reset it", "HSA_ENABLE_SDMA", "0",
+                   "legacy-rocm-build#6386: a Radeon 780M had 5 hangs and 9 resets in one night on a stack without "
+                   "it, about one hang in 2-3 days with it", "its first rung"),
+)
+
+
+def check_card_workarounds(root: Path, env: Mapping[str, str]) -> Check:
+    """The cards of this machine (their real architecture, kfd topology) for which a workaround is named, and whether
+    the environment has it."""
+    name = "workarounds for this GPU"
+    archs = [node.arch for node in kfd_gpu_nodes(root)]
+    if not archs:
+        return Check(name, Status.PASS, "no AMD GPU in the kfd topology: not applicable")
+    named = [(arch, w) for arch in dict.fromkeys(archs) for w in CARD_WORKAROUNDS if arch in w.archs]
+    if not named:
+        return Check(name, Status.PASS, f"{', '.join(dict.fromkeys(archs))}: no workaround named for it")
+    said = [f"{arch} is {w.family}: {w.trouble}; {w.variable}={w.value} ({w.source}), "
+            + ("set" if env.get(w.variable) == w.value else f"the default ladder sets it at {w.ladder}")
+            for arch, w in named]
+    missing = [w for _, w in named if env.get(w.variable) != w.value]
+    if not missing:
+        return Check(name, Status.PASS, "; ".join(said))
+    fix = ", ".join(f'{w.variable} = "{w.value}"' for w in missing)
+    return Check(name, Status.WARN, "; ".join(said), f"to train with it from the start: [worker] env = {{ {fix} }}")
+
+
 # -- devices, logs, services -----------------------------------------------------------------------
 
 def _can_open_rw(path: Path) -> bool:
@@ -467,13 +568,17 @@ def run_checks(root: Path, env: Mapping[str, str], probe: TorchProbe, user: str,
                rocminfo_text: str | None = None, journalctl: str | None = None,
                packages: list[tuple[str, str]] | None = None) -> list[Check]:
     arch = gpu_arch_seen_by_runtime(root, env)
+    installs = find_rocm_installs(root)
     return [
         check_torch_build(probe),
         check_gpus_visible(probe, root),
         check_architecture(root, env, rocminfo_text),
         check_torch_rocm_pair(probe, arch.name if arch else (probe.gpu_archs[0].split(":")[0] if probe.gpu_archs and probe.gpu_archs[0] else None)),
         check_miopen_db(root, env, probe),
-        check_rocm_install(find_rocm_installs(root), packages),
+        check_miopen_mode(probe, env),
+        check_rocm_install(installs, packages),
+        check_rocm_runtime(probe, installs),
+        check_card_workarounds(root, env),
         check_torch_wheel(root, env, probe),
         check_device_access(root, user, groups, probe),
         check_kernel_log(root, journalctl),

@@ -19,7 +19,8 @@ FACE = sorted([
     # the reducer, its record and the clock it wakes on
     "Supervision", "decide", "wake", "tree_reading_from",
     # records and readings the shell builds or shows
-    "Devcoredump", "Incident", "Stacks", "one_line", "where_of", "Ladder", "build_ladder", "Unreadable", "scan", "Survivor",
+    "Devcoredump", "Incident", "Stacks", "one_line", "where_of", "Ladder", "build_ladder", "MiopenRun", "miopen_setting",
+    "miopen_table", "Unreadable", "scan", "Survivor",
     "WorkerKind", "judge", "UNTRACEABLE_STATES", "Frame", "ProcessStacks", "ThreadStack", "TreeCapture",
     "as_incident_stacks",
     # the status users script against, and the notices

@@ -268,3 +268,75 @@ def test_the_miopen_database_of_a_core_sdk_install_is_found_by_the_shared_lookup
 def test_the_readme_install_line_is_the_one_doctor_prints():
     readme = (REPO / "README.md").read_text()
     assert doctor.wheel_install_line("gfx1010") in readme
+
+
+# -- the MIOpen mode (issue 55) --------------------------------------------------------------------
+
+def test_the_doctor_says_which_miopen_mode_ultralytics_training_gets():
+    nightly = TorchProbe(version="2.14.1+rocm7.14.0", hip="7.14.26071-1f2c3b4d5", gpu_available=True)
+    check = doctor.check_miopen_mode(nightly, {})
+    assert check.status is Status.PASS
+    assert "deterministic = true (its default): normal find (MIOPEN_FIND_MODE unset: DYNAMIC_HYBRID" in check.detail
+    assert "no kernel search" in check.detail and "with deterministic = false" not in check.detail
+    two_eight = TorchProbe(version="2.8.0+rocm6.4", hip="6.4.43482-0f2d60242", gpu_available=True)
+    check = doctor.check_miopen_mode(two_eight, {"MIOPEN_FIND_MODE": "TRUST_VERIFY"})
+    assert "(its default): immediate (no find: MIOPEN_FIND_MODE and MIOPEN_FIND_ENFORCE change nothing)" in check.detail
+    assert "with deterministic = false: normal find (MIOPEN_FIND_MODE=TRUST_VERIFY" in check.detail
+    assert check.detail.endswith("a kernel search can happen")
+    assert "not applicable" in doctor.check_miopen_mode(CUDA, {}).detail
+
+
+# -- the 2026 runtimes and the cards with a named workaround (issue 55.5) ---------------------------------------
+
+ROCM_714 = TorchProbe(version="2.12.0+rocm7.14.0", hip="7.14.26071-1f2c3b4d5", gpu_available=True,
+                      gpu_names=["AMD Radeon RX 9070 XT"], gpu_archs=["gfx1201"])
+ROCM_72 = TorchProbe(version="2.9.1+rocm7.2.1", hip="7.2.53211-e4fa5a4d4", gpu_available=True,
+                     gpu_names=["AMD Radeon 780M Graphics"], gpu_archs=["gfx1103"])
+
+
+def test_a_runtime_whose_hip_thread_spins_is_warned_of_with_its_source():
+    root = FIXTURES / "rx9070xt"  # the ROCm Core SDK 7.14 layout, /opt/rocm/core-7.14
+    installs = doctor.find_rocm_installs(root)
+    assert [(str(i.path), i.version) for i in installs] == [("/opt/rocm/core-7.14", "7.14")]
+    check = doctor.check_rocm_runtime(ROCM_714, installs)
+    assert check.status is Status.WARN
+    assert check.detail.startswith("torch's 7.14.26071-1f2c3b4d5, /opt/rocm/core-7.14 7.14: ROCr's AsyncEventsLoop")
+    assert "ROCm/TheRock#7051, legacy-rocm-build#6634" in check.detail and "ROCm 7.2" in check.fix
+    nightly = TorchProbe(version="2.13.0+rocm10.0.0", hip="10.0.26111-6b0e43f3a")
+    assert doctor.check_rocm_runtime(nightly, []).status is Status.WARN
+
+
+def test_a_runtime_not_known_to_spin_passes():
+    root = FIXTURES / "radeon780m"  # /opt/rocm-7.2.1 and rocm-core's .info/version "7.2.1-81", /opt/rocm linked to it
+    installs = doctor.find_rocm_installs(root)
+    assert [(str(i.path), i.version) for i in installs] == [("/opt/rocm-7.2.1", "7.2.1")]
+    check = doctor.check_rocm_runtime(ROCM_72, installs)
+    assert check.status is Status.PASS and "not a runtime whose HIP thread is known to spin" in check.detail
+    assert doctor.check_rocm_runtime(ROCM_63, doctor.find_rocm_installs(FIXTURES / "rx6900xt")).status is Status.PASS
+    assert "not applicable" in doctor.check_rocm_runtime(CUDA, []).detail
+
+
+def test_a_gfx12_card_is_told_of_hipblaslt_and_an_apu_of_sdma_each_with_its_source():
+    gfx12 = doctor.check_card_workarounds(FIXTURES / "rx9070xt", {})
+    assert gfx12.status is Status.WARN
+    assert gfx12.detail.startswith("gfx1201 is gfx12 (RX 9060/9070, Radeon AI PRO R9700): training with hipBLASLt")
+    assert "TORCH_BLAS_PREFER_HIPBLASLT=0 (ROCm/TheRock#7699" in gfx12.detail
+    assert "the default ladder sets it at its rung after a GPU reset or page fault in training" in gfx12.detail
+    assert gfx12.fix == 'to train with it from the start: [worker] env = { TORCH_BLAS_PREFER_HIPBLASLT = "0" }'
+    assert doctor.check_card_workarounds(FIXTURES / "rx9070xt", {"TORCH_BLAS_PREFER_HIPBLASLT": "0"}).status \
+        is Status.PASS
+    apu = doctor.check_card_workarounds(FIXTURES / "radeon780m", {})
+    assert apu.status is Status.WARN and apu.detail.startswith("gfx1103 is an APU: lost SDMA copy completions")
+    assert "HSA_ENABLE_SDMA=0 (legacy-rocm-build#6386: a Radeon 780M had 5 hangs and 9 resets in one night" in apu.detail
+    assert "the default ladder sets it at its first rung" in apu.detail
+    dgpu = doctor.check_card_workarounds(FIXTURES / "rx6900xt", {})
+    assert dgpu.status is Status.PASS and dgpu.detail == "gfx1030: no workaround named for it"
+
+
+def test_the_doctor_prints_the_new_lines(tmp_path):
+    root = tree(tmp_path, "rx9070xt")
+    checks = doctor.run_checks(root, {}, ROCM_714, "trainer", {"video", "render"}, tmp_path, None, 0.001)
+    names = [c.name for c in checks]
+    assert {"MIOpen mode", "ROCm runtime", "workarounds for this GPU"} <= set(names)
+    text = "\n".join(doctor.format_check(c) for c in checks)
+    assert "[warn] workarounds for this GPU: gfx1201 is gfx12" in text and "[warn] ROCm runtime: torch's 7.14" in text

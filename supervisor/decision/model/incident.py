@@ -116,6 +116,9 @@ class Incident:
     # a kernel search's last word in that step, where one spoke (kernel_search.py): "MIOpen search, 243 runs left
     # (12 lines), silent for 600.0 s"
     kernel_search: str | None = kept(default=None, omitted=True)
+    # under a ROCm build, the MIOpen mode the attempt's settings gave (miopen_modes.py): "normal find (...); no kernel
+    # search"; None: no MIOpen, or a [worker] command, whose torch flags are its own
+    miopen: str | None = kept(default=None, omitted=True)
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = kept(default=None, omitted=True)
     output_tail: tuple[str, ...] | None = kept(default=None, omitted=True)

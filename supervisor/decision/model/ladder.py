@@ -2,7 +2,8 @@
 
 Rung 0 is the configured ``[train]`` as it is. Each later rung adds its settings on top of the rungs
 below it, so rung k is "everything that rungs 1..k changed". The default ladder is what the seeds' users
-did by hand, with the rungs that cost no speed first: under a ROCm build of torch, ``HSA_ENABLE_SDMA=0``, then
+did by hand, with the rungs that cost no speed first: under a ROCm build of torch, ``HSA_ENABLE_SDMA=0``, on a gfx12
+card ``TORCH_BLAS_PREFER_HIPBLASLT=0`` (weighed only by a GPU reset or page fault in training: hang_evidence.py), then
 DataLoader workers forked from a forkserver instead of from the training process (first of all under a CUDA build
 training on a GPU), then ``HSA_ENABLE_INTERRUPT=0`` (after both: it turns every wait into a busy one); then halve
 ``workers`` down to 1, ``persistent_workers = false``, the thread loader (no worker processes, most of their
@@ -40,6 +41,11 @@ class Ladder:
             return "as configured"
         return ", ".join(_shown(k, v) for k, v in settings.items())
 
+    def cost(self, before: int, after: int) -> str:
+        """What moving from rung ``before`` to ``after`` costs, where a variable it sets has a known cost (COSTS)."""
+        was, now = self.settings(before).get("env", {}), self.settings(after).get("env", {})
+        return "; ".join(f"{name}={now[name]}: {COSTS[name]}" for name in COSTS if name in now and was.get(name) != now[name])
+
     def next(self, rung: int) -> int:
         """One rung safer; the top rung stays where it is (the ladder is exhausted)."""
         return min(rung + 1, len(self.rungs) - 1)
@@ -52,7 +58,21 @@ class Ladder:
 # (ROCm/rocm-libraries#8847; hipMemcpy hangs on APUs; the busy-wait hang of
 # ROCm/TheRock#7832): copies by blit kernels instead of the DMA engines. Training's host-to-device copies are a few MB
 # a batch, so the cost is small, and no wait changes its kind.
+# Field data for its first place: an APU (Radeon 780M, gfx1103) that had 5 hangs and 9 resets in one night on a stack
+# without it, about one hang every 2-3 days on the stack with it (legacy-rocm-build#6386; that night's stack changed
+# ROCm too).
 ROCM_SDMA_RUNG: dict[str, Any] = {"env": {"HSA_ENABLE_SDMA": "0"}}
+# Training on gfx12 (RX 9060/9070, Radeon AI PRO R9700) resets the GPU or faults ("Memory access fault by GPU node-1
+# ... Reason: Page not present") in hipBLASLt's GEMMs, which PyTorch prefers there (ROCm/pytorch#2153): AMD's
+# workaround is hipBLAS instead (ROCm/TheRock#7699; traced to hipBLASLt's Tensile code reading past an operand,
+# legacy-rocm-build#6413, rocm-libraries#7992). It costs GEMM speed, so only that evidence weighs it.
+HIPBLASLT = "TORCH_BLAS_PREFER_HIPBLASLT"
+ROCM_HIPBLASLT_RUNG: dict[str, Any] = {"env": {HIPBLASLT: "0"}}
+GFX12 = ("gfx1200", "gfx1201")
+# What a rung's environment variable costs, said in the log where a rung that sets it is taken.
+COSTS = {HIPBLASLT: "its matrix products go through hipBLAS instead of hipBLASLt: slower GEMMs (YOLO's convolutions "
+                    "are MIOpen's and keep their speed, but with the conv fallback on every convolution is a GEMM); "
+                    "the rung's own speed is measured as it trains"}
 # A lost completion interrupt in the HIP runtime: the host sleeps forever in rocr::core::InterruptSignal::WaitRelaxed
 # on a kernel that finished (ROCm issue 6530). Polling the signals instead cures it, but it turns
 # every wait into rocr::core::BusyWaitSignal::WaitRelaxed: a core at 100% for as long as a wait lasts, and a
@@ -62,12 +82,14 @@ ROCM_INTERRUPT_RUNG: dict[str, Any] = {"env": {"HSA_ENABLE_SDMA": "0", "HSA_ENAB
 ROCM_ENV_RUNGS: tuple[dict[str, Any], ...] = (ROCM_SDMA_RUNG, ROCM_INTERRUPT_RUNG)
 
 
-def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladder:
+def default_ladder(workers: int, rocm: bool = False, cuda: bool = False, gfx: tuple[str, ...] = ()) -> Ladder:
     """The default ladder for a configured ``workers`` count; ``rocm``: torch is a ROCm build (env rungs first);
-    ``cuda``: a CUDA build training on a GPU (forkserver workers first)."""
+    ``cuda``: a CUDA build training on a GPU (forkserver workers first); ``gfx``: the training GPUs' architectures."""
     rungs: list[dict[str, Any]] = [{}]
     if rocm:
         rungs.append(ROCM_SDMA_RUNG)
+    if rocm and any(g in GFX12 for g in gfx):
+        rungs.append(ROCM_HIPBLASLT_RUNG)
     if (rocm or cuda) and workers > 0:
         # The same worker processes forked from a forkserver (a fresh interpreter that imported torch, cv2 and
         # Ultralytics' data modules, started before the trainer touches the GPU; by the standby while it waits)
@@ -99,13 +121,13 @@ def default_ladder(workers: int, rocm: bool = False, cuda: bool = False) -> Ladd
 
 
 def build_ladder(configured: tuple[dict[str, Any], ...] | None, workers: int, default: bool = True,
-                 rocm: bool = False, cuda: bool = False) -> Ladder:
+                 rocm: bool = False, cuda: bool = False, gfx: tuple[str, ...] = ()) -> Ladder:
     """The configured rungs after rung 0; unconfigured, the default ladder, or none where the worker's kind has no
     ``default`` (a [worker] command: what would make an unknown script safer is for its author to say, as env and args
     rungs; worker_kind.py). ``rocm``, ``cuda``: the installed build, as ``default_ladder`` takes them (read by the
     shell: host/torch_build.py)."""
     if configured is None:
-        return default_ladder(workers, rocm, cuda) if default else Ladder(({},))
+        return default_ladder(workers, rocm, cuda, gfx) if default else Ladder(({},))
     return Ladder(({},) + tuple(configured))
 
 

@@ -8,8 +8,9 @@ The seeds lost days to failures that are recognisable from one line. Each signat
 - ``disk_full``: a write failed with ENOSPC (a checkpoint save, results.csv). A safer rung writes the same
   files, so every retry would fail again and leave another torn ``last.pt``: stop and say to free space.
 - ``gpu_oom``: out of GPU memory. Restart from last.pt with half the batch size, down to a floor.
-- ``rocr_gpu_hang``, ``rocr_memory_error``: ROCr (the HSA runtime under HIP) says the GPU hung, or that it could
-  not free memory the GPU still uses, and aborts the process (SIGABRT). The exit is read as the GPU hang it is:
+- ``rocr_gpu_hang``, ``rocr_memory_error``, ``rocr_page_fault``: ROCr (the HSA runtime under HIP) says the GPU hung,
+  that it could not free memory the GPU still uses, or that the GPU faulted on a page, and aborts the process
+  (SIGABRT). The exit is read as the GPU hang it is:
   the incident's reason is a hang, and the restart climbs the ladder as after any hang, not as after a crash.
 - ``peer_lost``: with several hosts, a rank lost its peer on another host mid-collective (gloo's connection reset,
   NCCL's remote error): the other host's failure. Restarted at once (reason ``peer``): no crash counted, no backoff.
@@ -137,6 +138,17 @@ SIGNATURES: tuple[Signature, ...] = (
               "aborted the worker: read as a GPU hang, restarted from the newest checkpoint as any hang is; if it "
               "happens at the very start inside a container, SELinux denies mapping /dev/kfd: "
               "setsebool -P container_use_devices on"),
+    # Runtime::VMFaultHandler, on the GPU's page fault (the kernel's "[gfxhub] page fault" beside it):
+    #   fprintf(stderr, "Memory access fault by GPU node-%u (Agent handle: %p) on address %p%s. Reason: %s.\n", ...)
+    # e.g. "Memory access fault by GPU node-1 (Agent handle: 0x5d8b398786a0) on address 0x774546a00000. Reason: Page
+    # not present or supervisor privilege." (pytorch#146809 training on a 7900 XTX; on gfx12 the hipBLASLt fault of
+    # ROCm/TheRock#7699), then abort(). An ECC failure is a memory error, not a page fault: not matched here.
+    Signature("rocr_page_fault", re.compile(r"Memory access fault by GPU node-\d+ \(Agent handle: 0x[0-9a-fA-F]+\) on "
+                                            r"address (?:0x[0-9a-fA-F]+|\(nil\)).*\. Reason: (?!ECC)"),
+              Remedy.GPU_HANG,
+              "the GPU faulted on a page and ROCr aborted the worker: read as a GPU hang, restarted from the newest "
+              "checkpoint as any hang is; on gfx12 (RX 9060/9070, AI PRO R9700) the ladder's "
+              "TORCH_BLAS_PREFER_HIPBLASLT=0 rung is AMD's workaround (ROCm/TheRock#7699)"),
     # MIOpen: "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may
     # degrade. Please follow instructions to install: https://github.com/ROCm/MIOpen#installing-miopen-kernels-package"
     Signature("miopen_kdb_missing", re.compile(r"MIOpen\(HIP\): Warning \[SQLiteBase\] Missing system database file"),

@@ -27,6 +27,7 @@ from supervisor.decision.model.events import KernelMessage, SignatureSeen
 from supervisor.decision.model.hang_history import HangHistory, HangPoint
 from supervisor.decision.model.incident import Devcoredump, Incident, Stacks
 from supervisor.decision.model.ladder import Ladder
+from supervisor.decision.model.miopen_modes import MiopenRun
 from supervisor.decision.model.persistence import kept
 from supervisor.decision.model.persistence import span
 from supervisor.decision.model.rung_record import RungRecord
@@ -245,6 +246,9 @@ class Attempt:
     oom: OomKill | None = None
     gpu_resets: list[str] = field(default_factory=list)  # what reset the GPU, each reset while it ran (kernel.py)
     devcoredumps: list[Devcoredump] = field(default_factory=list)  # the GPU's dumps copied while it ran (kernel.py)
+    # a GPU reset or page fault while it trained, as the kernel line's pattern or ROCr's signature named it: the one
+    # evidence that weighs the hipBLASLt rung (hang_evidence.py)
+    gpu_fault: str | None = None
     peer_cause: dict[str, Any] | None = None  # another host's decision in this attempt: why this host's ranks fail
     signatures: dict[str, SignatureSeen] = field(default_factory=dict)  # seen in this attempt's output
     nan_beats: int = 0  # consecutive training beats with a NaN or inf loss
@@ -338,6 +342,7 @@ class Supervision:
     config: Config
     ladder: Ladder
     kind: WorkerKind = field(init=False)  # what the worker can do: ours or a [worker] command (worker_kind.py)
+    miopen: MiopenRun | None = None  # a ROCm build's torch version and inherited MIOPEN_ variables (miopen_modes.py)
     state: State = kept(default=State.STARTING, load=_finished_only)
     rung: int = kept(default=0)
     attempt: int = kept(default=0)  # attempts spawned so far

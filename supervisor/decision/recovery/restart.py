@@ -200,18 +200,20 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     elif plan.climb and s.probe.probing_from is not None:
         actions.append(probe.back(s))
     elif plan.climb and plan.choice is not None:  # a hang: the rung its record says, chosen at the verdict
-        step = plan.choice.rung - s.rung
+        step, was = plan.choice.rung - s.rung, s.rung
         move = "staying" if step == 0 else "one rung safer" if step == 1 else f"{step} rungs safer" if step > 0 \
             else "faster"
         if step:
             s.move_to(plan.choice.rung)
-        actions.append(Log("warning", f"{move}: rung {s.rung} ({s.ladder.label(s.rung)}): {plan.choice.why}"))
+        actions.append(Log("warning", f"{move}: rung {s.rung} ({s.ladder.label(s.rung)}): {plan.choice.why}"
+                                      + _cost(s, was)))
     elif plan.climb:  # the same crash again
         if s.ladder.exhausted(s.rung):
             actions.append(Log("warning", f"ladder exhausted: staying at rung {s.rung} ({s.ladder.label(s.rung)})"))
         else:
+            was = s.rung
             s.move_to(stopping.climb_target(s, None))
-            actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})"))
+            actions.append(Log("warning", f"one rung safer: rung {s.rung} ({s.ladder.label(s.rung)})" + _cost(s, was)))
     if plan.reason in (Reason.CRASH, Reason.OOM):
         s.consecutive_crashes += 1
         delay = backoff_delay(s.consecutive_crashes, cfg)
@@ -241,3 +243,14 @@ def follow_job(s: Supervision) -> None:
         if job.rung != s.rung:
             s.move_to(job.rung)
         s.remedies, s.probe.probing_from = dict(job.remedies), None
+
+
+def _cost(s: Supervision, was: int) -> str:
+    """The speed the rung just taken gives up, where the ladder knows it (ladder.COSTS), against the speed measured at
+    the rung it left, and its own where it trained before."""
+    cost = s.ladder.cost(was, s.rung)
+    if not cost:
+        return ""
+    facts = choices.rung_facts(s)
+    measured = [f"rung {k} trained at {facts[k].speed:.2f} it/s" for k in (was, s.rung) if facts[k].speed is not None]
+    return f"; its cost: {cost}" + (f" ({', '.join(measured)})" if measured else "")

@@ -65,6 +65,7 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
     several_hosts = s.config.distributed.several_hosts
     starting = s.state == State.STARTING
     by = None if reason in (Reason.STOP, Reason.PROBE) or then not in (None, After.RESTART) else Tier.RESTART
+    miopen = kernel_search.miopen(s)  # the MIOpen mode this attempt's settings gave
     stopped = dict(  # what the stop knows; the verdict's own fields stay an escalated incident's
         kernel_events=tuple({**asdict(e), "kind": e.kind.value} for e in stop.kernel_events),
         loss=loss, resumes_from=resumes_from, stopped_first_rank=_stopped_first(s) if a.ranks else None,
@@ -74,7 +75,8 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
         startup_step_bound=watchdog.startup_step_bound(s)[0] if starting else None,
         startup_step_seen=watchdog.startup_step_seen(s) if starting else None,
         escalation=verdict.why if verdict else None, tier=by, kernel_search=_search(s, now),
-        gpu_resets=tuple(a.gpu_resets), devcoredumps=tuple(a.devcoredumps))
+        gpu_resets=tuple(a.gpu_resets), devcoredumps=tuple(a.devcoredumps),
+        miopen=miopen.describe() if miopen else None)
     if point is not None:  # a hang: where the training process said it waited
         stopped.update(tier.witness_fields(s, stall, now))
     ahead = None

@@ -15,13 +15,20 @@ would be killed at the same point in every attempt. So its lines are news in eve
 from the search's last line (``in_stall``), bounded as a search (``startup_timeout``, the step's bound), not by the
 phase's batch rhythm nor by the witness (the main thread sits in one convolution for the whole search), and the batch
 interval it ends is not one of the phase's rhythm. A search silent for that bound is a hang, said so in its incident.
+
+All this only where a search can happen (``miopen``, from miopen_modes.py): under our worker's flags (Ultralytics'
+``deterministic``, ``benchmark`` never set) a torch that asks MIOpen for immediate mode, or for a find that
+MIOPEN_FIND_MODE and MIOPEN_FIND_ENFORCE keep from tuning, searches nothing, and a line in a search's format is no
+news: the step and the stall keep their own bounds. A [worker] command sets its own flags, so its searches count.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from supervisor.decision.model import miopen_modes
 from supervisor.decision.model.events import Now, SearchNews
+from supervisor.decision.model.miopen_modes import MiopenSetting
 from supervisor.decision.model.state import Attempt, SearchSeen, Supervision
 from supervisor.vocabulary import State
 
@@ -30,6 +37,8 @@ def news(s: Supervision, event: SearchNews, now: Now) -> list[Any]:
     """Before the first batch: the step's clock starts again; once training: the stall's (``in_stall``); unless the
     line says nothing new (the same count)."""
     a = s.current
+    if not can_search(s):
+        return []
     if s.state == State.HEALTHY and a.last_progress_at is not None and a.recovery is None:
         seen = in_stall(s)
         if seen is not None and event.runs_left is not None and event.runs_left == seen.runs_left:
@@ -49,6 +58,22 @@ def news(s: Supervision, event: SearchNews, now: Now) -> list[Any]:
     a.step_since = now.mono
     a.idle_since = None  # news: a stall's idleness is judged afresh (watchdog.tree_reading_from)
     return []
+
+
+def miopen(s: Supervision) -> MiopenSetting | None:
+    """The MIOpen mode the current attempt's settings give: Ultralytics' flags (its ``deterministic``, default on;
+    ``benchmark`` it never sets), the inherited MIOPEN_ variables, [worker] env and the rung's env; None without a
+    ROCm build or for a [worker] command (its flags are its own)."""
+    if s.miopen is None or not s.kind.reads_launch_record:
+        return None
+    env = {**s.miopen.inherited, **s.config.worker_env, **s.ladder.settings(s.rung).get("env", {})}
+    return miopen_modes.setting(s.miopen.torch, bool(s.config.train.get("deterministic", True)), False, False, env)
+
+
+def can_search(s: Supervision) -> bool:
+    """Whether a kernel search can happen in this attempt (unknown: it can)."""
+    setting = miopen(s)
+    return setting is None or setting.searches
 
 
 def in_step(s: Supervision) -> SearchSeen | None:
