@@ -31,7 +31,7 @@ I = 'instance=~"$instance"'  # the filter every selector carries
 # The vocabulary's own values, so a new state or phase reaches the panels (a test checks every one has a colour).
 STATES = tuple(state.value for state in State)
 STATE_COLORS = {"starting": "blue", "healthy": "green", "stopping": "yellow", "backoff": "orange",
-                "succeeded": "purple", "failed": "red", "stopped": "text"}
+                "succeeded": "purple", "failed": "red", "stopped": "text", "unsaved": "dark-red"}
 PHASES = PHASE_LABELS
 PHASE_COLORS = {"setup": "blue", "train": "green", "val": "purple", "save": "yellow", "ending": "orange", "done": "text",
                 "none": "transparent"}

@@ -215,9 +215,7 @@ class Agent:
         self.handle(answer)
 
     def _keep_verified_copy(self) -> None:
-        note = checkpoints.keep_verified_copy(self.state_dir.run_dir)
-        if note:
-            log.error(note)
+        self.handle(decision.VerifiedCopyKept(checkpoints.keep_verified_copy(self.state_dir.run_dir)))
 
     @staticmethod
     def _publish(shared: SharedFile, action: Any, what: str, otherwise: str) -> None:
@@ -296,7 +294,10 @@ class Agent:
         for source in self.kernel.sources:  # and so does the OOM killer's note on why it died
             self._on_kernel(source)
         self.reads.forget(worker.pidfd)
-        self.handle(decision.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None))
+        # Our worker's exit 0 ends the training: what it leaves of its weights says whether that is a success.
+        weights = checkpoints.weights_kept(self.state_dir.run_dir) if returncode == 0 and \
+            self.s.kind.reads_launch_record else None
+        self.handle(decision.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None, weights))
 
     def _reading_from(self) -> float | None:
         """From when the worker's tree is read for activity, every interval; None: not in this stall."""

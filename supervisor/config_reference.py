@@ -31,7 +31,9 @@ Wherever the file is read: a loader's count (`[train] workers`, a rung's `worker
 {WORKERS_PER_CORE} per core. By `run` before it trains, and by `check-config` unless given `--portable` (a file that
 trains on another machine): `[train] data` as Ultralytics resolves it (a path that exists, relative to the directory
 `run` starts in; a name in Ultralytics' own `cfg/datasets` such as `"coco8.yaml"`; a URL; for classification a bare
-name it downloads), and `[train] device` among the GPUs the worker's torch sees (counted by `[worker] python` in the
+name it downloads), `[train] model` as its trainer resolves it (a file that is a model: a `.pt` in torch.save's archive,
+a YAML with a backbone and a head; a model YAML of Ultralytics' `cfg/models` such as `"yolov8n.yaml"`; a name it
+downloads such as `"yolov8n.pt"` or `"yolo11n"`, or finds in its `weights_dir`; a URL), and `[train] device` among the GPUs the worker's torch sees (counted by `[worker] python` in the
 worker's environment; `"cpu"` always, `"mps"` on macOS only, `"0,1"` for DDP).
 """
 

@@ -7,3 +7,4 @@ EXIT_OK = 0
 EXIT_FAILED = 1           # the restart budget is spent, or training cannot go on; systemd may try again later
 EXIT_USAGE = 2            # bad command line (argparse)
 EXIT_REBOOT_NEEDED = 3    # a worker survived SIGKILL or the GPU is lost: only a reboot helps
+EXIT_NO_WEIGHTS = 73      # EX_CANTCREAT: training ran to its end and no file of its weights could be kept (a full disk)

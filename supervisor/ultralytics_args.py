@@ -91,3 +91,33 @@ def expected_form(key: str, value: Any) -> str | None:
     if key == "amp" and not (isinstance(value, bool) or str(value).lower() in ("fp16", "bf16", "fp32")):
         return 'true, false, "fp16", "bf16" or "fp32"'
     return None
+
+
+# The nodes of the expression Ultralytics writes its asset names in (comprehensions of f-strings over literals, joined
+# by +): evaluated only when made of these alone, so nothing of the file runs but string building.
+_ASSET_NODES = ("Expression", "Call", "Name", "Load", "Store", "BinOp", "Add", "List", "ListComp", "comprehension",
+                "JoinedStr", "FormattedValue", "Constant", "Tuple")
+
+
+@lru_cache(maxsize=1)
+def asset_names() -> frozenset[str] | None:
+    """The files Ultralytics downloads by name (``GITHUB_ASSETS_NAMES`` of utils/downloads.py: yolov8n.pt,
+    yolo11n-seg.pt ...), read from its file; None where it cannot be read."""
+    import ast
+
+    cfg = _cfg_dir()
+    try:
+        tree = ast.parse((cfg.parent / "utils" / "downloads.py").read_text()) if cfg is not None else None
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body if tree is not None else ():
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["GITHUB_ASSETS_NAMES"]:
+            expression = ast.Expression(node.value)
+            if all(type(n).__name__ in _ASSET_NODES for n in ast.walk(expression)):
+                try:
+                    names = eval(compile(expression, "downloads.py", "eval"),
+                                 {"__builtins__": {}, "frozenset": frozenset})
+                except Exception:
+                    return None
+                return frozenset(names) if all(isinstance(n, str) for n in names) else None
+    return None

@@ -20,9 +20,10 @@ class State(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"  # asked to stop; the next run resumes
+    UNSAVED = "unsaved"  # trained to the end, and no last.pt or best.pt was kept (exit 73): the next run starts over
 
 
-FINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.STOPPED})
+FINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.STOPPED, State.UNSAVED})
 
 
 class MiopenMode(str, Enum):
@@ -68,6 +69,7 @@ class After(str, Enum):
     RESTART = "restart"  # a new attempt, maybe one rung safer, maybe after a backoff
     STOP = "stop"  # exit 0; the next run resumes
     SUCCEED = "succeed"  # training finished
+    UNSAVED = "unsaved"  # training finished and no weights file was kept: exit 73
     CONFIG_ERROR = "config_error"  # exit 78: restarting cannot help
     REBOOT = "reboot"  # exit 3: the GPU needs a reboot
 

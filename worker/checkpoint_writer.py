@@ -57,6 +57,6 @@ class BackgroundWriter:
     def _run(write: Callable[[], None]) -> None:
         try:
             write()
-        except Exception as e:  # the previous checkpoint is intact (atomic writes); the next interval tries again
+        except Exception as e:  # a previous checkpoint is intact (atomic writes); the next interval tries again
             print(f"yolo-train worker: checkpoint write failed ({type(e).__name__}: {e}); training goes on",
                   file=sys.stderr, flush=True)

@@ -24,7 +24,7 @@ EXACT_KEY = "yolo_train_exact"  # the mid-epoch position and fp32 state; Ultraly
 
 
 class CheckpointWriteError(OSError):
-    """A checkpoint could not be written; the previous file at that path is untouched."""
+    """A checkpoint could not be written; the previous file at that path, if any, is untouched."""
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -34,8 +34,9 @@ def atomic_write(path: Path, data: bytes) -> None:
         write_durably(path, data)
     except OSError as e:
         hint = "; free disk space" if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-        raise CheckpointWriteError(e.errno, f"cannot write checkpoint {path}: {e.strerror or e}{hint}; "
-                                            f"the previous {path.name} is intact") from None
+        kept = f"the previous {path.name} is intact" if path.exists() else f"no {path.name} was written before it"
+        raise CheckpointWriteError(e.errno, f"cannot write checkpoint {path}: {e.strerror or e}{hint}; {kept}") \
+            from None
 
 
 class AtomicPath(type(Path())):

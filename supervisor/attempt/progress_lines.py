@@ -35,13 +35,13 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from supervisor.attempt.terminal_escapes import without_escapes
 from supervisor.patterns import validate_regex
 from worker.contract import Phase
 
 MAX_LINE_BYTES = 8192  # a longer run of bytes without \n or \r is not a progress line: dropped, counted
 MAX_BARS = 64  # distinct bars remembered by the counter; the least recently seen is forgotten first
 
-_ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 _LINE_END = re.compile(rb"[\r\n]")
 # tqdm's default bar_format: '{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]',
 # l_bar = '{desc}: {percentage:3.0f}%|'; Lightning's bar without a total drops the percentage.
@@ -119,9 +119,7 @@ class ProgressParser:
         return readings
 
     def parse_line(self, raw: bytes) -> ProgressReading | None:
-        if b"\x1b" in raw:
-            raw = _ANSI.sub(b"", raw)
-        line = raw.decode("utf-8", "replace")
+        line = without_escapes(raw).decode("utf-8", "replace")
         if self.regex is not None and (m := self.regex.search(line)):
             return _from_regex(m)
         if "|" in line and (m := _TQDM_BAR.search(line)):

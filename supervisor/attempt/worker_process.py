@@ -21,6 +21,7 @@ from typing import Callable, Collection
 import psutil
 
 from supervisor.attempt.progress_lines import MAX_LINE_BYTES
+from supervisor.attempt.terminal_escapes import without_escapes
 from supervisor.attempt.worker_command import OutputProgress
 from supervisor.host import process_tree
 from worker.contract import ENV_COMMAND_FD, Command, CommandKind, HeartbeatMessage
@@ -157,8 +158,8 @@ class WorkerProcess:
 
     def read_output(self) -> tuple[list[str], list[HeartbeatMessage], bool]:
         """Complete lines of output, each as a terminal would end up showing it (the text after its last carriage
-        return, so progress bars do not swallow other lines), the progress read from them (a command without
-        heartbeats), and whether the output reached its end."""
+        return, so progress bars do not swallow other lines, and no terminal escapes: terminal_escapes.py), the
+        progress read from them (a command without heartbeats), and whether the output reached its end."""
         data = read_available(self.output_fd)
         if not data:
             return [], [], data == b""
@@ -167,7 +168,7 @@ class WorkerProcess:
         # Bounded, whatever the output: a bar redrawn with \r for a whole run never ends its line, and a terminal
         # would show only what follows the last \r anyway.
         self.partial_line = partial.rsplit(b"\r", 1)[-1][:MAX_LINE_BYTES]
-        shown = [line.rsplit(b"\r", 1)[-1].decode(errors="replace") for line in lines]
+        shown = [without_escapes(line.rsplit(b"\r", 1)[-1]).decode(errors="replace") for line in lines]
         shown = [line for line in shown if line.strip()]
         self.output_tail.extend(shown)
         return shown, progress, False

@@ -19,7 +19,8 @@ from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, 
 from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead,
                                               JobLadderRead, KernelMessage, Now, SearchNews, SignatureSeen, Spawned,
                                               StacksReadAhead, StateDirTaken, StopRequested, SupervisorPaused,
-                                              SurvivorsGone, Tick, TreeActivity, TreeKilled, WorkerExited)
+                                              SurvivorsGone, Tick, TreeActivity, TreeKilled, VerifiedCopyKept,
+                                              WeightsKept, WorkerExited)
 from supervisor.decision.model.incident import Devcoredump, Incident, Stacks, one_line, where_of
 from supervisor.decision.model.ladder import Ladder, build_ladder
 from supervisor.decision.model.miopen_modes import MiopenRun, setting as miopen_setting, table as miopen_table
@@ -46,5 +47,5 @@ __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "deci
            "RequestCheckpoint", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
            "StacksReadAhead", "StallInspected", "StateDirTaken", "Status", "StopRequested", "Supervision", "Supervisor",
            "SupervisorPaused", "Survivor", "SurvivorsGone", "ThreadStack", "Tick", "tree_reading_from",
-           "TreeActivity", "TreeCapture", "TreeKilled", "Unreadable", "UNTRACEABLE_STATES", "wake", "where_of",
-           "WorkerExited", "WorkerKind"]
+           "TreeActivity", "TreeCapture", "TreeKilled", "Unreadable", "UNTRACEABLE_STATES", "VerifiedCopyKept",
+           "wake", "WeightsKept", "where_of", "WorkerExited", "WorkerKind"]

@@ -13,6 +13,7 @@ Life cycle (``State``)::
                                       survivors of SIGKILL in a file system's wait: once they are gone)
                           | BACKOFF  (a crash waits, then restarts at the same rung)
                           | SUCCEEDED (training finished) | FAILED (budget spent, reboot needed)
+                          | UNSAVED (training finished, and no file of its weights was kept: exit 73)
                           | STOPPED (asked to stop; the next run resumes)
     BACKOFF --delay over--> STARTING
     any running state --another supervisor took the state directory--> STOPPING (no save) | FAILED (exit 78)
@@ -46,7 +47,7 @@ from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, 
 from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StacksReadAhead,
                                         StateDirTaken, StopRequested, SupervisorPaused, SurvivorsGone, Tick,
-                                        TreeActivity, TreeKilled, WorkerExited)
+                                        TreeActivity, TreeKilled, VerifiedCopyKept, WeightsKept, WorkerExited)
 from supervisor.decision.model.hang_history import HangHistory
 from supervisor.decision.model.incident import one_line
 from supervisor.decision.model.signatures import scan
@@ -64,8 +65,10 @@ from worker.contract import Phase
 # are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.
 __all__ = ["Boot", "DevcoredumpsKept", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
            "Now", "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StateDirTaken", "StopRequested",
-           "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "WorkerExited", "SurvivorsGone",
-           "AwaitSurvivors", "DropStacksAhead", "Exit", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log", "PrepareStandby",
+           "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "VerifiedCopyKept", "WeightsKept",
+           "WorkerExited", "SurvivorsGone",
+           "AwaitSurvivors", "DropStacksAhead", "Exit", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
+           "PrepareStandby",
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "RequestCheckpoint", "Spawn",
            "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide", "describe_exit",
            "training_fingerprint"]
@@ -78,11 +81,12 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.STARTING: frozenset({State.STARTING, State.HEALTHY, State.STOPPING, State.SUCCEEDED}),
     State.HEALTHY: frozenset({State.HEALTHY, State.STOPPING}),
     State.STOPPING: frozenset({State.STOPPING, State.STARTING, State.BACKOFF, State.SUCCEEDED, State.FAILED,
-                               State.STOPPED}),
+                               State.STOPPED, State.UNSAVED}),
     State.BACKOFF: frozenset({State.BACKOFF, State.STARTING, State.STOPPED, State.FAILED}),
     State.SUCCEEDED: frozenset({State.SUCCEEDED}),
     State.FAILED: frozenset({State.FAILED}),
     State.STOPPED: frozenset({State.STOPPED}),
+    State.UNSAVED: frozenset({State.UNSAVED}),
 }
 
 
@@ -127,6 +131,7 @@ HANDLERS: dict[type, Callable[[Supervision, Any, Now], list[Any]]] = {
     JobCheckpointRead: lambda s, e, now: heartbeats.job_checkpoint(s, e, now),
     TreeActivity: lambda s, e, now: _tree_activity(s, e),
     StacksReadAhead: lambda s, e, now: stacks_ahead.read(s, e, now),
+    VerifiedCopyKept: lambda s, e, now: _verified_copy(s, e),
     **{kind: recovery.on_event for kind in recovery.EVENTS},
 }
 
@@ -261,7 +266,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     code, a = event.returncode, s.current
     if s.saving():
         if code == 0 and a.progress.phase == Phase.DONE.value:
-            s.stop.then = After.SUCCEED  # it finished training before it got to our request
+            stopping.finished(s, s.stop, event.weights)  # it finished training before it got to our request
         elif not (s.stop.saved or code == 0 and not s.kind.saves_on_request):  # SIGTERMed: exit 0 says it saved
             # Our worker exits 0 after a failed save too (a full disk): only its checkpoint message says it saved.
             how = describe_exit(code)
@@ -273,7 +278,7 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     if s.state not in (State.STARTING, State.HEALTHY):
         return []  # an exit we caused while stopping
     if code == 0 and (a.progress.phase == Phase.DONE.value or s.kind.exit_0_finishes):
-        return stopping.trained_to_the_end(s)
+        return stopping.trained_to_the_end(s, event.weights)
     how = describe_exit(code)
     if a.recovery is not None:  # the hang's incident is open: the exit ends its tier, the next takes it
         return recovery.escalate(s, now, f"the worker {how} during the {a.recovery.tier.name.label} recovery"
@@ -331,6 +336,12 @@ def _exited(s: Supervision, event: WorkerExited, now: Now) -> list[Any]:
     return stopping.begin(s, now, Stop(reason, a.progress.phase, detail=detail, failure=failure, remedy=change or None,
                                        climb=failure == s.last_failure and not change and s.state == State.HEALTHY,
                                        kernel_events=kernel_events))
+
+
+def _verified_copy(s: Supervision, event: VerifiedCopyKept) -> list[Any]:
+    """The newest checkpoint's verified copy kept, or why not: said now, and again as the run ends."""
+    s.verified_copy_problem = event.problem
+    return [Log("error", event.problem)] if event.problem else []
 
 
 def _ending_signature(s: Supervision, last_words: str | None) -> SignatureSeen | None:

@@ -3,7 +3,7 @@
 ``derive`` reads what one ``decide`` call did (its actions, the rung and state before and after) and names the
 notices in it: a hang the run recovered from (its incident recorded once the next attempt trained, or once the next
 batch came after its loader workers were replaced in place), a rung change, an exit that needs a person (78: the
-configuration, 3: reboot), the run finished. ``NoticeLimit`` is the rate rule
+configuration, 3: reboot, 73: no weights kept), the run finished. ``NoticeLimit`` is the rate rule
 between them and the ``[notify] command`` (supervisor/telemetry/notify_command.py): a bad night sends a summary, not
 hundreds of messages. No I/O here; time is given.
 """
@@ -19,7 +19,7 @@ from supervisor.decision import recovery
 from supervisor.decision.model.actions import Exit, RecordIncident
 from supervisor.decision.model.incident import Incident
 from supervisor.decision.model.state import Supervision
-from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_NO_WEIGHTS, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import Reason, State
 
 BURST = 3  # notices sent as they come within WINDOW; later ones wait for one summary
@@ -30,7 +30,7 @@ HELD_SHOWN = 20  # the newest held notices a summary lists (all are counted)
 class NoticeKind(str, Enum):
     HANG_RECOVERED = "hang_recovered"  # a hang's incident is complete: the next attempt trains
     RUNG_CHANGED = "rung_changed"
-    NEEDS_A_PERSON = "needs_a_person"  # exit 78 or 3: restarting cannot help
+    NEEDS_A_PERSON = "needs_a_person"  # exit 78, 3 or 73: restarting cannot help
     FINISHED = "finished"  # training finished
     SUMMARY = "summary"  # what the rate limit held back
 
@@ -69,7 +69,7 @@ def derive(s: Supervision, state_before: State, rung_before: int, actions: list[
         notices.append(Notice(NoticeKind.RUNG_CHANGED, f"rung {rung_before} -> {s.rung} ({s.ladder.label(s.rung)})",
                               previous_rung=rung_before, **here))
     for action in actions:
-        if isinstance(action, Exit) and action.code in (EXIT_CONFIG, EXIT_REBOOT_NEEDED):
+        if isinstance(action, Exit) and action.code in (EXIT_CONFIG, EXIT_REBOOT_NEEDED, EXIT_NO_WEIGHTS):
             notices.append(Notice(NoticeKind.NEEDS_A_PERSON, f"exit {action.code}: {action.text}",
                                   exit_code=action.code, **here))
         elif isinstance(action, Exit) and action.code == EXIT_OK and s.state == State.SUCCEEDED \

@@ -7,7 +7,10 @@ another machine than the one that trains). The rest of a configuration, which th
 
 ``data`` is resolved as Ultralytics resolves it, without the network: a path that exists (relative to the directory
 ``run`` starts in: the worker's), a name its ``check_file`` finds in its own package (``coco8.yaml``, ``coco8``:
-``ultralytics/cfg/datasets``), a URL, or for classification a bare name it downloads itself (``mnist160``). The
+``ultralytics/cfg/datasets``), a URL, or for classification a bare name it downloads itself (``mnist160``).
+``model`` likewise, as its trainer resolves it: a file that is a model (a ``.pt`` in torch's archive layout, a YAML
+with a backbone and a head), a model YAML of its package (``yolov8n.yaml``, through its unified ``yolov8.yaml``), a
+name it downloads (``yolov8n.pt``, ``yolo11n``: ``GITHUB_ASSETS_NAMES``) or finds in its ``weights_dir``, or a URL. The
 device is counted by the worker's Python with the worker's environment, in a child process: torch in the
 supervisor would cost it seconds and hundreds of MB, and a GPU driver that hangs would hang it.
 """
@@ -16,15 +19,24 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from supervisor.config import Config, ConfigError
+from supervisor.ultralytics_args import asset_names
 
 DATASET_SUFFIXES = (".yaml", ".yml")
+WEIGHTS_SUFFIX = ".pt"  # what Ultralytics' trainer loads as weights; any other name it builds as a model YAML
+# torch.save's archive before torch 1.6 (_use_new_zipfile_serialization=False): a pickle of its magic number first
+LEGACY_TORCH_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")
 REMOTE = "://"  # Ultralytics downloads these (https://, ul://, gs://): nothing to check without the network
 NOT_COUNTED = ("npu", "xpu", "tpu", "intel", "vulkan")  # other backends Ultralytics passes through: not checked here
 PROBE_TIMEOUT = 120.0  # importing torch on a loaded machine; a probe that does not answer refuses nothing
@@ -40,6 +52,11 @@ def check(config: Config, count_gpus: Any = None) -> None:
         problem = data_problem(data, _task(config.train))
         if problem:
             raise ConfigError(f"{config.source}: train.data: {problem}")
+    model = config.train.get("model")
+    if isinstance(model, str):
+        problem = model_problem(model)
+        if problem:
+            raise ConfigError(f"{config.source}: train.model: {problem}")
     device = config.train.get("device")
     if device is not None:
         problem = device_problem(device, count_gpus or (lambda: gpu_count(config)), _visible(config))
@@ -67,6 +84,81 @@ def data_problem(data: str, task: str = "detect") -> str | None:
     return (f"no such file {str(where)!r} (a relative path is from the directory `run` starts in, {Path.cwd()}), and "
             f"not a dataset Ultralytics resolves itself (a name in ultralytics/cfg/datasets such as \"coco8.yaml\", "
             f"or a URL); give the path of an existing dataset YAML or directory")
+
+
+def model_problem(model: str) -> str | None:
+    """Why Ultralytics' trainer would find no model in ``model`` on this machine, as the fix; None where it would (or
+    cannot be told)."""
+    model = model.strip()
+    if REMOTE in model:  # a URL, ul:// or Triton's grpc://: nothing to check without the network
+        return None
+    known = asset_names()
+    if known is None:
+        return None  # no Ultralytics here, or one whose names cannot be read: its own check at the worker
+    path = Path(model)
+    if not path.suffix and path.name + WEIGHTS_SUFFIX in known:  # check_model_file_from_stem: yolo11n -> yolo11n.pt
+        path = path.with_suffix(WEIGHTS_SUFFIX)
+    if path.is_dir():
+        return f"{model!r} is a directory; give a model file: a .pt checkpoint or a model YAML such as \"yolov8n.yaml\""
+    if path.is_file():
+        wrong = _not_a_model(path)
+        return None if wrong is None else (
+            f"{str(path)!r} is not a model ({wrong}); give a .pt checkpoint (as torch.save writes it) or a model "
+            f"YAML (with a backbone and a head), such as \"yolov8n.yaml\"")
+    if path.suffix == WEIGHTS_SUFFIX:
+        # attempt_download_asset: the weights_dir of Ultralytics' settings, then a download of a name it knows
+        weights_dir = _weights_dir()
+        if path.name in known or weights_dir is not None and (weights_dir / path).is_file():
+            return None
+    elif path.suffix.lower() in DATASET_SUFFIXES + ("",):
+        if any(_ultralytics_finds(name) is not False for name in _model_yaml_names(path)):
+            return None  # yaml_model_load's check_yaml: a model YAML of its package, or its unified name
+    where = path if path.is_absolute() else Path.cwd() / path
+    return (f"no such file {str(where)!r} (a relative path is from the directory `run` starts in, {Path.cwd()}), and "
+            f"not a model Ultralytics downloads or builds by name (such as \"yolov8n.pt\" or \"yolov8n.yaml\"); give "
+            f"the path of an existing .pt checkpoint or model YAML")
+
+
+def _not_a_model(path: Path) -> str | None:
+    """What keeps the file ``path`` from being a model Ultralytics trains, read cheaply (no torch); None: it is one."""
+    if path.suffix == WEIGHTS_SUFFIX:
+        try:
+            with zipfile.ZipFile(path) as archive:
+                if any(n == "data.pkl" or n.endswith("/data.pkl") for n in archive.namelist()):
+                    return None
+                return "a zip archive without the data.pkl of torch.save's"
+        except zipfile.BadZipFile:
+            with open(path, "rb") as f:
+                return None if f.read(len(LEGACY_TORCH_MAGIC)) == LEGACY_TORCH_MAGIC else \
+                    "neither torch.save's zip archive nor its older pickle"
+        except OSError as e:
+            return f"unreadable: {e.strerror}"
+    if path.suffix.lower() not in DATASET_SUFFIXES + ("",):
+        return f"Ultralytics trains from a .pt checkpoint or builds from a model YAML, not a {path.suffix} file"
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        return f"not YAML: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    if not isinstance(cfg, dict) or not {"backbone", "head"} <= set(cfg):
+        return "a YAML without the backbone and head of a model: a dataset YAML goes in [train] data"
+    return None
+
+
+def _model_yaml_names(path: Path) -> list[str]:
+    """The names yaml_model_load looks for: the path (a P6 model under its -p6 name), then its unified name."""
+    named = str(path.with_name(re.sub(r"^(yolov[58][nsmlx])6(.*)$", r"\1-p6\2", path.name)))
+    return [named, re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", named)]
+
+
+def _weights_dir() -> Path | None:
+    """Ultralytics' settings' weights_dir (its settings.json, in YOLO_CONFIG_DIR or the XDG config directory)."""
+    base = os.environ.get("YOLO_CONFIG_DIR") or Path(os.environ.get("XDG_CONFIG_HOME") or "~/.config").expanduser() / \
+        "Ultralytics"
+    try:
+        weights = json.loads((Path(base) / "settings.json").read_text()).get("weights_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(weights) if isinstance(weights, str) else None
 
 
 def _ultralytics_finds(name: str) -> bool | None:

@@ -22,6 +22,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from supervisor.decision import WeightsKept
 from supervisor.state.paths import weights_in
 
 KEEP_CORRUPT = 2  # moved-aside corrupt checkpoints kept per run, newest first
@@ -66,6 +67,20 @@ def keep_verified_copy(run_dir: Path) -> str | None:
     except OSError as e:
         return f"{good}: cannot keep a verified copy ({e.strerror}); free disk space in {weights}"
     return None
+
+
+def weights_kept(run_dir: Path) -> WeightsKept:
+    """What a training that ended left of its weights: last.pt and best.pt, those that verify, and the room on their
+    filesystem."""
+    weights = weights_in(run_dir)
+    files = tuple(name for name in ("last.pt", "best.pt")
+                  if (weights / name).exists() and verify(weights / name) is None)
+    try:
+        disk = os.statvfs(weights if weights.exists() else run_dir.parent)
+        size, free = disk.f_blocks * disk.f_frsize / 2**20, disk.f_bavail * disk.f_frsize / 2**20
+    except OSError:
+        size = free = float("nan")
+    return WeightsKept(str(weights), files, size, free)
 
 
 def choose_resume(run_dir: Path) -> tuple[Path | None, list[str]]:

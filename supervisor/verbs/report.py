@@ -22,6 +22,7 @@ from supervisor.state.paths import StatePaths
 from supervisor.verbs import report_plot
 from supervisor.verbs.report_html import is_number, render
 from supervisor.verbs.status import gather
+from supervisor.vocabulary import FINAL_STATES
 
 DEMO_SOURCE = "<demo>"  # config.source of the embedded demo (config.load without a file)
 
@@ -96,7 +97,7 @@ class Night:
 
     @property
     def eta_end(self) -> float | None:
-        if self.status.get("state") in ("succeeded", "failed", "stopped", "not running"):
+        if self.status.get("state") in {s.value for s in FINAL_STATES} | {"not running"}:
             return None
         last = next((s for s in reversed(self.samples) if s.get("eta_seconds") is not None), None)
         return None if last is None else last["t"] + last["eta_seconds"]

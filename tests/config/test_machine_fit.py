@@ -88,6 +88,48 @@ def test_a_data_file_is_found_where_run_starts(tmp_path, monkeypatch):
     assert machine_fit.data_problem("mnist160/", "classify") is not None  # a path, not a name: not downloaded
 
 
+def test_a_model_that_is_missing_or_no_model_is_refused_by_check_config_and_by_run(write_config, tmp_path):
+    """Issue 57.6: such a model passed check-config; `run` then crashed twice at the worker's start and exited 78."""
+    (tmp_path / "notes.pt").write_text("not a checkpoint\n")
+    (tmp_path / "coco.yaml").write_text("path: .\ntrain: images\nval: images\nnames: {0: a}\n")  # a dataset's
+    for model, says in ((str(tmp_path / "gone" / "mine.pt"), "no such file "), ("mine-v3.pt", "no such file "),
+                        ("nets/yolov8n.yaml", "no such file "), (str(tmp_path / "notes.pt"), "is not a model "),
+                        (str(tmp_path / "coco.yaml"), "is not a model ")):
+        path = write_config(f'[train]\ndata = "demo"\nmodel = "{model}"\n')
+        checked = yolo_train("check-config", "--config", str(path))
+        line = one_line_78(checked, path, f"train.model: ")
+        assert says in line and line.endswith(("give the path of an existing .pt checkpoint or model YAML",
+                                               'such as "yolov8n.yaml"')), line
+        run = yolo_train("run", "--config", str(path), "--state-dir", str(tmp_path / "state"))
+        assert run.returncode == 78 and run.stderr == checked.stderr and not (tmp_path / "state").exists()
+        assert yolo_train("check-config", "--portable", "--config", str(path)).returncode == 0
+
+
+@pytest.mark.parametrize("model", [
+    "yolov8n.yaml", "yolo11n-seg.yaml", "yolov8n6.yaml", "rtdetr-l.yaml",  # built from Ultralytics' cfg/models
+    "yolov8n.pt", "yolo11n", "weights/yolo11n-cls.pt",  # names it downloads (GITHUB_ASSETS_NAMES)
+    "https://example.com/mine.pt",
+])
+def test_a_model_ultralytics_builds_or_downloads_by_name_passes(model, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # none of them is a file here
+    assert machine_fit.model_problem(model) is None
+
+
+def test_a_model_file_is_read_as_a_torch_checkpoint_or_a_model_yaml(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    checkpoint = tmp_path / "mine.pt"  # as torch.save writes it, in a process of its own (the test imports no torch)
+    subprocess.run([sys.executable, "-c", f"import torch; torch.save({{'model': None}}, {str(checkpoint)!r})"],
+                   check=True)
+    (tmp_path / "net.yaml").write_text("nc: 2\nbackbone: [[-1, 1, Conv, [16, 3, 2]]]\nhead: [[-1, 1, Detect, [nc]]]\n")
+    (tmp_path / "broken.yaml").write_text("backbone: [\n")
+    monkeypatch.chdir(tmp_path)
+    assert machine_fit.model_problem("mine.pt") is None and machine_fit.model_problem("net.yaml") is None
+    assert "not YAML" in machine_fit.model_problem("broken.yaml")
+    assert "is a directory" in machine_fit.model_problem(str(tmp_path))
+
+
 def eight_gpus():
     return 8
 

@@ -11,7 +11,7 @@ FACE = sorted([
     "Boot", "DevcoredumpsKept", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage", "Now",
     "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StallInspected", "LoaderWorkersKilled",
     "StateDirTaken", "StopRequested", "SupervisorPaused", "SurvivorsGone", "Tick", "TreeActivity", "TreeKilled",
-    "WorkerExited",
+    "WorkerExited", "WeightsKept", "VerifiedCopyKept",
     # the actions it carries out
     "AwaitSurvivors", "DropStacksAhead", "Exit", "InspectStall", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
     "PrepareStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",

@@ -71,12 +71,25 @@ for step in range(1, {steps + 1}):
 """ + ('hb.phase("done")\n' if done else "")
 
 
+# What a stand-in leaves at its end: the run directory's weights/last.pt of its launch record (the last argument).
+STAND_IN_WEIGHTS = """
+import json as _json, sys as _sys, zipfile as _zipfile
+from pathlib import Path as _Path
+_train = _json.loads(_Path(_sys.argv[-1]).read_text())["train"]
+(_Path(_train["project"]) / _train["name"] / "weights").mkdir(parents=True, exist_ok=True)
+with _zipfile.ZipFile(_Path(_train["project"]) / _train["name"] / "weights" / "last.pt", "w") as _archive:
+    _archive.writestr("last/data.pkl", b"\\x80\\x02}q\\x00.")
+"""
+
+
 def worker_launcher(tmp_path: Path, script: str) -> Path:
     """An executable that runs `script` (Python source) with the arguments the supervisor gives
     `[worker] python`: a stand-in for the Ultralytics worker. Started as a standby (`-m worker --standby`) it keeps
-    the contract's part: it waits for the launch record's path on stdin, and exits 0 at its end."""
+    the contract's part: it waits for the launch record's path on stdin, and exits 0 at its end. A script that runs to
+    its end leaves its weights, as ours does (a last.pt in torch.save's archive layout): a training that ends with none
+    is no success (exit 73)."""
     source = tmp_path / "stand_in_worker.py"
-    source.write_text(script)
+    source.write_text(script + STAND_IN_WEIGHTS)
     launcher = tmp_path / "launcher"
     launcher.write_text('#!/bin/sh\n'
                         'if [ "$3" = "--standby" ]; then read -r record || exit 0; set -- "$1" "$2" "$record"; fi\n'

@@ -263,7 +263,7 @@ def test_watchdog_pings_keep_it_running_and_silence_gets_it_restarted(installed)
         assert "Watchdog timeout" in messages(sd)
 
 
-@pytest.mark.parametrize("status, restarted", [(78, False), (3, False), (1, True)])
+@pytest.mark.parametrize("status, restarted", [(78, False), (3, False), (73, False), (1, True)])
 def test_config_errors_and_reboot_needed_are_not_restarted(installed, status, restarted):
     sd = installed
     with dropin(sd, f"RestartSec=100ms\nEnvironment=STANDIN_MODE=exit:{status}\n"):

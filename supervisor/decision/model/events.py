@@ -44,6 +44,22 @@ class HeartbeatReceived:
 class WorkerExited:
     returncode: int  # negative: killed by that signal
     last_words: str | None = None  # the last line of its output
+    weights: WeightsKept | None = None  # our worker's exit 0: what its run directory kept (None: not looked at)
+
+
+@dataclass(frozen=True)
+class WeightsKept:
+    """The weights a training that exited 0 left (state/checkpoints.py): none kept is no success."""
+    directory: str  # train/weights
+    files: tuple[str, ...]  # last.pt and best.pt, those of them that verify
+    disk_mib: float  # the size of the directory's filesystem, and what is free on it now
+    free_mib: float
+
+
+@dataclass(frozen=True)
+class VerifiedCopyKept:
+    """The outcome of ``KeepVerifiedCopy``: ``problem`` None when last.good.pt is now a verified copy of last.pt."""
+    problem: str | None
 
 
 @dataclass(frozen=True)

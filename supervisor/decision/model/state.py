@@ -364,6 +364,7 @@ class Supervision:
     exit: Exit | None = None
     goodput: Goodput = kept(default_factory=Goodput, flat=True)
     checkpoint: CheckpointMark | None = kept(default=None)
+    verified_copy_problem: str | None = None  # why the newest checkpoint has no verified copy (last.good.pt), if so
     # -- what this run has observed, to bound the phases that have no batch rhythm --
     # startup step (watchdog.step_key) -> the longest stretch without news seen in it (watchdog.startup_step_timeout)
     startup_steps_seen: dict[str, float] = kept(default_factory=dict)

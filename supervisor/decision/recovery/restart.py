@@ -24,7 +24,7 @@ from supervisor.decision.model.state import (Recovery, StopPlan, Supervision, ba
 from supervisor.decision.recovery import probe, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
-from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
+from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_NO_WEIGHTS, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State, Tier
 from worker.contract import split_rung
 
@@ -136,8 +136,14 @@ def _tree_gone(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
     if plan.then == After.CONFIG_ERROR:
         return stopping.end_run(s, State.FAILED, Exit(EXIT_CONFIG,
                                                      f"{plan.incident.detail}: {plan.advice}; not restarting"))
+    if plan.then == After.UNSAVED:
+        return stopping.end_run(s, State.UNSAVED, Exit(
+            EXIT_NO_WEIGHTS, f"training finished after {s.attempt} attempt(s), but {plan.advice}"))
     if plan.then == After.SUCCEED:
-        return stopping.end_run(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"))
+        lost = f"; but the newest checkpoint has no verified copy: {s.verified_copy_problem}" \
+            if s.verified_copy_problem else ""
+        return stopping.end_run(s, State.SUCCEEDED, Exit(EXIT_OK, f"training finished after {s.attempt} attempt(s)"
+                                                                  f"{lost}"))
     if plan.then == After.STOP:
         saved = "after saving a checkpoint" if plan.saved else "without a new checkpoint"
         if not plan.saved and plan.at_risk[1]:

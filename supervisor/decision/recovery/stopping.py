@@ -15,7 +15,7 @@ from typing import Any
 from supervisor.decision.learning import choices, goodput
 from supervisor.decision.model import rung_choice
 from supervisor.decision.model.actions import Exit, KillTree, Log, PublishLadder
-from supervisor.decision.model.events import KernelMessage, Now
+from supervisor.decision.model.events import KernelMessage, Now, WeightsKept
 from supervisor.decision.model.hang_history import HangPoint
 from supervisor.decision.model.incident import Incident
 from supervisor.decision.model.state import StopPlan, Supervision
@@ -117,12 +117,32 @@ def _search(s: Supervision, now: Now) -> str | None:
     return None
 
 
-def trained_to_the_end(s: Supervision) -> list[Any]:
-    """The worker finished training and exited: what is left of its tree goes, then the run succeeds. No incident,
-    nothing lost."""
+def trained_to_the_end(s: Supervision, weights: WeightsKept | None) -> list[Any]:
+    """The worker finished training and exited: what is left of its tree goes, then the run succeeds, unless no file
+    of its weights was kept. No incident."""
     goodput.close_attempt(s, lost=False)
-    _enter(s, StopPlan(Reason.STOP, After.SUCCEED, incident=None))
+    plan = StopPlan(Reason.STOP, After.SUCCEED, incident=None)
+    finished(s, plan, weights)
+    _enter(s, plan)
     return [KillTree(None)]
+
+
+def finished(s: Supervision, plan: StopPlan, weights: WeightsKept | None) -> None:
+    """A training trained to its end: a success where it kept a file of its weights (or where that is not ours to
+    know: ``weights`` None), else the run ends UNSAVED, its closing line saying what was lost and why."""
+    plan.then = After.SUCCEED
+    if weights is None or weights.files:
+        return
+    progress = s.current.progress
+    disk_full = next((seen.line.strip().removeprefix("yolo-train worker: ") for seen in s.current.signatures.values()
+                      if seen.name == "disk_full"), None)
+    why = f"its saves failed ({disk_full[:240]})" if disk_full else \
+        "its saves failed (the worker's lines above say why)"
+    plan.then = After.UNSAVED
+    plan.advice = (f"no weights were saved: {weights.directory} holds no usable last.pt or best.pt, and the "
+                   f"{progress.epoch} epoch(s) trained are lost; {why}; that filesystem has "
+                   f"{weights.disk_mib:.0f} MiB, {weights.free_mib:.0f} MiB free now; free space there or point "
+                   f"state_dir at a larger disk, then run again: it trains from scratch")
 
 
 def _enter(s: Supervision, plan: StopPlan) -> None:
