@@ -350,3 +350,36 @@ def test_a_squatter_of_an_older_versions_lock_file_is_no_supervisor(squat):
                     f"(uid {NOBODY}), not a supervisor of user {user_name(os.getuid())}: replaced by a new "
                     f"supervisor.lock that only this user can open")
     assert modes == {"state": 0o750, "supervisor.lock": 0o600} and held == str(run.pid)
+
+
+def modes_under(path: Path) -> dict[str, set[str]]:
+    """The permission bits of every directory and file under ``path`` (itself included), as octal strings."""
+    found = {"dirs": {oct(stat.S_IMODE(path.stat().st_mode))}, "files": set()}
+    for p in path.rglob("*"):
+        found["dirs" if p.is_dir() else "files"].add(oct(stat.S_IMODE(p.lstat().st_mode)))
+    return found
+
+
+@pytest.mark.parametrize("made", [None, 0o750])
+def test_the_state_directory_and_all_in_it_are_this_users_whatever_the_umask(tmp_path, made):
+    """Issue 57.7: outside the service the directory was 0755 and its files 0644 (the incidents, stacks, command lines
+    and checkpoints of the training readable by every local user). Under umask 022, a run with an incident and
+    checkpoints leaves 0700 and 0600, and 0750 and 0640 in a directory made for its group (the unit's
+    StateDirectoryMode=0750): the worker's files too."""
+    from tests.e2e.test_loader_hangs import run_loop
+
+    state = tmp_path / "state"
+    if made is not None:
+        state.mkdir()
+        state.chmod(made)
+    before = os.umask(0o022)
+    try:
+        status, incidents, _, _ = run_loop(tmp_path, {"hang": "blocked", "epoch": 1, "batch": 6}, state_dir=state)
+    finally:
+        os.umask(before)
+    assert len(incidents) == 1 and (state / "train" / "weights" / "last.pt").exists()
+    assert (state / "history.db").exists() and (state / "launch-record.json").exists()
+    group = made is not None
+    assert modes_under(state) == {"dirs": {"0o750" if group else "0o700"},
+                                  "files": {"0o600", "0o640"} if group else {"0o600"}}
+    assert oct(stat.S_IMODE((state / "supervisor.lock").stat().st_mode)) == "0o600"  # flock needs only a descriptor
