@@ -196,8 +196,8 @@ class StateDir(StatePaths):
             fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as e:
             raise ConfigError(f"{self.config_source}: state_dir {self.path}: cannot write {LOCK_FILE} "
-                              f"({e.strerror}); make the directory writable by user {user_name(os.geteuid())} or choose another "
-                              f"state_dir") from None
+                              f"({e.strerror}); make the directory writable by user {user_name(os.geteuid())} or "
+                              f"choose another state_dir") from None
         if os.fstat(fd).st_uid == os.geteuid():
             os.fchmod(fd, 0o600)  # an older version's was 0644: whoever can open it can flock it
         return fd
@@ -205,8 +205,8 @@ class StateDir(StatePaths):
     def _replace_lock_file(self, squatter: Holder) -> int:
         """A new lock file in place of the one a squatter holds: it keeps the old file's lock, which nobody reads,
         and cannot open the new one (0600)."""
-        log.warning(f"state_dir {self.path}: {LOCK_FILE} is held by {squatter}, not a supervisor of user {user_name(os.geteuid())}: "
-                    f"replaced by a new {LOCK_FILE} that only this user can open")
+        log.warning(f"state_dir {self.path}: {LOCK_FILE} is held by {squatter}, not a supervisor of user "
+                    f"{user_name(os.geteuid())}: replaced by a new {LOCK_FILE} that only this user can open")
         self.lock_file.unlink(missing_ok=True)
         fd = self._open_lock_file()
         try:
