@@ -22,6 +22,15 @@ from tests.helpers.supervised import (E2E_CONFIG, assert_finished, demo_train, q
 SLEEPING_WORKER = "import time\ntime.sleep(120)\n"
 
 
+@pytest.fixture(autouse=True)
+def umask_kept():
+    """StateDir.lock() makes the process's umask as strict as the directory, as `run`'s: not the test process's."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
+
+
 def config_for(directory: Path, launcher: Path) -> Path:
     path = directory / "config.toml"
     path.write_text(f'[train]\ndata = "demo"\n[worker]\npython = "{launcher}"\n' + quiet_config())
@@ -383,3 +392,31 @@ def test_the_state_directory_and_all_in_it_are_this_users_whatever_the_umask(tmp
     assert modes_under(state) == {"dirs": {"0o750" if group else "0o700"},
                                   "files": {"0o600", "0o640"} if group else {"0o600"}}
     assert oct(stat.S_IMODE((state / "supervisor.lock").stat().st_mode)) == "0o600"  # flock needs only a descriptor
+
+
+def test_another_user_reading_a_state_directory_is_told_whose_it_is():
+    """Now that a state directory is its user's (0700), another user's `incidents` said "no incidents" and `report`
+    ended in a traceback: each says in one line whose the directory is, exit 1, as `status` does."""
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        work.chmod(0o755)
+        state = work / "state"
+        state.mkdir(mode=0o700)  # as `run` makes it
+        state.joinpath("incidents.jsonl").write_text('{"id": "1-1-1", "reason": "hang"}\n')
+        config = work / "config.toml"
+        config.write_text('[train]\ndata = "demo"\n')
+        config.chmod(0o644)
+        sources = sources_for_nobody()
+        said = {}
+        for verb in ("status", "incidents", "report"):
+            done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                                   sys.executable, "-m", "supervisor", verb, "--config", str(config), "--state-dir",
+                                   str(state)], cwd="/tmp", capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "HOME": "/", "PYTHONPATH": str(sources)})
+            said[verb] = (done.returncode, (done.stdout + done.stderr).strip().splitlines())
+    whose = (f"{state}: cannot read the state directory (mode 0700, user {user_name(os.getuid())}'s): run as "
+             f"{'root' if os.getuid() == 0 else user_name(os.getuid()) + ' or root'} "
+             f"(docs/behaviour.md#who-can-read-a-state-directory)")
+    assert said == {"status": (1, [f"unreadable: {state / 'supervisor.json'}: cannot read the state file (Permission "
+                                   f"denied); make it readable by this user"]),
+                    "incidents": (1, [f"yolo-train: {whose}"]), "report": (1, [f"yolo-train: {whose}"])}
