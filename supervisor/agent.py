@@ -88,6 +88,9 @@ class Agent:
     # -- the loop --
     def run(self) -> int:
         self.state_dir.lock()
+        if self.state_dir.listener is not None:  # a second supervisor reads our credentials on it (SO_PEERCRED)
+            self.selector.register(self.state_dir.listener, selectors.EVENT_READ,
+                                   lambda _sock: self.state_dir.answer_probes())
         self.metrics.start()
         process_tree.become_subreaper()
         self.selector.register(catch_signals(), selectors.EVENT_READ, self._on_signal)

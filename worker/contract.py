@@ -43,8 +43,9 @@ STANDBY_FLAG = "--standby"
 # "1" in a standby's environment: the rung it is made for forks its loader workers from a forkserver, which it starts
 # and preloads while it waits (the supervisor sets it for a cold worker of that rung too, so either serves it)
 ENV_FORKSERVER = "YOLO_TRAIN_FORKSERVER"
-# "1" in a standby's environment: its training runs DDP ranks, so it forks their server (worker/rank_server.py) once
-# its imports are done, and the next launch's torch.distributed.run and ranks are forks of it, not cold interpreters
+# In a standby's environment, the state directory: its training runs DDP ranks, so it forks their server
+# (worker/rank_server.py) once its imports are done, listening in that directory (0700), and the next launch's
+# torch.distributed.run and ranks are forks of it, not cold interpreters
 ENV_RANK_STANDBY = "YOLO_TRAIN_RANK_STANDBY"
 # A standby's environment: the train arguments (JSON) of what it builds ahead while it waits, the device context and
 # the model (worker/ready.py); set only where the supervisor found the device has room for them

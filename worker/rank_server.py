@@ -21,6 +21,15 @@ them), its logger's level (ERROR off rank 0), and torch's intra-op threads (``OM
 
 A rank's /proc/PID/environ is the server's (the kernel keeps the environment a process was exec'd with): the rank's
 RANK is in its stub's, and the supervisor knows each rank's pid from its heartbeats.
+
+Who may ask: the server runs what a connection names, as the training's user, so only the launch may connect. Its
+socket is a file, ``STATE_DIR/ranks-PID.sock`` (PID: the launching worker's), 0600 in the 0700 state directory: no
+other user reaches it. And each connection's peer (SO_PEERCRED, the connecting process) must be of the server's uid
+and of the launching worker's process tree: the worker itself or a descendant, by the parents /proc names, up from
+the peer. That tree holds every legitimate stub: torch.distributed.run's is the worker's child (Ultralytics' DDP
+command), each rank's a child of the launcher the server forked (a child of the server, itself the worker's). Any
+other peer is refused in one line on the server's stderr (the standby's, in the supervisor's log) and nothing runs.
+A stub whose launcher died is reparented to the supervisor (a subreaper), out of the tree: refused too, rightly.
 """
 
 from __future__ import annotations
@@ -31,7 +40,6 @@ import json
 import logging
 import os
 import runpy
-import secrets
 import selectors
 import signal
 import socket
@@ -50,14 +58,25 @@ PRELOAD = ("torch.distributed.launcher.api", "torch.distributed.elastic.agent.se
            "torch.nn.parallel", "cloudpickle", "ultralytics.utils.dist", "ultralytics.data.build",
            "ultralytics.models.yolo.detect", "ultralytics.utils.patches", "cv2")
 RANK_GLOBALS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+SUN_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path holds 108 with its NUL)
+TREE_DEPTH_MAX = 64  # parents walked up from a peer: deeper than any launch, bounded against a loop of reused pids
 
 
-def start() -> int:
-    """Fork the server from this process (which must not have touched a GPU); return its pid. This process and its
-    later children find it through ``YOLO_TRAIN_RANK_SERVER``."""
-    address = f"yolo-train-ranks-{os.getpid()}-{secrets.token_hex(4)}"
+def start(directory: Path) -> int | None:
+    """Fork the server from this process (which must not have touched a GPU), listening in ``directory`` (the state
+    directory); return its pid. This process and its later children find it through ``YOLO_TRAIN_RANK_SERVER``. None
+    where the socket's path is too long for AF_UNIX: the ranks start cold, as without a server."""
+    launcher = os.getpid()
+    path = directory / f"ranks-{launcher}.sock"
+    _remove_stale(directory)
+    if len(os.fsencode(path)) > SUN_PATH_MAX:
+        print(f"yolo-train rank server: {path} is longer than a Unix socket's {SUN_PATH_MAX} bytes: the ranks start "
+              f"cold; choose a shorter state_dir", file=sys.stderr, flush=True)
+        return None
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("\0" + address)
+    path.unlink(missing_ok=True)  # a server of an earlier process of this pid
+    listener.bind(str(path))
+    os.chmod(path, 0o600)  # before listen(): no connection is taken before the mode holds
     listener.listen(64)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -65,14 +84,28 @@ def start() -> int:
     if pid == 0:
         code = 0
         try:
-            _serve(listener)
+            _serve(listener, launcher)
         except BaseException:  # noqa: BLE001  (the server's end is its own; its parent never sees this frame)
             traceback.print_exc()
             code = 1
         os._exit(code)
     listener.close()
-    os.environ[ENV_ADDRESS] = address
+    os.environ[ENV_ADDRESS] = str(path)
     return pid
+
+
+def _remove_stale(directory: Path) -> None:
+    """The sockets of servers whose launching worker is gone (killed with its tree, nobody removed them)."""
+    for stale in directory.glob("ranks-*.sock"):
+        pid = stale.name[len("ranks-"):-len(".sock")]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            stale.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # a process of another user has the pid now: not ours to judge; the file is harmless
 
 
 def through_server(cmd: list[str]) -> list[str]:
@@ -84,7 +117,7 @@ def through_server(cmd: list[str]) -> list[str]:
     return [python, "-u", STUB, *launcher, STUB, script]
 
 
-def _serve(listener: socket.socket) -> None:
+def _serve(listener: socket.socket, launcher: int) -> None:
     die_with_parent()
     os.setpgid(0, 0)  # not in the launching worker's group: a Ctrl-C there is the launcher's to pass on
     null = os.open(os.devnull, os.O_RDONLY)
@@ -106,6 +139,11 @@ def _serve(listener: socket.socket) -> None:
         for key, _ in selector.select():
             if key.fileobj is listener:
                 conn, _ = listener.accept()
+                refusal = _refusal(conn, launcher)
+                if refusal is not None:
+                    print(f"yolo-train rank server: {refusal}; nothing run", file=sys.stderr, flush=True)
+                    conn.close()
+                    continue
                 pid = _fork_for(conn, listener, selector, wake_r, wake_w, stubs)
                 if pid is None:
                     conn.close()
@@ -123,6 +161,30 @@ def _serve(listener: socket.socket) -> None:
                         os.kill(key.data, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
+
+
+def _refusal(conn: socket.socket, launcher: int) -> str | None:
+    """Why the peer of ``conn`` may not ask (in words), or None: of this uid and of the launching worker's tree."""
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if uid != os.getuid():
+        return f"refused pid {pid} of uid {uid}: not the training's user (uid {os.getuid()})"
+    if not _descends_from(pid, launcher):
+        return f"refused pid {pid} (uid {uid}): not of the launching worker's process tree (pid {launcher})"
+    return None
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(TREE_DEPTH_MAX):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])  # after the name: state, then the parent's pid
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
 
 
 def _preload() -> None:

@@ -17,14 +17,14 @@ import socket
 import struct
 import sys
 
-ENV_ADDRESS = "YOLO_TRAIN_RANK_SERVER"  # the server's abstract socket name (worker/rank_server.py sets it)
+ENV_ADDRESS = "YOLO_TRAIN_RANK_SERVER"  # the path of the server's socket (worker/rank_server.py sets it)
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def connect(address: str) -> socket.socket | None:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        s.connect("\0" + address)
+        s.connect(address)
     except OSError:
         s.close()
         return None

@@ -77,8 +77,8 @@ def stand_by(parent: int) -> str | None:
     import torchvision  # noqa: F401  (the validator's metrics import it)
     from matplotlib import font_manager  # noqa: F401  (the dataset check's font lookup, worker/patches/offline.py)
 
-    if os.environ.get(ENV_RANK_STANDBY) == "1":
-        rank_server.start()  # before the forkserver and any thread: the ranks are forks of this interpreter
+    if os.environ.get(ENV_RANK_STANDBY):  # before the forkserver and any thread: the ranks are forks of this one
+        rank_server.start(Path(os.environ[ENV_RANK_STANDBY]))
     if os.environ.get(ENV_FORKSERVER) == "1":
         start_forkserver()  # its imports are paid while we wait, too
     ready.prepare_from_env()  # where the device has room: the context and the model, then sleep (worker/ready.py)

@@ -70,7 +70,7 @@ class Standby:
 
     def prepare(self, env: dict[str, str], held_settings: dict[str, Any]) -> None:
         config = self.spawner.config
-        made = room(config.standby_ready, config.standby_memory_mib, config.train, env.get(ENV_RANK_STANDBY) == "1")
+        made = room(config.standby_ready, config.standby_memory_mib, config.train, bool(env.get(ENV_RANK_STANDBY)))
         rung = split_rung(held_settings)
         ready = made.env({**config.train, **rung.trainer_args}, rung.options)
         if self.process is not None and covers(self.process.env, env) and self.room is not None \

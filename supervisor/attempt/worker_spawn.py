@@ -58,7 +58,7 @@ class WorkerSpawner:
         env = {**self.config.worker_env, **rung.env}
         if self.kind.reads_launch_record and trains_ranks(self.config.train, env,
                                                           self.config.distributed.several_hosts):
-            served[ENV_RANK_STANDBY] = "1"  # its ranks are forked from it too (worker/rank_server.py)
+            served[ENV_RANK_STANDBY] = str(self.state_dir.path)  # its ranks are forked from it (worker/rank_server.py)
         return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, **served,
                 "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
 

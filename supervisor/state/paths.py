@@ -19,9 +19,12 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from supervisor.host.stacks import STACKS_FILE
+from supervisor.state.lock_holder import group_name, user_name
 
 LOCK_FILE = "supervisor.lock"
 STATE_FILE = "supervisor.json"
@@ -56,6 +59,21 @@ class StatePaths:
     def __init__(self, path: Path, run_dir: Path | None = None):
         self.path = Path(path)
         self._run_dir = run_dir
+
+    def unreadable(self) -> str | None:
+        """Why this user cannot read the directory (it is another's: 0700, or 0750 for a group it is not in), in
+        one line with the fix; None when it can, or when there is none."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if os.access(self.path, os.R_OK | os.X_OK):
+            return None
+        owner = user_name(st.st_uid)
+        group = f", or join group {group_name(st.st_gid)}" if st.st_mode & 0o050 == 0o050 else ""
+        return (f"{self.path}: cannot read the state directory (mode {stat.S_IMODE(st.st_mode):04o}, user "
+                f"{owner}'s): run as {owner if st.st_uid == 0 else owner + ' or root'}{group} "
+                f"(docs/behaviour.md#who-can-read-a-state-directory)")
 
     @property
     def lock_file(self) -> Path:

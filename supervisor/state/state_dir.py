@@ -2,11 +2,19 @@
 
 Its paths are named in paths.py (``StatePaths``), which ``StateDir`` is.
 
-A lock file inside the directory dies with the directory: delete STATE_DIR mid-run and a second supervisor
-would find no lock and train beside the first, both writing last.pt. So the lock is also an abstract Unix
-socket named after the directory's path (no file, released by the kernel when the supervisor dies, not
-removable by ``rm``), and the file is re-created if it disappears. Abstract sockets are per network
-namespace: two supervisors in different network namespaces still meet on the file's flock only.
+Who may read it: the directory is made 0700, and an existing one loses the bits of other users (its group's are the
+admin's: the unit's ``StateDirectoryMode=0750`` with ``Group=``); what the supervisor and its worker create in it is
+0600 and 0700, or 0640 and 0750 where the directory lets its group in, whatever the umask (the process's umask is
+made at least that strict, and the worker inherits it).
+
+The lock is an flock on ``supervisor.lock``, a 0600 file: only this user and root can open it, so only they can take
+it (flock needs no more than a descriptor), and the kernel frees it when its holder dies, FUSE included. A lock file
+dies with the directory: delete STATE_DIR mid-run and a second supervisor would find no lock and train beside the
+first, both writing last.pt. So the supervisor also listens on an abstract Unix socket named after the directory's
+path (released by the kernel with its holder, not removable by ``rm``), and re-creates the file if it disappears.
+Any local user can bind an abstract name, so the name's holder counts only when its credentials (SO_PEERCRED) are
+this user's or root's (lock_holder.py); another's is said in one line and the file alone holds. Abstract sockets
+are per network namespace: two supervisors in different network namespaces still meet on the file's flock only.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +34,7 @@ from typing import Any, Callable
 from supervisor.config import ConfigError
 from supervisor.decision import Unreadable
 from supervisor.state import checkpoints, state_file
+from supervisor.state.lock_holder import Holder, flock_holder, socket_holder, user_name
 from supervisor.state.paths import LOCK_FILE, StatePaths
 
 log = logging.getLogger("yolo-train")
@@ -63,19 +73,48 @@ class StateDir(StatePaths):
     def lock(self) -> None:
         """Take the directory for this supervisor, or say in one line who has it (ConfigError)."""
         self._make_directory()
+        self._close_to_others()
+        self._lock_socket = self._bind_name()
+        self._lock_fd = self._lock_file()
+        self._keep_reserve()
+
+    @property
+    def listener(self) -> socket.socket | None:
+        """The lock's socket, for the loop to answer a probe on (``answer_probes``); None where a squatter has it."""
+        return self._lock_socket
+
+    def answer_probes(self) -> None:
+        """Close the connections of supervisors that came to read our credentials: an unaccepted one stays queued,
+        and a full queue would leave the next one's connect unanswered."""
+        while True:
+            try:
+                conn, _ = self._lock_socket.accept()
+            except OSError:  # none left (BlockingIOError)
+                return
+            conn.close()
+
+    def _bind_name(self) -> socket.socket | None:
+        """The abstract name for this directory, listened on; None when a process of another user holds it."""
+        address = lock_address(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec: the worker does not inherit it
         try:
-            sock.bind(lock_address(self.path))
+            sock.bind(address)
+            sock.listen(16)
+            sock.setblocking(False)
+            return sock
         except OSError as e:
             sock.close()
             if e.errno != errno.EADDRINUSE:
                 raise ConfigError(f"{self.config_source}: state_dir {self.path}: cannot take the lock ({e.strerror}); "
                                   f"allow AF_UNIX sockets to the supervisor") from None
-            raise ConfigError(f"{self.config_source}: state_dir {self.path} is in use by another supervisor (pid "
-                              f"{self._holder()}); stop it or choose another state_dir") from None
-        self._lock_socket = sock
-        self._lock_fd = self._lock_file()
-        self._keep_reserve()
+        holder = socket_holder(address)
+        name = "@" + address[1:].decode()
+        if holder.is_supervisor:
+            raise ConfigError(f"{self.config_source}: state_dir {self.path} is in use by another supervisor: "
+                              f"{holder} holds its lock's socket {name}; stop it or choose another state_dir")
+        log.warning(f"state_dir {self.path}: the lock's socket {name} is held by {holder}, not a supervisor of user "
+                    f"{user_name(os.geteuid())}: ignored; {LOCK_FILE} alone keeps the directory this supervisor's")
+        return None
 
     def _keep_reserve(self) -> None:
         """Set space aside for the final state write; none on a disk already full (said by the writes that fail)."""
@@ -107,8 +146,8 @@ class StateDir(StatePaths):
         try:
             self._lock_fd = self._lock_file()
         except StateDirTaken:
-            self.taken = (f"{self.config_source}: state_dir {self.path} is now in use by another supervisor (pid "
-                          f"{self._holder()}): its {LOCK_FILE} was removed while this one (pid {os.getpid()}) ran")
+            self.taken = (f"{self._in_use(flock_holder(self.lock_file), 'now ')}: its {LOCK_FILE} was removed "
+                          f"while this one (pid {os.getpid()}) ran")
             raise StateDirTaken(self.taken) from None
         log.error(f"state_dir {self.path}: {LOCK_FILE} was removed while this supervisor ran (pid {os.getpid()}); "
                   f"re-created, this supervisor still holds the directory")
@@ -116,25 +155,34 @@ class StateDir(StatePaths):
 
     def _make_directory(self) -> None:
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as e:
             raise ConfigError(f"{self.config_source}: state_dir {self.path}: cannot create ({e.strerror}); choose a "
                               f"writable directory") from None
 
-    def _lock_file(self) -> int:
+    def _close_to_others(self) -> None:
+        """Other users' bits off the directory, and this process's umask (the worker's too) at least as strict as
+        the directory: what is made in it is for this user, and for its group where the directory lets it in."""
         try:
-            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise ConfigError(f"{self.config_source}: state_dir {self.path}: cannot write {LOCK_FILE} "
-                              f"({e.strerror}); make the directory writable by user {_user()} or choose another "
-                              f"state_dir") from None
+            st = os.stat(self.path)
+            if st.st_mode & 0o007 and st.st_uid == os.geteuid():
+                os.chmod(self.path, stat.S_IMODE(st.st_mode) & ~0o007)
+        except OSError:
+            return  # said by the lock file's open, which fails the same way
+        os.umask(os.umask(0) | (0o027 if st.st_mode & stat.S_IRGRP else 0o077))
+
+    def _lock_file(self) -> int:
+        fd = self._open_lock_file()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            # Another network namespace's supervisor (the socket did not meet it), or an older version's.
+            # Another network namespace's supervisor (the socket did not meet it), an older version's, or a squatter
+            # that opened the file while it was readable by others (an older version made it 0644).
+            holder = flock_holder(self.lock_file)
             os.close(fd)
-            raise StateDirTaken(f"{self.config_source}: state_dir {self.path} is in use by another supervisor (pid "
-                              f"{self._holder()}); stop it or choose another state_dir") from None
+            if holder.is_supervisor:
+                raise StateDirTaken(f"{self._in_use(holder)}; stop it or choose another state_dir") from None
+            fd = self._replace_lock_file(holder)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -143,11 +191,35 @@ class StateDir(StatePaths):
                       f"{self.path}")
         return fd
 
-    def _holder(self) -> str:
+    def _open_lock_file(self) -> int:
         try:
-            return self.lock_file.read_text().strip() or "?"
-        except OSError:
-            return "?"
+            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise ConfigError(f"{self.config_source}: state_dir {self.path}: cannot write {LOCK_FILE} "
+                              f"({e.strerror}); make the directory writable by user {user_name(os.geteuid())} or "
+                              f"choose another state_dir") from None
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o600)  # an older version's was 0644: whoever can open it can flock it
+        return fd
+
+    def _replace_lock_file(self, squatter: Holder) -> int:
+        """A new lock file in place of the one a squatter holds: it keeps the old file's lock, which nobody reads,
+        and cannot open the new one (0600)."""
+        log.warning(f"state_dir {self.path}: {LOCK_FILE} is held by {squatter}, not a supervisor of user "
+                    f"{user_name(os.geteuid())}: replaced by a new {LOCK_FILE} that only this user can open")
+        self.lock_file.unlink(missing_ok=True)
+        fd = self._open_lock_file()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = flock_holder(self.lock_file)
+            os.close(fd)
+            raise StateDirTaken(f"{self._in_use(holder)}; stop it or choose another state_dir") from None
+        return fd
+
+    def _in_use(self, holder: Holder, now: str = "") -> str:
+        return (f"{self.config_source}: state_dir {self.path} is {now}in use by another supervisor: {holder} holds "
+                f"{self.lock_file}")
 
     def read_state(self, restore: Callable[[dict[str, Any]], None],
                    resume_point: Callable[[], str] | None = None) -> dict[str, Any] | None:
@@ -176,7 +248,7 @@ class StateDir(StatePaths):
                       f"count and the rungs' history are lost)")
             return None
         except state_file.StateFileError as e:
-            raise ConfigError(f"{e}; make it readable by user {_user()}") from None
+            raise ConfigError(f"{e}; make it readable by user {user_name(os.geteuid())}") from None
 
     def _resume_point(self) -> str:
         checkpoint = checkpoints.resume_point(self.run_dir)
@@ -231,11 +303,3 @@ class StateDir(StatePaths):
         except OSError as e:
             log.error(f"{self.incidents}: cannot record incident {incident['id']} ({e.strerror}); free disk space")
 
-
-def _user() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())

@@ -10,6 +10,7 @@ ones, crashes, a capture that failed) group under their reason and phase.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from supervisor.decision import where_of
 from supervisor.state.incidents import LATEST_TIME, load_incidents
+from supervisor.state.paths import StatePaths
 
 
 @dataclass
@@ -121,6 +123,10 @@ def as_json(state_dir: Path, incidents: list[dict[str, Any]], groups: list[Group
 
 
 def incidents_main(state_dir: Path, json_output: bool = False) -> int:
+    unreadable = StatePaths(state_dir).unreadable()
+    if unreadable:  # not "no incidents": there may be many
+        print(f"yolo-train: {unreadable}", file=sys.stderr)
+        return 1
     incidents = load_incidents(state_dir)
     groups = group_by_where(incidents)
     if json_output:

@@ -201,6 +201,10 @@ def report_main(config: Config, out: Path, png: bool) -> int:
         print(f"yolo-train: {config.state_dir}: no such state directory; pass the run's --config or --state-dir",
               file=sys.stderr)
         return 1
+    unreadable = StatePaths(config.state_dir).unreadable()
+    if unreadable:
+        print(f"yolo-train: {unreadable}", file=sys.stderr)
+        return 1
     if out.name in ("", ".", "..") or out.is_dir():
         print(f"yolo-train: -o {str(out)!r} is a directory, not a file; name the page to write (-o night.html)",
               file=sys.stderr)

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -12,12 +13,22 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.state.lock_holder import user_name
 from supervisor.state.state_dir import StateDir
 from tests.helpers import ROOT
 from tests.helpers.supervised import (E2E_CONFIG, assert_finished, demo_train, quiet_config, sources_for_nobody,
                                      start_supervisor, status_of, worker_launcher, yolo_train)
 
 SLEEPING_WORKER = "import time\ntime.sleep(120)\n"
+
+
+@pytest.fixture(autouse=True)
+def umask_kept():
+    """StateDir.lock() makes the process's umask as strict as the directory, as `run`'s: not the test process's."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
 
 
 def config_for(directory: Path, launcher: Path) -> Path:
@@ -206,7 +217,8 @@ def test_a_supervisor_whose_directory_another_one_took_stops_its_worker_with_one
             second.communicate(timeout=60)
     assert first.returncode == 78, err[-2000:]
     last = err.strip().splitlines()[-1]
-    assert f"state_dir {state} is now in use by another supervisor (pid {second.pid})" in last
+    assert (f"state_dir {state} is now in use by another supervisor: pid {second.pid}, user {user_name(os.getuid())} "
+            f"(uid {os.getuid()}) holds {state / 'supervisor.lock'}: its supervisor.lock was removed") in last
     assert "this one stopped its worker; stop the other, or give each supervisor its own state_dir" in last
     assert "free disk space" not in err
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
@@ -238,3 +250,173 @@ def test_a_wrongly_typed_state_file_is_moved_aside_and_training_resumes_from_las
     assert line.endswith(f"; moved aside to {aside}; training resumes from {last} at rung 0 (the restart count and "
                          f"the rungs' history are lost)")
     assert status["rung"] == 0 and status["resumed_from"] == str(last)
+
+
+# Issue 57.2: a second uid squats the lock, as any local user could. Its script sits where user nobody can read it
+# (the checkout may be in a home directory nobody cannot enter); it says "held" once it holds what it was asked to.
+SQUATTER = """
+import fcntl, os, socket, sys, time
+what, target = sys.argv[1], sys.argv[2]
+if what == "file":
+    fd = os.open(target, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+else:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(bytes.fromhex(target))
+    if what == "listening":
+        sock.listen(1)
+print("held", flush=True)
+time.sleep(300)
+"""
+NOBODY = 65534
+
+
+@pytest.fixture
+def squat():
+    """Start the squatter as uid 65534 on ``what`` ("file", "listening" or "bound") at ``target``; its process."""
+    started = []
+    with tempfile.TemporaryDirectory() as scripts:
+        Path(scripts).chmod(0o755)
+        script = Path(scripts) / "squatter.py"
+        script.write_text(SQUATTER)
+        script.chmod(0o644)
+
+        def start(what: str, target: str) -> subprocess.Popen:
+            proc = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                                     sys.executable, "-I", str(script), what, target], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, cwd="/")
+            started.append(proc)
+            assert proc.stdout.readline() == "held\n", proc.communicate(timeout=10)
+            return proc
+
+        yield start
+        for proc in started:
+            proc.kill()
+            proc.wait()
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=60)[1]
+
+
+@pytest.mark.parametrize("listening", [True, False])
+def test_a_squatter_of_another_uid_on_the_locks_socket_is_no_supervisor(tmp_path, squat, listening):
+    """Binding the lock's abstract name first made `run` refuse, "in use by another supervisor (pid ?)", exit 78,
+    which the unit never restarts. The supervisor starts, names the squatter in one line, and its flock still keeps
+    a second supervisor out, named by pid and uid."""
+    from supervisor.state.state_dir import lock_address
+
+    config = config_for(tmp_path, worker_launcher(tmp_path, SLEEPING_WORKER))
+    state = tmp_path / "state"
+    squatter = squat("listening" if listening else "bound", lock_address(state).hex())
+    first = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                              str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: first.poll() is not None or ((s := status_of(state)) and s["worker_pid"]))
+        assert first.poll() is None
+        second = yolo_train("run", "--config", str(config), "--state-dir", str(state), timeout=60)
+    finally:
+        err = stop(first)
+    me = f"user {user_name(os.getuid())} (uid {os.getuid()})"
+    assert second.returncode == 78 and second.stderr.strip().splitlines()[-1] == (
+        f"yolo-train: {config}: state_dir {state} is in use by another supervisor: pid {first.pid}, {me} holds "
+        f"{state / 'supervisor.lock'}; stop it or choose another state_dir")
+    holder = f"pid {squatter.pid}, user nobody (uid {NOBODY})" if listening else "pid ?, uid ?"
+    name = "@" + lock_address(state)[1:].decode()
+    [line] = [line for line in err.splitlines() if "the lock's socket" in line]
+    assert line == (f"yolo-train: state_dir {state}: the lock's socket {name} is held by {holder}, not a supervisor "
+                    f"of user {user_name(os.getuid())}: ignored; supervisor.lock alone keeps the directory this "
+                    f"supervisor's")
+
+
+def test_a_squatter_of_an_older_versions_lock_file_is_no_supervisor(squat):
+    """An earlier version left supervisor.lock 0644 in a 0755 directory: another user could open it and flock it,
+    and `run` refused, naming the pid the file held. The supervisor names the squatter from /proc/locks, locks a new
+    file only this user can open, and takes the other users' bits off the directory."""
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        work.chmod(0o755)
+        config = config_for(work, worker_launcher(work, SLEEPING_WORKER))
+        state = work / "state"
+        state.mkdir(mode=0o755)
+        state.chmod(0o755)
+        lock = state / "supervisor.lock"
+        lock.write_text("4242")
+        lock.chmod(0o644)
+        squatter = squat("file", str(lock))
+        run = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config), "--state-dir",
+                                str(state)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: run.poll() is not None or ((s := status_of(state)) and s["worker_pid"]))
+            assert run.poll() is None
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (state, lock)}
+            held = lock.read_text()
+        finally:
+            err = stop(run)
+    [line] = [line for line in err.splitlines() if "supervisor.lock is held" in line]
+    assert line == (f"yolo-train: state_dir {state}: supervisor.lock is held by pid {squatter.pid}, user nobody "
+                    f"(uid {NOBODY}), not a supervisor of user {user_name(os.getuid())}: replaced by a new "
+                    f"supervisor.lock that only this user can open")
+    assert modes == {"state": 0o750, "supervisor.lock": 0o600} and held == str(run.pid)
+
+
+def modes_under(path: Path) -> dict[str, set[str]]:
+    """The permission bits of every directory and file under ``path`` (itself included), as octal strings."""
+    found = {"dirs": {oct(stat.S_IMODE(path.stat().st_mode))}, "files": set()}
+    for p in path.rglob("*"):
+        found["dirs" if p.is_dir() else "files"].add(oct(stat.S_IMODE(p.lstat().st_mode)))
+    return found
+
+
+@pytest.mark.parametrize("made", [None, 0o750])
+def test_the_state_directory_and_all_in_it_are_this_users_whatever_the_umask(tmp_path, made):
+    """Issue 57.7: outside the service the directory was 0755 and its files 0644 (the incidents, stacks, command lines
+    and checkpoints of the training readable by every local user). Under umask 022, a run with an incident and
+    checkpoints leaves 0700 and 0600, and 0750 and 0640 in a directory made for its group (the unit's
+    StateDirectoryMode=0750): the worker's files too."""
+    from tests.e2e.test_loader_hangs import run_loop
+
+    state = tmp_path / "state"
+    if made is not None:
+        state.mkdir()
+        state.chmod(made)
+    before = os.umask(0o022)
+    try:
+        status, incidents, _, _ = run_loop(tmp_path, {"hang": "blocked", "epoch": 1, "batch": 6}, state_dir=state)
+    finally:
+        os.umask(before)
+    assert len(incidents) == 1 and (state / "train" / "weights" / "last.pt").exists()
+    assert (state / "history.db").exists() and (state / "launch-record.json").exists()
+    group = made is not None
+    assert modes_under(state) == {"dirs": {"0o750" if group else "0o700"},
+                                  "files": {"0o600", "0o640"} if group else {"0o600"}}
+    assert oct(stat.S_IMODE((state / "supervisor.lock").stat().st_mode)) == "0o600"  # flock needs only a descriptor
+
+
+def test_another_user_reading_a_state_directory_is_told_whose_it_is():
+    """Now that a state directory is its user's (0700), another user's `incidents` said "no incidents" and `report`
+    ended in a traceback: each says in one line whose the directory is, exit 1, as `status` does."""
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        work.chmod(0o755)
+        state = work / "state"
+        state.mkdir(mode=0o700)  # as `run` makes it
+        state.joinpath("incidents.jsonl").write_text('{"id": "1-1-1", "reason": "hang"}\n')
+        config = work / "config.toml"
+        config.write_text('[train]\ndata = "demo"\n')
+        config.chmod(0o644)
+        sources = sources_for_nobody()
+        said = {}
+        for verb in ("status", "incidents", "report"):
+            done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                                   sys.executable, "-m", "supervisor", verb, "--config", str(config), "--state-dir",
+                                   str(state)], cwd="/tmp", capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "HOME": "/", "PYTHONPATH": str(sources)})
+            said[verb] = (done.returncode, (done.stdout + done.stderr).strip().splitlines())
+    whose = (f"{state}: cannot read the state directory (mode 0700, user {user_name(os.getuid())}'s): run as "
+             f"{'root' if os.getuid() == 0 else user_name(os.getuid()) + ' or root'} "
+             f"(docs/behaviour.md#who-can-read-a-state-directory)")
+    assert said == {"status": (1, [f"unreadable: {state / 'supervisor.json'}: cannot read the state file (Permission "
+                                   f"denied); make it readable by this user"]),
+                    "incidents": (1, [f"yolo-train: {whose}"]), "report": (1, [f"yolo-train: {whose}"])}
