@@ -334,7 +334,7 @@ class StandbyReport:
     data: tuple[DataFiles, ...] = ()
     holds: tuple[str, ...] = ()  # HELD_* names; () while it builds
     why: str = ""  # its line: what it holds, and what it left out because it did not fit
-    host_mib: int | None = None  # the host memory it holds beyond its imports (PSS, its loader workers included)
+    host_mib: int | None = None  # host memory beyond its imports (RSS growth, its loader workers' USS)
     host_allowance_mib: int | None = None  # what it was granted ([worker] standby_host_share of MemAvailable)
 
     def to_json(self) -> str:

@@ -3,10 +3,10 @@ takes it instead of building it after the verdict.
 
 The supervisor asks for it (``ENV_READY``: the rung's train arguments and loader options as JSON) only where the
 device has room (supervisor/attempt/ready_room.py); the standby then builds, on one CPU thread, within the device
-memory it was granted and the host memory beyond its imports (``host_mib``: it holds only what fits there, its PSS
-with its loader workers' measured as it builds, a RAM cache's size estimated before it is filled), the device context, the model (on a GPU, with a first step that chooses its kernels), the
-training and validation datasets (their labels read) and the training loader with its worker processes started,
-and sleeps on its stdin. At the launch each is taken only where the launch would build the same one, else dropped
+memory it was granted and the host memory beyond its imports (``host_mib``: it holds only what fits there, its
+resident growth and its loader workers' private memory measured as it builds, a RAM cache sized before it is filled),
+the device context, the model (on a GPU, with a first step that chooses its kernels), the training and validation
+datasets (their labels read) and the training loader with its worker processes started, and sleeps on its stdin. At the launch each is taken only where the launch would build the same one, else dropped
 and built there:
 
 - ``take_model``: the same architecture, classes and channels; the checkpoint's weights are loaded into it as a cold
@@ -65,26 +65,28 @@ CACHE_SAMPLE = 30  # images loaded to size a RAM cache, as Ultralytics' check_ca
 
 @dataclass
 class HostRoom:
-    """The host memory this standby may hold beyond its imports (``allowed``, MiB), from its PSS when it began,
-    its loader workers' counted once started; where it says what it holds (``report``)."""
+    """The host memory this standby may hold beyond its imports (``allowed``, MiB), from its resident memory when it
+    began, its loader workers' counted once started; where it says what it holds (``report``). Not its PSS: that
+    falls as its workers fork (its pages shared by more) though nothing was freed."""
     allowed: int
     report: str | None
-    began: int = 0  # bytes: its PSS before it built anything
+    began: int = 0  # bytes: its RSS before it built anything
     data: tuple[DataFiles, ...] = ()
     holds: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # what did not fit, for the line
 
     def used(self, loader: Any = None) -> int:
-        """Bytes held beyond the imports: this process's PSS growth, and its loader workers' PSS."""
+        """Bytes held beyond the imports: this process's resident growth (a RAM cache its workers share stays
+        resident here), and the memory private to each of its loader workers (``loader``'s iterator)."""
         import psutil
 
-        pss = psutil.Process().memory_full_info().pss - self.began
+        held = psutil.Process().memory_info().rss - self.began
         for worker in getattr(loader, "_workers", ()) if loader is not None else ():
             try:
-                pss += psutil.Process(worker.pid).memory_full_info().pss
+                held += psutil.Process(worker.pid).memory_full_info().uss
             except psutil.Error:
                 pass
-        return pss
+        return held
 
     def fits(self, more: int = 0, loader: Any = None) -> bool:
         return self.used(loader) + more <= self.allowed * MIB
@@ -123,7 +125,7 @@ def prepare(spec: dict[str, Any]) -> str:
     import psutil
 
     began = time.monotonic()
-    ROOM = HostRoom(int(spec.get("host_mib", 0)), spec.get("report"), psutil.Process().memory_full_info().pss)
+    ROOM = HostRoom(int(spec.get("host_mib", 0)), spec.get("report"), psutil.Process().memory_info().rss)
     try:
         with few_cpu_threads(1):
             what = _build(spec.get("train", {}), spec.get("options", {}), int(spec.get("memory_mib", 1024)))
