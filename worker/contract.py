@@ -292,7 +292,8 @@ HELD_IMAGE_CACHE = "image cache"  # its datasets' images in RAM ([train] cache =
 class DataFiles:
     """What a dataset was built from, read again cheaply: an image directory (its files, counted through its
     subdirectories, and the newest mtime of those directories: adding, removing or renaming a file changes its
-    directory's), or an image list (its lines, and the newest mtime of the list and of the directories it names)."""
+    directory's), or an image list (the files in the directories it names, and the newest mtime of the list and of
+    those directories). Counts, not mtimes alone: a change within the file system's clock tick keeps an mtime."""
     path: str
     files: int
     newest_mtime_ns: int
@@ -310,9 +311,9 @@ class DataFiles:
                 parent = os.path.dirname(os.path.abspath(path))
                 with open(path, encoding="utf-8-sig") as f:
                     listed = [line.strip() for line in f if line.strip()]
-                dirs = {os.path.dirname(os.path.join(parent, p)) for p in listed}
-                files = len(listed)
-                newest = max([os.stat(path).st_mtime_ns, *(os.stat(d).st_mtime_ns for d in dirs if os.path.isdir(d))])
+                dirs = [d for d in {os.path.dirname(os.path.join(parent, p)) for p in listed} if os.path.isdir(d)]
+                files = sum(len(os.listdir(d)) for d in dirs)
+                newest = max([os.stat(path).st_mtime_ns, *(os.stat(d).st_mtime_ns for d in dirs)])
         except OSError:
             return cls(path, 0, 0)
         return cls(path, files, newest)

@@ -48,3 +48,23 @@ def test_the_device_a_train_table_names():
 def test_a_ready_standby_serves_the_launch_of_its_rung():
     rung = {"PATH": "/usr/bin"}
     assert serves({**rung, ENV_READY: "{}"}, rung)  # what it built is checked at the launch (worker/ready.py)
+
+
+def test_a_ready_standbys_datasets_are_stale_once_files_are_added_or_removed_in_their_dirs_or_lists(tmp_path):
+    """Issue 57.5: read cheaply (the files' count, their directories' newest mtime), before the launch."""
+    from supervisor.attempt.standby_worker import stale
+    from worker.contract import DataFiles, StandbyReport
+
+    images = tmp_path / "images"
+    (images / "a").mkdir(parents=True)
+    for name in ("1.png", "2.png", "a/3.png"):
+        (images / name).write_bytes(b"")
+    listed = tmp_path / "val.txt"
+    listed.write_text("./images/1.png\n./images/a/3.png\n")
+    report = StandbyReport(data=(DataFiles.read(str(images)), DataFiles.read(str(listed))))
+    # the list: the files where its images lie (images/ holds 2 and a directory, images/a 1)
+    assert [d.files for d in report.data] == [3, 4] and stale(report) is None and stale(None) is None
+    (images / "a" / "3.png").unlink()  # gone from a subdirectory, and from where the list's lie
+    assert stale(report) == (f"its datasets no longer match the files on disk ({images}: 3 files then, 2 now; "
+                             f"{listed}: 4 files then, 3 now)")
+    assert StandbyReport.from_json(report.to_json()) == report
