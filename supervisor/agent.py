@@ -237,7 +237,7 @@ class Agent:
         self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
         self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
         self.selector.register(worker.pidfd, selectors.EVENT_READ, self._on_exit)
-        self.handle(decision.Spawned(worker.pid, resume, start=self.standby.took))
+        self.handle(decision.Spawned(worker.pid, resume, start=self.standby.took, start_why=self.standby.refused))
         if not self._ready_sent:
             self._ready_sent = self.systemd.ready(f"worker pid {worker.pid} started, rung {action.rung}")
 
@@ -379,12 +379,17 @@ class Agent:
     # -- state --
     def status(self) -> decision.Status:
         now = self.now()
+        held = self.standby.report
         return replace(decision.snapshot(self.s, now), supervisor=decision.Supervisor(
             supervisor_pid=os.getpid(), config=self.config.source, state_dir=str(self.config.state_dir),
             updated=now.wall,
             heartbeats=decision.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
             metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
             standby_kind=self.standby.kind and self.standby.kind.value, standby_why=self.standby.why,
+            standby_holds=list(held.holds) if held is not None else None,
+            standby_holds_why=held.why or None if held is not None else None,
+            standby_host_mib=held.host_mib if held is not None else None,
+            standby_host_allowance_mib=held.host_allowance_mib if held is not None else None,
             run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
             checkpoint=str(self.state_dir.last_checkpoint)))
 

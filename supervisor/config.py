@@ -403,6 +403,12 @@ class Config:
         "the device memory a ready standby may hold (its context, the model, a first step's workspace): it is "
         "made ready only while this much is free on the training's device (on the CPU, the host's available memory)"),
         at="worker.standby_memory_mib")
+    standby_host_percent: int = key(Whole(least=0, most=100), 50, (
+        "the share of the host's available memory (MemAvailable, read as the standby is made, on a GPU too) that a "
+        "ready standby may hold beyond its imports: its model, datasets, their RAM cache (`[train] cache = \"ram\"`: "
+        "a second copy beside the training's) and its loader workers. It holds only what fits: the datasets "
+        "without their images cached (the launch caches them), then none; `status --json` says what it holds and "
+        "why (`standby_holds`, `standby_holds_why`, `standby_host_mib`)"), at="worker.standby_host_percent")
     metrics_listen: str | None = key(Address('"HOST:PORT" or "off", e.g. "127.0.0.1:10133"', words={"off": None,
                                                                                                   "": None}),
                                      "127.0.0.1:10133", "the Prometheus endpoint, or \"off\"", at="metrics.listen")

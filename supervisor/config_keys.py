@@ -120,14 +120,15 @@ class Seconds(Kind):
 
 
 class Whole(Kind):
-    """A whole number, at least ``least`` (None: any)."""
+    """A whole number, at least ``least`` (None: any), at most ``most`` (None: any)."""
 
-    def __init__(self, least: int | None = 1, expected: str | None = None):
-        self.least = least
-        self.expected = expected or f"a whole number >= {least}"
+    def __init__(self, least: int | None = 1, expected: str | None = None, most: int | None = None):
+        self.least, self.most = least, most
+        self.expected = expected or f"a whole number >= {least}" + (f" and <= {most}" if most is not None else "")
 
     def read(self, value: Any, where: str, reader: Reader) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or self.least is not None and value < self.least:
+        if isinstance(value, bool) or not isinstance(value, int) or self.least is not None and value < self.least \
+                or self.most is not None and value > self.most:
             reader.fail(where, self.expected, value)
         return value
 

@@ -34,6 +34,7 @@ with it, and ``yolo-train run`` exits with it on a configuration error: the one 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -285,6 +286,72 @@ def _strs(value: Any) -> tuple[str, ...] | None:
 # What a launch can take from a ready standby (InForce.held): the spelling the incident's restart parts are named by.
 HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, HELD_LOADER_WORKERS = (
     "model", "train dataset", "val dataset", "training loader workers")
+HELD_IMAGE_CACHE = "image cache"  # its datasets' images in RAM ([train] cache = "ram"); else the launch caches them
+
+
+@dataclass(frozen=True)
+class DataFiles:
+    """What a dataset was built from, read again cheaply: an image directory (its files, counted through its
+    subdirectories, and the newest mtime of those directories: adding, removing or renaming a file changes its
+    directory's), or an image list (the files in the directories it names, and the newest mtime of the list and of
+    those directories). Counts, not mtimes alone: a change within the file system's clock tick keeps an mtime."""
+    path: str
+    files: int
+    newest_mtime_ns: int
+
+    @classmethod
+    def read(cls, path: str) -> "DataFiles":
+        """As found now; a path gone reads as no files."""
+        files, newest = 0, 0
+        try:
+            if os.path.isdir(path):
+                for top, dirs, names in os.walk(path):
+                    files += len(names)
+                    newest = max(newest, os.stat(top).st_mtime_ns)
+            else:
+                parent = os.path.dirname(os.path.abspath(path))
+                with open(path, encoding="utf-8-sig") as f:
+                    listed = [line.strip() for line in f if line.strip()]
+                dirs = [d for d in {os.path.dirname(os.path.join(parent, p)) for p in listed} if os.path.isdir(d)]
+                files = sum(len(os.listdir(d)) for d in dirs)
+                newest = max([os.stat(path).st_mtime_ns, *(os.stat(d).st_mtime_ns for d in dirs)])
+        except OSError:
+            return cls(path, 0, 0)
+        return cls(path, files, newest)
+
+    def changed(self) -> str | None:
+        """How the files differ now from when this was read; None: the same."""
+        now = DataFiles.read(self.path)
+        if now == self:
+            return None
+        return f"{self.path}: {self.files} files then, {now.files} now" if now.files != self.files else \
+            f"{self.path}: changed since (newest mtime)"
+
+
+@dataclass(frozen=True)
+class StandbyReport:
+    """What a ready standby holds and why, as it writes it for the supervisor (the path in ``ENV_READY``'s
+    ``report``): first the data its datasets are about to be built from, then, ready, all of it. ``status --json``
+    shows it (``standby_holds``, ``standby_holds_why``, ``standby_host_mib``); the launch's check reads ``data``."""
+    data: tuple[DataFiles, ...] = ()
+    holds: tuple[str, ...] = ()  # HELD_* names; () while it builds
+    why: str = ""  # its line: what it holds, and what it left out because it did not fit
+    host_mib: int | None = None  # host memory beyond its imports (RSS growth, its loader workers' USS)
+    host_allowance_mib: int | None = None  # what it was granted ([worker] standby_host_share of MemAvailable)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "StandbyReport | None":
+        try:
+            m = json.loads(text)
+            return cls(data=tuple(DataFiles(str(d["path"]), int(d["files"]), int(d["newest_mtime_ns"]))
+                                  for d in m.get("data", ())),
+                       holds=tuple(str(h) for h in m.get("holds", ())), why=str(m.get("why", "")),
+                       host_mib=_int(m.get("host_mib")), host_allowance_mib=_int(m.get("host_allowance_mib")))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,20 @@
 takes it instead of building it after the verdict.
 
 The supervisor asks for it (``ENV_READY``: the rung's train arguments and loader options as JSON) only where the
-device has room (supervisor/attempt/ready_room.py); the standby then builds, on one CPU thread and within the device
-memory it was granted, the device context, the model (on a GPU, with a first step that chooses its kernels), the
-training and validation datasets (their labels read) and the training loader with its worker processes started,
-and sleeps on its stdin. At the launch each is taken only where the launch would build the same one, else dropped
+device has room (supervisor/attempt/ready_room.py); the standby then builds, on one CPU thread, within the device
+memory it was granted and the host memory beyond its imports (``host_mib``: it holds only what fits there, its
+resident growth and its loader workers' private memory measured as it builds, a RAM cache sized before it is filled),
+the device context, the model (on a GPU, with a first step that chooses its kernels), the training and validation
+datasets (their labels read) and the training loader with its worker processes started, and sleeps on its stdin. At the launch each is taken only where the launch would build the same one, else dropped
 and built there:
 
 - ``take_model``: the same architecture, classes and channels; the checkpoint's weights are loaded into it as a cold
   build loads them into a new one.
 - ``take_dataset``: the same arguments (all but those only the trainer reads), path, split, batch, stride and
-  dataset description; nothing in a dataset depends on when it was built.
+  dataset description; nothing in a dataset depends on when it was built. One held without the RAM cache its
+  arguments ask for (no room for a second copy beside the training's) has its images cached at the launch.
+  Whether the files are still those it was built from is checked by the supervisor before the launch (the report's
+  ``data``: supervisor/attempt/standby_worker.py), which starts the attempt cold where they are not.
 - ``take_loader``: the same dataset and loader arguments, start method and seed. Its workers were started fed
   nothing (torch's iterator asks its sampler for the first batches as it starts them): at the launch the iterator
   is pointed at the sampler the resume positioned (worker/exact_resume.py) and fed then, so it loads the batches a
@@ -22,15 +26,17 @@ and built there:
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from worker.contract import ENV_READY
+from worker.contract import (ENV_READY, HELD_IMAGE_CACHE, HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET,
+                             HELD_VAL_DATASET, DataFiles, StandbyReport)
 from worker.demo_data import ensure_demo_dataset
 from worker.device_warmup import DeviceWarmUp
 from worker.loaders import chain_worker_init, die_with_parent, start_workers_with
@@ -54,6 +60,50 @@ NOT_THE_DATASETS = frozenset((
     "distill_model", "retina_masks", "cache_dir"))
 
 HELD: dict[str, Any] = {}  # what the launch takes or drops: "model", "datasets" {key: dataset}, "loader" HeldLoader
+CACHE_SAMPLE = 30  # images loaded to size a RAM cache, as Ultralytics' check_cache_ram sizes it
+
+
+@dataclass
+class HostRoom:
+    """The host memory this standby may hold beyond its imports (``allowed``, MiB), from its resident memory when it
+    began, its loader workers' counted once started; where it says what it holds (``report``). Not its PSS: that
+    falls as its workers fork (its pages shared by more) though nothing was freed."""
+    allowed: int
+    report: str | None
+    began: int = 0  # bytes: its RSS before it built anything
+    data: tuple[DataFiles, ...] = ()
+    holds: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # what did not fit, for the line
+
+    def used(self, loader: Any = None) -> int:
+        """Bytes held beyond the imports: this process's resident growth (a RAM cache its workers share stays
+        resident here), and the memory private to each of its loader workers (``loader``'s iterator)."""
+        import psutil
+
+        held = psutil.Process().memory_info().rss - self.began
+        for worker in getattr(loader, "_workers", ()) if loader is not None else ():
+            try:
+                held += psutil.Process(worker.pid).memory_full_info().uss
+            except psutil.Error:
+                pass
+        return held
+
+    def fits(self, more: int = 0, loader: Any = None) -> bool:
+        # None allowed holds nothing, though pages already resident (a dataset read before) show no growth.
+        return self.allowed > 0 and self.used(loader) + more <= self.allowed * MIB
+
+    def write(self, why: str = "") -> None:
+        if self.report is None:
+            return
+        report = StandbyReport(data=self.data, holds=tuple(self.holds), why=why,
+                               host_mib=self.used() // MIB if self.holds else None, host_allowance_mib=self.allowed)
+        part = f"{self.report}.part"
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(report.to_json())
+        os.replace(part, self.report)
+
+
+ROOM = HostRoom(0, None)
 
 
 def architecture(cfg: Any) -> dict[str, Any] | None:
@@ -72,14 +122,24 @@ def prepare(spec: dict[str, Any]) -> str:
     """Build what the next attempt would build first (``spec``: ``train``, its arguments; ``options``, its rung's
     loader options); the line that says what is held, or why nothing is. Runs while another process trains: on one
     CPU thread, once, then it sleeps."""
+    global ROOM
+    import psutil
+
     began = time.monotonic()
+    ROOM = HostRoom(int(spec.get("host_mib", 0)), spec.get("report"), psutil.Process().memory_info().rss)
     try:
         with few_cpu_threads(1):
             what = _build(spec.get("train", {}), spec.get("options", {}), int(spec.get("memory_mib", 1024)))
     except Exception as e:  # a standby that cannot prepare is today's standby: the launch builds all
         drop()
-        return f"not ready ({type(e).__name__}: {e}): the launch builds the model"
-    return f"ready in {time.monotonic() - began:.1f} s: {what}"
+        ROOM.holds.clear()
+        line = f"not ready ({type(e).__name__}: {e}): the launch builds the model"
+    else:
+        left_out = f" (not held, beyond the host's {ROOM.allowed} MiB allowed: {'; '.join(ROOM.left_out)})" \
+            if ROOM.left_out else ""
+        line = f"ready in {time.monotonic() - began:.1f} s: {what}{left_out}; {ROOM.used() // MIB} MiB of host memory"
+    ROOM.write(line)
+    return line
 
 
 def _build(train: dict[str, Any], options: dict[str, Any], memory_mib: int) -> str:
@@ -123,6 +183,7 @@ def _build(train: dict[str, Any], options: dict[str, Any], memory_mib: int) -> s
         imgsz = -(-int(train.get("imgsz", 640)) // gs) * gs  # as Ultralytics' check_imgsz rounds it
         step = _first_step(built, args, device, imgsz, int(train.get("batch", 16)))
     HELD["model"] = built
+    ROOM.holds.append(HELD_MODEL)
     if device.type in ("cpu", "mps") and "workers" not in train:
         args.workers = 0  # as the trainer forces it there
     return f"the model {model} built on {device.type}{step}; {_build_data(args, options, built, data, device)}"
@@ -141,9 +202,30 @@ def _build_data(args: Any, options: dict[str, Any], model: Any, data: dict[str, 
     gs = grid(model)
     args.imgsz = check_imgsz(args.imgsz, stride=gs, floor=gs, max_dim=1)  # as the trainer's _setup_train does
     datasets = HELD.setdefault("datasets", {})
-    for mode, split, batch in (("train", "train", args.batch), ("val", args.split, args.batch * 2)):
+    splits = (("train", "train", args.batch), ("val", args.split, args.batch * 2))
+    # What the files are before they are read: files changed from here on make the datasets stale at the launch.
+    ROOM.data = tuple(DataFiles.read(str(p)) for _, split, _ in splits for p in
+                      (data[split] if isinstance(data[split], list) else [data[split]]))
+    ROOM.write()
+    # Built without a RAM cache, whose size is known only once the dataset is: cached below where it fits.
+    uncached = replace_cache(args, None) if ram_cache(args.cache) else args
+    for mode, split, batch in splits:
         key = dataset_key(args, data[split], mode, batch, gs, data)
-        datasets[key] = build_yolo_dataset(args, data[split], batch, data, mode=mode, rect=mode == "val", stride=gs)
+        datasets[key] = build_yolo_dataset(uncached, data[split], batch, data, mode=mode, rect=mode == "val",
+                                           stride=gs)
+        ROOM.holds.append(HELD_TRAIN_DATASET if mode == "train" else HELD_VAL_DATASET)
+    if not ROOM.fits():
+        ROOM.left_out.append(f"the datasets ({ROOM.used() // MIB} MiB with the model)")
+        drop_datasets()
+        return "no dataset"
+    if ram_cache(args.cache):
+        needs = sum(cache_bytes(d) for d in datasets.values())
+        if ROOM.fits(needs):
+            for dataset in datasets.values():
+                fill_cache(dataset)
+            ROOM.holds.append(HELD_IMAGE_CACHE)
+        else:
+            ROOM.left_out.append(f"their images cached ({needs // MIB} MiB; the launch caches them)")
     if options.get("loader", "process") != "process":
         return "the datasets (the threads loader starts its threads at the launch)"
     if options.get("start_method") == "spawn":
@@ -159,7 +241,45 @@ def _build_data(args: Any, options: dict[str, Any], model: Any, data: dict[str, 
     HELD["loader"] = HeldLoader(train_key, loader_key(args.batch, args.workers, RANK, bool(args.compile), device,
                                                       options.get("start_method"), args.seed), loader,
                                 start_unfed(loader))
+    if not ROOM.fits(loader=HELD["loader"].iterator):
+        ROOM.left_out.append(f"the training loader's workers ({ROOM.used(HELD['loader'].iterator) // MIB} MiB with "
+                             f"them)")
+        HELD.pop("loader").close()
+        return "the datasets"
+    ROOM.holds.append(HELD_LOADER_WORKERS)
     return f"the datasets and the training loader ({loader.num_workers} worker processes started)"
+
+
+def ram_cache(cache: Any) -> bool:
+    """Ultralytics' ``cache`` that puts the images in RAM (True or "ram")."""
+    return cache is True or isinstance(cache, str) and cache.lower() == "ram"
+
+
+def replace_cache(args: Any, cache: Any) -> Any:
+    made = copy.copy(args)
+    made.cache = cache
+    return made
+
+
+def cache_bytes(dataset: Any) -> int:
+    """The RAM its images take once cached, from ``CACHE_SAMPLE`` of them loaded (as Ultralytics' check_cache_ram
+    sizes it, without its safety margin and without drawing from the global generator); none kept loaded."""
+    import random
+
+    n = min(dataset.ni, CACHE_SAMPLE)
+    picked = random.Random(0).sample(range(dataset.ni), n)
+    sampled = sum(dataset.load_image(i)[0].nbytes for i in picked)
+    dataset.ims, dataset.im_hw0, dataset.im_hw = [None] * dataset.ni, [None] * dataset.ni, [None] * dataset.ni
+    dataset.buffer = []
+    return sampled * dataset.ni // max(n, 1)
+
+
+def fill_cache(dataset: Any) -> None:
+    """Its images cached in RAM, as Ultralytics' dataset does at its build with ``cache = "ram"`` (where the host
+    has the memory: check_cache_ram)."""
+    dataset.cache = "ram"
+    if dataset.check_cache_ram():
+        dataset.cache_images()
 
 
 def grid(model: Any) -> int:
@@ -233,9 +353,20 @@ def held_class(base: type) -> type:
     return type(f"Held{base.__name__}", (base,), {"_get_iterator": _get_iterator, "close": close})
 
 
-def take_dataset(key: str) -> Any | None:
-    """The dataset held for ``key`` (dataset_key), else None; no longer held either way."""
-    return HELD.get("datasets", {}).pop(key, None)
+def take_dataset(key: str, cache: Any) -> Any | None:
+    """The dataset held for ``key`` (dataset_key), else None; no longer held either way. One held without the RAM
+    cache ``cache`` asks for has its images cached now."""
+    dataset = HELD.get("datasets", {}).pop(key, None)
+    if dataset is not None and ram_cache(cache) and dataset.cache != "ram":
+        fill_cache(dataset)
+    return dataset
+
+
+def drop_datasets() -> None:
+    HELD.pop("datasets", None)
+    for held in (HELD_TRAIN_DATASET, HELD_VAL_DATASET):
+        if held in ROOM.holds:
+            ROOM.holds.remove(held)
 
 
 def take_loader(data_key: str, key: str, workers_hooked: bool) -> Any | None:

@@ -158,7 +158,7 @@ class SupervisedTrainerMixin:
         return held
 
     def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
-        held = ready.take_dataset(self._dataset_key(img_path, mode, batch))
+        held = ready.take_dataset(self._dataset_key(img_path, mode, batch), self.args.cache)
         if held is not None:  # built by a ready standby while the attempt before trained (worker/ready.py)
             self._held.append(HELD_TRAIN_DATASET if mode == "train" else HELD_VAL_DATASET)
             STEPS.enter(StartupStep.LOADERS)

@@ -3,13 +3,16 @@ the supervisor before it spawns the standby, from the free memory of the trainin
 standby never takes the memory the training runs in (a card of 8 GB that the training fills keeps today's standby).
 
 Free memory is read without touching the device from this process: NVML on an NVIDIA GPU (no CUDA context), the
-host's available memory on the CPU.
+host's available memory on the CPU. On the host, on a GPU too, a ready standby is granted a share of the available
+memory ([worker] standby_host_percent): its datasets' RAM cache is a second copy of the training's, and it holds
+only what fits there (worker/ready.py).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from supervisor.vocabulary import WorkerStart
@@ -23,15 +26,17 @@ class Room:
     kind: WorkerStart
     why: str  # ``status --json``'s ``standby_why``: the one line the log says too
     memory_mib: int = 0  # what a ready one may hold on the device: its allocations are capped there
+    host_mib: int = 0  # what a ready one may hold on the host beyond its imports: it holds only what fits there
 
-    def env(self, train: dict[str, Any], options: WorkerOptions) -> dict[str, str]:
+    def env(self, train: dict[str, Any], options: WorkerOptions, report: Path) -> dict[str, str]:
         """What a standby of this kind is told beyond its rung's environment: for a ready one, what to build (the
-        rung's train arguments, its loader's options)."""
+        rung's train arguments, its loader's options), within what, and where to say what it holds."""
         if self.kind is not WorkerStart.READY:
             return {}
         loader = {"loader": options.loader, "start_method": options.start_method,
                   "persistent_workers": options.persistent_workers}
-        return {ENV_READY: json.dumps({"train": train, "options": loader, "memory_mib": self.memory_mib},
+        return {ENV_READY: json.dumps({"train": train, "options": loader, "memory_mib": self.memory_mib,
+                                       "host_mib": self.host_mib, "report": str(report)},
                                       default=str, sort_keys=True)}
 
 
@@ -67,9 +72,10 @@ def host_available() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def room(mode: str, needs_mib: int, train: dict[str, Any], ranks_standby: bool,
+def room(mode: str, needs_mib: int, train: dict[str, Any], ranks_standby: bool, host_percent: int = 50,
          gpu_free: Callable[[int], int | None] = nvml_free, cpu_free: Callable[[], int] = host_available) -> Room:
-    """The kind of standby to make now and why."""
+    """The kind of standby to make now and why; a ready one's host allowance, ``host_percent`` of the host's
+    available memory."""
     if mode == "off":
         return Room(WorkerStart.IMPORTED, "[worker] standby_ready = \"off\"")
     if ranks_standby:
@@ -84,4 +90,7 @@ def room(mode: str, needs_mib: int, train: dict[str, Any], ranks_standby: bool,
     if free < needs_mib * MIB:
         return Room(WorkerStart.IMPORTED, f"no room: {where} has {free // MIB} MiB free, a ready standby needs "
                                           f"{needs_mib} MiB ([worker] standby_memory_mib)")
-    return Room(WorkerStart.READY, f"{where} has {free // MIB} MiB free, {needs_mib} MiB needed", needs_mib)
+    host = (free if index is None else cpu_free()) * host_percent // 100 // MIB
+    return Room(WorkerStart.READY, f"{where} has {free // MIB} MiB free, {needs_mib} MiB needed; the host's "
+                                   f"{host_percent} % of its available memory, {host} MiB, may hold the datasets",
+                needs_mib, host)

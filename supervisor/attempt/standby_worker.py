@@ -2,8 +2,10 @@
 imports are done when a restart comes; told what to train through its stdin (``WorkerProcess.launch``).
 
 At most one waits. A kill of the worker's tree spares it (``spare``); it serves only an attempt in the environment
-it was made for (a rung's variables are read at import); one that died, or is stopped, is discarded and the attempt
-starts cold. Its exit is watched on its pidfd, in the agent's selector.
+it was made for (a rung's variables are read at import); one that died, or is stopped, or holds datasets the files on
+disk no longer match (files added, removed or renamed since it read them: their count and their directories' newest
+mtime, ``DataFiles``), is discarded and the attempt starts cold, saying why. Its exit is watched on its pidfd, in the
+agent's selector. A ready one says what it holds in its report (``StandbyReport``), which status shows.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import ConfigError
 from supervisor.host import process_tree
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG, split_rung
+from worker.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG, StandbyReport, split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -41,6 +43,13 @@ def covers(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
     return serves(made_for, wanted) and (made_for.get(ENV_FORKSERVER) == "1" or wanted.get(ENV_FORKSERVER) != "1")
 
 
+def stale(report: StandbyReport | None) -> str | None:
+    """Why the datasets a ready standby built (or is building) are not the files on disk now; None: they are, or it
+    holds none. Read before its launch: a stale file list crashes the attempt's loader workers on a missing file."""
+    changed = [c for c in (d.changed() for d in (report.data if report is not None else ())) if c]
+    return f"its datasets no longer match the files on disk ({'; '.join(changed)})" if changed else None
+
+
 class Standby:
     def __init__(self, selector: selectors.BaseSelector, reads: ReadThrottle, spawner: WorkerSpawner,
                  keepalive: Callable[[], None]):
@@ -51,6 +60,7 @@ class Standby:
         self.process: WorkerProcess | None = None  # imported and waiting to be the next attempt
         self.room: Room | None = None  # the kind of the one waiting, and why
         self.took = WorkerStart.COLD  # how the last launch's worker came: cold, or the kind of standby it took
+        self.refused: str | None = None  # why the last launch started cold where a standby waited
 
     @property
     def pid(self) -> int | None:
@@ -68,11 +78,22 @@ class Standby:
     def why(self) -> str | None:
         return self.room.why if self.process is not None and self.room is not None else None
 
+    @property
+    def report(self) -> StandbyReport | None:
+        """What the ready standby waiting says it holds (None: none waits, or it has said nothing yet)."""
+        if self.kind is not WorkerStart.READY:
+            return None
+        try:
+            return StandbyReport.from_json(self.spawner.state_dir.standby_report.read_text())
+        except OSError:
+            return None
+
     def prepare(self, env: dict[str, str], held_settings: dict[str, Any]) -> None:
         config = self.spawner.config
-        made = room(config.standby_ready, config.standby_memory_mib, config.train, bool(env.get(ENV_RANK_STANDBY)))
+        made = room(config.standby_ready, config.standby_memory_mib, config.train, bool(env.get(ENV_RANK_STANDBY)),
+                    config.standby_host_percent)
         rung = split_rung(held_settings)
-        ready = made.env({**config.train, **rung.trainer_args}, rung.options)
+        ready = made.env({**config.train, **rung.trainer_args}, rung.options, self.spawner.state_dir.standby_report)
         if self.process is not None and covers(self.process.env, env) and self.room is not None \
                 and (self.room.kind is WorkerStart.READY or made.kind is not WorkerStart.READY) \
                 and (made.kind is not WorkerStart.READY or self.process.env.get(ENV_READY) == ready.get(ENV_READY)):
@@ -81,6 +102,7 @@ class Standby:
             # another rung's train arguments or loader is made anew).
             return
         self.discard()
+        self.spawner.state_dir.standby_report.unlink(missing_ok=True)  # the one before's
         try:
             self.process = self.spawner.worker([STANDBY_FLAG], {**env, **ready}, standby=True)
         except ConfigError as e:  # the worker itself started; a standby that cannot is only a slower restart
@@ -99,16 +121,18 @@ class Standby:
         """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
         standby, one that died or is stopped (SIGSTOP), or one made for another environment (the rung's variables
         are read at import)."""
-        standby, self.process, self.took = self.process, None, WorkerStart.COLD
+        report = self.report
+        standby, self.process, self.took, self.refused = self.process, None, WorkerStart.COLD, None
         if standby is None:
             return None
         self.reads.forget(standby.pidfd)
         why = ("made for another environment" if not serves(standby.env, env)
                else "gone" if standby.popen.poll() is not None
                else "stopped: frozen by a signal or a debugger" if process_tree.stopped(standby.pid)
-               else None if standby.launch(record_path) else "gone")
+               else stale(report) or (None if standby.launch(record_path) else "gone"))
         if why is not None:
             log.info(f"standby worker pid {standby.pid} not used ({why}): starting cold")
+            self.refused = why
             self._kill(standby)
             return None
         held = "its imports, device context, model, datasets and loader are" if self.room is not None and \

@@ -180,7 +180,7 @@ def training_fingerprint(s: Supervision) -> str:
 
 def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
     s.current = Attempt(worker_pid=event.pid, spawned_at=now.mono, spawned_wall=now.wall, step_since=now.mono,
-                        step_entered=now.mono, start=event.start, resumed_from=event.resumed_from, job_seq=s.job_seq,
+                        step_entered=now.mono, start=event.start, start_why=event.start_why, resumed_from=event.resumed_from, job_seq=s.job_seq,
                         resumed_at=(s.checkpoint.epoch, s.checkpoint.batch) if event.resumed_from and s.checkpoint
                         else None)
     s.hang_history.spawned(now.mono)

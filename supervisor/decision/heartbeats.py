@@ -395,6 +395,7 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     last = s.incidents[-1] if s.incidents else None
     if last is not None and not last.recorded and last.reason != Reason.STOP:
         last = s.amend(last, restart_seconds=span(last.time, now.wall), restart_start=a.start,
+                       restart_start_why=a.start_why,
                        restart_parts=restart_parts(last, a), rank_parts=rank_starts(a, now.mono))
         if last.reason == Reason.HANG and last.restart_seconds is not None:
             s.hang_history.restarted(last.restart_seconds)

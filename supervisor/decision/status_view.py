@@ -186,6 +186,14 @@ class Supervisor(View):
     standby_pid: int | None = None
     standby_kind: str | None = None  # a WorkerStart: "ready" or "imported" (attempt/ready_room.py); None: none waits
     standby_why: str | None = None  # why that kind: the room found on the device, or what rules a ready one out
+    # A ready one's report (worker/contract.py's StandbyReport), None until it says: what it holds ("model", "train
+    # dataset", "val dataset", "image cache", "training loader workers"; [] while it builds them), its line (what it
+    # holds, and what it left out for want of host memory), the host memory it holds beyond its imports (MiB: its RSS
+    # growth, its loader workers' private memory) and its allowance ([worker] standby_host_percent of MemAvailable)
+    standby_holds: list[str] | None = None
+    standby_holds_why: str | None = None
+    standby_host_mib: int | None = None
+    standby_host_allowance_mib: int | None = None
     run_dir: str | None = None  # several hosts: the shared run directory (status --state-dir alone finds the hosts)
     checkpoint: str | None = None  # where the newest checkpoint is written
 

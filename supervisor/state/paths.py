@@ -12,6 +12,8 @@
                                     (host/devcoredump.py): moved into the incident's directory when it does
     STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
     STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
+    STATE_DIR/standby-ready.json    what the ready standby holds and the files its datasets were built from
+                                    (worker/contract.py's StandbyReport), written by it, read at the launch
     STATE_DIR/attempt-N.fault       a fault's flag, armed for attempt N (worker/faults.py)
     STATE_DIR/train/                Ultralytics' save_dir (or [distributed] run_dir): weights/last.pt, results.csv,
                                     and with several hosts job-ladder.json and job-checkpoint.json
@@ -33,6 +35,7 @@ INCIDENTS_FILE = "incidents.jsonl"
 INCIDENTS_DIR = "incidents"
 HISTORY_FILE = "history.db"
 LAUNCH_RECORD = "launch-record.json"
+STANDBY_REPORT = "standby-ready.json"
 OLD_LAUNCH_RECORD = "worker-settings.json"  # the launch record's name in earlier versions
 RUN_DIR = "train"
 WEIGHTS_DIR = "weights"
@@ -110,6 +113,10 @@ class StatePaths:
     @property
     def launch_record(self) -> Path:
         return self.path / LAUNCH_RECORD
+
+    @property
+    def standby_report(self) -> Path:
+        return self.path / STANDBY_REPORT
 
     @property
     def old_launch_record(self) -> Path:

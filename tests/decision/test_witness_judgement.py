@@ -9,7 +9,7 @@ from supervisor.decision.model.incident import Stacks, Tier
 from supervisor.decision.recovery import in_place
 from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
-from tests.helpers.driver import PID, Driver, kinds, loading, make, verdicts
+from tests.helpers.driver import LOADERS, PID, Driver, kinds, loading, make, verdicts
 
 LAST_BATCH = 1010.0  # loading()'s last progress
 
@@ -502,3 +502,38 @@ def test_an_idle_tree_waiting_on_its_own_lock_at_an_epochs_end_is_bounded_as_in_
         assert verdicts(d(core.Tick())) == []
     assert verdicts(d.at(last + verdict_at - 0.01)(core.Tick())) == []
     assert verdicts(d.at(last + verdict_at + 0.01)(core.Tick())) != []
+
+
+def spawn_rung(start: float | None, **sections) -> Driver:
+    """Training at 0.5 s a batch whose loader workers took ``start`` s to their first batch (None: not said), then in
+    validation, its loader's two workers made and owing its first batch (the witness's batch index 0)."""
+    d = Driver(make(**sections))
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.beat("train", kind="loader", pids=list(LOADERS), loader="train", **({} if start is None else {"seconds": start}))
+    d.train_until(LAST_BATCH, 0.5)
+    d.beat("val", kind="phase", epoch=1, epochs=3)
+    d.beat("val", kind="loader", pids=[5101, 5102], loader="val")
+    d.t = LAST_BATCH + 1.0
+    d.beat("val", kind="wait", progress=d.progress, wait={
+        "kind": "loader", "where": "dataloader.py:1300 in _try_get_data", "stalled": 1.0, "function": "_try_get_data",
+        "loader": "val", "worker": 0, "worker_pid": 5101, "batch_index": 0})
+    return d
+
+
+def test_validations_first_batch_at_a_slow_starting_rung_is_bounded_by_the_loader_start_not_val_auto():
+    """CI under load (issue 57.9): at the spawn rung, whose training loader took 8 s to start, validation's workers,
+    still starting, were judged hung at "val auto 10.0 s" (auto_floor: no validation batch seen yet) and rebuilt.
+    Their first batch is their start: 2 x this attempt's own (16 s), however short the phase's own bound."""
+    d = spawn_rung(8.0)
+    assert watchdog.deadline(d.s).label == "val auto, witness: a loader start"
+    assert verdicts(d.at(LAST_BATCH + 15.9)(core.Tick())) == []
+    assert kinds(verdicts(d.at(LAST_BATCH + 16.01)(core.Tick()))) == ["Log", "ReplaceLoaderWorkers"]
+
+
+def test_a_loaders_first_batch_before_any_start_was_seen_is_bounded_by_the_startup_bound():
+    """No start seen yet in this attempt: what honestly bounds a spawn start under load is the startup's bound
+    (startup_timeout, 30 s here), not a fixed 10 s."""
+    d = spawn_rung(None, watchdog={"startup_timeout": 30})
+    assert verdicts(d.at(LAST_BATCH + 29.9)(core.Tick())) == []
+    assert kinds(verdicts(d.at(LAST_BATCH + 30.01)(core.Tick()))) == ["Log", "ReplaceLoaderWorkers"]

@@ -87,6 +87,8 @@ CORE_KEYS = [
     "rung_speeds", "node_rank", "ranks", "probe", "ladder"]
 AGENT_KEYS = ["supervisor_pid", "config", "state_dir", "updated", "heartbeats", "metrics_bind_failures",
               "standby_pid", "standby_kind", "standby_why",  # issue 48: ready or imported, and why
+              # issue 57.4: what a ready one holds, why, and its host memory against what it was allowed
+              "standby_holds", "standby_holds_why", "standby_host_mib", "standby_host_allowance_mib",
               "run_dir", "checkpoint"]  # run_dir: several hosts' shared directory (issue 30)
 NESTED_KEYS = {
     "watchdog": ["timeout", "fires_in", "tree_idle_seconds",  # tree_idle_seconds: issue 29, the idle floor

@@ -4,10 +4,12 @@ same one, and its weights then the checkpoint's."""
 import torch
 
 from worker import ready
+from worker.contract import HELD_MODEL, StandbyReport
 
 
 def spec(model: str, **train) -> dict:
-    return {"train": {"model": model, "data": "demo", "device": "cpu", **train}}
+    """What the supervisor asks for, with room on the host for all of it (4 GiB beyond the imports)."""
+    return {"train": {"model": model, "data": "demo", "device": "cpu", **train}, "host_mib": 4096}
 
 
 def test_the_held_model_is_taken_by_the_same_build_only_and_then_carries_the_checkpoints_weights():
@@ -28,6 +30,17 @@ def test_the_held_model_is_taken_by_the_same_build_only_and_then_carries_the_che
     assert taken is held
     taken.load(checkpoint)  # as SupervisedTrainerMixin.get_model does with the checkpoint's weights
     assert all(torch.equal(a, b) for a, b in zip(taken.state_dict().values(), checkpoint.state_dict().values()))
+
+
+def test_without_host_room_for_the_datasets_only_the_model_is_held_and_the_line_says_why(tmp_path):
+    report = tmp_path / "standby-ready.json"
+    line = ready.prepare({**spec("yolov8n.yaml", imgsz=64, batch=4, workers=2), "host_mib": 0, "report": str(report)})
+    assert "no dataset (not held, beyond the host's 0 MiB allowed: the datasets (" in line, line
+    said = StandbyReport.from_json(report.read_text())
+    assert said.holds == (HELD_MODEL,) and said.why == line and said.host_allowance_mib == 0
+    assert [d.files for d in said.data] == [32, 8]  # the demo's images, as read before the datasets were built
+    assert "datasets" not in ready.HELD and "loader" not in ready.HELD
+    ready.drop()
 
 
 def test_a_model_that_cannot_be_built_ahead_leaves_the_launch_to_build_it():

@@ -31,6 +31,7 @@ class Spawned:
     pid: int
     resumed_from: str | None  # the checkpoint the worker resumes from, None when training from scratch
     start: WorkerStart = WorkerStart.COLD  # a new process, or the kind of standby that took the attempt
+    start_why: str | None = None  # a cold start where a standby waited: why it was not taken (standby_worker.py)
 
 
 @dataclass(frozen=True)

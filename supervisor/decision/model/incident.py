@@ -129,6 +129,8 @@ class Incident:
     kill: Kill | None = kept(default=None, omitted=True)
     restart_seconds: float | None = kept(default=None, omitted=True)  # from the verdict to the next first batch
     restart_start: WorkerStart | None = kept(default=None, omitted=True)  # how the next worker came
+    # a cold start where a standby waited: why it was refused (its held datasets no longer the files on disk)
+    restart_start_why: str | None = kept(default=None, omitted=True)
     restart_parts: dict[str, float] | None = kept(default=None, omitted=True)  # heartbeats.restart_parts
     rank_parts: tuple[RankStart, ...] = kept(default=(), omitted=True)  # under DDP: restart_parts of each rank
     # -- the recovery tiers (tier.py, recovery.py); None, (): no recovery (a stop, a probe) --

@@ -224,6 +224,7 @@ class Attempt:
     step_entered: float | None = None  # monotonic: when the current step was entered (progress does not reset it)
     step_seconds: dict[str, float] = field(default_factory=dict)  # each startup step's seconds, as they ended
     start: WorkerStart = WorkerStart.COLD  # how its process came: new, or a standby of which kind
+    start_why: str | None = None  # a cold start where a standby waited: why it was not taken
     step_done: int | None = None  # the step's progress as last said: items done (labels scanned, images cached) ...
     step_total: int | None = None  # ... of how many
     search: SearchSeen | None = None  # a kernel search's news in the current startup step (kernel_search.py)

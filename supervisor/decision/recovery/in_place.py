@@ -257,7 +257,8 @@ def killed(s: Supervision, r: Recovery, event: LoaderWorkersKilled, now: Now) ->
     if event.survivors:
         return Escalate(f"loader worker(s) survived SIGKILL ({'; '.join(event.survivors)})")
     r.acted_at = now.mono
-    r.bound = witness.loader_start_bound(s.current.loader_start_seen, s.config.watchdog.idle_floor)
+    w = s.config.watchdog
+    r.bound = witness.loader_start_bound(s.current.loader_start_seen, w.idle_floor, w.startup_timeout)
     return [Log("info", f"loader worker(s) {', '.join(map(str, event.pids))} killed in {event.seconds:.2f} s; the "
                         f"next batch is due within {r.bound:.0f} s")]
 

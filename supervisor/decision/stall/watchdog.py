@@ -136,8 +136,10 @@ def _judged(s: Supervision, stall: Stall) -> Deadline:
         return at  # a kernel search's: the witness and the tree say nothing of it
     evidence = witness_bound(s, stall)
     if evidence is not None:
-        bound, why = evidence
-        at = Deadline(bound, at.kind, f"{at.label}, {why}") if at.at is None or bound < at.at else at
+        bound, why, start = evidence
+        # A new iterator's first batch is its workers' start, which the phase's rhythm says nothing of (validation's
+        # first batch has none yet: auto_floor): its start's bound holds, longer or shorter (issue 57.9).
+        at = Deadline(bound, at.kind, f"{at.label}, {why}") if at.at is None or bound < at.at or start else at
     elif stall.idle_bound is not None and word.idle_since is not None:  # the tree's activity decides the floor
         bound = max(stall.since + stall.idle_bound, word.idle_since + w.idle_floor)
         why = "idle" if word.idle_since == a.idle_since else f"witness: {word.seen.report.kind.value}"
@@ -214,9 +216,10 @@ def wake(s: Supervision) -> Deadline:
     return at
 
 
-def witness_bound(s: Supervision, stall: Stall) -> tuple[float, str] | None:
-    """When ``stall`` is a hang by the witness's evidence, and that evidence in a phrase; None:
-    the evidence bounds nothing (no word, a wait outside the tree, a lock or a collective: the tree decides).
+def witness_bound(s: Supervision, stall: Stall) -> tuple[float, str, bool] | None:
+    """When ``stall`` is a hang by the witness's evidence, that evidence in a phrase, and whether it is a loader's
+    start (a bound of its own, not a shortening of the phase's); None: the evidence bounds nothing (no word, a wait
+    outside the tree, a lock or a collective: the tree decides).
 
     The evidence is bounded as in training or validation (``evidence_phase``) whatever the phase the stall began in:
     an epoch's end, a mid-epoch checkpoint's save, the next epoch's first batch (the one place only once "train" is
@@ -233,15 +236,16 @@ def witness_bound(s: Supervision, stall: Stall) -> tuple[float, str] | None:
         if culprit in a.waits_outside:
             return None  # it waits on the world (a socket, a remote file): the phase's own bound
         if seen.report.batch_index:
-            return since + loader_wait_bound(s, phase), f"witness: {seen.report.kind.value}"
-        return since + witness.loader_start_bound(a.loader_start_seen, s.config.watchdog.idle_floor), \
-            "witness: a loader start"
+            return since + loader_wait_bound(s, phase), f"witness: {seen.report.kind.value}", False
+        w = s.config.watchdog
+        return since + witness.loader_start_bound(a.loader_start_seen, w.idle_floor, w.startup_timeout), \
+            "witness: a loader start", True
     if not a.intervals.get(phase):
         return None  # the attempt's second batch, validation's first: a first step's kernels, no rhythm yet
     if witness.WAITS[seen.report.kind].rhythm:
-        return since + device_wait_bound(s, phase), f"witness: {seen.report.kind.value}"
+        return since + device_wait_bound(s, phase), f"witness: {seen.report.kind.value}", False
     if stall.held is not None:
-        return since + one_place_bound(s, phase), "witness: one place"
+        return since + one_place_bound(s, phase), "witness: one place", False
     return None
 
 

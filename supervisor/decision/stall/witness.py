@@ -312,17 +312,19 @@ def rank_fields(ranks: dict[int, Rank], waits: dict[int | None, WaitSeen], loade
 
 
 START_FACTOR = 2.0  # x the longest loader start of this run: what a new iterator may take for its first batch
-START_UNSEEN = 10.0  # seconds: the bound before this run has seen a loader start (or with ``idle_floor = "off"``)
+START_FLOOR = 10.0  # seconds: the least bound of a loader start with ``idle_floor = "off"``
 
 
-def loader_start_bound(seen: float | None, idle_floor: float | None) -> float:
+def loader_start_bound(seen: float | None, idle_floor: float | None, unseen: float | None) -> float:
     """Seconds a loader's new workers may take to their first batch: ``START_FACTOR`` x the longest start this
     attempt has seen (``Attempt.loader_start_seen``: its rung's start method and worker count), at least
-    ``idle_floor``; ``START_UNSEEN`` before any was seen. It bounds an in-place rebuild (no batch within it: the
-    restart) and a batch owed by a new iterator's workers before its first (per-pass workers, validation's first)."""
+    ``idle_floor``; before any was seen, ``unseen``: the startup's bound (``startup_timeout``), since a "spawn"
+    worker is an interpreter importing torch, seconds on an idle machine and many more under load (``START_FLOOR``
+    with it off). It bounds an in-place rebuild (no batch within it: the restart) and a batch owed by a new
+    iterator's workers before its first (per-pass workers, validation's first), whatever the phase's own bound."""
     if not seen:
-        return START_UNSEEN
-    return max(START_UNSEEN if idle_floor is None else idle_floor, START_FACTOR * seen)
+        return START_FLOOR if unseen is None else unseen
+    return max(START_FLOOR if idle_floor is None else idle_floor, START_FACTOR * seen)
 
 
 def describe(seen: WaitSeen) -> str:
