@@ -102,6 +102,9 @@ class Incident:
     # a kernel search's last word in that step, where one spoke (kernel_search.py): "MIOpen search, 243 runs left
     # (12 lines), silent for 600.0 s"
     kernel_search: str | None = kept(default=None, omitted=True)
+    # verdicts in a row at this point for this wait, each short of the phase's own bound, give the point that bound
+    # in the next attempts (watchdog.owed_here): "this point gets the phase's bound after 2 verdicts here (lock at ...)"
+    point_bound: str | None = kept(default=None, omitted=True)
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = kept(default=None, omitted=True)
     output_tail: tuple[str, ...] | None = kept(default=None, omitted=True)
