@@ -12,7 +12,8 @@ One record, kept across supervisor restarts (its ``kept`` fields, persistence.py
 - ``points``: where each recent hang sat (phase, epoch, batch) and the checkpoint its attempt resumed from, newest
   last, for "the same hang at the same point". A hang the settings cause also recurs at the same point when no
   checkpoint lands between the resume point and the hang: only hangs that resumed from different points count as
-  repeats of a deterministic one.
+  repeats of a deterministic one. Each point keeps the witness's word on it and whether its verdict came short of the
+  phase's own bound: two such in a row at one point for one wait give it that bound later (``owed_point``).
 
 What each rung has shown (its training seconds, hangs, starts and speeds) is that rung's record: rung_record.py.
 """

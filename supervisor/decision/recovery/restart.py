@@ -5,7 +5,10 @@ the failure is counted against the restart budget, a remedy or a rung change app
 at once (a hang, a probe, another host's ranks lost: ``Reason.PEER``) or after a backoff (a crash). A restart after
 an attempt that saved no checkpoint spends the budget; the same hang at the same point climbs while an untried rung
 changes what hung (hang_history.py), and ends the run as deterministic once hangs there from different resume points
-leave no such rung.
+leave no such rung. Verdicts in a row at one point for one wait, each short of the phase's own bound for that wait
+(the idle floor, a witness's bound), are the judge's doubt, not a hang the phase's bound saw: "whose waits each
+ended" as far as the phase allows, since the kill ended them. From the second, the next attempt gives the point the
+phase's own bound (watchdog.owed_here) and none of their restarts spends the budget; a kill at that bound spends it.
 """
 
 from __future__ import annotations
