@@ -1,6 +1,7 @@
 """No loop from a wait the judge got wrong (issue 58.4), on a chosen clock: verdicts at one point for one wait, each
 short of the phase's own bound, give that point the phase's own bound in the next attempt, and their restarts spend
-no budget. Timings of the CPU demo's 6 s join at the first epoch's end (0.5 s a batch, the tree idle: 5 s over the idle floor, 10 s over auto_floor)."""
+no budget. Timings of the CPU demo's 6 s join at the first epoch's end (0.5 s a batch, the tree idle: 5 s over the
+idle floor, 10 s over auto_floor)."""
 
 import pytest
 
