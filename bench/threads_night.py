@@ -143,17 +143,12 @@ def spin_night(tmp: Path, args: argparse.Namespace) -> None:
         finally:
             os.environ.pop("BENCH_NATIVE_SPIN", None)
         rows.append((result, found_at(tmp, label)))
-    print(f"\n{'hang':<22}" + "".join(f" {r.label:>34}" for r, _ in rows))
-    for k in range(max(len(f) for _, f in rows)):
-        cells = []
-        for result, found in rows:
-            if k < len(found):
-                tier, bound, stall = found[k]
-                cells.append(f"{tier} {'?' if stall is None else f'{stall:.1f}'} s ({bound.split(',')[-1].strip()})")
-            else:
-                cells.append("-")
-        kind = next((r.phases[k] for r, _ in rows if k < len(r.phases)), "?")
-        print(f"{kind:<22}" + "".join(f" {c[-34:]:>34}" for c in cells))
+    # Each night's hangs as they were made, then its incidents in order (a hang recovered in place that escalated
+    # is one incident; the kinds and the incidents need not pair one to one)
+    for result, found in rows:
+        print(f"\n{result.label}: made {', '.join(result.phases) or 'none'}")
+        for tier, bound, stall in found:
+            print(f"  {tier:<9} found at {'?' if stall is None else f'{stall:.1f}'} s ({bound})")
     for result, _ in rows:
         done = "not finished" if result.seconds is None else f"{result.seconds:.0f} s, exit {result.exit_code}"
         print(f"{result.label}: {done}, {result.hangs} hangs, rungs {result.rungs}", flush=True)
