@@ -308,7 +308,7 @@ def main() -> int:
         hangs = Hangs.install(tmp) if kinds else None
         ladder = None
         if args.night == "climbs" and not args.gpu:  # the CPU demo climbs as a CUDA machine would: forkserver first
-            from supervisor.decision.ladder import default_ladder
+            from supervisor.decision.model.ladder import default_ladder
             ladder = {"ladder": {"rungs": list(default_ladder(args.workers, cuda=True).rungs[1:])}}
         config = burst_config(tmp / "burst.toml", args, ladder)
         runs = args.runs.split(",")

@@ -86,11 +86,12 @@ class Hangs:
         self.twice: tuple[int, set[int]] | None = None  # loader_twice: (worker pid, its tree when first hung)
 
     @classmethod
-    def install(cls, folder: Path) -> Hangs:
-        """Put the handler on this process's PYTHONPATH, inherited by the supervisor and its worker."""
+    def install(cls, folder: Path, extra: str = "") -> Hangs:
+        """Put the handler on this process's PYTHONPATH, inherited by the supervisor and its worker; ``extra``: more
+        of a bench's own for that ``sitecustomize`` (one is imported: bench/threads_night.py's hooks)."""
         hook = folder / "bench-hang-hook"
         hook.mkdir(parents=True, exist_ok=True)
-        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE + extra)
         hangs = cls(folder)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
         os.environ["BENCH_HANG_FILE"] = str(hangs.file)

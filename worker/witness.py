@@ -302,6 +302,65 @@ def lock_wait(stack: Stack) -> Match | None:
         return Match("acquire")
     if stack.line.startswith("with ") and any(_type_named(v, *_LOCK_TYPES) for v in stack.named_on_line().values()):
         return Match("acquire")
+    if _calls_lock(stack.innermost):
+        return Match("acquire")
+    return None
+
+
+_LOADS = ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_NAME", "LOAD_GLOBAL")
+_ATTRIBUTES = ("LOAD_ATTR", "LOAD_METHOD")
+_TAKES = ("acquire", "__enter__")
+
+
+def _calls_lock(frame: Any) -> bool:
+    """The native call the frame is in takes a lock of this process, read from its bytecode, not its source: a lock
+    taken through another name (``take = lock.acquire; take()``) or on a line no file holds (code compiled from a
+    string, a callback of a notebook) waits in ``acquire`` all the same, with no frame of threading.py."""
+    lasti, code = getattr(frame, "f_lasti", -1), getattr(getattr(frame, "f_code", None), "co_code", b"")
+    if not 0 <= lasti < len(code) or not isinstance(code, bytes):
+        return False
+    op = dis.opname[code[lasti]]
+    if not (op.startswith("CALL") or op == "BEFORE_WITH"):
+        return False
+    held = None  # the value the loads of the current call have reached, and the attribute that follows it
+    for load, name in _loads_before(frame):
+        if load in _LOADS:
+            held = _named(frame, name)
+        elif held is not None and held[1] is None:
+            try:
+                held = (object.__getattribute__(held[0], "__dict__")[name], None)
+            except (AttributeError, KeyError, TypeError):
+                held = (held[0], name)  # a builtin's attribute: its method, by name
+        else:
+            held = None
+    if held is None:
+        return False
+    value, attribute = held
+    if op == "BEFORE_WITH":
+        return attribute is None and _type_named(value, *_LOCK_TYPES)
+    if attribute is not None:
+        return attribute in _TAKES and _type_named(value, *_LOCK_TYPES)
+    owner = getattr(value, "__self__", None)  # a bound ``acquire`` of a lock, called by another name
+    return getattr(value, "__name__", None) in _TAKES and owner is not None and _type_named(owner, *_LOCK_TYPES)
+
+
+def _loads_before(frame: Any) -> list[tuple[str, str]]:
+    """The loads of names and attributes the frame's current line made up to the instruction it is in: (op, name)."""
+    code, lasti, line, loads = frame.f_code, frame.f_lasti, None, []
+    for ins in dis.get_instructions(code):
+        if ins.starts_line is not None:
+            line = ins.starts_line
+        if ins.offset >= lasti:
+            break
+        if line == frame.f_lineno and (ins.opname in _LOADS or ins.opname in _ATTRIBUTES):
+            loads.append((ins.opname, ins.argval))
+    return loads
+
+
+def _named(frame: Any, name: str) -> tuple[Any, None] | None:
+    for scope in (getattr(frame, "f_locals", None) or {}, getattr(frame, "f_globals", None) or {}):
+        if name in scope:
+            return scope[name], None
     return None
 
 

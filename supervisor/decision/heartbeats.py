@@ -316,6 +316,7 @@ def _time_gap(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
 
 def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     a, p = s.current, s.current.progress
+    resuming = a.train_resuming  # the stall this progress ends is the save stretch's, up to its next batch
     a.train_resuming = s.state == State.HEALTHY and m.kind == MessageKind.PHASE and m.phase == Phase.TRAIN
     if s.kind.exit_0_finishes and m.phase == Phase.TRAIN and p.epochs and p.batches and p.epoch >= p.epochs \
             and (p.batch or 0) >= p.batches:
@@ -327,9 +328,10 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
             and p.phase in witness.RHYTHM_PHASES and kernel_search.in_stall(s) is None:
         # A device wait that ended: the device's own rhythm in this phase (from the stall's start: never shorter);
         # a stall held at one place that ended: that loop's own (a long legitimate one is not killed at its length);
-        # a batch owed by a loader worker that came: the loader's own
+        # a batch owed by a loader worker that came: the loader's own. Not a save stretch's one place (a mid-epoch
+        # checkpoint's hold, up to the next batch): a spin right after the next save would get ten times that hold
         seen = s.device_waits_seen if witness.WAITS[said.report.kind].rhythm else \
-            s.one_place_seen if said.place is not None else None
+            s.one_place_seen if said.place is not None and not resuming else None
         if said.report.kind == WaitKind.LOADER and said.report.batch_index:  # (a new iterator's first: its start)
             seen = s.loader_waits_seen
         if seen is not None:

@@ -144,6 +144,17 @@ def test_a_main_thread_on_a_lock_of_its_own_is_seen_on_the_lock(trainer, tmp_pat
         assert report.function == "acquire"
 
 
+@pytest.mark.parametrize("how, where", [
+    ("lock_renamed", f"tests/fixtures/witness_process.py:{fixture_line('lock_renamed')} in main_thread"),
+    ("lock_unreadable", "<callback>:3 in callback")])
+def test_a_bare_lock_is_a_lock_however_it_was_taken(trainer, tmp_path, how, where):
+    """``acquire`` under another name, or on a line whose source no file holds: the bytecode names the lock (issue
+    58.5: "no known wait (native)" before, which weighed the device runtime's rungs)."""
+    with scenario(trainer, tmp_path, kind="main", how=how) as s:
+        report = s.wait_for(WaitKind.LOCK)
+        assert (report.where, report.function) == (where, "acquire")
+
+
 def test_a_main_thread_spinning_in_python_is_elsewhere_at_its_line(trainer, tmp_path):
     spin = fixture_line("spin")
     with scenario(trainer, tmp_path, kind="main", how="spin") as s:

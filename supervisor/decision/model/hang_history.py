@@ -12,14 +12,15 @@ One record, kept across supervisor restarts (its ``kept`` fields, persistence.py
 - ``points``: where each recent hang sat (phase, epoch, batch) and the checkpoint its attempt resumed from, newest
   last, for "the same hang at the same point". A hang the settings cause also recurs at the same point when no
   checkpoint lands between the resume point and the hang: only hangs that resumed from different points count as
-  repeats of a deterministic one.
+  repeats of a deterministic one. Each point keeps the witness's word on it and whether its verdict came short of the
+  phase's own bound: two such in a row at one point for one wait give it that bound later (``owed_point``).
 
 What each rung has shown (its training seconds, hangs, starts and speeds) is that rung's record: rung_record.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from supervisor.decision.model.checkpoint_interval import HANG_WINDOW, HOLDS_KEPT
 from supervisor.decision.model.incident import Stacks
@@ -32,6 +33,7 @@ from worker.contract import Phase
 COSTS_KEPT = 8
 POINTS_KEPT = 8
 REPEATS = 3  # hangs in a row at the same point, from this many different resume points, are deterministic
+POINT_VERDICTS = 2  # verdicts in a row at one point for one wait, each short of the phase's bound: the judge's doubt
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,17 @@ class HangPoint:
     # the checkpoint's (epoch, batch); None (left out of the file): from scratch or unknown
     resumed_at: tuple[int, int] | None = kept(default=None, omitted=True)
     rung: int | None = kept(default=None, omitted=True)  # the rung it hung at; None: recorded before rungs were kept
+    # the witness's word on it, its kind and place ("lock at threading.py:_wait_for_tstate_lock"); None: no word
+    wait: str | None = kept(default=None, omitted=True)
+    short: bool = kept(default=False, omitted=True)  # found short of the phase's own bound for that wait
+    spent: float | None = kept(default=None, omitted=True)  # wall clock: its restart spent the budget then
 
     def same_place(self, other: HangPoint) -> bool:
         return (self.phase, self.epoch, self.batch) == (other.phase, other.epoch, other.batch)
+
+    def same_wait(self, other: HangPoint) -> bool:
+        """At the same place, the same kind of wait at the same frame (the same epoch end, the same callback)."""
+        return self.same_place(other) and self.wait is not None and self.wait == other.wait
 
 
 @dataclass
@@ -101,6 +111,39 @@ class HangHistory:
                 break
             run.insert(0, point)
         return run
+
+    def doubted_run(self) -> list[HangPoint]:
+        """The newest verdicts in a row at the newest one's point for the same wait, each found short of the phase's
+        own bound for it (the idle floor, a witness's bound): none of those waits had outlasted what the phase
+        allows such a wait. Two or more, and the next attempt gives that point the phase's own bound
+        (``POINT_VERDICTS``); their restarts spend no budget (restart.py): the next attempt settles it."""
+        run: list[HangPoint] = []
+        for point in reversed(self.points):
+            if not point.short or run and not point.same_wait(run[0]) or point.wait is None:
+                break
+            run.insert(0, point)
+        return run
+
+    def owed_point(self) -> tuple[HangPoint, int] | None:
+        """The point the next attempt owes the phase's own bound, and the verdicts there in a row (``doubted_run``,
+        or those it ended with: a kill at that bound keeps the point's bound); None: none owed."""
+        run: list[HangPoint] = []
+        for point in reversed(self.points):
+            if point.wait is None or run and not point.same_wait(run[0]):
+                break
+            run.insert(0, point)
+        doubted = [p for p in run if p.short]
+        return (run[-1], len(run)) if len(doubted) >= POINT_VERDICTS else None
+
+    def spend(self, wall: float) -> None:
+        """The newest hang's restart spent the budget at ``wall``."""
+        self.points[-1] = replace(self.points[-1], spent=wall)
+
+    def give_back(self, run: list[HangPoint]) -> list[float]:
+        """The budget spends of ``run``'s restarts, taken off them (the caller takes them off the budget)."""
+        spent = [p.spent for p in run if p.spent is not None]
+        self.points = [replace(p, spent=None) if any(p is q for q in run) else p for p in self.points]
+        return spent
 
     def passed(self, newest: HangPoint) -> frozenset[int]:
         """The rungs whose hang the newest one moved later: each hung twice or more at one point, in the newest's

@@ -119,6 +119,9 @@ class Incident:
     # under a ROCm build, the MIOpen mode the attempt's settings gave (miopen_modes.py): "normal find (...); no kernel
     # search"; None: no MIOpen, or a [worker] command, whose torch flags are its own
     miopen: str | None = kept(default=None, omitted=True)
+    # verdicts in a row at this point for this wait, each short of the phase's own bound, give the point that bound
+    # in the next attempts (watchdog.owed_here): "this point gets the phase's bound after 2 verdicts here (lock at ...)"
+    point_bound: str | None = kept(default=None, omitted=True)
     # -- from the shell, before the kill --
     processes: tuple[dict[str, Any], ...] | None = kept(default=None, omitted=True)
     output_tail: tuple[str, ...] | None = kept(default=None, omitted=True)

@@ -5,7 +5,10 @@ the failure is counted against the restart budget, a remedy or a rung change app
 at once (a hang, a probe, another host's ranks lost: ``Reason.PEER``) or after a backoff (a crash). A restart after
 an attempt that saved no checkpoint spends the budget; the same hang at the same point climbs while an untried rung
 changes what hung (hang_history.py), and ends the run as deterministic once hangs there from different resume points
-leave no such rung.
+leave no such rung. Verdicts in a row at one point for one wait, each short of the phase's own bound for that wait
+(the idle floor, a witness's bound), are the judge's doubt, not a hang the phase's bound saw: "whose waits each
+ended" as far as the phase allows, since the kill ended them. From the second, the next attempt gives the point the
+phase's own bound (watchdog.owed_here) and none of their restarts spends the budget; a kill at that bound spends it.
 """
 
 from __future__ import annotations
@@ -186,8 +189,21 @@ def _restart(s: Supervision, plan: StopPlan, now: Now) -> list[Any]:
                                  f"that batch does (yolo-train incidents shows the stacks), then run again to "
                                  f"resume"))
     s.restart_times.append(now.wall)
-    if not goodput.saved_since_spawn(s):  # a loop saves nothing; a run that checkpoints between hangs still moves on
+    doubted = s.hang_history.doubted_run() if plan.point is not None else []
+    if len(doubted) >= hang_history.POINT_VERDICTS:
+        # Kills at one point for one wait, each short of the phase's own bound for it: none of those waits outlasted
+        # what the phase allows, and the next attempt gives the point that bound. The judge's doubt spends no budget
+        # (those before it spent are given back); a kill at the phase's own bound there spends as any hang.
+        given = s.hang_history.give_back(doubted)
+        s.budget_times = [t for t in s.budget_times if t not in given]
+        actions.append(Log("warning", f"{len(doubted)} verdicts in a row at epoch {plan.point.epoch}, batch "
+                                      f"{plan.point.batch} for one wait ({plan.point.wait}), each short of the "
+                                      f"phase's own bound: no restart of theirs spends the budget"
+                                      + (f" ({len(given)} given back)" if given else "")))
+    elif not goodput.saved_since_spawn(s):  # a loop saves nothing; a run that checkpoints between hangs moves on
         s.budget_times.append(now.wall)
+        if plan.point is not None and s.hang_history.points and s.hang_history.points[-1] == plan.point:
+            s.hang_history.spend(now.wall)
     s.last_failure = plan.failure
     cfg = s.config.restart
     used = restarts_in_window(s.budget_times, now.wall, cfg)

@@ -9,7 +9,7 @@ and the tree is killed at once unless the worker was asked to save first. What f
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from supervisor.decision.learning import choices, goodput
@@ -54,11 +54,15 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
         if reason in (Reason.HANG, Reason.KERNEL) else None
     # a hang's stall, judged once: the tick's (or the escalation's) where it judged it
     stall = (verdict.stall if verdict is not None else watchdog.current_stall(s)) if point is not None else None
+    if point is not None and stall is not None and s.state == State.HEALTHY and then in (None, After.RESTART):
+        point = replace(point, wait=watchdog.wait_of(stall.word), short=watchdog.short_of_own(stall))
     last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds
     # A stop or probe that saves loses nothing (unless its save fails), nor does a kill after training was done.
     loss, resumes_from, at_risk = goodput.close_attempt(s, lost=save_until is None and then != After.SUCCEED)
+    owed = None
     if point is not None and then in (None, After.RESTART):
         s.hang_history.hang(point, s.trained(), last_progress_at, s.goodput.lost_seconds - lost_before)
+        owed = s.hang_history.owed_point()
     if s.job_next is not None:  # another host already decided where the job goes for this attempt's failure
         climb, remedy = False, None
     choice = choices.after_a_hang(s, reason == Reason.KERNEL) if climb and point is not None and s.probe.probing_from is None else None
@@ -76,7 +80,8 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
         startup_step_seen=watchdog.startup_step_seen(s) if starting else None,
         escalation=verdict.why if verdict else None, tier=by, kernel_search=_search(s, now),
         gpu_resets=tuple(a.gpu_resets), devcoredumps=tuple(a.devcoredumps),
-        miopen=miopen.describe() if miopen else None)
+        miopen=miopen.describe() if miopen else None,
+        point_bound=None if owed is None else f"{watchdog.point_bound_phrase(owed[1])} ({owed[0].wait})")
     if point is not None:  # a hang: where the training process said it waited
         stopped.update(tier.witness_fields(s, stall, now))
     ahead = None
@@ -97,7 +102,8 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
         log = Log("info", detail)
     else:
         log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree"
-                           + (f" (its stacks were read {ahead.ahead:.2f} s before the verdict)" if ahead else ""))
+                           + (f" (its stacks were read {ahead.ahead:.2f} s before the verdict)" if ahead else "")
+                           + (f"; {incident.point_bound} in the next attempt" if incident.point_bound else ""))
     # With several hosts a hang is said even where it moves nothing: the other hosts restart with this one at once
     announced = several_hosts and reason in (Reason.HANG, Reason.KERNEL) and then in (None, After.RESTART)
     published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})},

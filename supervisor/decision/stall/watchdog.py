@@ -134,6 +134,8 @@ def _judged(s: Supervision, stall: Stall) -> Deadline:
     at = stall.deadline
     if stall.searching:
         return at  # a kernel search's: the witness and the tree say nothing of it
+    if stall.owed is not None:  # the judge's doubt at this point: the phase's own bound, as a search's gets its own
+        return replace(at, label=f"{at.label}, {point_bound_phrase(stall.owed)}")
     evidence = witness_bound(s, stall)
     if evidence is not None:
         bound, why, start = evidence
@@ -320,6 +322,9 @@ class Stall:
     # counts as an idle tree's, from when the witness is silent (a kernel search's: the word and its culprit only)
     word: witness.Word = witness.Word(None, None, None, None)
     searching: bool = False  # once training: a kernel search spoke in this stall (kernel_search.in_stall)
+    # the verdicts in a row at this very point for this very wait, each short of the phase's own bound: the phase's
+    # own bound is the point's now (``owed_here``); None: no such point
+    owed: int | None = None
     held: str | None = None  # where the witness held the main thread for the whole stall (``held_place``)
     bound: Deadline = Deadline(None)  # its verdict's: ``deadline`` judged with the word and the tree (``_judged``)
     stacks_at: float | None = None  # when its stacks are read ahead of the verdict (``_stacks_at``); None: not
@@ -333,6 +338,7 @@ def current_stall(s: Supervision) -> Stall | None:
     if stall is None:
         return None
     stall = replace(stall, held=held_place(s, stall.word.seen, stall.word.culprit))
+    stall = replace(stall, owed=owed_here(s, stall))
     stall = replace(stall, bound=_judged(s, stall))
     return replace(stall, stacks_at=_stacks_at(s, stall, _confirmed(s, stall.bound)))
 
@@ -374,6 +380,39 @@ def _bounded(s: Supervision) -> Stall | None:
         # host's own making, a rank of it stopped (SIGSTOP to the tree, a debugger), which waits for nobody.
         return Stall(since, Deadline(since + t, kind, label), None, idle, word)
     return Stall(since, Deadline(since + t, kind, label), idle if shorter else None, word=word)
+
+
+def wait_of(word: witness.Word) -> str | None:
+    """The witness's word as a hang's point keeps it: its kind and frame ("lock at threading.py:_wait_for_tstate_lock",
+    the line left out); None: no word."""
+    if word.seen is None:
+        return None
+    return f"{word.seen.report.kind.value} at {witness.place_of(word.seen.report.where)}"
+
+
+def short_of_own(stall: Stall) -> bool:
+    """The stall's verdict came before the phase's own bound for it (the idle floor, a witness's bound)."""
+    own, judged = stall.deadline.at, stall.bound.at
+    return judged is not None and (own is None or judged < own)
+
+
+def owed_here(s: Supervision, stall: Stall) -> int | None:
+    """Verdicts in a row at the point this stall sits at (phase, epoch, batch), for the wait the witness says now,
+    each short of the phase's own bound for it (``HangHistory.owed_point``): a wait the judge got wrong would be
+    killed there in every attempt, so the point gets the phase's own bound, as a kernel search's point gets a
+    search's. None: no such point, or not this one."""
+    owed = s.hang_history.owed_point()
+    a = s.current
+    if owed is None or s.state != State.HEALTHY or stall.searching or a.recovery is not None:
+        return None
+    point, verdicts = owed
+    here = (a.progress.phase, a.progress.epoch, a.progress.batch)
+    return verdicts if (point.phase, point.epoch, point.batch) == here and wait_of(stall.word) == point.wait else None
+
+
+def point_bound_phrase(verdicts: int) -> str:
+    """The log's, the label's and the incident's words."""
+    return f"this point gets the phase's bound after {verdicts} verdicts here"
 
 
 def own_lock(word: witness.Word) -> bool:
