@@ -85,7 +85,7 @@ def test_the_ground_floor_imports_nothing_of_the_project_but_the_wire_contract()
     ground = [m for m in loaded_modules() if wing_of(m) == "ground"]
     assert ground == ["supervisor.exit_codes", "supervisor.vocabulary"]
     found = {i for m in ground for i, _ in imports(source_of(m)) if i.split(".")[0] in ("supervisor", "worker")}
-    assert found == {"worker.contract"}
+    assert found == {"worker.wire.contract"}
 
 
 def test_the_supervisor_imports_of_the_worker_only_what_the_contract_allows():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_READY, WorkerOptions
+from worker.wire.contract import ENV_READY, WorkerOptions
 
 MIB = 1 << 20
 

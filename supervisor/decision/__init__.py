@@ -8,7 +8,7 @@ checkpoint interval, persistence), ``stall`` (the stall judge: the watchdog, the
 ``kernel``, ``status_view`` (the status users script against) and ``notices``.
 The shell reads this package through the names below alone (tests/decision/test_face.py holds it).
 May import: the standard library, the ground floor (``supervisor.vocabulary``, ``supervisor.exit_codes``,
-``worker.contract``) and the configuration. Nothing here opens a file, reads a clock or starts a process.
+``worker.wire.contract``) and the configuration. Nothing here opens a file, reads a clock or starts a process.
 """
 
 from supervisor.decision.core import Supervision, decide

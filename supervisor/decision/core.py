@@ -56,7 +56,7 @@ from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.decision.stall.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
 # are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.

@@ -26,7 +26,7 @@ from supervisor.decision.model.state import Attempt, Supervision
 from supervisor.decision.recovery import probe
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import State, Tier
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 FLAT = "flat"  # a field's metadata: its record's keys sit beside the holder's
 JSON = "json"  # a field's metadata: its JSON name, where not the field's name

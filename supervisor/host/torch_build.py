@@ -13,7 +13,7 @@ from typing import Any
 
 from supervisor.config import Config
 from supervisor.decision import Ladder, build_ladder, WorkerKind
-from worker.contract import loader_workers
+from worker.wire.contract import loader_workers
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@
     STATE_DIR/incidents/ahead-N/    attempt N's stall's stacks, read ahead of its verdict (decision/recovery/stacks_ahead.py):
                                     moved into the incident's directory at the verdict, removed when the stall ends
     STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
-    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
-    STATE_DIR/attempt-N.fault       a fault's flag, armed for attempt N (worker/faults.py)
+    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/wire/contract.py)
+    STATE_DIR/attempt-N.fault       a fault's flag, armed for attempt N (worker/supervision/faults.py)
     STATE_DIR/train/                Ultralytics' save_dir (or [distributed] run_dir): weights/last.pt, results.csv,
                                     and with several hosts job-ladder.json and job-checkpoint.json
 """

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.patches.miopen_db import (
+from worker.wire.miopen_db import (
     arch_from_override,
     gpu_arch_seen_by_runtime,
     kernel_db_lookup,

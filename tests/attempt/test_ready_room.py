@@ -6,7 +6,7 @@ import json
 from supervisor.attempt.ready_room import cuda_index, room
 from supervisor.attempt.standby_worker import serves
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_READY, WorkerOptions
+from worker.wire.contract import ENV_READY, WorkerOptions
 
 GIB = 1 << 30
 TRAIN = {"model": "yolov8n.yaml", "data": "demo", "device": 0, "imgsz": 640, "batch": 16, "epochs": 3}
@@ -41,4 +41,4 @@ def test_the_device_a_train_table_names():
 
 def test_a_ready_standby_serves_the_launch_of_its_rung():
     rung = {"PATH": "/usr/bin"}
-    assert serves({**rung, ENV_READY: "{}"}, rung)  # what it built is checked at the launch (worker/ready.py)
+    assert serves({**rung, ENV_READY: "{}"}, rung)  # what it built is checked at the launch (worker/standby/ready.py)

@@ -14,7 +14,7 @@ from supervisor.decision.status_view import snapshot
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import KernelKind
 from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make, verdicts
-from worker.contract import HeartbeatMessage
+from worker.wire.contract import HeartbeatMessage
 
 
 def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():

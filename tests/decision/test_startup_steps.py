@@ -10,7 +10,7 @@ from supervisor.decision import core
 from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import PID, Driver, kinds, make, verdicts
-from worker.contract import StartupStep
+from worker.wire.contract import StartupStep
 
 STEPS_OF_A_START = [("checkpoint", 0.5), ("model", 0.4), ("amp_check", 0.2), ("dataset", 2.0), ("loaders", 0.3),
                     ("dataset", 0.5), ("loaders", 0.6), ("first_batch", 0.8)]  # entered, then seconds in it

@@ -8,7 +8,7 @@ from supervisor.decision import core
 from supervisor.decision.model.incident import Stacks
 from supervisor.decision.model.ladder import build_ladder
 from supervisor.decision.stall import watchdog
-from worker.contract import HeartbeatMessage
+from worker.wire.contract import HeartbeatMessage
 
 PID = 4242
 COMMAND = {"command": ["python", "train.py"]}  # [worker] command: a user's script as the worker

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from tests.helpers import ROOT
 
-# What the supervisor may import of worker/ (worker/contract.py's docstring names each and why).
-SUPERVISOR_USES = {"worker.contract", "worker.heartbeat", "worker.faults", "worker.durable_file",
-                   "worker.patches.miopen_db"}
+# What the supervisor may import of worker/ (worker/wire/contract.py's docstring names each and why).
+SUPERVISOR_USES = {"worker.wire.contract", "worker.wire.heartbeat_protocol", "worker.wire.fault_spec",
+                   "worker.wire.durable_file", "worker.wire.miopen_db"}
 
 
 def module_name(path: Path) -> str:
@@ -17,7 +17,7 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> list[tuple[str, bool]]:
-    """(module imported, inside a function) for every import in ``path``; ``from worker import ddp`` is worker.ddp
+    """(module imported, inside a function) for every import in ``path``; ``from worker import ddp`` is worker.distributed.ddp
     (a module of a package is named whole)."""
     tree = ast.parse(path.read_text())
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))

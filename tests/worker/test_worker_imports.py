@@ -1,5 +1,5 @@
 """The worker's modules import each other at their top and in one direction (no circle hidden in function bodies),
-and the two sides import of each other what worker/contract.py's docstring says."""
+and the two sides import of each other what worker/wire/contract.py's docstring says."""
 
 from pathlib import Path
 

@@ -33,7 +33,7 @@ from supervisor.decision.model.rung_record import RungRecord
 from supervisor.decision.model.survivors import Survivor
 from supervisor.decision.model.worker_kind import WorkerKind
 from supervisor.vocabulary import After, KernelKind, Reason, State, Tier, WorkerStart
-from worker.contract import InForce, Phase, StartupStep, WaitReport
+from worker.wire.contract import InForce, Phase, StartupStep, WaitReport
 
 INCIDENTS_KEPT = 20
 THROUGHPUT_WINDOW = 20  # training beats behind it/s

@@ -34,7 +34,7 @@ from supervisor.decision.recovery import tier
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered, word_on
 from supervisor.decision.stall import watchdog, witness
 from supervisor.vocabulary import Reason, State, Tier
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
 # The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/loader_workers.py), and
 # what that part says back.

@@ -26,7 +26,7 @@ from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State, Tier
-from worker.contract import split_rung
+from worker.wire.contract import split_rung
 
 
 class RestartTier:

@@ -31,7 +31,7 @@ from supervisor.decision.recovery import stacks_ahead
 from supervisor.decision.stall import witness
 from supervisor.decision.stall.watchdog import Stall
 from supervisor.vocabulary import Tier
-from worker.contract import HeartbeatMessage, MessageKind
+from worker.wire.contract import HeartbeatMessage, MessageKind
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from supervisor.config import AUTO, WatchdogConfig
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.stall import kernel_search, witness
 from supervisor.vocabulary import STARTUP_PHASE, State
-from worker.contract import Phase, StartupStep, WaitKind, split_rung
+from worker.wire.contract import Phase, StartupStep, WaitKind, split_rung
 
 
 class DeadlineKind(Enum):

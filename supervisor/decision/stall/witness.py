@@ -36,7 +36,7 @@ from typing import Protocol
 
 from supervisor.decision.model.state import Attempt, WaitSeen
 from supervisor.vocabulary import State
-from worker.contract import DDP_BACKWARD, Phase, WaitKind, WaitReport
+from worker.wire.contract import DDP_BACKWARD, Phase, WaitKind, WaitReport
 
 
 
