@@ -1,14 +1,10 @@
 """What a source file imports, read with ast from the file itself: the floors' test (tests/test_floors.py), the
-decision core's (tests/decision/test_decision_imports.py) and the contract's (tests/worker/test_worker_imports.py)."""
+decision core's (tests/decision/test_decision_imports.py) and the worker's (tests/worker/test_worker_imports.py)."""
 
 import ast
 from pathlib import Path
 
 from tests.helpers import ROOT
-
-# What the supervisor may import of worker/ (worker/wire/contract.py's docstring names each and why).
-SUPERVISOR_USES = {"worker.wire.contract", "worker.wire.heartbeat_protocol", "worker.wire.fault_spec",
-                   "worker.wire.durable_file", "worker.wire.miopen_db"}
 
 
 def module_name(path: Path) -> str:
