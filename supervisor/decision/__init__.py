@@ -11,7 +11,7 @@ May import: the standard library, the ground floor (``supervisor.vocabulary``, `
 ``worker.wire.contract``) and the configuration. Nothing here opens a file, reads a clock or starts a process.
 """
 
-from supervisor.decision.core import Supervision, decide
+from supervisor.decision.core import Supervision, decide, restore
 from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepVerifiedCopy, KillTree, Log,
                                                PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
                                                RecordIncident, RequestCheckpoint, Spawn)
@@ -31,7 +31,6 @@ from supervisor.decision.recovery.in_place import (InspectStall, LoaderWorkersKi
 from supervisor.decision.stall.loader_judgement import judge
 from supervisor.decision.stall.stack_reading import (UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture,
                                                      as_incident_stacks)
-from supervisor.decision.stall.watchdog import tree_reading_from, wake
 from supervisor.decision.status_view import Heartbeats, Status, Supervisor, snapshot
 
 __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "decide", "derive", "DropStacksAhead",
@@ -39,8 +38,8 @@ __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "deci
            "JobCheckpointRead", "JobLadderRead", "judge", "KeepVerifiedCopy", "KernelMessage", "KillTree", "Ladder",
            "LoaderWorkersKilled", "Log", "Notice", "NoticeLimit", "Now", "one_line", "PrepareStandby", "ProcessStacks",
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "ReplaceLoaderWorkers",
-           "RequestCheckpoint", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
+           "RequestCheckpoint", "restore", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
            "StacksReadAhead", "StallInspected", "StateDirTaken", "Status", "StopRequested", "Supervision", "Supervisor",
-           "SupervisorPaused", "Survivor", "SurvivorsGone", "ThreadStack", "Tick", "tree_reading_from",
-           "TreeActivity", "TreeCapture", "TreeKilled", "Unreadable", "UNTRACEABLE_STATES", "wake", "where_of",
+           "SupervisorPaused", "Survivor", "SurvivorsGone", "ThreadStack", "Tick",
+           "TreeActivity", "TreeCapture", "TreeKilled", "Unreadable", "UNTRACEABLE_STATES", "where_of",
            "WorkerExited", "WorkerKind"]

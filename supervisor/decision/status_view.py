@@ -255,7 +255,7 @@ class Status(View):
 def snapshot(s: Supervision, now: Now) -> Status:
     """The core's part of the live status (``Agent.status`` adds the ``supervisor`` part)."""
     a, p = s.current, s.current.progress
-    due = watchdog.deadline(s)
+    due = s.watch.deadline if s.watch is not None else watchdog.Deadline(None)  # none before a first decision
     done_batches = p.batches_done() or 0
     total_batches = p.epochs * p.batches
     it_s = a.batches_per_second()

@@ -16,8 +16,8 @@ FACE = sorted([
     "AwaitSurvivors", "DropStacksAhead", "Exit", "InspectStall", "KeepVerifiedCopy", "KillTree", "Log",
     "PrepareStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",
     "ReplaceLoaderWorkers", "RequestCheckpoint", "Spawn",
-    # the reducer, its record and the clock it wakes on
-    "Supervision", "decide", "wake", "tree_reading_from",
+    # the reducer, its record (whose ``watch`` the shell's loop reads) and its restore
+    "Supervision", "decide", "restore",
     # records and readings the shell builds or shows
     "Incident", "Stacks", "one_line", "where_of", "Ladder", "build_ladder", "Unreadable", "scan", "Survivor",
     "WorkerKind", "judge", "UNTRACEABLE_STATES", "Frame", "ProcessStacks", "ThreadStack", "TreeCapture",

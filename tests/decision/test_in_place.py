@@ -151,6 +151,9 @@ class Declines:
         self.calls.append(("begin", verdict.phase))
         return Escalate("not this one's hang")
 
+    def reads_own_stacks(self, s, phase, word):
+        return False
+
 
 def test_the_tiers_are_walked_cheapest_first_and_an_escalation_goes_on_from_the_tier_under_way(monkeypatch):
     calls: list = []

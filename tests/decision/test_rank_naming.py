@@ -144,5 +144,5 @@ def test_the_launchers_last_word_tells_no_stall_of_its_ranks():
         d.t = LAST_BATCH + 0.5 * k
         word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")  # waits for the other host's rank
     assert None not in d.s.current.waits and PID != RANK_0
-    assert "one place" not in watchdog.deadline(d.s).label
+    assert "one place" not in d.s.watch.deadline.label
     assert kinds(d.at(LAST_BATCH + 3.01)(core.Tick())) == []

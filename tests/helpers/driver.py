@@ -42,7 +42,7 @@ class Driver:
         return actions
 
     def verdict_due(self) -> bool:
-        due = watchdog.deadline(self.s)
+        due = self.s.watch.deadline
         return due.at is not None and self.t >= due.at
 
     def boot_and_spawn(self) -> core.Spawn:
