@@ -73,7 +73,7 @@ class Night:
 
 
 def burst_config(path: Path, args: argparse.Namespace, sections: dict | None = None) -> Path:
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     data = str(ensure_demo_dataset(train_images=args.images, val_images=8, size=args.imgsz))
     train = {"data": data, "model": args.model, "epochs": args.epochs, "imgsz": args.imgsz, "batch": args.batch,

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from bench.harness import ROOT
-from worker.contract import LaunchRecord, MessageKind
-from worker.heartbeat import Decoder
+from worker.wire.contract import LaunchRecord, MessageKind
+from worker.wire.heartbeat_protocol import Decoder
 
 DEFAULT_EVERY = 600.0  # CheckpointConfig.every
 
@@ -71,7 +71,7 @@ def main() -> None:
     options = parser.parse_args()
     options.data = "demo"
     if options.images:
-        from worker.demo_data import ensure_demo_dataset
+        from worker.startup.demo_data import ensure_demo_dataset
 
         options.data = str(ensure_demo_dataset(train_images=options.images, val_images=8, size=options.imgsz))
     print(f"{options.model}, imgsz {options.imgsz}, batch {options.batch}, device {options.device}")

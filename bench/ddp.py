@@ -6,7 +6,7 @@ Cases (``--cases``, comma-separated; each a supervised run of its own, printed a
   epoch time from its own results.csv ((last - first) / (epochs - 1)). Ratio = plain / supervised (goal >= 0.99).
 - ``standby``: a rank's hang (``--standby-fault``: ``device_hang`` on GPUs, ``main_hang`` on the CPU) recovered by
   the restart, with ``[worker] standby = false`` (every process of the next attempt starts cold) and then ``true``
-  (the launching worker and the ranks' server imported ahead: worker/rank_server.py), side by side: the verdict ->
+  (the launching worker and the ranks' server imported ahead: worker/standby/rank_server.py), side by side: the verdict ->
   the next first batch (the incident's ``restart_seconds``; goal <= 6 s on 2 H100s), and the ratio.
 - ``device``: a rank's GPU kernel that never ends (fault ``device_hang`` in rank 1; GPU only).
 - ``loader``: a loader worker of rank 1 stopped from outside (SIGSTOP): replaced in place in that rank alone.
@@ -269,7 +269,7 @@ def mid_epoch(status: dict) -> bool:
 
 
 def ranks_started(state: Path, worker_pid: int | None) -> bool:
-    """The ranks of the launch by ``worker_pid`` have started (worker/multinode.py marks each rank's start under the
+    """The ranks of the launch by ``worker_pid`` have started (worker/distributed/multinode.py marks each rank's start under the
     state directory): the rendezvous completed."""
     marks = state / "ranks-started" / str(worker_pid)
     return worker_pid is not None and marks.is_dir() and any(marks.iterdir())
@@ -532,7 +532,7 @@ def main() -> int:
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     data = str(ensure_demo_dataset(train_images=a.images, val_images=64 if a.gpu else 16, size=a.imgsz))
     out = Path(tempfile.mkdtemp(prefix="bench-ddp-"))

@@ -62,7 +62,7 @@ hb.phase("done")
 
 
 def ultralytics_config(path: Path) -> str:
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     data = ensure_demo_dataset(train_images=1024, val_images=8, size=640)
     return (f'[train]\ndata = "{data}"\nmodel = "yolov8n.yaml"\nepochs = 2\nimgsz = 640\nbatch = 32\nworkers = 8\n'

@@ -2,12 +2,12 @@
 spawned, or forked from a preloaded forkserver, side by side in one run, each in a fresh process.
 
 Each measurement is a process of its own (``--one METHOD``), as a worker attempt is: it imports torch and
-Ultralytics; for "forkserver" it starts the server with the worker's preload (worker/loaders.py) before anything
+Ultralytics; for "forkserver" it starts the server with the worker's preload (worker/loading/loaders.py) before anything
 touches the device, and waits until its imports are done (``server ready``: the cost a standby pays ahead); then it
 builds a model on the device and runs it once (on a GPU: the CUDA runtime a forked worker inherits), builds the
 training loader (``--workers`` processes, the embedded demo at ``--imgsz``, mosaic and all), and times its first batch
 (the workers' start) and its samples/s over ``--batches`` batches after the ones prefetched meanwhile. Also (issue
-49): ``forkserver-forked``, the server forked from this process (a DDP rank's, worker/loaders.py); ``threads``, the
+49): ``forkserver-forked``, the server forked from this process (a DDP rank's, worker/loading/loaders.py); ``threads``, the
 threads loader (``--threads``), and ``threads-all-at-once``, its threads each handed their first batches at once. Rounds are
 interleaved; the best round of each method is printed, with the ratios to fork.
 
@@ -47,8 +47,8 @@ def one(method: str, args: argparse.Namespace) -> dict[str, float]:
     from ultralytics.data.utils import check_det_dataset
     from ultralytics.nn.tasks import DetectionModel
 
-    from worker.demo_data import ensure_demo_dataset
-    from worker.loaders import start_forkserver, start_workers_with
+    from worker.startup.demo_data import ensure_demo_dataset
+    from worker.loading.loaders import start_forkserver, start_workers_with
 
     result = {"imports": time.perf_counter() - began}
     if method.startswith("forkserver"):
@@ -70,7 +70,7 @@ def one(method: str, args: argparse.Namespace) -> dict[str, float]:
     dataset = build_yolo_dataset(cfg, data["train"], args.batch, data, mode="train")
     loader = build_dataloader(dataset, args.batch, args.workers, shuffle=True, rank=-1, device=str(device))
     if method.startswith("threads"):
-        from worker import thread_loader
+        from worker.loading import thread_loader
 
         if method == "threads-all-at-once":  # every thread's first batches handed over at its start
             thread_loader.START_WINDOW = 1 << 30

@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--hang-at", type=int, default=20, help="attempt 1's main loop hangs after this batch")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds the run may take")
     args = parser.parse_args()
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     with tempfile.TemporaryDirectory() as tmp:
         train = {"epochs": 3, "plots": False}

@@ -110,7 +110,7 @@ def main() -> None:
     options = parser.parse_args()
     baseline = options.baseline_minutes or options.minutes
 
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     data = str(ensure_demo_dataset(train_images=options.images, val_images=8, size=64))
     window = options.hang_every * 60

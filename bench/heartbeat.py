@@ -35,18 +35,19 @@ import time
 from pathlib import Path
 
 from bench.harness import ROOT, checkout_env, write_config
-from worker.heartbeat import Heartbeat, encode
+from worker.heartbeat import Heartbeat
+from worker.wire.heartbeat_protocol import encode
 GOAL_US = 20.0
 GOAL_STEP_FRACTION = 0.001
 PACE_SECONDS = 0.0002  # between beats into the drained pipe: the reader keeps up, as it does in training
 
-# The worker's fields after a training batch (worker/trainer.py, on_train_batch_end).
+# The worker's fields after a training batch (worker/training/trainer.py, on_train_batch_end).
 FIELDS = {"epoch": 3, "epochs": 50, "batch": 5, "batches": 8, "samples": 4,
           "losses": {"box_loss": 3.14159, "cls_loss": 4.26535, "dfl_loss": 1.89793}, "lr": 0.0016670000000000001}
 
 READER = """
 import os, sys
-from worker.heartbeat import Decoder
+from worker.wire.heartbeat_protocol import Decoder
 fd, decoder, messages = int(sys.argv[1]), Decoder(), 0
 while data := os.read(fd, 65536):
     messages += len(decoder.feed(data))

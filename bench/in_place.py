@@ -38,7 +38,7 @@ from bench.burst import burst_config
 from bench.hangs import Hangs, parse_kinds
 from bench.harness import ROOT, add_training_args, apply_training_defaults
 from bench.lost_work import BenchError, SupervisedRun
-from worker.trainer import RECORD_FED_ENV
+from worker.training.trainer import RECORD_FED_ENV
 
 POLL = 0.01
 

@@ -230,7 +230,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     options = parser.parse_args()
 
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     data = str(ensure_demo_dataset(train_images=options.images, val_images=8, size=64))
     with tempfile.TemporaryDirectory(prefix="lost-work-") as tmp_name:

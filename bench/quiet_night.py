@@ -106,7 +106,7 @@ def main() -> int:
     if a.epochs < 2:
         parser.error("--epochs: at least 2 (the steady epoch time is measured between the first and the last)")
 
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     data = str(ensure_demo_dataset(train_images=a.images, val_images=max(8, a.images // 8), size=a.imgsz))
     root = Path(tempfile.mkdtemp(prefix="quiet-night-"))

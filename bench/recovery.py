@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bench.harness import ROOT, write_config
-from worker import heartbeat
+from worker.wire import heartbeat_protocol
 HANG_AFTER_BATCH = 10  # the demo has 8 batches per epoch: epoch 1's last.pt exists when the hang starts
 GOAL_SECONDS = 20.0  # issue 2: a DataLoader-worker hang resumed within 20 s
 BASELINE_TIMEOUT = 10.0  # DataLoader(timeout=10), the baseline's only hang detection
@@ -256,7 +256,7 @@ def run_plain(script: Path, flag: Path, run: int, stop_after_first_batch: bool =
         for now, line in timestamped_lines(proc.stdout, Deadline(time.monotonic() + RUN_LIMIT), (pidfd,)):
             if not line and proc.poll() is not None:
                 exited = now
-                for rest in (heartbeat.read_available(proc.stdout.fileno()) or b"").decode(errors="replace").splitlines():
+                for rest in (heartbeat_protocol.read_available(proc.stdout.fileno()) or b"").decode(errors="replace").splitlines():
                     note(rest)  # its last words, already in the pipe when it died
                 break
             note(line)
@@ -330,7 +330,7 @@ class TorchrunHang:
             self.close()
             return self.note
         waited = time.monotonic() - self.last_batch
-        restarted = [m[2] for m in PLAIN_BATCH.finditer((heartbeat.read_available(self.proc.stdout.fileno()) or b"").decode(
+        restarted = [m[2] for m in PLAIN_BATCH.finditer((heartbeat_protocol.read_available(self.proc.stdout.fileno()) or b"").decode(
             errors="replace")) if m[2] != "1"]
         alive = self.proc.poll() is None
         states = []

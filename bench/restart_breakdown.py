@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from bench.harness import ROOT, quiet_config
-from worker.demo_data import ensure_demo_dataset
+from worker.startup.demo_data import ensure_demo_dataset
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
 
 
 STARTS = {"cold": "standby = false", "imported": 'standby_ready = "off"', "ready": 'standby_ready = "auto"'}
-# The parts' order: the supervisor's, then the next worker's startup steps (worker/contract.py StartupStep).
+# The parts' order: the supervisor's, then the next worker's startup steps (worker/wire/contract.py StartupStep).
 ORDER = ("kill", "to_spawn", "imports", "checkpoint", "model", "model_load", "amp_check", "dataset", "loaders",
          "first_batch", "first_batch_held", "first_step", "restart_seconds", "freeze", "it/s after", "it/s next epoch")
 # Ultralytics' progress line at an epoch's end: "  2/3   0G  ...  64: 100% ━━━ 8/8 1.8it/s 4.5s"

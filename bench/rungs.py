@@ -41,9 +41,9 @@ from typing import Any, Iterator
 os.environ.setdefault("YOLO_OFFLINE", "1")  # no download may stall the bench: fonts, AMP check weights
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from worker.demo_data import ensure_demo_dataset
-from worker.loaders import start_workers_with
-from worker.thread_loader import thread_loader_from
+from worker.startup.demo_data import ensure_demo_dataset
+from worker.loading.loaders import start_workers_with
+from worker.loading.thread_loader import thread_loader_from
 
 KINDS = ("workers", "workers0", "threads", "spawn")
 
@@ -200,7 +200,7 @@ def train_timing(name: str, settings: dict[str, Any], n: int, data_yaml: Path, a
     With ``--gil``, who held the GIL over the timed epochs goes to ``GIL_SAMPLED[name]``."""
     from ultralytics.models.yolo.detect import DetectionTrainer
 
-    from worker.loaders import make_epoch_workers
+    from worker.loading.loaders import make_epoch_workers
     from worker.patches import amp_check, offline
 
     amp_check.install("local")  # Ultralytics' own check downloads a model

@@ -25,7 +25,7 @@ import psutil
 
 from bench.harness import ROOT, write_config
 from supervisor.host.stacks import capture_tree
-from worker.contract import STANDBY_FLAG
+from worker.wire.contract import STANDBY_FLAG
 
 HANG_AFTER_BATCH = 3
 BUDGET = 3.0

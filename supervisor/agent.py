@@ -99,7 +99,7 @@ class Agent:
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
         self.handle(decision.Boot())
         while self.s.exit is None:
-            due = decision.wake(self.s)
+            due = self.s.watch.wake  # what the last decision left to watch: nothing here judges the stall again
             wake = min(due.at or math.inf, self.reads.next_wake(), self._next_sample())
             timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
             self.metrics.retry_if_due()
@@ -116,10 +116,10 @@ class Agent:
             for source in self.kernel.polled():
                 self._on_kernel(source)
             self._sample_tree()
-            due = decision.wake(self.s)
+            due = self.s.watch.wake
             if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                 self._drain_worker()  # what is queued is read before anyone is judged
-                due = decision.wake(self.s)
+                due = self.s.watch.wake
                 if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                     self.handle(decision.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
@@ -141,7 +141,7 @@ class Agent:
         """The state file's record into a fresh Supervision, taken only whole: a file found corrupt halfway (moved
         aside by read_state) leaves the run at rung 0, not half restored."""
         restored = decision.Supervision(self.config, self.ladder, miopen=self.miopen)
-        restored.restore(record)
+        decision.restore(restored, record)
         self.s = restored
 
     def _resume_point(self) -> str:
@@ -304,7 +304,7 @@ class Agent:
 
     def _reading_from(self) -> float | None:
         """From when the worker's tree is read for activity, every interval; None: not in this stall."""
-        return decision.tree_reading_from(self.s) if self.worker is not None else None
+        return self.s.watch.tree_from if self.worker is not None else None
 
     def _next_sample(self) -> float:
         start = self._reading_from()

@@ -12,7 +12,7 @@ from typing import Callable
 
 from supervisor.config import Config, ConfigError, load
 from supervisor.exit_codes import EXIT_CONFIG
-from worker.faults import Fault, FaultError
+from worker.wire.fault_spec import Fault, FaultError
 
 
 def _run(config: Config, args: argparse.Namespace) -> int:

@@ -18,8 +18,8 @@ from supervisor.config_keys import (AUTO, LONGEST, Address, Argv, Choice, Config
                                     Moment, Reader, Seconds, Strings, Text, Whole, build, declared_keys, key, parse_address,
                                     parse_deadline, read_keys, table)
 from supervisor.patterns import CatalogueError, validate_patterns, validate_regex
-from worker.contract import BATCHNORM_FALLBACK_MODES, CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
-from worker.faults import Fault, FaultError
+from worker.wire.contract import BATCHNORM_FALLBACK_MODES, CONV_FALLBACK_MODES, LOADERS, OPTION_TYPES, START_METHODS
+from worker.wire.fault_spec import Fault, FaultError
 
 SOURCE_CHOICES = ("auto", "kmsg", "journal", "off")  # [kernel_log] source: auto reads kmsg, else the journal
 DEMO_CONFIG = Path(__file__).with_name("demo.toml")
@@ -65,7 +65,7 @@ def _train_value(where: str, name: str, value: Any, reader: Reader) -> None:
         reader.fail(where, expected, value)
 
 
-# A rung's own settings (worker/contract.py's OPTION_TYPES); any other key of a rung is an Ultralytics train argument.
+# A rung's own settings (worker/wire/contract.py's OPTION_TYPES); any other key of a rung is an Ultralytics train argument.
 RUNG_SETTINGS = (
     Key("ladder.rungs", "persistent_workers", Flag(), None,
         "keep the DataLoader's worker processes between epochs (Ultralytics' own choice when not set)"),

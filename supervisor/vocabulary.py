@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 
 class State(str, Enum):
@@ -39,7 +39,7 @@ class WorkerStart(str, Enum):
     ``restart_start`` (the one that took the restart)."""
     COLD = "cold"  # a new interpreter: imports, device context, model, dataset and loaders after the verdict
     IMPORTED = "imported"  # a standby that had imported torch, Ultralytics and the trainer
-    READY = "ready"  # a standby that also held the device context and the model built (worker/ready.py)
+    READY = "ready"  # a standby that also held the device context and the model built (worker/standby/ready.py)
 
 
 class Reason(str, Enum):

@@ -21,7 +21,7 @@ def pytest_configure(config):
     from ultralytics.data.dataset import YOLODataset
     from ultralytics.data.utils import check_det_dataset
 
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     data = check_det_dataset(str(ensure_demo_dataset()))
     for split in ("train", "val"):

@@ -4,7 +4,7 @@ import os
 import signal
 import sys
 
-from worker.link import STOP_REQUESTED
+from worker.supervision.link import STOP_REQUESTED
 
 # SIGUSR1 (the supervisor's "save and exit") must never meet its default action, death, even during the imports.
 signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.append(True))
@@ -12,6 +12,6 @@ signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.append(True))
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from worker.train import main  # noqa: E402  (after the handler and the environment above)
+from worker.training.train import main  # noqa: E402  (after the handler and the environment above)
 
 sys.exit(main(sys.argv[1:]))

@@ -22,8 +22,8 @@ and loader locks; the one glibc leaves held (``__exit_funcs_lock``, Ultralytics 
 statics, which the witness reaches only in the device query, made with the GIL held by torch's binding (see
 ``device_busy``). A forked child has no witness thread (fork copies the calling thread only) and never starts one.
 
-Who gets it: our worker starts it in the training process (``worker/train.py``) and in every DDP rank
-(``worker/ddp.py``) through ``Heartbeat.from_env(witness=True)``; the launching worker of a DDP run stops its own
+Who gets it: our worker starts it in the training process (``worker/training/train.py``) and in every DDP rank
+(``worker/distributed/ddp.py``) through ``Heartbeat.from_env(witness=True)``; the launching worker of a DDP run stops its own
 once the ranks train (it only waits for them). A command worker's script asks for it the same way, or with
 ``hb.start_witness()``; a plain ``Heartbeat.from_env()`` starts no thread (a library that adds a thread to someone's
 process unasked changes what their fork()s inherit), and an unsupervised client (no pipe) never starts one. It
@@ -45,7 +45,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, DDP_BACKWARD, WaitKind, WaitReport
+from worker.wire.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, DDP_BACKWARD, WaitKind, WaitReport
 
 INTERVAL = 0.5  # seconds between looks; also the stall after which the first report is sent
 MAX_FRAMES = 200  # frames walked outward from the innermost; a deeper stack is classified by its innermost ones

@@ -13,7 +13,7 @@ from supervisor.attempt.worker_process import WorkerProcess
 from supervisor.config import Config
 from supervisor.decision import InspectStall, LoaderWorkersKilled, ReplaceLoaderWorkers
 from supervisor.host import process_tree
-from worker.contract import Command, CommandKind
+from worker.wire.contract import Command, CommandKind
 
 ACTIONS = (InspectStall, ReplaceLoaderWorkers)
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from supervisor.attempt.terminal_escapes import without_escapes
 from supervisor.patterns import validate_regex
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 MAX_LINE_BYTES = 8192  # a longer run of bytes without \n or \r is not a progress line: dropped, counted
 MAX_BARS = 64  # distinct bars remembered by the counter; the least recently seen is forgotten first

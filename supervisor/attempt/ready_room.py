@@ -5,7 +5,7 @@ standby never takes the memory the training runs in (a card of 8 GB that the tra
 Free memory is read without touching the device from this process: NVML on an NVIDIA GPU (no CUDA context), the
 host's available memory on the CPU. On the host, on a GPU too, a ready standby is granted a share of the available
 memory ([worker] standby_host_percent): its datasets' RAM cache is a second copy of the training's, and it holds
-only what fits there (worker/ready.py).
+only what fits there (worker/standby/ready.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_READY, WorkerOptions
+from worker.wire.contract import ENV_READY, WorkerOptions
 
 MIB = 1 << 20
 

@@ -1,7 +1,7 @@
 """Several hosts: what this host's worker needs to meet the others at torch.distributed's c10d rendezvous.
 
 The supervisor imports no torch; the worker launches its ranks with torch.distributed.run's c10d rendezvous
-(``worker/multinode.py``) from the ``Rendezvous`` in its launch record, made here from ``[distributed]``.
+(``worker/distributed/multinode.py``) from the ``Rendezvous`` in its launch record, made here from ``[distributed]``.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import hashlib
 import json
 
 from supervisor.config import Config
-from worker.contract import Rendezvous
+from worker.wire.contract import Rendezvous
 
-ENV_COLLECTIVE_TIMEOUT = "YOLO_TRAIN_COLLECTIVE_TIMEOUT"  # worker/ddp.py reads it in every rank (that module imports
+ENV_COLLECTIVE_TIMEOUT = "YOLO_TRAIN_COLLECTIVE_TIMEOUT"  # worker/distributed/ddp.py reads it in every rank (that module imports
 # torch, so its name is repeated here; tests/e2e/test_multinode.py checks they agree)
 
 

@@ -22,7 +22,7 @@ from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import ConfigError
 from supervisor.host import process_tree
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG, StandbyReport, split_rung
+from worker.wire.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG, StandbyReport, split_rung
 
 log = logging.getLogger("yolo-train")
 
@@ -31,7 +31,7 @@ def serves(made_for: dict[str, str], wanted: dict[str, str]) -> bool:
     """A standby made in ``made_for`` can be a launch in ``wanted``: the same environment, but for whether the
     standby started a forkserver or was made ready while it waited (neither is read at import: a launch whose rung
     forks its loader workers from one starts it if none runs, and one that runs idle is no harm; a held model that is
-    not the launch's is dropped there, worker/ready.py)."""
+    not the launch's is dropped there, worker/standby/ready.py)."""
     def imported(env: dict[str, str]) -> dict[str, str]:
         return {k: v for k, v in env.items() if k not in (ENV_FORKSERVER, ENV_READY)}
     return imported(made_for) == imported(wanted)

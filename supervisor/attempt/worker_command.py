@@ -20,7 +20,7 @@ from pathlib import Path
 
 from supervisor.attempt.progress_lines import ProgressCounter, ProgressParser
 from supervisor.config import CommandConfig
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
 CHECKPOINT_FIELD = "{checkpoint}"
 

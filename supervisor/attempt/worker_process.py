@@ -24,8 +24,8 @@ from supervisor.attempt.progress_lines import MAX_LINE_BYTES
 from supervisor.attempt.terminal_escapes import without_escapes
 from supervisor.attempt.worker_command import OutputProgress
 from supervisor.host import process_tree
-from worker.contract import ENV_COMMAND_FD, Command, CommandKind, HeartbeatMessage
-from worker.heartbeat import ENV_FD, Decoder, read_available
+from worker.wire.contract import ENV_COMMAND_FD, Command, CommandKind, HeartbeatMessage
+from worker.wire.heartbeat_protocol import ENV_FD, Decoder, read_available
 
 OUTPUT_TAIL_LINES = 20  # of the worker's output, kept for the incident record
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, named in Python 3.10+ only on some builds

@@ -23,7 +23,7 @@ from supervisor.decision import WorkerKind
 from supervisor.host.child_environ import worker_environ
 from supervisor.state import checkpoints
 from supervisor.state.state_dir import StateDir
-from worker.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, LaunchRecord, Patches, RungSplit, loader_workers,
+from worker.wire.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, LaunchRecord, Patches, RungSplit, loader_workers,
                              split_rung, trains_ranks)
 
 log = logging.getLogger("yolo-train")
@@ -58,7 +58,7 @@ class WorkerSpawner:
         env = {**self.config.worker_env, **rung.env}
         if self.kind.reads_launch_record and trains_ranks(self.config.train, env,
                                                           self.config.distributed.several_hosts):
-            served[ENV_RANK_STANDBY] = str(self.state_dir.path)  # its ranks are forked from it (worker/rank_server.py)
+            served[ENV_RANK_STANDBY] = str(self.state_dir.path)  # its ranks are forked from it (worker/standby/rank_server.py)
         return {**worker_environ(os.environ), **bounds, **self.config.worker_env, **rung.env, **served,
                 "PYTHONUNBUFFERED": "1", "YOLO_OFFLINE": os.environ.get("YOLO_OFFLINE", "1")}
 

@@ -8,10 +8,10 @@ checkpoint interval, persistence), ``stall`` (the stall judge: the watchdog, the
 ``kernel``, ``status_view`` (the status users script against) and ``notices``.
 The shell reads this package through the names below alone (tests/decision/test_face.py holds it).
 May import: the standard library, the ground floor (``supervisor.vocabulary``, ``supervisor.exit_codes``,
-``worker.contract``) and the configuration. Nothing here opens a file, reads a clock or starts a process.
+``worker.wire.contract``) and the configuration. Nothing here opens a file, reads a clock or starts a process.
 """
 
-from supervisor.decision.core import Supervision, decide
+from supervisor.decision.core import Supervision, decide, restore
 from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
                                                KillTree, Log,
                                                PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
@@ -34,7 +34,6 @@ from supervisor.decision.recovery.in_place import (InspectStall, LoaderWorkersKi
 from supervisor.decision.stall.loader_judgement import judge
 from supervisor.decision.stall.stack_reading import (UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture,
                                                      as_incident_stacks)
-from supervisor.decision.stall.watchdog import tree_reading_from, wake
 from supervisor.decision.status_view import Heartbeats, Status, Supervisor, snapshot
 
 __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "decide", "derive", "Devcoredump",
@@ -44,8 +43,8 @@ __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "deci
            "KillTree", "Ladder", "LoaderWorkersKilled", "Log", "miopen_setting", "miopen_table", "MiopenRun", "Notice",
            "NoticeLimit", "Now", "one_line", "PrepareStandby", "ProcessStacks",
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "ReplaceLoaderWorkers",
-           "RequestCheckpoint", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
+           "RequestCheckpoint", "restore", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
            "StacksReadAhead", "StallInspected", "StateDirTaken", "Status", "StopRequested", "Supervision", "Supervisor",
-           "SupervisorPaused", "Survivor", "SurvivorsGone", "ThreadStack", "Tick", "tree_reading_from",
+           "SupervisorPaused", "Survivor", "SurvivorsGone", "ThreadStack", "Tick",
            "TreeActivity", "TreeCapture", "TreeKilled", "Unreadable", "UNTRACEABLE_STATES", "VerifiedCopyKept",
-           "wake", "WeightsKept", "where_of", "WorkerExited", "WorkerKind"]
+           "WeightsKept", "where_of", "WorkerExited", "WorkerKind"]

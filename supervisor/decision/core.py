@@ -55,11 +55,11 @@ from supervisor.decision.model.state import Attempt, JobRung, Supervision
 from supervisor.decision.recovery import restart, stacks_ahead, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Verdict
-from supervisor.decision.stall import kernel_search, watchdog, witness
+from supervisor.decision.stall import kernel_search, witness
 from supervisor.decision.stall.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 # The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
 # are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.
@@ -106,7 +106,14 @@ def decide(s: Supervision, event: Any, now: Now) -> tuple[Supervision, list[Any]
     actions += stacks_ahead.stale(s)  # stacks read ahead for a stall that is over go
     if s.state not in TRANSITIONS[before]:
         raise TransitionError(f"{before.value} -> {s.state.value} on {type(event).__name__}")
+    s.watch = recovery.watch(s)  # the decision's one judgement of the stall: read until the next decision
     return s, actions
+
+
+def restore(s: Supervision, record: dict[str, Any]) -> None:
+    """The kept fields of a state file's ``record`` into ``s`` (``Supervision.restore``), and what it watches."""
+    s.restore(record)
+    s.watch = recovery.watch(s)
 
 
 # Each event and the handler that decides it: the one place an event is routed. A recovery tier's own events go to
@@ -190,9 +197,9 @@ def _spawned(s: Supervision, event: Spawned, now: Now) -> list[Any]:
 
 
 def _tick(s: Supervision, now: Now) -> list[Any]:
-    stall = watchdog.current_stall(s)  # judged once: the verdict, its tier and its incident read this one
-    due = watchdog.due(s, stall)
-    ahead = stall.stacks_at if stall is not None else None
+    # the stall the last decision judged (the state has not changed since): the verdict, its tier and its incident
+    # read this one
+    stall, due, ahead = s.watch.stall, s.watch.deadline, s.watch.stacks_at
     if due.at is None or now.mono < due.at:
         return stacks_ahead.ask(s, now, stall) if ahead is not None and now.mono >= ahead else []
     if ahead is not None:
@@ -214,20 +221,18 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
     phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
     if due.kind == DeadlineKind.KERNEL_CONFIRM:
         return kernel.unconfirmed(s, now, phase, stall)
-    since = a.step_since if s.state == State.STARTING else a.last_progress_at
-    if (searching := kernel_search.in_stall(s)) is not None:
-        since = searching.at  # a search's stall runs from its last line
-    quiet = now.mono - (since or now.mono)
+    since = stall.since  # a phase's or a startup step's deadline is its stall's (a search's: from its last line)
+    quiet = now.mono - since
     where = f"{phase} step {a.startup_step.value}" if s.state == State.STARTING else phase
-    detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - (since or due.at):.1f} s)"
+    detail = f"no progress for {quiet:.1f} s in {where} ({due.label} {due.at - since:.1f} s)"
     if (search := kernel_search.in_step(s) or kernel_search.in_stall(s)) is not None:
         detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
-    silent = stall.word.silent if stall is not None else None
+    silent = stall.word.silent
     if silent is not None and now.mono >= silent:
         detail += f": {witness.silence(now.mono - silent + witness.SILENT_AFTER, a.idle_since is not None)}"
         where = stacks_ahead.where(s, stall)
         detail += f"; the stacks saw: {where}" if where else ""
-    elif stall is not None and stall.held is not None:
+    elif stall.held is not None:
         who = "the training process" if stall.word.seen.rank is None else f"rank {stall.word.seen.rank}"
         detail += f": {who} was held at one place ({stall.held}) for {quiet:.1f} s"
     if phase == Phase.DONE.value:

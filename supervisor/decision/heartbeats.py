@@ -1,6 +1,6 @@
 """A heartbeat, step by step: who may speak, what it reports, whether it is progress, and what progress starts.
 
-``received`` reads one message of the worker (worker/contract.py) in named steps:
+``received`` reads one message of the worker (worker/wire/contract.py) in named steps:
 
 1. ``_accepted``: the worker's main process (or, under DDP, this host's first rank) counts; a DataLoader worker or
    a stray writer does not;
@@ -33,7 +33,7 @@ from supervisor.decision.recovery import probe, standby, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import Reason, State, WorkerStart
-from worker.contract import HELD_LOADER_WORKERS, HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
+from worker.wire.contract import HELD_LOADER_WORKERS, HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
 
@@ -342,7 +342,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     a.waits_outside, a.stopped = frozenset(), frozenset()
     a.waits.pop(m.rank, None)  # a word said before this progress is of a stall that is over
     if m.rank is not None:
-        # and the launching worker's last word too: it stopped its witness as it started its ranks (worker/train.py)
+        # and the launching worker's last word too: it stopped its witness as it started its ranks (worker/training/train.py)
         # and makes no progress of its own that would end that word, which would otherwise tell its ranks' stalls
         a.waits.pop(None, None)
     p.phase = Phase.DONE.value if a.trained_through else m.phase.value

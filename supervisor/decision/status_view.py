@@ -26,7 +26,7 @@ from supervisor.decision.model.state import Attempt, Supervision
 from supervisor.decision.recovery import probe
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import State, Tier
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 FLAT = "flat"  # a field's metadata: its record's keys sit beside the holder's
 JSON = "json"  # a field's metadata: its JSON name, where not the field's name
@@ -186,7 +186,7 @@ class Supervisor(View):
     standby_pid: int | None = None
     standby_kind: str | None = None  # a WorkerStart: "ready" or "imported" (attempt/ready_room.py); None: none waits
     standby_why: str | None = None  # why that kind: the room found on the device, or what rules a ready one out
-    # A ready one's report (worker/contract.py's StandbyReport), None until it says: what it holds ("model", "train
+    # A ready one's report (worker/wire/contract.py's StandbyReport), None until it says: what it holds ("model", "train
     # dataset", "val dataset", "image cache", "training loader workers"; [] while it builds them), its line (what it
     # holds, and what it left out for want of host memory), the host memory it holds beyond its imports (MiB: its RSS
     # growth, its loader workers' private memory) and its allowance ([worker] standby_host_percent of MemAvailable)
@@ -263,7 +263,7 @@ class Status(View):
 def snapshot(s: Supervision, now: Now) -> Status:
     """The core's part of the live status (``Agent.status`` adds the ``supervisor`` part)."""
     a, p = s.current, s.current.progress
-    due = watchdog.deadline(s)
+    due = s.watch.deadline if s.watch is not None else watchdog.Deadline(None)  # none before a first decision
     done_batches = p.batches_done() or 0
     total_batches = p.epochs * p.batches
     it_s = a.batches_per_second()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 
-from worker.heartbeat import read_available
+from worker.wire.heartbeat_protocol import read_available
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

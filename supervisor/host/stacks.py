@@ -47,7 +47,7 @@ def capture_tree(main_pid: int, pids: list[int], dest: Path, budget: float = 3.0
     """Stacks of ``pids`` (``main_pid`` among them) within ``budget`` seconds, written to ``dest/stacks.json``.
     ``loader_pids``: the loader worker processes the worker reported, so named even where no Python stack says so
     (a stopped or D-state process is read from /proc only). ``rank_pids``: each DDP rank's pid, as its heartbeats say
-    (pid -> rank): a rank forked by the rank server (worker/rank_server.py) has the server's /proc/PID/environ, its
+    (pid -> rank): a rank forked by the rank server (worker/standby/rank_server.py) has the server's /proc/PID/environ, its
     RANK only in its stub's. ``hung_pid``: the rank the witnesses named hung, the culprit where nothing worse is seen.
 
     Never raises; what failed or ran out of time is in the notes of the capture and of each process."""
@@ -265,7 +265,7 @@ def _assign_roles(main_pid: int, processes: dict[int, ProcessStacks], loader_pid
     """"main" or "rank R"; "DataLoader worker N" for a process running torch's _worker_loop or one the worker
     reported as its loader's (N from its locals, else its place among its parent's workers by pid); "child of PID"
     otherwise. ``rank_pids`` (pid -> rank, from the ranks' heartbeats) name the ranks first: a process whose
-    environment says RANK R while another is rank R's is R's stand-in (worker/rank_stub.py): "stub of rank R"."""
+    environment says RANK R while another is rank R's is R's stand-in (worker/standby/rank_stub.py): "stub of rank R"."""
     rank_pids = rank_pids or {}
     for pid, rank in rank_pids.items():
         if pid in processes:

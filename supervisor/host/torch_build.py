@@ -17,8 +17,8 @@ from typing import Any
 
 from supervisor.config import Config
 from supervisor.decision import Ladder, MiopenRun, build_ladder, WorkerKind
-from worker.contract import loader_workers
-from worker.patches.miopen_db import kfd_gpu_nodes
+from worker.wire.contract import loader_workers
+from worker.wire.miopen_db import kfd_gpu_nodes
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from worker.durable_file import write_durably
+from worker.wire.durable_file import write_durably
 
 FIELDS = ("state", "phase", "epoch", "batch", "rung", "attempt", "worker_pid", "ranks", "updated")
 

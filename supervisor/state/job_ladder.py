@@ -17,7 +17,7 @@ from pathlib import Path
 
 from supervisor.decision import PublishCheckpoint, PublishLadder, JobCheckpointRead, JobLadderRead
 from supervisor.state.paths import job_checkpoint_in, job_ladder_in
-from worker.durable_file import write_durably
+from worker.wire.durable_file import write_durably
 
 
 

@@ -11,10 +11,10 @@
     STATE_DIR/incidents/devcoredumps-N/  the GPU's devcoredumps of attempt N, copied before its incident opened
                                     (host/devcoredump.py): moved into the incident's directory when it does
     STATE_DIR/history.db            the run's history, for `yolo-train report` (history.py)
-    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/contract.py)
+    STATE_DIR/launch-record.json    the launch record of the current attempt (worker/wire/contract.py)
     STATE_DIR/standby-ready.json    what the ready standby holds and the files its datasets were built from
-                                    (worker/contract.py's StandbyReport), written by it, read at the launch
-    STATE_DIR/attempt-N.fault       a fault's flag, armed for attempt N (worker/faults.py)
+                                    (worker/wire/contract.py's StandbyReport), written by it, read at the launch
+    STATE_DIR/attempt-N.fault       a fault's flag, armed for attempt N (worker/supervision/faults.py)
     STATE_DIR/train/                Ultralytics' save_dir (or [distributed] run_dir): weights/last.pt, results.csv,
                                     and with several hosts job-ladder.json and job-checkpoint.json
 """

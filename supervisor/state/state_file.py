@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.state.paths import StatePaths
-from worker.durable_file import write_durably
+from worker.wire.durable_file import write_durably
 
 VERSION = 1
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from supervisor.decision import miopen_setting
-from worker.patches.miopen_db import (
+from worker.wire.miopen_db import (
     arch_from_override,
     gpu_arch_seen_by_runtime,
     kernel_db_lookup,

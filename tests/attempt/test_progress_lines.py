@@ -12,7 +12,7 @@ import pytest
 
 from supervisor.attempt.progress_lines import (MAX_LINE_BYTES, ProgressCounter, ProgressParser, ProgressReading,
                                                validate_regex)
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "progress"
 

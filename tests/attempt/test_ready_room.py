@@ -7,7 +7,7 @@ from pathlib import Path
 from supervisor.attempt.ready_room import cuda_index, room
 from supervisor.attempt.standby_worker import serves
 from supervisor.vocabulary import WorkerStart
-from worker.contract import ENV_READY, WorkerOptions
+from worker.wire.contract import ENV_READY, WorkerOptions
 
 GIB = 1 << 30
 TRAIN = {"model": "yolov8n.yaml", "data": "demo", "device": 0, "imgsz": 640, "batch": 16, "epochs": 3}
@@ -47,13 +47,13 @@ def test_the_device_a_train_table_names():
 
 def test_a_ready_standby_serves_the_launch_of_its_rung():
     rung = {"PATH": "/usr/bin"}
-    assert serves({**rung, ENV_READY: "{}"}, rung)  # what it built is checked at the launch (worker/ready.py)
+    assert serves({**rung, ENV_READY: "{}"}, rung)  # what it built is checked at the launch (worker/standby/ready.py)
 
 
 def test_a_ready_standbys_datasets_are_stale_once_files_are_added_or_removed_in_their_dirs_or_lists(tmp_path):
     """Issue 57.5: read cheaply (the files' count, their directories' newest mtime), before the launch."""
     from supervisor.attempt.standby_worker import stale
-    from worker.contract import DataFiles, StandbyReport
+    from worker.wire.contract import DataFiles, StandbyReport
 
     images = tmp_path / "images"
     (images / "a").mkdir(parents=True)

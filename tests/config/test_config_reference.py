@@ -3,7 +3,7 @@ until the reference is written again."""
 
 from supervisor.config import KEYS, RUNG_SETTINGS
 from supervisor.config_reference import COMMAND, REFERENCE, render
-from worker.contract import OPTION_TYPES
+from worker.wire.contract import OPTION_TYPES
 
 
 def test_the_committed_reference_is_the_one_the_keys_declare():

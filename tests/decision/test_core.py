@@ -14,7 +14,7 @@ from supervisor.decision.status_view import snapshot
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import KernelKind
 from tests.helpers.driver import COMMAND, PID, Driver, healthy, kinds, loading, make, verdicts
-from worker.contract import HeartbeatMessage
+from worker.wire.contract import HeartbeatMessage
 
 
 def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
@@ -564,18 +564,18 @@ def epoch_end(d: Driver, gap: float) -> None:
 def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one():
     d = healthy(watchdog={"save_timeout": 300})
     d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
-    assert watchdog.deadline(d.s).at - d.t == 300  # nothing observed yet: the generous allowance
+    assert d.s.watch.deadline.at - d.t == 300  # nothing observed yet: the generous allowance
     d.at(d.t + 2.0).beat("val", kind="phase")
     d.at(d.t + 0.2).beat("val")
     d.at(d.t + 0.2).beat("save", kind="phase")
     d.at(d.t + 2.5).beat("save")
     d.at(d.t + 0.5).beat("train", kind="phase")
-    assert watchdog.deadline(d.s).label == "save_timeout"  # until the next epoch's first batch, this is still its end
+    assert d.s.watch.deadline.label == "save_timeout"  # until the next epoch's first batch, this is still its end
     d.train_until(d.t + 5, 0.5)
     assert d.s.epoch_end_seen == 2.5
     # the next epoch's end: 10 x 2.5 s, not 300 s
     d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     assert (due.at - d.t, due.label) == (25.0, "save auto")
     actions = d.at(d.t + 25.01)(core.Tick())
     assert actions[1].incident.phase == "save" and actions[1].incident.reason == "hang"
@@ -587,13 +587,13 @@ def test_a_mid_epoch_checkpoint_bounds_the_next_one_and_never_an_epochs_end():
     inside a later checkpoint is found at the floor, not after the 300 s an unseen epoch end is given."""
     d = healthy(watchdog={"save_timeout": 300})  # 0.5 s batches; no epoch end seen yet
     d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=5, batches=10)
-    assert watchdog.deadline(d.s).label == "save_timeout"  # the first checkpoint: as an epoch's end, nothing seen
+    assert d.s.watch.deadline.label == "save_timeout"  # the first checkpoint: as an epoch's end, nothing seen
     d.at(d.t + 0.3).beat("train", kind="phase")
     d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=6, batches=10)
     assert (d.s.checkpoint_seen, d.s.epoch_end_seen) == (0.5, None)
     d.train_until(d.t + 2, 0.5)
     d.at(d.t + 0.5).beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)  # the epoch's end
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     assert (due.at - d.t, due.label) == (300.0, "save_timeout")
     assert d.at(d.t + 12)(core.Tick()) == []  # a 12 s validation set-up is no hang
     d.at(d.t).beat("val", kind="phase")
@@ -605,7 +605,7 @@ def test_a_mid_epoch_checkpoint_bounds_the_next_one_and_never_an_epochs_end():
     assert (d.s.checkpoint_seen, d.s.epoch_end_seen) == (0.5, 12.0)
     d.train_until(d.t + 2, 0.5)
     d.at(d.t + 0.5).beat("save", kind="phase", epoch=2, epochs=3, batch=5, batches=10)  # the next checkpoint
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     assert (due.at - d.t, due.label) == (10.0, "checkpoint auto")  # its own: max(floor, 10 x 0.5 s)
     actions = d.at(d.t + 10.01)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.phase == "save"
@@ -614,13 +614,13 @@ def test_a_mid_epoch_checkpoint_bounds_the_next_one_and_never_an_epochs_end():
 def test_later_startups_of_a_worker_that_reports_no_steps_are_bounded_by_the_startup_this_run_saw():
     d = Driver(make(watchdog={"startup_timeout": 600}))
     d.boot_and_spawn()
-    assert watchdog.deadline(d.s).at - d.t == 600
+    assert d.s.watch.deadline.at - d.t == 600
     d.at(d.t + 3.0).beat(epoch=1, epochs=3, batch=1, batches=10)  # first batch 3 s after spawn
     d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=2, batches=10)
     d.at(d.t + 11)(core.Tick())  # hang
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 1, None))
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     # Its whole startup is its first step, "imports": max(auto_floor, 10 x 3 s)
     assert (due.at - d.t, due.label) == (30.0, "imports auto")
 
@@ -629,7 +629,7 @@ def test_a_kernel_stall_line_during_startup_opens_the_confirm_window():
     d = Driver(make(watchdog={"startup_timeout": 600}, kernel_log={"confirm_window": 10}))
     d.boot_and_spawn()
     d.at(d.t + 5)(kernel(in_tree=None))
-    assert watchdog.deadline(d.s).label == "kernel confirm window" and watchdog.deadline(d.s).at == d.t + 10
+    assert d.s.watch.deadline.label == "kernel confirm window" and d.s.watch.deadline.at == d.t + 10
     actions = d.at(d.t + 10.01)(core.Tick())
     assert actions[1].incident.reason == "kernel" and actions[1].incident.phase == "startup"
 
@@ -719,7 +719,7 @@ def test_a_pause_of_the_supervisor_itself_moves_every_deadline_instead_of_blamin
     last = d.t
     d.at(last + 25)  # the supervisor was stopped for 20 s past a 10 s stall timeout
     actions = d(core.SupervisorPaused(20.0))
-    assert kinds(actions) == ["Log"] and watchdog.deadline(d.s).at == last + 20 + 10
+    assert kinds(actions) == ["Log"] and d.s.watch.deadline.at == last + 20 + 10
     assert d(core.Tick()) == []  # 5 s after the pause ended: still inside the stall timeout
     d.beat("done", kind="phase")  # it had finished meanwhile: its last words were queued behind the pause
     d(core.WorkerExited(0))
@@ -845,7 +845,7 @@ def test_a_finished_command_whose_exit_hangs_ends_succeeded():
     d(core.Spawned(PID, None))
     for batch in range(1, 41):
         d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=batch, batches=40)  # its bar read from its output
-    assert watchdog.deadline(d.s).at == d.t + 20  # its exit is due: watched as our worker's after "done"
+    assert d.s.watch.deadline.at == d.t + 20  # its exit is due: watched as our worker's after "done"
     actions = d.at(d.t + 20.01)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.phase == "done"
     assert d(core.TreeKilled(killed=1))[-1] == core.Exit(EXIT_OK, "training finished after 1 attempt(s)")
@@ -939,7 +939,7 @@ def test_an_epochs_slow_first_batch_and_a_save_stretch_no_batch_interval():
     d.at(d.t + 3.0).beat(epoch=2, epochs=3, batch=1, batches=10)  # the loader's workers start: 3 s
     assert max(d.s.current.intervals["train"]) == 0.5 and d.s.epoch_end_seen == 3.0
     d.train_until(d.t + 2, 0.5)
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     assert (due.label, due.at - d.t) == ("train auto", 10.0)
     d.at(d.t + 0.5).beat("save", kind="phase")  # a mid-epoch save: the worker says so, and it takes 4 s
     d.at(d.t + 4.0).beat("train", kind="phase")
@@ -986,7 +986,7 @@ def test_an_attempts_first_batch_is_startup_not_a_batch_interval():
     for _ in range(10):
         d.at(d.t + 0.1).beat(epoch=1, epochs=3, batch=2, batches=32)
     assert max(d.s.current.intervals["train"]) == pytest.approx(0.1)
-    assert watchdog.deadline(d.s).at - d.t == 10.0  # the auto floor, not 35 s
+    assert d.s.watch.deadline.at - d.t == 10.0  # the auto floor, not 35 s
 
 
 def test_a_state_directory_another_supervisor_took_stops_the_worker_without_a_save_and_exits_78():

@@ -26,7 +26,7 @@ def test_a_worker_trained_through_is_bounded_by_save_timeout_in_its_ending():
     d = trained_an_epoch(watchdog={"save_timeout": 120})
     d.at(d.t + 0.5).beat("ending", kind="phase", epoch=3, epochs=3)
     last = d.t
-    assert watchdog.deadline(d.s).label == "save_timeout"
+    assert d.s.watch.deadline.label == "save_timeout"
     assert verdicts(d.at(last + 119)(core.Tick())) == []  # past auto_floor (10 s) and "save auto" (15 s)
     actions = d.at(last + 120.01)(core.Tick())
     assert "KillTree" in kinds(actions)
@@ -45,7 +45,7 @@ def test_the_same_silence_at_an_epochs_end_in_the_training_is_a_hang():
     d = trained_an_epoch(watchdog={"save_timeout": 120})
     d.at(d.t + 0.5).beat("save", kind="phase", epoch=2, epochs=3, batch=10, batches=10)
     last = d.t
-    assert watchdog.deadline(d.s).label == "save auto"
+    assert d.s.watch.deadline.label == "save auto"
     actions = d.at(last + 15.01)(core.Tick())
     assert "KillTree" in kinds(actions)
     assert (actions[-1].incident.reason, actions[-1].incident.phase) == ("hang", "save")

@@ -33,7 +33,7 @@ def test_a_stall_whose_tree_went_idle_is_found_at_the_idle_floor_and_says_so():
     d = trained_at(0.1)
     last = d.t
     d.at(last + 0.6)(core.TreeActivity(idle_since=last + 0.4))  # the sampler's first idle window began 0.4 s in
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     assert (round(due.at - last, 2), due.label) == (3.4, "train auto, idle")  # idle for idle_floor (3 s)
     actions = d.at(last + 3.4)(core.Tick())
     assert kinds(actions) == ["Log", "KillTree"]
@@ -47,7 +47,7 @@ def test_the_same_stall_on_a_busy_tree_waits_for_auto_floor():
     d.at(last + 0.6)(core.TreeActivity(idle_since=last + 0.4))
     d.at(last + 2.0)(core.TreeActivity(idle_since=None))  # busy again before its idle_floor was up
     assert verdicts(d.at(last + 9.9)(core.Tick())) == []
-    assert (watchdog.deadline(d.s).label, verdict_at(d, last + 9.9)) == ("train auto", 10.0)
+    assert (d.s.watch.deadline.label, verdict_at(d, last + 9.9)) == ("train auto", 10.0)
 
 
 def test_the_factor_still_bounds_an_idle_tree_and_off_turns_the_floor_off():
@@ -67,14 +67,14 @@ def test_validation_is_bounded_by_its_own_intervals_only_before_the_floor_drops(
     d.beat("val", kind="phase")
     entered = d.t
     d.at(entered + 0.5)(core.TreeActivity(idle_since=entered))
-    assert (watchdog.deadline(d.s).label, round(watchdog.deadline(d.s).at - entered, 2)) == ("val auto", 10.0)
+    assert (d.s.watch.deadline.label, round(d.s.watch.deadline.at - entered, 2)) == ("val auto", 10.0)
     d.at(entered)(core.TreeActivity(idle_since=None))
     for _ in range(5):
         d.t += 0.2
         d.beat("val", epoch=1, epochs=3, batch=1, batches=10)
     last = d.t
     d.at(last + 0.5)(core.TreeActivity(idle_since=last + 0.1))
-    assert (watchdog.deadline(d.s).label, round(watchdog.deadline(d.s).at - last, 2)) == ("val auto, idle", 3.1)
+    assert (d.s.watch.deadline.label, round(d.s.watch.deadline.at - last, 2)) == ("val auto, idle", 3.1)
 
 
 def test_a_startup_step_seen_before_is_bounded_by_the_idle_floor_one_never_seen_by_startup_timeout():
@@ -88,13 +88,13 @@ def test_a_startup_step_seen_before_is_bounded_by_the_idle_floor_one_never_seen_
     d.beat("setup", kind="step", step="model", pid=PID + 1)
     entered = d.t
     d.at(entered + 1)(core.TreeActivity(idle_since=entered + 0.5))  # never seen: no auto bound to lower
-    assert watchdog.deadline(d.s).label == "startup_timeout"
+    assert d.s.watch.deadline.label == "startup_timeout"
     d.at(entered + 2)(core.TreeActivity(idle_since=None))
     d.at(entered + 5).beat("setup", kind="step", step="first_step", pid=PID + 1)
     entered = d.t
-    assert (watchdog.deadline(d.s).label, watchdog.deadline(d.s).at - entered) == ("first_step auto", 10.0)
+    assert (d.s.watch.deadline.label, d.s.watch.deadline.at - entered) == ("first_step auto", 10.0)
     d.at(entered + 1.5)(core.TreeActivity(idle_since=entered + 0.5))
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     assert (due.label, due.at - entered) == ("first_step auto, idle", 3.5)
     actions = d.at(entered + 3.5)(core.Tick())
     assert "KillTree" in kinds(actions) and actions[-1].incident.startup_step == "first_step"
@@ -119,7 +119,7 @@ def host_of_two() -> Driver:
 def test_several_hosts_keep_auto_floor_a_rank_waiting_for_another_hosts_is_idle():
     d = host_of_two()
     d.at(d.t + 0.5)(core.TreeActivity(idle_since=d.t + 0.1))
-    assert watchdog.deadline(d.s).label == "train auto"
+    assert d.s.watch.deadline.label == "train auto"
     assert verdict_at(d, d.t) == 10.0
 
 
@@ -128,11 +128,11 @@ def test_several_hosts_a_tree_frozen_whole_is_found_at_the_idle_floor():
     tree is read for it from 0.5 s into the stall although an idle tree alone would not shorten the bound."""
     d = host_of_two()
     last = d.s.current.last_progress_at
-    assert watchdog.tree_reading_from(d.s) == last + 0.5
+    assert d.s.watch.tree_from == last + 0.5
     d.at(last + 0.5)(core.TreeActivity(idle_since=None, stopped=frozenset({PID})))  # the first reading: no window
-    assert watchdog.deadline(d.s).label == "train auto"  # stopped, not idle yet
+    assert d.s.watch.deadline.label == "train auto"  # stopped, not idle yet
     d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5, stopped=frozenset({PID})))
-    assert watchdog.deadline(d.s).label == "train auto, idle"
+    assert d.s.watch.deadline.label == "train auto, idle"
     assert verdict_at(d, last + 1.5) == 3.5  # idle since 0.5 s in, for idle_floor (3 s)
     [hang] = d.s.incidents
     assert hang.ranks[0]["waiting_kind"] == "stopped"
@@ -144,9 +144,9 @@ def test_several_hosts_a_rank_stopped_among_running_ones_is_found_at_the_idle_fl
     d.beat(epoch=1, epochs=3, batch=1, batches=10, samples=4, rank=1, pid=PID + 1)
     last = d.s.current.last_progress_at
     d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5, stopped=frozenset({PID + 1})))
-    assert watchdog.deadline(d.s).label == "train auto, idle"
+    assert d.s.watch.deadline.label == "train auto, idle"
     d.at(last + 2.5)(core.TreeActivity(idle_since=last + 0.5))  # continued, idle: a wait for another host
-    assert watchdog.deadline(d.s).label == "train auto"
+    assert d.s.watch.deadline.label == "train auto"
 
 
 def test_a_report_between_workers_is_nobodys_and_a_pause_forgets_the_idleness():
@@ -168,14 +168,14 @@ def test_the_tree_is_read_only_once_a_stall_lasts_so_long_that_idleness_could_sh
     """Batches every 0.1 s: from 0.5 s into a stall (never between batches). Every 0.5 s: from 2 s in, so idle for
     idle_floor (3 s) meets its idle bound (5 s). Every 1 s: never, the factor alone gives 10 s. Nor when off."""
     fast = trained_at(0.1)
-    assert watchdog.tree_reading_from(fast.s) == fast.s.current.last_progress_at + 0.5
+    assert fast.s.watch.tree_from == fast.s.current.last_progress_at + 0.5
     slow = trained_at(0.5)
-    assert watchdog.tree_reading_from(slow.s) == slow.s.current.last_progress_at + 2.0
-    assert watchdog.tree_reading_from(trained_at(1.0).s) is None
-    assert watchdog.tree_reading_from(trained_at(0.1, watchdog={"idle_floor": "off"}).s) is None
+    assert slow.s.watch.tree_from == slow.s.current.last_progress_at + 2.0
+    assert trained_at(1.0).s.watch.tree_from is None
+    assert trained_at(0.1, watchdog={"idle_floor": "off"}).s.watch.tree_from is None
     stopping = trained_at(0.1)
     stopping.at(stopping.t + 10.01)(core.Tick())
-    assert watchdog.tree_reading_from(stopping.s) is None
+    assert stopping.s.watch.tree_from is None
 
 
 def test_progress_forgets_the_idleness_of_the_stall_before_it():
@@ -183,7 +183,7 @@ def test_progress_forgets_the_idleness_of_the_stall_before_it():
     d.at(d.t + 1.5)(core.TreeActivity(idle_since=d.t + 0.5))
     d.t += 0.1
     d.beat(epoch=1, epochs=3, batch=2, batches=10, samples=4)  # it moved after all
-    assert d.s.current.idle_since is None and watchdog.deadline(d.s).label == "train auto"
+    assert d.s.current.idle_since is None and d.s.watch.deadline.label == "train auto"
     d.beat("setup", kind="step", step="first_batch")  # a step's news, too
     assert d.s.current.idle_since is None
 
@@ -217,7 +217,7 @@ def test_an_attempts_first_batch_interval_has_no_short_bound_whatever_the_witnes
         last = d.t
         said(d, last, kind, where, 9, **fields)
         d(core.TreeActivity(idle_since=last + 0.2))
-        assert watchdog.deadline(d.s).label == "train auto", kind
+        assert d.s.watch.deadline.label == "train auto", kind
         assert verdict_at(d, last + 0.5) == 10.0, kind
 
 
@@ -227,5 +227,5 @@ def test_once_a_batch_interval_is_seen_a_device_wait_has_the_short_bound_again()
     d.beat(epoch=1, epochs=3, batch=2, batches=4, samples=8)  # one interval: 0.2 s
     last = d.t
     said(d, last, "device", "loss.py:80 in __call__", 3, function="item")
-    assert watchdog.deadline(d.s).label == "train auto, witness: device"
+    assert d.s.watch.deadline.label == "train auto, witness: device"
     assert verdict_at(d, last + 1.5) == 3.0

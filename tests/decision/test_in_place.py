@@ -1,4 +1,4 @@
-"""Recovery in place (supervisor/decision/recovery/in_place.py, worker/loader_recovery.py): a hung DataLoader worker is
+"""Recovery in place (supervisor/decision/recovery/in_place.py, worker/loading/loader_recovery.py): a hung DataLoader worker is
 replaced without restarting training, and nothing is lost; whatever else happens escalates to the restart."""
 
 from collections import Counter
@@ -24,8 +24,8 @@ from tests.helpers import ROOT
 from tests.helpers.driver import COMMAND, PID, STACKS, Driver, kinds, loading, make
 from tests.helpers.supervised import (demo_train, freeze_a_loader_worker, quiet_config, read_incidents, read_state,
                                       wait_until_fed)
-from worker.exact_resume import EpochOrderSampler
-from worker.trainer import RECORD_FED_ENV
+from worker.supervision.exact_resume import EpochOrderSampler
+from worker.training.trainer import RECORD_FED_ENV
 
 
 def stall(d: Driver) -> in_place.InspectStall:
@@ -151,6 +151,9 @@ class Declines:
         self.calls.append(("begin", verdict.phase))
         return Escalate("not this one's hang")
 
+    def reads_own_stacks(self, s, phase, word):
+        return False
+
 
 def test_the_tiers_are_walked_cheapest_first_and_an_escalation_goes_on_from_the_tier_under_way(monkeypatch):
     calls: list = []
@@ -265,8 +268,8 @@ def test_a_loader_worker_frozen_from_outside_is_replaced_and_training_goes_on_lo
 
 
 def test_commands_cross_a_real_pipe_typed_and_each_rank_takes_what_concerns_it():
-    from worker.commands import CommandChannel
-    from worker.contract import Command, CommandKind
+    from worker.wire.commands import CommandChannel
+    from worker.wire.contract import Command, CommandKind
 
     read, write = os.pipe()
     try:
@@ -319,12 +322,12 @@ def test_a_death_raised_at_any_line_of_the_intake_loses_no_word_of_the_superviso
     the loader reads the command that explains it (seen once on CI: the command was read, the death came before it
     was recorded, and the handover's connection error that followed was raised as a real failure). Raised at every
     line of the intake in turn, the next look still knows the worker as replaced."""
-    from worker import commands as commands_module
-    from worker import loader_recovery as recovery_module
-    from worker.commands import CommandChannel
-    from worker.contract import Command, CommandKind
+    from worker.wire import commands as commands_module
+    from worker.loading import loader_recovery as recovery_module
+    from worker.wire.commands import CommandChannel
+    from worker.wire.contract import Command, CommandKind
     from worker.heartbeat import Heartbeat
-    from worker.loader_recovery import LoaderRecovery
+    from worker.loading.loader_recovery import LoaderRecovery
 
     intake = {commands_module.__file__, recovery_module.__file__}
     handover = ConnectionResetError(104, "Connection reset by peer")
@@ -345,10 +348,10 @@ def test_a_death_raised_at_any_line_of_the_intake_loses_no_word_of_the_superviso
 
 
 def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_word():
-    from worker.commands import CommandChannel
-    from worker.contract import Command, CommandKind
+    from worker.wire.commands import CommandChannel
+    from worker.wire.contract import Command, CommandKind
     from worker.heartbeat import Heartbeat
-    from worker.loader_recovery import LoaderRecovery, dead_workers
+    from worker.loading.loader_recovery import LoaderRecovery, dead_workers
 
     killed = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
     assert dead_workers(killed) == {4242}
@@ -472,9 +475,9 @@ def test_a_validation_loader_goes_on_at_the_batch_it_waited_for_when_its_frozen_
     import torch
     from ultralytics.data.build import InfiniteDataLoader
 
-    from worker import loader_recovery
-    from worker.commands import CommandChannel
-    from worker.contract import Command, CommandKind
+    from worker.loading import loader_recovery
+    from worker.wire.commands import CommandChannel
+    from worker.wire.contract import Command, CommandKind
     from worker.heartbeat import Heartbeat
 
     loader = InfiniteDataLoader(_Numbers(), batch_size=2, num_workers=2, shuffle=False)

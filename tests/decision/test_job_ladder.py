@@ -6,7 +6,7 @@ from pathlib import Path
 from supervisor.config import parse
 from supervisor.decision import core
 from supervisor.decision.model.ladder import build_ladder
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
 
 class Host:

@@ -57,7 +57,7 @@ def test_a_search_that_goes_silent_for_the_steps_bound_is_a_hang_and_its_inciden
     d = in_first_step()
     search(d, 100.0, SEARCH[:4])  # 262 left at the last line
     last = d.t
-    assert watchdog.deadline(d.s).at == last + 600
+    assert d.s.watch.deadline.at == last + 600
     assert verdicts(d.at(last + 599.9)(core.Tick())) == []
     actions = d.at(last + 600.01)(core.Tick())
     assert kinds(actions)[-1] == "KillTree"
@@ -72,7 +72,7 @@ def test_the_same_count_again_is_no_news():
     d.at(d.t + 30)(SEARCH[1])
     said = d.t
     d.at(d.t + 29)(SEARCH[1])
-    assert watchdog.deadline(d.s).at == said + 60
+    assert d.s.watch.deadline.at == said + 60
     assert kinds(d.at(said + 60.01)(core.Tick()))[-1] == "KillTree"
 
 
@@ -105,13 +105,13 @@ def test_a_search_that_prints_mid_epoch_or_at_validations_first_batch_is_not_kil
         for half in range(4):
             d.at(start + 2 * k + 0.5 * half)
             held_in_conv(d, phase)
-            assert verdicts(d(core.Tick())) == [], (k, watchdog.deadline(d.s))
+            assert verdicts(d(core.Tick())) == [], (k, d.s.watch.deadline)
         d(news)
-    assert watchdog.deadline(d.s).label == "kernel search, startup_timeout"
+    assert d.s.watch.deadline.label == "kernel search, startup_timeout"
     assert d.s.state == core.State.HEALTHY and d.t - start > 45
     d.at(d.t + 1).beat(phase, epoch=1, epochs=3, batch=2, batches=10, samples=4)
     assert list(d.s.current.intervals.get(phase, ())) == intervals and d.s.one_place_seen == places
-    assert watchdog.deadline(d.s).label != "kernel search, startup_timeout"  # progress: the search is over
+    assert d.s.watch.deadline.label != "kernel search, startup_timeout"  # progress: the search is over
 
 
 def test_a_search_silent_for_its_bound_mid_training_is_a_hang_that_says_so_and_the_next_attempt_bounds_it_alike():
@@ -119,9 +119,9 @@ def test_a_search_silent_for_its_bound_mid_training_is_a_hang_that_says_so_and_t
     for news in SEARCH[:4]:
         d.at(d.t + 2)(news)
     last = d.t
-    assert watchdog.deadline(d.s) == watchdog.Deadline(last + 60, watchdog.DeadlineKind.PHASE,
+    assert d.s.watch.deadline == watchdog.Deadline(last + 60, watchdog.DeadlineKind.PHASE,
                                                        "kernel search, startup_timeout")
-    assert d(SEARCH[3]) == [] and watchdog.deadline(d.s).at == last + 60  # the same count again is no news
+    assert d(SEARCH[3]) == [] and d.s.watch.deadline.at == last + 60  # the same count again is no news
     assert verdicts(d.at(last + 59.9)(core.Tick())) == []
     actions = d.at(last + 60.1)(core.Tick())
     incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
@@ -135,7 +135,7 @@ def test_a_search_silent_for_its_bound_mid_training_is_a_hang_that_says_so_and_t
         d.at(d.t + 0.5).beat(pid=4243, epoch=1, epochs=3, batch=1, batches=10, samples=4)
     assert d.s.state == core.State.HEALTHY
     d.at(d.t + 1)(SEARCH[1])  # the same search at the same point: a search's bound again, not the batch's
-    assert watchdog.deadline(d.s) == watchdog.Deadline(d.t + 60, watchdog.DeadlineKind.PHASE,
+    assert d.s.watch.deadline == watchdog.Deadline(d.t + 60, watchdog.DeadlineKind.PHASE,
                                                        "kernel search, startup_timeout")
 
 

@@ -8,7 +8,7 @@ import pytest
 from supervisor.config import parse
 from supervisor.decision.model.ladder import ROCM_ENV_RUNGS, build_ladder, default_ladder
 from supervisor.host.torch_build import cuda_version_in, detect, hip_version_in, ladder_for, nvidia_gpu_present
-from worker.contract import ULTRALYTICS_DEFAULT_WORKERS, loader_workers, split_rung
+from worker.wire.contract import ULTRALYTICS_DEFAULT_WORKERS, loader_workers, split_rung
 
 
 def test_default_ladder_keeps_the_speed_longest_and_ends_without_loader_concurrency():

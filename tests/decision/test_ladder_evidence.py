@@ -10,7 +10,7 @@ from tests.decision.test_hang_learning import Night
 from tests.decision.test_rank_naming import RANK_0, RANK_1, status
 from tests.decision.test_witness_judgement import LAST_BATCH, word
 from tests.helpers.driver import kinds, loading
-from worker.contract import DDP_BACKWARD
+from worker.wire.contract import DDP_BACKWARD
 
 PEERS = {"collective": dict(function=DDP_BACKWARD), "barrier": dict(function="barrier")}
 OWN = {  # rank 1's own wait -> (its phrase, what the rung choice says of it, whether it counts against the rung: None, as

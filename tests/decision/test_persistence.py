@@ -235,7 +235,7 @@ def test_the_state_file_the_supervisor_wrote_at_44465a3_restores_into_the_same_r
     written = json.loads((Path(__file__).parents[1] / "fixtures" / "state" / "supervisor-44465a3.json").read_text())
     assert set(RUNG_MAPS) <= set(written["state"]) and "rungs" not in written["state"]
     restored = make(workers=8, ladder=written["ladder"])
-    restored.restore(copy.deepcopy(written["state"]))
+    core.restore(restored, copy.deepcopy(written["state"]))
     assert restored.rungs[0].hangs == 6 and restored.rungs[0].failed_probes == 1
     assert restored.rungs[1].probation == 120.0 and restored.rungs[1].in_place_seconds == 11.998
     now = core.Now(*written["now"])

@@ -63,7 +63,7 @@ def test_a_rank_asleep_is_the_hung_one_beside_a_rank_in_backwards_all_reduce_and
     from supervisor.decision.stall import witness
     from supervisor.decision.model.state import RankView
     from supervisor.decision.stall.witness import WaitSeen
-    from worker.contract import WaitKind, WaitReport
+    from worker.wire.contract import WaitKind, WaitReport
 
     def seen(rank: int, kind: WaitKind) -> WaitSeen:
         return WaitSeen(WaitReport(kind=kind, where="x.py:1 in f", stalled=1.0), 100.0, rank)
@@ -126,7 +126,7 @@ def test_the_flight_recorder_dumps_the_shell_found_are_listed_in_the_incident():
 
 def test_the_launchers_last_word_tells_no_stall_of_its_ranks():
     """CI (tests/e2e/test_multinode.py): the launching worker stops its witness as it starts its ranks
-    (worker/train.py), and no progress of its own ever comes to end its last word, said while its setup imported a
+    (worker/training/train.py), and no progress of its own ever comes to end its last word, said while its setup imported a
     config module. In a stall of its ranks' that word was taken for the training process held at one place, and a
     host whose rank only waited for the other host's was killed at 3 s. A rank's progress ends the launcher's word."""
     from supervisor.decision.stall import watchdog
@@ -144,5 +144,5 @@ def test_the_launchers_last_word_tells_no_stall_of_its_ranks():
         d.t = LAST_BATCH + 0.5 * k
         word(d, "collective", pid=RANK_0, rank=0, function="all_reduce")  # waits for the other host's rank
     assert None not in d.s.current.waits and PID != RANK_0
-    assert "one place" not in watchdog.deadline(d.s).label
+    assert "one place" not in d.s.watch.deadline.label
     assert kinds(d.at(LAST_BATCH + 3.01)(core.Tick())) == []

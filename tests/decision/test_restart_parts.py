@@ -6,7 +6,7 @@ import pytest
 from supervisor.decision import core
 from supervisor.vocabulary import WorkerStart
 from tests.helpers.driver import PID, healthy
-from worker.contract import HELD_LOADER_WORKERS, HELD_MODEL
+from worker.wire.contract import HELD_LOADER_WORKERS, HELD_MODEL
 
 
 def restarted(start: WorkerStart, held: tuple[str, ...] = ()):

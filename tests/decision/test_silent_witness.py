@@ -40,7 +40,7 @@ def test_a_gil_held_call_after_a_word_at_one_place_is_work_while_the_tree_is_bus
     last = d.t
     listcomp(d, last + 0.5, 2)  # 0.5, 1.0: then silence
     assert verdicts(d.at(last + 3.5)(core.Tick())) == []  # was the one-place verdict at 3 s
-    assert watchdog.deadline(d.s) == watchdog.Deadline(last + 10, watchdog.DeadlineKind.PHASE, "train auto")
+    assert d.s.watch.deadline == watchdog.Deadline(last + 10, watchdog.DeadlineKind.PHASE, "train auto")
     assert verdicts(d.at(last + 9.9)(core.Tick())) == []
     d.at(last + 8.0).beat(epoch=1, epochs=3, batch=3, batches=10, samples=4)  # the dump ended: training goes on
     assert d.s.state == core.State.HEALTHY and d.s.incidents == []
@@ -51,9 +51,9 @@ def test_at_an_epochs_end_a_gil_held_save_keeps_the_ends_own_bound_and_the_incid
     d.beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
     last = d.t
     listcomp(d, last + 0.5, 2, phase="save")
-    assert watchdog.deadline(d.s).label == "save_timeout"  # busy: the end's own bound, never "one place"
-    due = watchdog.deadline(d.s).at
-    ahead = watchdog.stacks_ahead_at(d.s)
+    assert d.s.watch.deadline.label == "save_timeout"  # busy: the end's own bound, never "one place"
+    due = d.s.watch.deadline.at
+    ahead = d.s.watch.stacks_at
     asked = d.at(ahead)(core.Tick())
     assert kinds(asked) == ["ReadStacksAhead"]
     d(core.StacksReadAhead(asked[0].since, ahead, PICKLE))
@@ -75,7 +75,7 @@ def test_an_idle_tree_held_by_a_c_call_is_found_at_the_idle_floor_mid_epoch_and_
         last = d.t
         listcomp(d, last + 0.5, 1, phase=phase)
         d.at(last + 1.5)(core.TreeActivity(idle_since=last + 1.0))
-        due = watchdog.deadline(d.s)
+        due = d.s.watch.deadline
         assert (due.at, due.label.endswith("witness silent, idle")) == (last + 4.0, True), phase
         actions = d.at(last + 4.01)(core.Tick())
         incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
@@ -89,7 +89,7 @@ def test_a_word_of_a_wait_that_releases_the_gil_is_no_silence():
     d.at(last + 1.0).beat("train", kind="wait", progress=d.progress,
                           wait={"kind": "io", "where": "socket.py:5 in recv", "stalled": 1.0})
     d(core.TreeActivity(idle_since=last + 1.0))
-    assert watchdog.deadline(d.s) == watchdog.Deadline(last + 10, watchdog.DeadlineKind.PHASE, "train auto")
+    assert d.s.watch.deadline == watchdog.Deadline(last + 10, watchdog.DeadlineKind.PHASE, "train auto")
 
 
 def test_a_verdict_due_before_its_stacks_were_read_waits_for_them_and_progress_meanwhile_drops_it():
@@ -99,7 +99,7 @@ def test_a_verdict_due_before_its_stacks_were_read_waits_for_them_and_progress_m
     last = d.t
     listcomp(d, last + 0.5, 2)
     d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5))  # the bound falls at once: no reading ahead came
-    due = watchdog.deadline(d.s).at
+    due = d.s.watch.deadline.at
     asked = d.at(due + 0.01)(core.Tick())
     assert kinds(asked) == ["ReadStacksAhead"] and d.s.state == core.State.HEALTHY  # no verdict, no kill yet
     d.at(due + 0.8).beat(epoch=1, epochs=3, batch=3, batches=10, samples=4)  # the wait ended while they were read
@@ -114,7 +114,7 @@ def test_a_verdict_whose_stall_goes_on_through_the_reading_kills_with_those_stac
     last = d.t
     listcomp(d, last + 0.5, 2)
     d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5))
-    due = watchdog.deadline(d.s).at
+    due = d.s.watch.deadline.at
     asked = d.at(due + 0.01)(core.Tick())
     d.at(due + 1.5)(core.StacksReadAhead(asked[0].since, due + 0.01, PICKLE))
     actions = d(core.Tick())

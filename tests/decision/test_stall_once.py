@@ -1,5 +1,6 @@
-"""One stall, judged once (issue 47): a tick judges the stall under way once (``watchdog.current_stall``), and its
-verdict, the recovery tier (``tier.Verdict.stall``) and the hang's incident read that judgement; the incident's words
+"""One stall, judged once (issues 47, 60): a decision judges the stall under way once, at its end
+(``watchdog.watch``, kept as ``Supervision.watch``), and the next tick's verdict, the recovery tier
+(``tier.Verdict.stall``) and the hang's incident read that judgement; the loop between decisions judges nothing; the incident's words
 of the witness are written by one builder (``tier.witness_fields``) for every tier. On a chosen clock: ``loading``
 trains at 0.5 s a batch until LAST_BATCH; then rank 1 waits for a batch from its loader worker 5101, rank 0 in
 all_reduce."""
@@ -29,11 +30,21 @@ def judgements(monkeypatch) -> list:
     """Each judgement of the stall from here on (every caller reads ``watchdog.current_stall`` by its module)."""
     calls, judge = [], watchdog.current_stall
 
-    def counted(s):
+    def counted(s, own_stacks):
         calls.append(s.state)
-        return judge(s)
+        return judge(s, own_stacks)
     monkeypatch.setattr(watchdog, "current_stall", counted)
     return calls
+
+
+def test_a_heartbeat_and_a_tick_before_any_deadline_judge_the_stall_once_each(monkeypatch):
+    d = loading()
+    calls = judgements(monkeypatch)
+    d.beat("train", epoch=1, epochs=3, batch=LAST_BATCH, batches=100, samples=4)
+    assert len(calls) == 1
+    calls.clear()
+    assert decide(d, d.t + 0.1) == [] and len(calls) == 1
+    assert d.s.watch.stall is not None and d.s.watch.deadline.at > d.t  # what the loop reads until the next one
 
 
 def decide(d, t: float) -> list:
@@ -63,7 +74,7 @@ def test_both_tiers_write_the_witness_fields_of_one_builder_for_the_same_stall()
     written = {}
     for in_place in (True, False):
         d = ddp_loader_hang(recovery={"in_place": in_place})
-        built = tier.witness_fields(d.s, watchdog.current_stall(d.s), core.Now(VERDICT, 1_700_000_000 + VERDICT))
+        built = tier.witness_fields(d.s, d.s.watch.stall, core.Now(VERDICT, 1_700_000_000 + VERDICT))
         d.at(VERDICT)(core.Tick())
         incident = d.s.incidents[-1].to_dict()
         assert incident.get("tier") == ("in_place" if in_place else "restart")

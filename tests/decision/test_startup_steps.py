@@ -10,7 +10,7 @@ from supervisor.decision import core
 from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from tests.helpers.driver import PID, Driver, kinds, make, verdicts
-from worker.contract import StartupStep
+from worker.wire.contract import StartupStep
 
 STEPS_OF_A_START = [("checkpoint", 0.5), ("model", 0.4), ("amp_check", 0.2), ("dataset", 2.0), ("loaders", 0.3),
                     ("dataset", 0.5), ("loaders", 0.6), ("first_batch", 0.8)]  # entered, then seconds in it
@@ -48,11 +48,11 @@ def test_a_first_batch_that_never_runs_is_found_in_the_first_batch_steps_bound_l
     hang_in_training(d, PID + 1)
     # Attempt 2 (a resume) goes through its steps, each bounded by what attempt 1 showed of it ...
     d.at(d.t + 2.0)
-    assert watchdog.deadline(d.s).label == "imports auto" and watchdog.deadline(d.s).at == d.t - 2.0 + 30.0
+    assert d.s.watch.deadline.label == "imports auto" and d.s.watch.deadline.at == d.t - 2.0 + 30.0
     start(d, imports=0.0, steps=STEPS_OF_A_START[:-1], first_batch=False)
     step(d, "first_batch")
     entered = d.t
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     # ... and the first batch that never runs (the seeds' post-resume hang) is found 10 s after its step began,
     # not 10 x the whole startup (10 x 8.3 s) nor the 600 s of startup_timeout.
     assert (due.at - entered, due.label) == (10.0, "first_batch auto")
@@ -76,10 +76,10 @@ def test_a_step_not_seen_yet_is_bounded_by_startup_timeout_from_its_own_entry_an
     d.at(d.t + 1.0)
     step(d, "checkpoint")
     step(d, "model")
-    assert (watchdog.deadline(d.s).at - d.t, watchdog.deadline(d.s).label) == (40.0, "model auto")  # 10 x 4 s
+    assert (d.s.watch.deadline.at - d.t, d.s.watch.deadline.label) == (40.0, "model auto")  # 10 x 4 s
     d.at(d.t + 30)
     step(d, "amp_check")  # not seen in attempt 1 (it trained on the CPU): startup_timeout, from its entry
-    assert (watchdog.deadline(d.s).at - d.t, watchdog.deadline(d.s).label) == (100.0, "startup_timeout")
+    assert (d.s.watch.deadline.at - d.t, d.s.watch.deadline.label) == (100.0, "startup_timeout")
     actions = d.at(d.t + 100.01)(core.Tick())
     assert actions[-1].incident.startup_step == "amp_check" and actions[-1].incident.startup_step_seen is None
     # 10 x the model's 30 s seen is more than startup_timeout: never more than it.
@@ -121,7 +121,7 @@ def test_the_first_batch_of_spawned_loader_workers_is_kept_apart_from_forked_one
     assert d.s.rung == 1
     start(d, imports=0.5, steps=STEPS_OF_A_START[:-1], first_batch=False)
     step(d, "first_batch")  # spawned workers import torch for 28 s: not within 10 x the forked workers' 0.8 s
-    assert watchdog.deadline(d.s).label == "startup_timeout"
+    assert d.s.watch.deadline.label == "startup_timeout"
     d.at(d.t + 28.0).beat(pid=PID + 1, epoch=1, epochs=3, batch=3, batches=10)
     assert d.s.state == core.State.HEALTHY
     assert (d.s.startup_steps_seen["first_batch"], d.s.startup_steps_seen["first_batch spawn"]) == (0.8, 28.0)
@@ -135,12 +135,12 @@ def test_the_steps_seen_survive_a_supervisor_restart_and_a_pause_moves_the_steps
     restarted = Driver(make(watchdog={"startup_timeout": 600}))
     restarted.s.restore(saved)
     restarted.boot_and_spawn()
-    assert watchdog.deadline(restarted.s).label == "imports auto"
+    assert restarted.s.watch.deadline.label == "imports auto"
     start(restarted, steps=STEPS_OF_A_START[:-1], first_batch=False)
     step(restarted, "first_batch")
     entered = restarted.t
     restarted.at(entered + 5)(core.SupervisorPaused(60.0))
-    assert watchdog.deadline(restarted.s).at == entered + 60.0 + 10.0
+    assert restarted.s.watch.deadline.at == entered + 60.0 + 10.0
     assert [s.value for s in StartupStep] == ["imports", "checkpoint", "process_group", "model", "amp_check",
                                               "dataset", "loaders", "first_batch", "first_step"]
 
@@ -155,11 +155,11 @@ def test_the_first_batchs_step_on_the_device_is_bounded_apart_from_the_loaders_s
     hang_in_training(d, PID + 1)
     start(d, imports=0.0, steps=STEPS_OF_A_START[:-1], first_batch=False)
     step(d, "first_batch")
-    assert (watchdog.deadline(d.s).at - d.t, watchdog.deadline(d.s).label) == (13.0, "first_batch auto")  # the loader's own
+    assert (d.s.watch.deadline.at - d.t, d.s.watch.deadline.label) == (13.0, "first_batch auto")  # the loader's own
     d.at(d.t + 1.0)
     step(d, "first_step")
     entered = d.t
-    assert (watchdog.deadline(d.s).at - entered, watchdog.deadline(d.s).label) == (25.0, "first_step auto")
+    assert (d.s.watch.deadline.at - entered, d.s.watch.deadline.label) == (25.0, "first_step auto")
     actions = d.at(entered + 25.01)(core.Tick())
     assert kinds(actions)[-1] == "KillTree"
     assert (actions[-1].incident.startup_step, actions[-1].incident.startup_step_bound) == ("first_step", 25.0)

@@ -43,7 +43,7 @@ def test_loader_workers_held_by_a_fuse_request_are_waited_for_then_the_next_work
     actions = d(core.TreeKilled(killed=4, survivors=FUSE))
     assert kinds(actions) == ["Log", "AwaitSurvivors"] and actions[1].pids == (5001, 5002)
     assert d.s.state == core.State.STOPPING and d.s.exit is None
-    assert watchdog.deadline(d.s).at == d.t + 120  # survivor_timeout
+    assert d.s.watch.deadline.at == d.t + 120  # survivor_timeout
     said = texts(actions)
     assert "file system" in said and "request_wait_answer" in said and "GPU" not in said
     assert d.s.incidents[-1].kill.survivors[0] == "pid 5001 (pt_data_worker, disk-sleep, in request_wait_answer)"

@@ -2,7 +2,7 @@
 orders it sets (which word tells a stall best, which rank is the hung one) leave no tie between two kinds."""
 
 from supervisor.decision.stall import witness
-from worker.contract import WaitKind
+from worker.wire.contract import WaitKind
 
 
 def test_every_wait_kind_the_worker_reports_has_its_row():

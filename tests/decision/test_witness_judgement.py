@@ -32,7 +32,7 @@ def test_a_batch_owed_by_a_known_loader_worker_is_bounded_as_an_idle_tree_and_re
     d = loading()
     d.t = LAST_BATCH + 1.0
     loader_word(d, 5001)  # spinning or blocked: the tree's activity is not asked (no TreeActivity at all)
-    assert watchdog.deadline(d.s).label == "train auto, witness: loader"
+    assert d.s.watch.deadline.label == "train auto, witness: loader"
     assert d.at(LAST_BATCH + 2.99)(core.Tick()) == []
     actions = d.at(LAST_BATCH + 3.01)(core.Tick())
     # the named worker's whole loader: a sibling stopped holding the result queue's lock withholds its batch too
@@ -121,7 +121,7 @@ def test_before_the_first_batch_a_device_wait_keeps_the_steps_own_bound():
     d.beat("setup", kind="step", step="first_step")
     d.t += 1.0
     word(d, "device", function="synchronize")  # a cuDNN or MIOpen search: not a hang at 3 s
-    assert d.at(d.t + 30)(core.Tick()) == [] and watchdog.deadline(d.s).label == "startup_timeout"
+    assert d.at(d.t + 30)(core.Tick()) == [] and d.s.watch.deadline.label == "startup_timeout"
 
 
 def test_progress_forgets_the_word():
@@ -130,7 +130,7 @@ def test_progress_forgets_the_word():
     loader_word(d, 5001)
     d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)  # the batch came after all
     since = d.t
-    assert d.s.current.waits == {} and watchdog.deadline(d.s).label == "train auto"
+    assert d.s.current.waits == {} and d.s.watch.deadline.label == "train auto"
     assert d.at(since + 5.01)(core.Tick()) == []
 
 
@@ -211,7 +211,7 @@ def test_a_new_passs_workers_that_owe_its_first_batch_are_bounded_as_a_loader_st
     d.beat("train", kind="loader", pids=[5003, 5004], loader="train")  # made, their first batch to come
     d.t = LAST_BATCH + 3.0
     loader_word(d, 5003, batch_index=0)  # a new iterator's first batch
-    assert watchdog.deadline(d.s).label.endswith("witness: a loader start")
+    assert d.s.watch.deadline.label.endswith("witness: a loader start")
     assert d.at(LAST_BATCH + 4.99)(core.Tick()) == []
     actions = d.at(LAST_BATCH + 5.01)(core.Tick())
     assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"] and actions[1].pids == (5003, 5004)
@@ -278,7 +278,7 @@ def test_a_word_at_one_place_from_a_process_then_stopped_is_the_stopped_trees_no
         d = loading()
         spinning(d, LAST_BATCH + 0.2, *["callbacks.py:12 in on_batch_end"] * 6)  # (spoken through to the verdict)
         d(core.TreeActivity(idle_since=LAST_BATCH + 0.5, stopped=stopped))
-        assert watchdog.deadline(d.s) == watchdog.Deadline(LAST_BATCH + bound, watchdog.DeadlineKind.PHASE, label)
+        assert d.s.watch.deadline == watchdog.Deadline(LAST_BATCH + bound, watchdog.DeadlineKind.PHASE, label)
         assert verdicts(d.at(LAST_BATCH + bound - 0.01)(core.Tick())) == []  # the stacks read ahead of the verdict
         actions = d.at(LAST_BATCH + bound + 0.01)(core.Tick())
         detail = [a for a in actions if isinstance(a, core.KillTree)][0].incident.detail
@@ -291,7 +291,7 @@ def test_an_import_under_way_is_at_no_place_of_its_own():
     tree keeps the auto_floor."""
     d = loading()
     spinning(d, LAST_BATCH + 0.5, *["<frozen importlib._bootstrap_external>:147 in _path_stat"] * 6)
-    assert watchdog.deadline(d.s).label == "train auto"
+    assert d.s.watch.deadline.label == "train auto"
     assert verdicts(d.at(LAST_BATCH + 9.99)(core.Tick())) == []
 
 
@@ -319,7 +319,7 @@ def test_at_an_epochs_end_one_place_keeps_the_ends_own_bound_and_a_device_wait_g
             d.t = last + 0.5 * k
             d.beat("save", kind="wait", pid=PID, progress=d.progress,
                    wait={"kind": kind, "where": where, "stalled": 0.5 * k})
-        assert watchdog.deadline(d.s).label == label, kind
+        assert d.s.watch.deadline.label == label, kind
         assert verdicts(d.at(last + at - 0.01)(core.Tick())) == [], kind
         assert "KillTree" in kinds(d.at(last + at + 0.01)(core.Tick())), kind
 
@@ -336,7 +336,7 @@ def test_once_trained_through_one_place_keeps_the_ends_own_bound(phase):
         d.t = last + 0.5 * k
         d.beat(phase, kind="wait", pid=PID, progress=d.progress,
                wait={"kind": "elsewhere", "where": "trainer.py:700 in _clear_memory", "stalled": 0.5 * k})
-    assert watchdog.deadline(d.s).label == "save_timeout"
+    assert d.s.watch.deadline.label == "save_timeout"
     assert verdicts(d.at(last + 6.0)(core.Tick())) == []
 
 
@@ -365,7 +365,7 @@ def test_a_spin_after_the_save_stretch_is_found_at_the_idle_floor(after):
         d.t = last + 0.5 * k
         d.beat("train", kind="wait", pid=PID, progress=d.progress,
                wait={"kind": "elsewhere", "where": "tasks.py:80 in forward", "stalled": 0.5 * k})
-    assert watchdog.deadline(d.s).label.endswith("witness: one place")
+    assert d.s.watch.deadline.label.endswith("witness: one place")
     assert verdicts(d.at(last + 2.99)(core.Tick())) == []
     actions = d.at(last + 3.01)(core.Tick())
     assert "KillTree" in kinds(actions)
@@ -436,21 +436,21 @@ def test_a_place_that_changes_within_the_stall_keeps_todays_bound():
                    ("a.py:3 in step", "b.py:3 in step")):
         d = loading()
         spinning(d, LAST_BATCH + 1.0, *places)
-        assert watchdog.deadline(d.s).label == "train auto", places
+        assert d.s.watch.deadline.label == "train auto", places
         assert verdicts(d.at(LAST_BATCH + 9.99)(core.Tick())) == [], places
         assert verdicts(d.at(LAST_BATCH + 10.01)(core.Tick())) != [], places
     locked = loading()
     locked.t = LAST_BATCH + 1.0
     word(locked, "lock", function="acquire")
     spinning(locked, LAST_BATCH + 1.5, *SPIN)
-    assert watchdog.deadline(locked.s).label == "train auto"
+    assert locked.s.watch.deadline.label == "train auto"
     assert verdicts(locked.at(LAST_BATCH + 9.99)(core.Tick())) == []
 
 
 def test_idle_floor_off_turns_the_one_place_bound_off():
     d = loading(watchdog={"idle_floor": "off"})
     spinning(d, LAST_BATCH + 1.0, *SPIN)
-    assert watchdog.deadline(d.s).label == "train auto"
+    assert d.s.watch.deadline.label == "train auto"
     assert verdicts(d.at(LAST_BATCH + 9.99)(core.Tick())) == []
     assert "KillTree" in kinds(d.at(LAST_BATCH + 10.01)(core.Tick()))
 
@@ -465,12 +465,12 @@ def test_before_the_first_batch_and_at_validations_first_one_place_keeps_the_own
         d.t += 0.5
         d.beat("setup", kind="wait", pid=PID, progress=d.progress,
                wait={"kind": "elsewhere", "where": f"autotune.py:{k} in search", "stalled": 0.5 * (k + 1)})
-    assert d.at(d.t + 30)(core.Tick()) == [] and watchdog.deadline(d.s).label == "startup_timeout"
+    assert d.at(d.t + 30)(core.Tick()) == [] and d.s.watch.deadline.label == "startup_timeout"
     val = loading()
     val.beat("val", kind="phase", epoch=1, batch=10)
     since = val.t
     spinning(val, since + 1.0, "validator.py:5 in update", "validator.py:6 in update", phase="val")
-    assert watchdog.deadline(val.s).label == "val auto"
+    assert val.s.watch.deadline.label == "val auto"
     assert verdicts(val.at(since + 9.99)(core.Tick())) == []
 
 
@@ -498,14 +498,14 @@ def test_a_loader_hang_after_slow_first_steps_is_found_at_the_idle_floor():
     last = d.t
     d.t = last + 1.0
     loader_word(d, 5001, batch_index=5)
-    assert watchdog.deadline(d.s).at == pytest.approx(last + 3.0)
+    assert d.s.watch.deadline.at == pytest.approx(last + 3.0)
     d.t = last + 1.2
     d.beat(epoch=1, epochs=3, batch=5, batches=10, samples=4)  # that wait ended after 1.2 s: the loader's own
     assert d.s.loader_waits_seen == {"train": pytest.approx(1.2)}
     last = d.t
     d.t = last + 1.0
     loader_word(d, 5001, batch_index=6)
-    assert watchdog.deadline(d.s).at == pytest.approx(last + 12.0)
+    assert d.s.watch.deadline.at == pytest.approx(last + 12.0)
     fresh = loading()  # a new iterator's first batch (index 0) is its start, which teaches the rhythm nothing
     fresh.t += 1.0
     loader_word(fresh, 5001, batch_index=0)

@@ -219,7 +219,8 @@ def test_stop_then_corrupt_last_pt_resumes_from_the_verified_copy(write_config, 
 GARBAGE_LOOP = """
 import os, sys, time
 import torch
-from worker.heartbeat import ENV_FD, Heartbeat
+from worker.heartbeat import Heartbeat
+from worker.wire.heartbeat_protocol import ENV_FD
 
 fd = int(os.environ[ENV_FD])
 os.write(fd, b"\\x00\\xffnot json\\n" + b"{" * 9000 + b"\\n" + b'{"v": 99}\\n')  # garbage, oversized, unknown version

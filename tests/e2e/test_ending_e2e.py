@@ -16,7 +16,8 @@ SILENCE = 4.0  # seconds: past auto_floor (1 s) and idle_floor (3 s), far within
 SILENT_AT = """
 import os, sys, time
 from pathlib import Path
-from worker.heartbeat import ENV_FD, Heartbeat
+from worker.heartbeat import Heartbeat
+from worker.wire.heartbeat_protocol import ENV_FD
 
 where, mark = {where!r}, Path({mark!r})
 hb = Heartbeat(int(os.environ[ENV_FD]))

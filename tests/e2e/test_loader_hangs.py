@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import ROOT
 from tests.helpers.supervised import (demo_train, python_without_py_spy, quiet_config, read_incidents, read_state,
                                       slow_server, status_of, wait_for, worker_launcher)
-from worker.trainer import RECORD_FED_ENV
+from worker.training.trainer import RECORD_FED_ENV
 
 LOOP = ROOT / "tests" / "fixtures" / "loader_loop.py"
 EPOCHS, TRAIN, VAL = 2, 20, 12  # the loop's epochs and samples (loader_loop.py)

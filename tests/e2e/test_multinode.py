@@ -135,7 +135,7 @@ def test_a_frozen_rank_on_host_b_restarts_both_hosts_from_the_same_checkpoint_an
     for host in (a, b):
         assert host["state"] == "succeeded" and (host["epoch"], host["epochs"]) == (2, 2)
         # one restart a host: B's new launcher, had it met the round of A's old store, which A's old launcher closes
-        # as it fails, joined again in place (worker/multinode.py's rejoin), not a second attempt
+        # as it fails, joined again in place (worker/distributed/multinode.py's rejoin), not a second attempt
         assert host["attempt"] == 2 and host["resumed_from"] == str(tmp_path / "shared" / "weights" / "last.pt")
         assert host["settings"]["resumed"] is True
     assert (tmp_path / "shared" / "weights" / "best.pt").exists()
@@ -271,7 +271,7 @@ def test_a_bad_distributed_table_exits_78_from_the_cli(tmp_path):
 
 def test_a_good_table_gives_the_launcher_its_rendezvous_and_every_host_the_same_fingerprint():
     from supervisor.attempt.rendezvous import rendezvous_of
-    from worker.multinode import launcher_argv
+    from worker.distributed.multinode import launcher_argv
 
     a, b = (parse(distributed(node_rank=n), "host.toml") for n in (0, 1))
     assert a.distributed.collective_timeout == 600 and a.distributed.join_timeout == 300
@@ -290,7 +290,7 @@ def test_a_good_table_gives_the_launcher_its_rendezvous_and_every_host_the_same_
 
 def test_the_collective_timeout_variable_is_the_one_the_ranks_read():
     from supervisor.attempt import rendezvous
-    from worker import ddp
+    from worker.distributed import ddp
 
     assert rendezvous.ENV_COLLECTIVE_TIMEOUT == ddp.ENV_COLLECTIVE_TIMEOUT
 
@@ -300,7 +300,7 @@ def test_a_host_among_several_reports_progress_through_its_local_rank_0():
     from supervisor.decision import core
     from supervisor.decision.model.ladder import build_ladder
     from supervisor.decision.status_view import snapshot
-    from worker.contract import HeartbeatMessage, MessageKind, Phase
+    from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
     config = parse(distributed(node_rank=1), "host.toml")
     s = core.Supervision(config, build_ladder(None, 2))
@@ -328,7 +328,7 @@ def several_hosts(node_rank: int):
 
 def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host_restarts_on_that_rung():
     from supervisor.decision import core
-    from worker.contract import HeartbeatMessage, MessageKind, Phase
+    from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
     b = several_hosts(1)
     for i, t in enumerate((1.0,)):  # one batch: a hang before the rung's speed is measured climbs (rung_choice.py)
@@ -430,8 +430,8 @@ def test_a_rank_started_twice_by_one_launch_exits_and_a_launch_that_never_met_it
         tmp_path, monkeypatch, capsys):
     """The launcher restarts its ranks itself when another host rejoins: such a rank would resume from the launch's
     old checkpoint, so it exits and the host restarts under its supervisor."""
-    from worker import multinode
-    from worker.contract import Rendezvous
+    from worker.distributed import multinode
+    from worker.wire.contract import Rendezvous
 
     started = tmp_path / "ranks-started" / "123"
     started.mkdir(parents=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.supervised import read_incidents, read_state, start_supervisor, status_of, wait_for
-from worker.demo_data import ensure_demo_dataset
-from worker.exact_resume import EpochOrderSampler
-from worker.trainer import RECORD_FED_ENV
+from worker.startup.demo_data import ensure_demo_dataset
+from worker.supervision.exact_resume import EpochOrderSampler
+from worker.training.trainer import RECORD_FED_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -156,7 +156,7 @@ def test_a_wait_that_ends_while_its_stacks_are_read_is_not_killed(tmp_path):
     import subprocess
 
     from tests.helpers.supervised import demo_train, python_without_py_spy, worker_launcher
-    from worker.trainer import RECORD_FED_ENV
+    from worker.training.trainer import RECORD_FED_ENV
 
     fifo, tools = tmp_path / "wait.fifo", tmp_path / "tools"
     os.mkfifo(fifo)

@@ -124,7 +124,7 @@ def test_a_frozen_standby_is_not_given_the_attempt(write_config, tmp_path):
 
 def test_a_standby_serves_a_launch_whatever_it_did_about_a_forkserver_but_no_other_environment():
     from supervisor.attempt.standby_worker import covers, serves
-    from worker.contract import ENV_FORKSERVER
+    from worker.wire.contract import ENV_FORKSERVER
 
     rung_0, rung_1 = {"PATH": "/usr/bin"}, {"PATH": "/usr/bin", ENV_FORKSERVER: "1"}
     assert serves(rung_1, rung_0) and serves(rung_0, rung_1)  # started it ahead, or the launch starts it

@@ -73,7 +73,7 @@ def test_a_ready_standby_holds_a_ram_cached_dataset_only_where_the_host_has_room
 
 def demo_copy(tmp_path: Path) -> Path:
     """The demo dataset copied where a test may change it; its data.yaml."""
-    from worker.demo_data import ensure_demo_dataset
+    from worker.startup.demo_data import ensure_demo_dataset
 
     source = ensure_demo_dataset().parent
     copy = tmp_path / "demo"

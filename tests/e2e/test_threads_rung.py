@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from tests.helpers.supervised import climb_to_loader_rung
-from worker.demo_data import ensure_demo_dataset
-from worker.exact_resume import ResumePoint, install
-from worker.loaders import hook_samples
-from worker.thread_loader import thread_loader_from
+from worker.startup.demo_data import ensure_demo_dataset
+from worker.supervision.exact_resume import ResumePoint, install
+from worker.loading.loaders import hook_samples
+from worker.loading.thread_loader import thread_loader_from
 
 BATCH = 4  # the demo's 32 training images: 8 batches an epoch
 

@@ -17,7 +17,7 @@ import pytest
 from tests.helpers import ROOT
 from tests.helpers.supervised import (demo_train, freeze_a_loader_worker, python_without_py_spy, quiet_config,
                                       read_incidents, read_state, slow_server, witnessed_loop, yolo_train)
-from worker.trainer import RECORD_FED_ENV
+from worker.training.trainer import RECORD_FED_ENV
 
 # a checkpoint's upload, a FUSE blip: seconds on something outside the tree, nothing runs
 WAITS_ON_A_SOCKET = witnessed_loop(80, "step == 40", """

@@ -11,7 +11,7 @@ from supervisor.vocabulary import (FINAL_STATES, HANG_PHASES, PHASE_LABELS, STAR
                                             State)
 from supervisor.telemetry import metric_table as metrics
 from supervisor.kernel.catalogue import BUILTIN
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def test_a_label_and_a_list_of_choices_are_spelled_once_where_they_are_named():
     other modules import, never a copied string or list."""
     import ast
 
-    lists = {frozenset({"auto", "on", "off"}): "worker/contract.py",
+    lists = {frozenset({"auto", "on", "off"}): "worker/wire/contract.py",
              frozenset({"auto", "kmsg", "journal", "off"}): "supervisor/config.py",
              frozenset(s.value for s in FINAL_STATES): None}
     spelled = []

@@ -8,7 +8,7 @@ from supervisor.decision import core
 from supervisor.decision.model.incident import Stacks
 from supervisor.decision.model.ladder import build_ladder
 from supervisor.decision.stall import watchdog
-from worker.contract import HeartbeatMessage
+from worker.wire.contract import HeartbeatMessage
 
 PID = 4242
 COMMAND = {"command": ["python", "train.py"]}  # [worker] command: a user's script as the worker
@@ -42,7 +42,7 @@ class Driver:
         return actions
 
     def verdict_due(self) -> bool:
-        due = watchdog.deadline(self.s)
+        due = self.s.watch.deadline
         return due.at is not None and self.t >= due.at
 
     def boot_and_spawn(self) -> core.Spawn:

@@ -12,10 +12,10 @@ import psutil
 import torch
 
 from tests.helpers import ROOT
-from worker.checkpointing import EXACT_KEY
-from worker.contract import LaunchRecord, MessageKind
-from worker.heartbeat import Decoder
-from worker.trainer import RECORD_FED_ENV
+from worker.checkpoints.checkpointing import EXACT_KEY
+from worker.wire.contract import LaunchRecord, MessageKind
+from worker.wire.heartbeat_protocol import Decoder
+from worker.training.trainer import RECORD_FED_ENV
 
 
 def launch(tmp: Path, project: Path, fed: Path, resume: str | None = None, every: float | None = None,

@@ -1,14 +1,10 @@
 """What a source file imports, read with ast from the file itself: the floors' test (tests/test_floors.py), the
-decision core's (tests/decision/test_decision_imports.py) and the contract's (tests/worker/test_worker_imports.py)."""
+decision core's (tests/decision/test_decision_imports.py) and the worker's (tests/worker/test_worker_imports.py)."""
 
 import ast
 from pathlib import Path
 
 from tests.helpers import ROOT
-
-# What the supervisor may import of worker/ (worker/contract.py's docstring names each and why).
-SUPERVISOR_USES = {"worker.contract", "worker.heartbeat", "worker.faults", "worker.durable_file",
-                   "worker.patches.miopen_db"}
 
 
 def module_name(path: Path) -> str:
@@ -17,7 +13,7 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> list[tuple[str, bool]]:
-    """(module imported, inside a function) for every import in ``path``; ``from worker import ddp`` is worker.ddp
+    """(module imported, inside a function) for every import in ``path``; ``from worker import ddp`` is worker.distributed.ddp
     (a module of a package is named whole)."""
     tree = ast.parse(path.read_text())
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))

@@ -185,7 +185,7 @@ def climb_to_loader_rung(tmp_path: Path, name: str, rung: str) -> tuple[dict, di
     return status, first, second
 
 
-# Several GPUs on the CPU (worker/ddp.py's CPU drill): two gloo ranks of the demo, as tests/worker/test_ddp.py and
+# Several GPUs on the CPU (worker/distributed/ddp.py's CPU drill): two gloo ranks of the demo, as tests/worker/test_ddp.py and
 # the in-place tier under DDP (tests/decision/test_in_place.py) supervise them.
 DDP_CONFIG = """
 name = "ddp"

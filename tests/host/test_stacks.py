@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(find_py_spy() is None, reason="py-spy is install
 DATALOADER_HANG = """
 import sys, time
 from torch.utils.data import DataLoader, Dataset
-from worker.faults import FaultInjector
+from worker.supervision.faults import FaultInjector
 
 class Hanging(Dataset):
     def __init__(self, injector):
@@ -46,7 +46,7 @@ if __name__ == "__main__":
 # The main loop hangs one of three ways; it says so just before.
 MAIN_HANG = """
 import ctypes, sys
-from worker.faults import hang_forever, spin_forever
+from worker.supervision.faults import hang_forever, spin_forever
 
 def train_step(kind):
     print("hanging", flush=True)
@@ -304,7 +304,7 @@ def test_a_stopped_loader_worker_the_worker_reported_is_named_so_though_no_pytho
         parent.wait()
 
 
-# The rank server's layout (worker/rank_server.py): the launcher starts a stub per rank, whose environment has RANK;
+# The rank server's layout (worker/standby/rank_server.py): the launcher starts a stub per rank, whose environment has RANK;
 # the ranks themselves are forked by a server, and their /proc/PID/environ is the server's, with no RANK.
 SERVED_RANKS = """
 import os, subprocess, sys

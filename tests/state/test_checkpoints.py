@@ -172,7 +172,7 @@ def test_ultralytics_final_strip_replaces_last_pt_whole_while_the_supervisor_ver
     import threading
     import types
 
-    from worker.train import supervised_trainer
+    from worker.training.train import supervised_trainer
 
     weights = tmp_path / "weights"
     weights.mkdir()

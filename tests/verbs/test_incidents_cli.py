@@ -44,7 +44,7 @@ def incident(n: int, *, reason: str = "hang", phase: str = "train", rung: int = 
 
 def hung_main_loop(state_dir: Path, record: dict, kind: str) -> None:
     """Hang a real process the way a training loop does and capture it where the agent would."""
-    script = ("import sys\nfrom worker.faults import hang_forever, spin_forever\n"
+    script = ("import sys\nfrom worker.supervision.faults import hang_forever, spin_forever\n"
               "def train_step():\n    print('hanging', flush=True)\n"
               f"    {'hang_forever' if kind == 'sleep' else 'spin_forever'}()\ntrain_step()\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT,

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from worker.checkpoint_writer import BackgroundWriter, to_host
+from worker.checkpoints.checkpoint_writer import BackgroundWriter, to_host
 
 
 def test_the_host_copy_does_not_change_with_the_training_state():

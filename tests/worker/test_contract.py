@@ -3,8 +3,9 @@
 import os
 import re
 
-from worker.contract import InForce, MessageKind
-from worker.heartbeat import Decoder, Heartbeat
+from worker.wire.contract import InForce, MessageKind
+from worker.heartbeat import Heartbeat
+from worker.wire.heartbeat_protocol import Decoder
 
 
 def test_the_in_force_report_crosses_a_real_pipe_as_a_typed_record():
@@ -28,8 +29,8 @@ def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trai
     from ultralytics.data import base, dataset
     from ultralytics.engine import trainer
 
-    from worker import startup_steps
-    from worker.contract import StartupStep
+    from worker.startup import startup_steps
+    from worker.wire.contract import StartupStep
 
     r, w = os.pipe()
     steps = startup_steps.STEPS
@@ -47,7 +48,7 @@ def test_startup_steps_cross_the_pipe_typed_with_the_scans_progress_and_the_trai
     assert issubclass(base.TQDM, startup_steps.ScanProgress)
     steps.enter(StartupStep.FIRST_BATCH)
     steps.enter(StartupStep.FIRST_STEP)
-    steps.progress(1, 2)  # its forward ran (worker/trainer.py): news within the first step
+    steps.progress(1, 2)  # its forward ran (worker/training/trainer.py): news within the first step
     steps.enter(StartupStep.LOADERS)  # no step after the first step
     report = steps.trained()
     assert re.fullmatch(r"steps: model \d+\.\d, amp_check \d+\.\d, dataset \d+\.\d, first_batch \d+\.\d, "

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from worker.patches import conv2d as fallback
-from worker.patches.miopen_db import arch_from_override, arch_from_target_version, kernel_db_names
+from worker.wire.miopen_db import arch_from_override, arch_from_target_version, kernel_db_names
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
 

@@ -1,6 +1,6 @@
 """Several GPUs: Ultralytics' own DDP path (its generated script under torch.distributed.run) supervised in every rank.
 
-On the CPU it runs as the CPU drill (``YOLO_TRAIN_CPU_RANKS``, worker/ddp.py): two gloo ranks, the same script and
+On the CPU it runs as the CPU drill (``YOLO_TRAIN_CPU_RANKS``, worker/distributed/ddp.py): two gloo ranks, the same script and
 launcher, DistributedSampler and rank-0 saves as on GPUs.
 """
 
@@ -15,8 +15,9 @@ import pytest
 
 from tests.helpers import ROOT
 from tests.helpers.supervised import DDP_CONFIG, read_incidents, read_state, yolo_train
-from worker.faults import Fault, FaultError, FaultInjector
-from worker.heartbeat import ENV_PATH, Decoder
+from worker.supervision.faults import FaultInjector
+from worker.wire.fault_spec import Fault, FaultError
+from worker.wire.heartbeat_protocol import ENV_PATH, Decoder
 
 
 @pytest.mark.e2e
@@ -93,7 +94,7 @@ def test_a_rank_reaches_the_pipe_by_its_proc_path_and_says_its_rank():
 
 
 def test_a_wrong_collective_timeout_is_one_line_naming_the_variable_and_the_fix(monkeypatch):
-    from worker import ddp
+    from worker.distributed import ddp
 
     monkeypatch.setenv(ddp.ENV_COLLECTIVE_TIMEOUT, "ten")
     with pytest.raises(ValueError, match=r"YOLO_TRAIN_COLLECTIVE_TIMEOUT='ten': expected seconds > 0.*\[worker\] env"):
@@ -106,7 +107,7 @@ def test_the_supervised_trainer_classes_are_importable_by_module_and_name():
     """Ultralytics' DDP script imports the trainer class by reference in every rank."""
     import pickle
 
-    from worker.trainers import supervised_trainer
+    from worker.training.trainers import supervised_trainer
 
     for task in ("detect", "segment", "pose", "obb", "classify"):
         cls = supervised_trainer(task)
@@ -117,7 +118,7 @@ def test_the_supervised_trainer_classes_are_importable_by_module_and_name():
 def test_each_ranks_epoch_order_is_its_share_dealt_as_distributed_sampler_deals_it(size, ranks):
     import math
 
-    from worker.exact_resume import EpochOrderSampler, ResumePoint
+    from worker.supervision.exact_resume import EpochOrderSampler, ResumePoint
 
     whole = EpochOrderSampler(size, seed=7).order(3)
     shares = [EpochOrderSampler(size, seed=7, rank=r, ranks=ranks) for r in range(ranks)]
@@ -140,7 +141,7 @@ def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an
     """Exact resume under DDP: each rank of the resumed run feeds its share of the resumed epoch from the
     checkpoint's batch on, the same images at the same positions as a run that was never killed."""
     from tests.helpers.resume import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
-    from worker.contract import MessageKind, Phase
+    from worker.wire.contract import MessageKind, Phase
 
     ranks = {"YOLO_TRAIN_CPU_RANKS": "2"}
     whole = launch(tmp_path, tmp_path / "whole", tmp_path / "whole.txt", env=ranks)
@@ -182,8 +183,8 @@ def test_a_rank_at_a_forkserver_rung_starts_its_forkserver_before_its_trainer_is
         tmp_path, monkeypatch, start_method, workers, started):
     # Issue 49: a DDP rank's forkserver started only when its loader asked for a worker, after the process group,
     # model and checkpoint: its imports were paid on top of them at every restart at a forkserver rung.
-    from worker import ddp
-    from worker.contract import LaunchRecord, WorkerOptions
+    from worker.distributed import ddp
+    from worker.wire.contract import LaunchRecord, WorkerOptions
 
     record = tmp_path / "launch.json"
     record.write_text(LaunchRecord(attempt=2, rung=1, train={"data": "demo", "workers": workers}, trainer_args={},

@@ -1,4 +1,4 @@
-"""The first step's device warm-up (worker/device_warmup.py): it runs a copy of the model's forward, loss and backward
+"""The first step's device warm-up (worker/startup/device_warmup.py): it runs a copy of the model's forward, loss and backward
 in a thread, and leaves the model that trains untouched. Run here on the CPU, the same code a GPU runs (the trainer
 starts it on CUDA only)."""
 
@@ -6,7 +6,7 @@ import torch
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import ClassificationModel, DetectionModel
 
-from worker.device_warmup import DeviceWarmUp
+from worker.startup.device_warmup import DeviceWarmUp
 
 
 def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

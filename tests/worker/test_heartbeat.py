@@ -10,7 +10,8 @@ import time
 import pytest
 
 from tests.helpers import ROOT
-from worker.heartbeat import MAX_MESSAGE_BYTES, Decoder, Heartbeat, encode, parse, read_available
+from worker.heartbeat import Heartbeat
+from worker.wire.heartbeat_protocol import MAX_MESSAGE_BYTES, Decoder, encode, parse, read_available
 
 
 def drain(fd: int) -> bytes:

@@ -1,4 +1,4 @@
-"""The in-place tier's rebuild in a real loader (worker/loader_recovery.py): a pass given up on the supervisor's word
+"""The in-place tier's rebuild in a real loader (worker/loading/loader_recovery.py): a pass given up on the supervisor's word
 has its live workers killed, not waited for, and goes on at the batch it waited for from new ones."""
 
 import os
@@ -10,9 +10,9 @@ import pytest
 import torch
 from ultralytics.data.build import InfiniteDataLoader
 
-from worker import loader_recovery
-from worker.commands import CommandChannel
-from worker.contract import Command, CommandKind
+from worker.loading import loader_recovery
+from worker.wire.commands import CommandChannel
+from worker.wire.contract import Command, CommandKind
 from worker.heartbeat import Heartbeat
 
 BATCH, WORKERS = 2, 3
@@ -85,7 +85,7 @@ def test_a_forkserver_workers_kill_is_seen_at_once_though_its_sigchld_goes_to_th
     import threading
     import time
 
-    from worker.loaders import start_workers_with
+    from worker.loading.loaders import start_workers_with
 
     loader = InfiniteDataLoader(Blocks(), batch_size=BATCH, num_workers=1, shuffle=False,
                                 worker_init_fn=partial(note_generation, tmp_path))

@@ -5,7 +5,7 @@ import os
 import torch
 from ultralytics.data.build import InfiniteDataLoader
 
-from worker.loaders import EpochWorkersDataLoader, hook_samples, make_epoch_workers
+from worker.loading.loaders import EpochWorkersDataLoader, hook_samples, make_epoch_workers
 
 
 class Pids(torch.utils.data.Dataset):

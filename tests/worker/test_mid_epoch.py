@@ -12,9 +12,9 @@ import torch
 
 from tests.helpers import ROOT
 from tests.helpers.resume import launch, messages
-from worker.checkpointing import EXACT_KEY, readable_checkpoint
-from worker.contract import EXIT_CONFIG as IDENTITY_EXIT
-from worker.contract import MessageKind
+from worker.checkpoints.checkpointing import EXACT_KEY, readable_checkpoint
+from worker.wire.contract import EXIT_CONFIG as IDENTITY_EXIT
+from worker.wire.contract import MessageKind
 
 
 def test_a_failing_write_leaves_the_previous_checkpoint_and_no_temporary_file(tmp_path):
@@ -25,7 +25,7 @@ def test_a_failing_write_leaves_the_previous_checkpoint_and_no_temporary_file(tm
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-        from worker.checkpointing import atomic_write, CheckpointWriteError
+        from worker.checkpoints.checkpointing import atomic_write, CheckpointWriteError
         try:
             atomic_write({str(target)!r}, b"x" * 100_000)
         except CheckpointWriteError as e:

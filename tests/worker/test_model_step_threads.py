@@ -1,10 +1,10 @@
-"""The model step builds the model on few CPU threads (worker/startup_steps.py MODEL_STEP_THREADS says why), and
+"""The model step builds the model on few CPU threads (worker/startup/startup_steps.py MODEL_STEP_THREADS says why), and
 training gets its threads back."""
 
 import torch
 
-from worker.startup_steps import MODEL_STEP_THREADS, few_cpu_threads
-from worker.trainer import SupervisedTrainerMixin
+from worker.startup.startup_steps import MODEL_STEP_THREADS, few_cpu_threads
+from worker.training.trainer import SupervisedTrainerMixin
 
 
 class _Base:

@@ -1,5 +1,5 @@
-"""Issue 57.1: the DDP ranks' server (worker/rank_server.py) runs whatever script a connection names, as the training's
-user. It listened on an abstract socket and checked no peer: uid 65534, sending what worker/rank_stub.py sends, made
+"""Issue 57.1: the DDP ranks' server (worker/standby/rank_server.py) runs whatever script a connection names, as the training's
+user. It listened on an abstract socket and checked no peer: uid 65534, sending what worker/standby/rank_stub.py sends, made
 it run the payload as root. A real server, forked by a stand-in for the launching worker; a real second uid."""
 
 import os
@@ -20,8 +20,8 @@ NOBODY = 65534
 LAUNCHER = """
 import os, subprocess, sys, time
 from pathlib import Path
-from worker import rank_server
-from worker.rank_stub import ENV_ADDRESS
+from worker.standby import rank_server
+from worker.standby.rank_stub import ENV_ADDRESS
 rank_server.start(Path(sys.argv[1]))
 print(os.environ[ENV_ADDRESS], flush=True)
 subprocess.run([sys.executable, "-u", rank_server.STUB, sys.argv[2], sys.argv[3]], check=True)

@@ -1,10 +1,10 @@
-"""What a ready standby holds (worker/ready.py): the model built ahead, taken only by a launch that would build the
+"""What a ready standby holds (worker/standby/ready.py): the model built ahead, taken only by a launch that would build the
 same one, and its weights then the checkpoint's."""
 
 import torch
 
-from worker import ready
-from worker.contract import HELD_MODEL, StandbyReport
+from worker.standby import ready
+from worker.wire.contract import HELD_MODEL, StandbyReport
 
 
 def spec(model: str, **train) -> dict:
@@ -54,7 +54,7 @@ def test_the_held_loader_gives_the_batches_and_worker_seeds_a_new_one_would_from
     built at the launch loads, in order, with the same seeds."""
     from ultralytics.data.build import build_dataloader
 
-    from worker import exact_resume
+    from worker.supervision import exact_resume
 
     train = {"imgsz": 64, "batch": 4, "workers": 2, "seed": 0}
     line = ready.prepare(spec("yolov8n.yaml", **train))

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from worker import multinode
-from worker.contract import Rendezvous
+from worker.distributed import multinode
+from worker.wire.contract import Rendezvous
 
 JOIN = 3.0
 
 
 def launch(tmp_path, node_rank: int, port: int) -> tuple[int, str]:
-    """One host's launch as the worker runs it (worker/train.py): bounded, then judged by launch_failure."""
+    """One host's launch as the worker runs it (worker/training/train.py): bounded, then judged by launch_failure."""
     script = tmp_path / "rank.py"
     script.write_text("print('rank ran')\n")
     started = tmp_path / f"started-{node_rank}"

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tests.helpers.resume import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
-from worker.checkpointing import EXACT_KEY
-from worker.contract import MessageKind, Phase
+from worker.checkpoints.checkpointing import EXACT_KEY
+from worker.wire.contract import MessageKind, Phase
 
 pytestmark = pytest.mark.e2e
 

@@ -10,11 +10,11 @@ import psutil
 import pytest
 import torch
 
-from worker.demo_data import ensure_demo_dataset
-from worker.exact_resume import ResumePoint, install
-from worker.loaders import (chain_worker_init, die_with_parent, forkserver_pid, hook_samples, start_forkserver,
+from worker.startup.demo_data import ensure_demo_dataset
+from worker.supervision.exact_resume import ResumePoint, install
+from worker.loading.loaders import (chain_worker_init, die_with_parent, forkserver_pid, hook_samples, start_forkserver,
                             start_workers_with, worker_start_method)
-from worker.thread_loader import ThreadDataLoader, thread_loader_from
+from worker.loading.thread_loader import ThreadDataLoader, thread_loader_from
 
 BATCH = 4  # the demo's 32 training images: 8 batches an epoch
 
@@ -315,8 +315,8 @@ def test_bad_thread_counts_and_used_loaders_are_refused(data):
 def test_a_standby_made_for_a_forkserver_rung_starts_the_server_before_it_waits(monkeypatch):
     import io
 
-    from worker import train
-    from worker.contract import ENV_FORKSERVER
+    from worker.training import train
+    from worker.wire.contract import ENV_FORKSERVER
 
     events = []
 

@@ -4,8 +4,8 @@ resume forces every rung key to the attempt's own value, never the checkpoint's.
 from supervisor.decision import core
 from tests.helpers.driver import Driver, make
 from tests.helpers.supervised import assert_finished, demo_train, quiet_config, read_incidents, yolo_train
-from worker.contract import LaunchRecord
-from worker.link import forced_on_resume
+from worker.wire.contract import LaunchRecord
+from worker.supervision.link import forced_on_resume
 
 
 def test_val_false_validates_not_even_the_final_epoch_and_the_run_finishes_with_its_weights(write_config, tmp_path):

@@ -23,8 +23,9 @@ import pytest
 
 from tests.helpers import ROOT
 from worker import witness
-from worker.contract import MessageKind, WaitKind, WaitReport
-from worker.heartbeat import Decoder, Heartbeat, read_available
+from worker.wire.contract import MessageKind, WaitKind, WaitReport
+from worker.heartbeat import Heartbeat
+from worker.wire.heartbeat_protocol import Decoder, read_available
 from worker.witness import RULES, Stack, Witness, classify, device_busy
 
 FIXTURE = ROOT / "tests" / "fixtures" / "witness_process.py"
@@ -365,7 +366,7 @@ def test_loaders_are_named_by_themselves_or_by_the_iterator_they_hold():
     witness.name_loader(loader, "train")
     witness.name_loader(persistent, "val")
     assert witness.loader_name(loader.iterator) == "train" and witness.loader_name(persistent._iterator) == "val"
-    loader.iterator = object()  # rebuilt in place (worker/loader_recovery.py)
+    loader.iterator = object()  # rebuilt in place (worker/loading/loader_recovery.py)
     assert witness.loader_name(loader.iterator) == "train" and witness.loader_name(object()) is None
     witness.name_loader(object(), "val")  # not weakly referable: left unnamed, never an error in training
 

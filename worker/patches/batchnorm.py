@@ -53,8 +53,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import handle_torch_function, has_torch_function_variadic
 
-from worker.contract import BATCHNORM_FALLBACK_MODES
-from worker.patches.miopen_db import configured, gpu_arch_seen_by_runtime, kernel_db_lookup
+from worker.wire.contract import BATCHNORM_FALLBACK_MODES
+from worker.wire.miopen_db import configured, gpu_arch_seen_by_runtime, kernel_db_lookup
 
 # Architectures whose MIOpen batch-norm kernels are known not to run, by the card's real name (an
 # HSA_OVERRIDE_GFX_VERSION does not change the hardware's instruction set).

@@ -55,8 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.utils import _pair
 
-from worker.contract import CONV_FALLBACK_MODES
-from worker.patches.miopen_db import configured, gpu_arch_seen_by_runtime, kernel_db_lookup
+from worker.wire.contract import CONV_FALLBACK_MODES
+from worker.wire.miopen_db import configured, gpu_arch_seen_by_runtime, kernel_db_lookup
 
 Pads = tuple[int, int, int, int]  # top, bottom, left, right
 

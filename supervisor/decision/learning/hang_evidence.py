@@ -34,7 +34,7 @@ from typing import Any, Callable
 from supervisor.decision.model.ladder import HIPBLASLT
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.stall import witness
-from worker.contract import Phase, WaitKind
+from worker.wire.contract import Phase, WaitKind
 
 LOADER_KEYS, RUNTIME_KEYS = witness.LOADER_KEYS, witness.RUNTIME_KEYS  # the loader's settings, the runtime's
 

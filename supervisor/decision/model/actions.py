@@ -28,7 +28,7 @@ class PrepareStandby:
     does not pay for them, with the settings of the rung a hang would move to: a standby serves only a launch in the
     environment it began in. When, and again when that rung changes: standby.py."""
     rung_settings: dict[str, Any]
-    # The settings whose train arguments and loader a ready standby holds (worker/ready.py): the rung it is likelier
+    # The settings whose train arguments and loader a ready standby holds (worker/standby/ready.py): the rung it is likelier
     # to run, which may be the current one where both share an environment (standby.py); None: ``rung_settings``.
     held_settings: dict[str, Any] | None = None
 

@@ -12,7 +12,7 @@ from typing import Any
 from supervisor.decision.model.incident import Devcoredump, Stacks
 from supervisor.decision.model.survivors import Survivor
 from supervisor.vocabulary import KernelKind, Remedy, WorkerStart
-from worker.contract import HeartbeatMessage
+from worker.wire.contract import HeartbeatMessage
 
 
 @dataclass(frozen=True)

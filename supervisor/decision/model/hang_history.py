@@ -28,7 +28,7 @@ from supervisor.decision.model.ladder import Ladder
 from supervisor.decision.model.persistence import kept
 from supervisor.decision.model.persistence import span
 from supervisor.decision.model.rung_choice import RungFacts
-from worker.contract import Phase
+from worker.wire.contract import Phase
 
 COSTS_KEPT = 8
 POINTS_KEPT = 8

@@ -75,7 +75,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature("gpu_oom", re.compile(r"(?:HIP|CUDA) out of memory|OutOfMemoryError|HIP_ERROR_OUT_OF_MEMORY|"
                                     r"hipErrorOutOfMemory"),
               Remedy.HALVE_BATCH, "out of GPU memory: restarting with half the batch size"),
-    # worker/multinode.py's check_hosts_agree: ranks of several hosts found their [train] tables, ladders or run
+    # worker/distributed/multinode.py's check_hosts_agree: ranks of several hosts found their [train] tables, ladders or run
     # directories differ. Restarting would meet the same configs.
     Signature("hosts_disagree", re.compile(r"yolo-train: the hosts' configurations differ"), Remedy.CONFIG_ERROR,
               "the hosts of this job run different configs: give every host the same [train], [ladder] and "

@@ -34,7 +34,7 @@ from supervisor.decision.model.rung_record import RungRecord
 from supervisor.decision.model.survivors import Survivor
 from supervisor.decision.model.worker_kind import WorkerKind
 from supervisor.vocabulary import After, KernelKind, Reason, State, Tier, WorkerStart
-from worker.contract import InForce, Phase, StartupStep, WaitReport
+from worker.wire.contract import InForce, Phase, StartupStep, WaitReport
 
 INCIDENTS_KEPT = 20
 THROUGHPUT_WINDOW = 20  # training beats behind it/s
@@ -121,7 +121,7 @@ class Recovery:
 
 @dataclass
 class StacksAhead:
-    """The stacks of a stall read ahead of its verdict (watchdog.stacks_ahead_at): the stall they are of, from when,
+    """The stacks of a stall read ahead of its verdict (Stall.stacks_at): the stall they are of, from when,
     and what they showed; kept only while that stall goes on (no progress, news or startup step since)."""
     since: float  # monotonic: the stall's clock (watchdog.Stall.since) when they were asked for
     at: float  # monotonic: when the reading began (when it was asked, until the shell tells)
@@ -395,6 +395,9 @@ class Supervision:
     # then ended: a loop's own rhythm, which bounds the next such stall of that phase (watchdog.one_place_bound)
     one_place_seen: dict[str, float] = kept(default_factory=dict)
     amp_passed: bool = False  # an attempt trained with AMP on after its check (heartbeats._first_batch)
+    # what the last decision left the shell to watch (the stall judged, its deadline, the wake-up, the tree's and the
+    # stacks' readings): a watchdog.Watch, set at the end of every ``decide`` and at a restore; never persisted
+    watch: Any = None
 
     def __post_init__(self) -> None:
         self.kind = WorkerKind.of(self.config)

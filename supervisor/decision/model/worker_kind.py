@@ -1,7 +1,7 @@
 """The kind of worker a training runs, decided once from its configuration: what the worker can do.
 
 Two kinds: ours (the patched Ultralytics worker, ``python -m worker``, which reads a launch record and speaks the
-whole contract of worker/contract.py) and a ``[worker] command`` (any training script, which may know nothing of
+whole contract of worker/wire/contract.py) and a ``[worker] command`` (any training script, which may know nothing of
 yolo-train). ``WorkerKind.of(config)`` is the one place that tells them apart; everything else, the core and the
 shell alike, asks the record what the kind can do instead of asking whether the worker is a command.
 """

@@ -3,8 +3,9 @@ cannot serve escalates to the next, which amends the same incident (one hang, on
 way it went). The tiers are ``TIERS``, each a tier.RecoveryTier; nothing here knows what any of them does.
 
 The core asks this module at a hang's verdict (``hang``), for an event a tier under way is told (``on_event``),
-when the watchdog's ``DeadlineKind.RECOVERY`` is due (``overdue``) and when the worker exits mid-recovery
-(``escalate``).
+when the watchdog's ``DeadlineKind.RECOVERY`` is due (``overdue``), when the worker exits mid-recovery
+(``escalate``), and at the end of every decision for what the shell watches until the next (``watch``: the stacks read
+ahead of a verdict only where no tier would read its own, which only the tiers know).
 
 The tiers and what serves them stand beside this walk: ``tier`` (what a tier is), ``in_place``, ``restart`` (with
 ``standby``, the next worker made ready), ``stopping`` (the one way into STOPPING), ``stacks_ahead`` (a restart's
@@ -21,10 +22,20 @@ from supervisor.decision.model.events import Now
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.recovery import in_place, restart
 from supervisor.decision.recovery.tier import Escalate, RecoveryTier, Verdict
-from supervisor.decision.stall import watchdog
+from supervisor.decision.stall import watchdog, witness
 
 TIERS: tuple[RecoveryTier, ...] = (in_place.TIER, restart.TIER)  # cheapest first; the restart always applies
 EVENTS: tuple[type, ...] = tuple(dict.fromkeys(e for tier in TIERS for e in tier.events))
+
+
+def watch(s: Supervision) -> watchdog.Watch:
+    """The decision's one judgement of the stall, and what follows from it (``watchdog.Watch``)."""
+    return watchdog.watch(s, own_stacks)
+
+
+def own_stacks(s: Supervision, phase: str, word: witness.Word) -> bool:
+    """A verdict now would begin a tier that reads the stall's stacks itself or needs none (watchdog.OwnStacks)."""
+    return any(tier.reads_own_stacks(s, phase, word) for tier in TIERS)
 
 
 def hang(s: Supervision, now: Now, phase: str, detail: str, stall: watchdog.Stall | None) -> list[Any]:
@@ -65,5 +76,5 @@ def escalate(s: Supervision, now: Now, why: str) -> list[Any]:
     later = TIERS[TIERS.index(r.tier) + 1:]
     left = r.tier.escalate(s, r, now, why)
     # the stall, with the tier no longer under way, judged again for the next tier: the words said since count
-    stall = watchdog.current_stall(s)
+    stall = watchdog.current_stall(s, own_stacks)
     return [*left, *_walk(s, now, later, Verdict(r.phase, r.incident.detail, r.incident, why, stall))]

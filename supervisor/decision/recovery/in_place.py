@@ -32,9 +32,9 @@ from supervisor.decision.model.incident import Incident, Stacks
 from supervisor.decision.model.state import Recovery, Supervision
 from supervisor.decision.recovery import tier
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered, word_on
-from supervisor.decision.stall import watchdog, witness
+from supervisor.decision.stall import witness
 from supervisor.vocabulary import Reason, State, Tier
-from worker.contract import HeartbeatMessage, MessageKind, Phase
+from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
 # The tier's own actions and events: what the core asks of its shell part (supervisor/attempt/loader_workers.py), and
 # what that part says back.
@@ -110,6 +110,13 @@ class InPlaceTier:
 
     def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
         return begin(s, now, verdict)
+
+    def reads_own_stacks(self, s: Supervision, phase: str, word: witness.Word) -> bool:
+        """A verdict now in ``phase``, the witness saying ``word`` of the stall, would begin this tier (its own
+        stacks, or the loader workers replaced without any), not go straight to the restart: as ``begin`` judges.
+        ``in_place_max`` spent, the restart takes it (and its stacks are read ahead: read at the kill, they would
+        delay that restart by their capture)."""
+        return self.applies(s, phase) and not spent(s) and _declines(s, word) is None
 
     def on_event(self, s: Supervision, r: Recovery, event: Any, now: Now) -> list[Any] | Escalate:
         if isinstance(event, StallInspected):
@@ -225,15 +232,6 @@ def _declines(s: Supervision, word: witness.Word) -> str | None:
     return None
 
 
-def takes(s: Supervision, phase: str, word: witness.Word) -> bool:
-    """A verdict now in ``phase``, the witness saying ``word`` of the stall, would begin this tier (its own stacks, or
-    the loader workers replaced without any), not go straight to the restart: as ``begin`` judges. ``in_place_max``
-    spent, the restart takes it (and its stacks are read ahead: read at the kill, they would delay that restart by
-    their capture)."""
-    return TIER.applies(s, phase) and not spent(s) and _declines(s, word) is None
-
-
-watchdog.OWN_STACKS.append(takes)
 
 def inspected(s: Supervision, r: Recovery, event: StallInspected) -> list[Any] | Escalate:
     if r.incident.id != event.incident_id or r.acted_at is not None:

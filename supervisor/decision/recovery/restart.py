@@ -27,9 +27,10 @@ from supervisor.decision.model.state import (Recovery, StopPlan, Supervision, ba
 from supervisor.decision.recovery import probe, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Escalate, Verdict, recovered
+from supervisor.decision.stall import witness
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_NO_WEIGHTS, EXIT_OK, EXIT_REBOOT_NEEDED
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, State, Tier
-from worker.contract import split_rung
+from worker.wire.contract import split_rung
 
 
 class RestartTier:
@@ -47,11 +48,14 @@ class RestartTier:
         return stopping.begin(s, now, Stop(Reason.HANG, verdict.phase, verdict.detail, climb=True,
                                            failure=f"hang:{verdict.phase}"), verdict)
 
+    def reads_own_stacks(self, s: Supervision, phase: str, word: witness.Word) -> bool:
+        return False  # its stacks are read ahead of its verdict, or at the kill (stacks_ahead.py)
+
     def on_event(self, s: Supervision, r: Recovery, event: Any, now: Now) -> list[Any] | Escalate:
         return []
 
     def deadline(self, r: Recovery) -> tuple[float, str] | None:
-        return None  # the stop's own (watchdog.deadline: the kill, a save)
+        return None  # the stop's own (watchdog.due: the kill, a save)
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         return []

@@ -3,7 +3,7 @@
 The stacks are the incident's record (py-spy's native frames name a runtime's busy wait), not the verdict's
 evidence where the witness spoke; read between the verdict and the kill, they delayed every restart by their capture
 (``dump --native`` of a CUDA training process loads libtorch_cuda's symbols, which takes seconds). So the
-watchdog asks for them once the stall has lasted its bound less a lead (``watchdog.stacks_ahead_at``)::
+watchdog asks for them once the stall has lasted its bound less a lead (``Stall.stacks_at``, kept on ``Supervision.watch``)::
 
     stall at bound - lead --ReadStacksAhead--> the shell reads the tree, left running, as a kill would
       --StacksReadAhead--> kept on the attempt while that stall goes on
@@ -42,7 +42,7 @@ def read(s: Supervision, event: StacksReadAhead, now: Now) -> list[Any]:
     if a.stacks_ahead is None or since is None or not event.since == since == a.stacks_ahead.since:
         return [DropStacksAhead(event.stacks.path)]
     a.stacks_ahead = StacksAhead(event.since, event.at, event.stacks)
-    due = watchdog.deadline(s).at
+    due = s.watch.deadline.at  # the last decision's: stacks kept do not move the verdict
     left = f", {due - now.mono:.1f} s before its verdict is due" if due is not None else ""
     return [Log("info", f"read the stacks of the stall ahead of its verdict in {event.stacks.seconds:.2f} s "
                         f"(no progress for {event.at - event.since:.1f} s{left}): {event.stacks.where}")]

@@ -20,7 +20,7 @@ from typing import Any
 from supervisor.decision.learning import choices
 from supervisor.decision.model.actions import PrepareStandby
 from supervisor.decision.model.state import Supervision
-from worker.contract import split_rung
+from worker.wire.contract import split_rung
 
 REVIEW_EVERY = 5.0  # seconds of training between two reviews of the standby's rung
 

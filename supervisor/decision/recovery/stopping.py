@@ -52,8 +52,8 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
     earlier = s.record_complete(still_open=incident)  # the one before, if its restart never reached a batch
     point = HangPoint(phase, a.progress.epoch, a.progress.batch, a.resumed_at, s.rung) \
         if reason in (Reason.HANG, Reason.KERNEL) else None
-    # a hang's stall, judged once: the tick's (or the escalation's) where it judged it
-    stall = (verdict.stall if verdict is not None else watchdog.current_stall(s)) if point is not None else None
+    # a hang's stall, judged once: the verdict's (the tick's, an escalation's), else the one the last decision left
+    stall = (verdict.stall if verdict is not None else s.watch.stall) if point is not None else None
     if point is not None and stall is not None and s.state == State.HEALTHY and then in (None, After.RESTART):
         point = replace(point, wait=watchdog.wait_of(stall.word), short=watchdog.short_of_own(stall))
     last_progress_at, lost_before = a.last_progress_at, s.goodput.lost_seconds

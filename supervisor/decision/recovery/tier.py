@@ -31,7 +31,7 @@ from supervisor.decision.recovery import stacks_ahead
 from supervisor.decision.stall import witness
 from supervisor.decision.stall.watchdog import Stall
 from supervisor.vocabulary import Tier
-from worker.contract import HeartbeatMessage, MessageKind
+from worker.wire.contract import HeartbeatMessage, MessageKind
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class RecoveryTier(Protocol):
     def applies(self, s: Supervision, phase: str) -> bool: ...
 
     def begin(self, s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate: ...
+
+    # whether a verdict now (in ``phase``, the witness saying ``word`` of the stall) would begin this tier, which
+    # reads the stall's stacks itself or needs none: then none are read ahead of it (watchdog.OwnStacks)
+    def reads_own_stacks(self, s: Supervision, phase: str, word: witness.Word) -> bool: ...
 
     def on_event(self, s: Supervision, r: Recovery, event: Any, now: Now) -> list[Any] | Escalate: ...
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from supervisor.decision.stall.stack_reading import ProcessStacks, TreeCapture
-from worker.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS
+from worker.wire.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,12 @@ from supervisor.config import AUTO, WatchdogConfig
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.stall import kernel_search, witness
 from supervisor.vocabulary import STARTUP_PHASE, State
-from worker.contract import Phase, StartupStep, WaitKind, split_rung
+from worker.wire.contract import Phase, StartupStep, WaitKind, split_rung
+
+# Whether a verdict now, in a phase and with the witness's word on the stall, would go to a recovery tier that reads
+# the stall's stacks itself or needs none (``RecoveryTier.reads_own_stacks``, asked by recovery/__init__.py, where the
+# tiers are known): then none are read ahead of it.
+OwnStacks = Callable[[Supervision, str, witness.Word], bool]
 
 
 class DeadlineKind(Enum):
@@ -98,13 +103,8 @@ def phase_timeout(cfg: WatchdogConfig, phase: str, intervals: dict[str, deque],
     return configured, f"{phase} timeout"
 
 
-def deadline(s: Supervision) -> Deadline:
-    """When the watchdog fires next, and which timeout that is."""
-    return due(s, current_stall(s))
-
-
 def due(s: Supervision, stall: Stall | None) -> Deadline:
-    """``deadline``, with the current stall judged already (``current_stall``, once per decision)."""
+    """When the watchdog fires next with ``stall`` under way (``current_stall``), and which timeout that is."""
     if s.state == State.BACKOFF:
         return Deadline(s.backoff_until, DeadlineKind.BACKOFF, "backoff")
     if s.state == State.STOPPING and s.stop is not None and s.stop.survivors_until is not None:
@@ -161,12 +161,6 @@ def _confirmed(s: Supervision, at: Deadline) -> Deadline:
     return at
 
 
-# A recovery tier that reads a stall's stacks itself (or needs none) adds its ``takes`` here when it is imported
-# (recovery/in_place.py): the judge stands below the tiers, and asks them through this list, not by name. It is
-# asked with the phase and the witness's word on the stall.
-OWN_STACKS: list[Callable[[Supervision, str, witness.Word], bool]] = []
-
-
 def silent_bound(s: Supervision, stall: Stall, silent: float) -> Deadline:
     """A stall the witness fell silent in (C code holds the GIL) is judged by what the tree does: busy, it works until
     the phase's own bound; idle (and not waiting on the world), it is a hang at the idle floor, in every phase."""
@@ -178,19 +172,14 @@ def silent_bound(s: Supervision, stall: Stall, silent: float) -> Deadline:
     return own
 
 
-def stacks_ahead_at(s: Supervision) -> float | None:
-    """When the stacks of the current stall are read ahead of its verdict (``Stall.stacks_at``); None: not."""
-    stall = current_stall(s)
-    return stall.stacks_at if stall is not None else None
-
-
-def _stacks_at(s: Supervision, stall: Stall, due: Deadline) -> float | None:
+def _stacks_at(s: Supervision, stall: Stall, due: Deadline, own_stacks: OwnStacks) -> float | None:
     """When the stacks of ``stall`` are read ahead of its verdict (stacks_ahead.py): once it has lasted its
     bound less a lead, the capture's budget (``[incidents] stacks_budget``) at most half the bound (an idle floor of
     3 s reads them at 1.5 s), so the verdict kills at once. Only where that verdict would read them before its kill
     (``[incidents] stacks``, a hang's stall that goes to the restart, not to the in-place tier, which reads its own
     or needs none), and once per stall: again only where its bound grew past the reading by more than the lead.
-    None: not in this stall, or read already. ``due``: the watchdog's deadline with this stall."""
+    None: not in this stall, or read already. ``due``: the watchdog's deadline with this stall; ``own_stacks``: the
+    tiers' answer (``RecoveryTier.reads_own_stacks``)."""
     a = s.current
     if not s.config.incidents.stacks or s.state not in (State.STARTING, State.HEALTHY) or a.worker_pid is None \
             or a.recovery is not None:
@@ -198,23 +187,12 @@ def _stacks_at(s: Supervision, stall: Stall, due: Deadline) -> float | None:
     if due.at is None or due.kind not in (DeadlineKind.PHASE, DeadlineKind.STARTUP):
         return None
     phase = STARTUP_PHASE if s.state == State.STARTING else a.progress.phase
-    if any(takes(s, phase, stall.word) for takes in OWN_STACKS):
+    if own_stacks(s, phase, stall.word):
         return None
     at = due.at - min(s.config.incidents.stacks_budget, (due.at - stall.since) / 2)
     read = a.stacks_ahead
     if read is not None and read.since == stall.since and read.at >= at:
         return None
-    return at
-
-
-def wake(s: Supervision) -> Deadline:
-    """What the shell waits for: the watchdog's ``deadline``, or the stacks read ahead of it where that comes first
-    (``DeadlineKind.STACKS_AHEAD``)."""
-    stall = current_stall(s)
-    at = due(s, stall)
-    ahead = stall.stacks_at if stall is not None else None
-    if ahead is not None and (at.at is None or ahead < at.at):
-        return Deadline(ahead, DeadlineKind.STACKS_AHEAD, "stacks ahead")
     return at
 
 
@@ -330,17 +308,39 @@ class Stall:
     stacks_at: float | None = None  # when its stacks are read ahead of the verdict (``_stacks_at``); None: not
 
 
-def current_stall(s: Supervision) -> Stall | None:
+def current_stall(s: Supervision, own_stacks: OwnStacks) -> Stall | None:
     """The stall under way, judged: its clock, its bounds, the witness's word on it, its verdict's bound and when
-    its stacks are read ahead. None outside a startup step or a phase being watched (a stop, the backoff, a recovery
-    tier under way)."""
+    its stacks are read ahead (not where ``own_stacks`` says a tier would read its own). None outside a startup step
+    or a phase being watched (a stop, the backoff, a recovery tier under way)."""
     stall = _bounded(s)
     if stall is None:
         return None
     stall = replace(stall, held=held_place(s, stall.word.seen, stall.word.culprit))
     stall = replace(stall, owed=owed_here(s, stall))
     stall = replace(stall, bound=_judged(s, stall))
-    return replace(stall, stacks_at=_stacks_at(s, stall, _confirmed(s, stall.bound)))
+    return replace(stall, stacks_at=_stacks_at(s, stall, _confirmed(s, stall.bound), own_stacks))
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a decision leaves the shell to watch until the next one: the state changes only inside ``decide``, so the
+    stall is judged once, at its end (``watch``; and at a restore), and the loop, the tick, the status and the stacks
+    read this record instead of working any of it out again. Not persisted."""
+    stall: Stall | None  # the stall under way, judged (``current_stall``); None: none
+    deadline: Deadline  # the watchdog's (``due``): what a Tick judges
+    wake: Deadline  # the loop's next wake-up: the deadline, or the stacks read ahead where that comes first
+    tree_from: float | None  # from when the shell reads the worker's tree for activity (``tree_reading_from``)
+    stacks_at: float | None  # when the stall's stacks are read ahead of its verdict (``Stall.stacks_at``)
+
+
+def watch(s: Supervision, own_stacks: OwnStacks) -> Watch:
+    """The one judgement of a decision: the stall, its deadline, the wake-up, the tree's and the stacks' readings."""
+    stall = current_stall(s, own_stacks)
+    at = due(s, stall)
+    ahead = stall.stacks_at if stall is not None else None
+    wake = Deadline(ahead, DeadlineKind.STACKS_AHEAD, "stacks ahead") \
+        if ahead is not None and (at.at is None or ahead < at.at) else at
+    return Watch(stall, at, wake, tree_reading_from(s, stall), ahead)
 
 
 def _bounded(s: Supervision) -> Stall | None:
@@ -450,11 +450,11 @@ def rank_stopped(s: Supervision) -> bool:
 IDLE_READING_AFTER = 0.5  # seconds of a stall before its tree is read: a training's gaps between batches are shorter
 
 
-def tree_reading_from(s: Supervision) -> float | None:
-    """From when the shell reads the worker's tree for activity (``TreeActivity``): once the stall has lasted so long
-    that idle_floor more of an idle tree reaches its idle bound, and at least ``IDLE_READING_AFTER``, so a training
-    whose batches come costs nothing; None: an idle tree cannot shorten this stall's bound."""
-    stall = _bounded(s)  # (its clock and its bounds: not its verdict's)
+def tree_reading_from(s: Supervision, stall: Stall | None) -> float | None:
+    """From when the shell reads the worker's tree for activity (``TreeActivity``) in ``stall``: once it has lasted so
+    long that idle_floor more of an idle tree reaches its idle bound, and at least ``IDLE_READING_AFTER``, so a
+    training whose batches come costs nothing; None: an idle tree cannot shorten this stall's bound. (Its clock and
+    its own bounds decide, not its verdict's.)"""
     if stall is None or s.current.worker_pid is None:
         return None
     if stall.frozen_bound is not None:  # several hosts: read whether a rank of this host is stopped

@@ -25,7 +25,7 @@ stall began in training, in a mid-epoch checkpoint's save, at an epoch's end or 
 - a witness that spoke in this attempt and then fell silent in this stall after a word of running code (``ELSEWHERE``)
   or none (``silent_from``): C code holds the GIL and the witness thread cannot run, so its last word does not stand
   for the silent stretch; the stretch is judged by what the tree does: busy, it is work until the phase's own bound;
-  idle, a hang at the idle floor (``watchdog.deadline``), and its incident names the frame the stacks saw.
+  idle, a hang at the idle floor (``watchdog.due``), and its incident names the frame the stacks saw.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Protocol
 
 from supervisor.decision.model.state import Attempt, WaitSeen
 from supervisor.vocabulary import State
-from worker.contract import DDP_BACKWARD, Phase, WaitKind, WaitReport
+from worker.wire.contract import DDP_BACKWARD, Phase, WaitKind, WaitReport
 
 
 

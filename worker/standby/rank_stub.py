@@ -1,5 +1,5 @@
-"""A DDP rank's stand-in (run as a script: ``python -u worker/rank_stub.py ARGV...``): it asks the rank server of its
-launching worker (worker/rank_server.py) to fork, from an interpreter whose imports are done, the process that runs
+"""A DDP rank's stand-in (run as a script: ``python -u worker/standby/rank_stub.py ARGV...``): it asks the rank server of its
+launching worker (worker/standby/rank_server.py) to fork, from an interpreter whose imports are done, the process that runs
 ``python ARGV...``, and stands for it: the signals it gets are passed on, and it exits as that process exits (the
 same status, or the same signal). Without a server it becomes that process itself (exec), as a cold start would.
 
@@ -17,7 +17,7 @@ import socket
 import struct
 import sys
 
-ENV_ADDRESS = "YOLO_TRAIN_RANK_SERVER"  # the path of the server's socket (worker/rank_server.py sets it)
+ENV_ADDRESS = "YOLO_TRAIN_RANK_SERVER"  # the path of the server's socket (worker/standby/rank_server.py sets it)
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 

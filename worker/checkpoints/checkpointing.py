@@ -8,7 +8,7 @@ is refused by name instead of being resumed as this one's.
 
 Mid-epoch checkpoints are ordinary Ultralytics checkpoints (``ema``, ``optimizer``, ``epoch`` = the last
 completed epoch, ...) that Ultralytics' own tools load, plus one key, ``EXACT_KEY``, with what an exact resume
-needs (see ``worker/exact_resume.py``).
+needs (see ``worker/supervision/exact_resume.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from worker.durable_file import sync_directory, write_durably
+from worker.wire.durable_file import sync_directory, write_durably
 
 EXACT_KEY = "yolo_train_exact"  # the mid-epoch position and fp32 state; Ultralytics ignores unknown keys
 

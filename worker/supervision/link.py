@@ -1,8 +1,8 @@
 """The worker's link to its supervisor: the command channel (a checkpoint-and-stop request, loader workers being
 replaced; SIGUSR1 by hand or by the ``stop_request`` fault sets the same stop flag), the supervision a trainer gets
 from its launch record (heartbeats, faults, the rung's options and Ultralytics arguments, where to write), and the
-patches applied before any model is built. The launching worker (``worker/train.py``) and every DDP rank
-(``worker/ddp.py``) build theirs here.
+patches applied before any model is built. The launching worker (``worker/training/train.py``) and every DDP rank
+(``worker/distributed/ddp.py``) build theirs here.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import os
 import time
 from typing import Any
 
-from worker.commands import CommandChannel
-from worker.contract import CommandKind, LaunchRecord, WorkerOptions
-from worker.exact_resume import ResumePoint
-from worker.faults import Fault, FaultInjector, faults_from_env
+from worker.wire.commands import CommandChannel
+from worker.wire.contract import CommandKind, LaunchRecord, WorkerOptions
+from worker.supervision.exact_resume import ResumePoint
+from worker.supervision.faults import FaultInjector
+from worker.wire.fault_spec import Fault, faults_from_env
 from worker.heartbeat import Heartbeat
 from worker.patches import amp_check as amp
 from worker.patches import batchnorm, conv2d, offline

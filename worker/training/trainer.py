@@ -1,6 +1,6 @@
 """The supervised trainer: a mixin in front of an Ultralytics trainer that heartbeats, checkpoints mid-epoch, resumes at
 the very batch, applies the rung's settings over a checkpoint's and stops at a batch boundary when the supervisor
-asks. The concrete classes, one per task, are in ``worker/trainers.py``.
+asks. The concrete classes, one per task, are in ``worker/training/trainers.py``.
 """
 
 from __future__ import annotations
@@ -19,21 +19,23 @@ from ultralytics.engine import trainer as ultralytics_trainer
 from ultralytics.utils import LOGGER
 from ultralytics.utils.torch_utils import unwrap_model
 
-from worker import exact_resume, loader_recovery, ready
-from worker.checkpoint_writer import BackgroundWriter, to_host
-from worker.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
-from worker.contract import (HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, InForce,
+from worker.loading import loader_recovery
+from worker.standby import ready
+from worker.supervision import exact_resume
+from worker.checkpoints.checkpoint_writer import BackgroundWriter, to_host
+from worker.checkpoints.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
+from worker.wire.contract import (HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, InForce,
                              StartupStep)
-from worker.ddp import adopt_cpu_drill, rank_link, setup_process_group
-from worker.device_warmup import DeviceWarmUp
-from worker.link import StopForSupervisor, SupervisorLink
-from worker.multinode import adopt_world, check_hosts_agree, mark_rank_started
-from worker.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_parent, hook_samples,
+from worker.distributed.ddp import adopt_cpu_drill, rank_link, setup_process_group
+from worker.startup.device_warmup import DeviceWarmUp
+from worker.supervision.link import StopForSupervisor, SupervisorLink
+from worker.distributed.multinode import adopt_world, check_hosts_agree, mark_rank_started
+from worker.loading.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_parent, hook_samples,
                             make_epoch_workers, start_workers_with, worker_start_method)
 from worker.patches import batchnorm, conv2d
-from worker.startup_clock import CLOCK
-from worker.startup_steps import STEPS, few_cpu_threads
-from worker.thread_loader import ThreadDataLoader, thread_loader_from
+from worker.startup.startup_clock import CLOCK
+from worker.startup.startup_steps import STEPS, few_cpu_threads
+from worker.loading.thread_loader import ThreadDataLoader, thread_loader_from
 from worker.witness import name_loader
 
 RECORD_FED_ENV = "YOLO_TRAIN_RECORD_FED"  # tests: a file that gets "epoch batch image" per image fed to the model;
@@ -55,7 +57,7 @@ class SupervisedTrainerMixin:
         self._exact: dict[str, Any] | None = None  # a mid-epoch checkpoint's state still to restore
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         self._warmup: DeviceWarmUp | None = None  # the first step's, from the model on the device to the first batch
-        self._held_model = False  # the model is the one a ready standby built ahead (worker/ready.py)
+        self._held_model = False  # the model is the one a ready standby built ahead (worker/standby/ready.py)
         self._held: list[str] = []  # the datasets and loader workers taken from a ready standby
         self._ending = False  # trained through: the final validation and the wait for the other ranks (Phase.ENDING)
         super().__init__(*args, **kwargs)
@@ -147,7 +149,7 @@ class SupervisedTrainerMixin:
         return made
 
     def get_model(self, cfg: Any = None, weights: Any = None, verbose: bool = True) -> Any:
-        """The model a ready standby built while the attempt before trained (worker/ready.py), the checkpoint's
+        """The model a ready standby built while the attempt before trained (worker/standby/ready.py), the checkpoint's
         weights loaded into it as into a new one; else Ultralytics' own build."""
         held = ready.take_model(cfg, self.data["nc"], self.data.get("channels", 3))
         if held is None:
@@ -159,7 +161,7 @@ class SupervisedTrainerMixin:
 
     def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None) -> Any:
         held = ready.take_dataset(self._dataset_key(img_path, mode, batch), self.args.cache)
-        if held is not None:  # built by a ready standby while the attempt before trained (worker/ready.py)
+        if held is not None:  # built by a ready standby while the attempt before trained (worker/standby/ready.py)
             self._held.append(HELD_TRAIN_DATASET if mode == "train" else HELD_VAL_DATASET)
             STEPS.enter(StartupStep.LOADERS)
             return held
@@ -173,7 +175,7 @@ class SupervisedTrainerMixin:
 
     def _held_loader(self, dataset_path: str, batch_size: int, rank: int) -> Any | None:
         """The training loader a ready standby made, its workers started with this rung's start method, where it is
-        the one this launch would make (worker/ready.py)."""
+        the one this launch would make (worker/standby/ready.py)."""
         if self.link.options.loader == "threads":
             # its workers would idle beside the threads for the whole attempt
             ready.drop_loader("this rung loads on threads", "the threads start at the first batch")
@@ -273,7 +275,7 @@ class SupervisedTrainerMixin:
 
     def save_mid_epoch(self, wait: bool = False) -> bool:
         """Write last.pt at the current batch boundary with all an exact resume needs. The loop waits only for the
-        copy to host memory; a thread writes it (``worker/checkpoint_writer.py``), unless ``wait`` (a stop's save:
+        copy to host memory; a thread writes it (``worker/checkpoints/checkpoint_writer.py``), unless ``wait`` (a stop's save:
         the worker exits next). Returns whether the write is complete and good (False while it is still going)."""
         sup = self.link
         self._writer.wait()  # one write at a time, in order
@@ -353,7 +355,7 @@ class SupervisedTrainerMixin:
 
     def _warm_up_device(self, batch_size: int, amp: bool) -> None:
         """The first step's warm-up on a GPU, on a copy of the model, from the model's move to the device (or the
-        training loader's construction) to the first batch (worker/device_warmup.py). Not under DDP (each rank's
+        training loader's construction) to the first batch (worker/startup/device_warmup.py). Not under DDP (each rank's
         copy would meet DDP's reducer), torch.compile (it would compile in the thread) nor quantization-aware
         training (the model it trains is made later)."""
         qat = getattr(self.args, "quantize", None)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from worker.contract import Rendezvous
+from worker.wire.contract import Rendezvous
 
 ENV_FINGERPRINT = "YOLO_TRAIN_RDZV_FINGERPRINT"  # what every host must agree on, for the ranks to compare
 ENV_STARTED_DIR = "YOLO_TRAIN_RANKS_STARTED"  # where this launch's ranks mark that they started

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from ultralytics.data.build import InfiniteDataLoader
 
-from worker.thread_loader import in_loader_thread
+from worker.loading.thread_loader import in_loader_thread
 
 PR_SET_PDEATHSIG = 1
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -45,7 +45,7 @@ def drop_ambient_capabilities() -> None:
 class EpochWorkersDataLoader(InfiniteDataLoader):
     """An InfiniteDataLoader whose worker processes live for one epoch: made at its start, shut down at its end."""
 
-    closes_each_pass = True  # worker/loader_recovery.py: an iterator made anew mid-pass is shut down at its end too
+    closes_each_pass = True  # worker/loading/loader_recovery.py: an iterator made anew mid-pass is shut down at its end too
 
     def __iter__(self):
         self.iterator = self._get_iterator()
@@ -84,7 +84,7 @@ def chain_worker_init(loader: Any, extra: Callable[[], None]) -> None:
 # What a loader worker needs before its first sample, imported once in the forkserver: every worker forked from it
 # starts with them (seconds each otherwise, as a spawned worker pays them). None of them touches a GPU.
 FORKSERVER_PRELOAD = ("torch", "cv2", "numpy", "ultralytics.data.build", "ultralytics.data.dataset",
-                      "ultralytics.data.augment", "worker.loaders", "worker.faults")
+                      "ultralytics.data.augment", "worker.loading.loaders", "worker.supervision.faults")
 
 
 def start_forkserver(fork: bool = False) -> None:

@@ -2,7 +2,7 @@
 dataset step's progress while labels are scanned or images cached (``contract.StartupStep``).
 
 One reporter per process (``STEPS``), given the heartbeat when the worker has one (``attach``); the trainer enters
-the steps at Ultralytics' own seams (worker/trainer.py), and ``install`` reaches the two that are no trainer method:
+the steps at Ultralytics' own seams (worker/training/trainer.py), and ``install`` reaches the two that are no trainer method:
 the AMP check and the dataset's progress bars. Quiet after the first batch: steps are the startup's only.
 """
 
@@ -12,7 +12,7 @@ import contextlib
 import time
 from typing import Any, Iterator
 
-from worker.contract import StartupStep
+from worker.wire.contract import StartupStep
 from worker.heartbeat import Heartbeat
 
 PROGRESS_EVERY = 1.0  # seconds between two progress reports of one step (the first item of a pass is said at once)

@@ -2,11 +2,11 @@
 ``train`` runs Ultralytics training with heartbeats, the rung's settings and fault hooks, in this process or in DDP
 ranks.
 
-Started by the supervisor as ``python -m worker LAUNCH.json``; the launch record (``worker/contract.py``) says what
+Started by the supervisor as ``python -m worker LAUNCH.json``; the launch record (``worker/wire/contract.py``) says what
 to train, how safely (the current rung: trainer arguments, worker options, environment), from where (a checkpoint
 or none) and which faults to inject. It can be run by hand with the same file. ``worker/__main__.py`` sets what must
-come before this module's imports (Ultralytics among them); ``worker/link.py`` holds the supervisor link,
-``worker/trainer.py`` the supervised trainer, ``worker/trainers.py`` its classes and ``worker/ddp.py`` the ranks.
+come before this module's imports (Ultralytics among them); ``worker/supervision/link.py`` holds the supervisor link,
+``worker/training/trainer.py`` the supervised trainer, ``worker/training/trainers.py`` its classes and ``worker/distributed/ddp.py`` the ranks.
 """
 
 from __future__ import annotations
@@ -21,19 +21,21 @@ from typing import Any
 
 from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-from worker import ddp, multinode, rank_server, ready, startup_steps
-from worker.checkpointing import (EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint,
+from worker.distributed import ddp, multinode
+from worker.standby import rank_server, ready
+from worker.startup import startup_steps
+from worker.checkpoints.checkpointing import (EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint,
                                   strip_atomically)
-from worker.commands import relay_to_ranks
-from worker.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, EXIT_CONFIG, STANDBY_FLAG, LaunchRecord,
+from worker.wire.commands import relay_to_ranks
+from worker.wire.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, EXIT_CONFIG, STANDBY_FLAG, LaunchRecord,
                              LaunchRecordError, StartupStep, loader_workers)
-from worker.demo_data import ensure_demo_dataset
-from worker.exact_resume import ResumePoint
+from worker.startup.demo_data import ensure_demo_dataset
+from worker.supervision.exact_resume import ResumePoint
 from worker.heartbeat import Heartbeat
-from worker.link import STOP_REQUESTED, StopForSupervisor, apply_patches, link_from_record
-from worker.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
-from worker.startup_clock import CLOCK
-from worker.trainers import supervised_trainer
+from worker.supervision.link import STOP_REQUESTED, StopForSupervisor, apply_patches, link_from_record
+from worker.loading.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
+from worker.startup.startup_clock import CLOCK
+from worker.training.trainers import supervised_trainer
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(f"usage: python -m worker LAUNCH.json | python -m worker {STANDBY_FLAG}", file=sys.stderr)
@@ -68,7 +70,7 @@ def stand_by(parent: int) -> str | None:
     """The standby worker: with the imports a start spends seconds on done (torch, Ultralytics and our trainer by this
     module's own, two more here), wait, idle, for the supervisor to write a launch record's path on stdin; None at
     its end (discarded, or the supervisor gone). Unless the supervisor found room for a ready standby
-    (worker/ready.py), nothing touches a GPU before the launch: such a standby holds no device memory and no driver
+    (worker/standby/ready.py), nothing touches a GPU before the launch: such a standby holds no device memory and no driver
     state, and the rung's environment, fixed at its spawn, is all it has read."""
     if os.getppid() != parent:
         return None  # the supervisor died before the parent-death signal was armed
@@ -81,7 +83,7 @@ def stand_by(parent: int) -> str | None:
         rank_server.start(Path(os.environ[ENV_RANK_STANDBY]))
     if os.environ.get(ENV_FORKSERVER) == "1":
         start_forkserver()  # its imports are paid while we wait, too
-    ready.prepare_from_env()  # where the device has room: the context and the model, then sleep (worker/ready.py)
+    ready.prepare_from_env()  # where the device has room: the context and the model, then sleep (worker/standby/ready.py)
 
     line = sys.stdin.readline().strip()
     CLOCK.restart()  # the start that counts is the launch's, not the wait's
@@ -143,7 +145,7 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
 
 
 def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record: LaunchRecord) -> int:
-    """Ultralytics' own DDP launch, each rank supervised (worker/ddp.py). A rank that fails fails the launch; after
+    """Ultralytics' own DDP launch, each rank supervised (worker/distributed/ddp.py). A rank that fails fails the launch; after
     the supervisor's "save and exit" that is rank 0 stopping as asked. Several hosts: a rendezvous that ended before
     any rank of this host started is joined again in place (``multinode.rejoin``), not a crash."""
     if record_path is None:
@@ -193,8 +195,8 @@ def train_in_ranks(trainer: Any, record_path: str | None, hb: Heartbeat, record:
 
 
 def launch_through_rank_server() -> None:
-    """With the ranks' server running (a standby made for DDP: worker/rank_server.py), torch.distributed.run and every
-    rank are forked from it: Ultralytics' command (or the rendezvous's, worker/multinode.py) goes through its stubs."""
+    """With the ranks' server running (a standby made for DDP: worker/standby/rank_server.py), torch.distributed.run and every
+    rank are forked from it: Ultralytics' command (or the rendezvous's, worker/distributed/multinode.py) goes through its stubs."""
     if not os.environ.get(rank_server.ENV_ADDRESS):
         return
     from ultralytics.engine import trainer as engine

@@ -31,8 +31,8 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data._utils import signal_handling
 
-from worker.commands import CommandChannel
-from worker.contract import CommandKind
+from worker.wire.commands import CommandChannel
+from worker.wire.contract import CommandKind
 from worker.heartbeat import Heartbeat
 
 # torch's words for it: its SIGCHLD handler's ("(pid N) is killed by signal: Killed", "(pid N) exited unexpectedly

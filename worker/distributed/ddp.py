@@ -6,13 +6,13 @@ torch.distributed.run --nproc_per_node N`` and waits. Three things in that path 
 module is where each is answered:
 
 - the script imports the trainer class by module and name, so the supervised classes live at module level, in
-  ``worker/trainers.py``;
+  ``worker/training/trainers.py``;
 - the script rebuilds the trainer with only ``cfg``, ``overrides`` and ``_callbacks``, and torch.distributed.run
   closes every inherited descriptor: the launching worker leaves the launch record's path and the heartbeat pipe's
   ``/proc`` path in the environment its ranks inherit (``prepare_ranks``), and each rank's trainer builds its own
   ``SupervisorLink`` from them (``rank_link``): patches, rung, faults, a heartbeat client that says its rank, and
   the mid-epoch checkpoint's position the launching worker read, so every rank resumes its share of that epoch at
-  the checkpoint's batch (worker/exact_resume.py);
+  the checkpoint's batch (worker/supervision/exact_resume.py);
 - Ultralytics gives every collective a 3-hour timeout: ``setup_process_group`` makes it
   ``YOLO_TRAIN_COLLECTIVE_TIMEOUT`` seconds, so a rank left waiting on a dead or frozen peer fails in minutes.
 
@@ -39,13 +39,14 @@ from torch.nn.parallel import DistributedDataParallel
 from ultralytics.engine import validator
 from ultralytics.utils import LOCAL_RANK, RANK
 
-from worker import startup_steps
-from worker.contract import ENV_COMMAND_FD, ENV_CPU_RANKS, LaunchRecord, StartupStep, loader_workers
-from worker.exact_resume import ResumePoint
-from worker.heartbeat import ENV_FD, ENV_PATH, Heartbeat
-from worker.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
-from worker.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
-from worker.startup_clock import CLOCK
+from worker.startup import startup_steps
+from worker.wire.contract import ENV_COMMAND_FD, ENV_CPU_RANKS, LaunchRecord, StartupStep, loader_workers
+from worker.supervision.exact_resume import ResumePoint
+from worker.heartbeat import Heartbeat
+from worker.wire.heartbeat_protocol import ENV_FD, ENV_PATH
+from worker.supervision.link import STOP_REQUESTED, SupervisorLink, apply_patches, link_from_record
+from worker.loading.loaders import die_with_parent, drop_ambient_capabilities, start_forkserver
+from worker.startup.startup_clock import CLOCK
 
 ENV_LAUNCH_RECORD = "YOLO_TRAIN_LAUNCH_RECORD"  # the launch record's path, for the ranks
 ENV_RESUME_POINT = "YOLO_TRAIN_RESUME_POINT"  # "EPOCH:BATCHES:SAMPLES" of a mid-epoch checkpoint, for the ranks
@@ -93,7 +94,7 @@ def prepare_ranks(record_path: str, heartbeat_fd: int | None, resume_point: Resu
         os.environ.pop(ENV_RESUME_POINT, None)
     # The descriptor number means nothing in a rank (it is closed there, or another file): the /proc path does.
     os.environ.pop(ENV_FD, None)
-    os.environ.pop(ENV_COMMAND_FD, None)  # each rank reads its own command pipe (worker/commands.py)
+    os.environ.pop(ENV_COMMAND_FD, None)  # each rank reads its own command pipe (worker/wire/commands.py)
     if heartbeat_fd is not None:
         os.environ[ENV_PATH] = f"/proc/{os.getpid()}/fd/{heartbeat_fd}"
     for key, value in NCCL_ENV.items():
@@ -169,7 +170,7 @@ def forward_stop() -> bool:
     """In the launching worker, on the supervisor's SIGUSR1: pass it to rank 0 (through torch.distributed.run), which
     saves at its next batch boundary and stops; False when no rank 0 runs. Rank 0 is the shallowest descendant
     started with RANK=0: the rank itself, or the stub that stands for a rank forked by the rank server
-    (worker/rank_server.py), which passes the signal on (a rank's loader workers, deeper, inherit its RANK)."""
+    (worker/standby/rank_server.py), which passes the signal on (a rank's loader workers, deeper, inherit its RANK)."""
     level = _children(os.getpid())
     while level:
         for pid in level:

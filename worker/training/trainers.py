@@ -1,15 +1,15 @@
 """The supervised trainer classes, one per Ultralytics task, and ``TRAINERS``.
 
 They live at module level because Ultralytics' DDP script imports the trainer class by module and name in every rank
-(``worker/ddp.py``).
+(``worker/distributed/ddp.py``).
 """
 
 from __future__ import annotations
 
 from ultralytics.models import yolo
 
-from worker.exact_resume import patch_training_loop_enumerate
-from worker.trainer import SupervisedTrainerMixin
+from worker.supervision.exact_resume import patch_training_loop_enumerate
+from worker.training.trainer import SupervisedTrainerMixin
 
 
 class SupervisedDetectionTrainer(SupervisedTrainerMixin, yolo.detect.DetectionTrainer):

@@ -1,6 +1,6 @@
 """The DDP ranks' standby: a process forked from the standby worker once its imports are done, which forks each
 process of the next DDP launch (torch.distributed.run, then every rank) from that imported interpreter, so that none
-of them imports torch, Ultralytics and our trainer again (worker/rank_stub.py stands for each in the launch).
+of them imports torch, Ultralytics and our trainer again (worker/standby/rank_stub.py stands for each in the launch).
 
 Why a fork and not a process per rank made ahead: the ranks' environment (RANK, WORLD_SIZE, MASTER_PORT, the c10d
 rendezvous's TORCHELASTIC_* variables) is known only when torch.distributed.run starts them, and torch.distributed.run
@@ -48,8 +48,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from worker.loaders import die_with_parent
-from worker.rank_stub import ENV_ADDRESS
+from worker.loading.loaders import die_with_parent
+from worker.standby.rank_stub import ENV_ADDRESS
 
 STUB = str(Path(__file__).with_name("rank_stub.py"))
 # Imported by the server while it waits, in its own process: what a rank imports beyond the standby's imports.

@@ -1,6 +1,6 @@
 """One way to replace a file so that a crash, a kill or a power cut leaves either the old file or the whole new one.
 
-Used for checkpoints (worker/checkpointing.py) and for the supervisor's state file (supervisor/state/state_file.py);
+Used for checkpoints (worker/checkpoints/checkpointing.py) and for the supervisor's state file (supervisor/state/state_file.py);
 torch-free and supervisor-free so both sides import it.
 """
 

@@ -1,10 +1,8 @@
 """The supervisor-to-worker contract: what the supervisor asks a worker to run, and what a worker says back.
 
-This module is free of torch and of the supervisor. The worker imports nothing of ``supervisor/``; the supervisor
-imports this module for the contract itself and, besides it, only helpers that are not the worker's training:
-``worker.heartbeat`` (the wire decoder), ``worker.faults`` (fault specs, checked in the config),
-``worker.durable_file`` (the state file's durable write) and ``worker.patches.miopen_db`` (``doctor``'s lookup).
-``tests/worker/test_worker_imports.py`` holds both sides to this.
+This module is free of torch and of the supervisor, as all of ``worker/wire/`` is: the wire is what the two sides
+share, and the supervisor imports nothing else of the worker (worker/__init__.py states the wing's law,
+``tests/worker/test_worker_imports.py`` holds it).
 
 Launch record (version 1): a JSON file whose path is the worker's one argument (``python -m worker FILE``). It
 says what to train (``train``: the ``[train]`` table plus where to write), how safely (the current rung, split by
@@ -16,16 +14,16 @@ Standby (``python -m worker --standby``): a worker started ahead of its attempt.
 one line on stdin, the launch record's path, and goes on as ``python -m worker FILE`` would; at the end of stdin
 without a line it exits 0, having started nothing.
 
-Heartbeat message: one line of JSON on the heartbeat pipe (wire format in ``worker/heartbeat.py``); the supervisor
+Heartbeat message: one line of JSON on the heartbeat pipe (wire format in ``worker/wire/heartbeat_protocol.py``); the supervisor
 reads it as a ``HeartbeatMessage`` and never as a dict, and a report of what is in force as an ``InForce``.
 
 Command (version 1): one line of JSON on the command pipe, from the supervisor to the worker (a ``Command``): the
 worker's read end is the descriptor in ``YOLO_TRAIN_COMMAND_FD`` (under DDP each rank reads its own pipe, which the
-launching worker fills with what concerns that rank: ``worker/commands.py``). The worker reads it without blocking,
+launching worker fills with what concerns that rank: ``worker/wire/commands.py``). The worker reads it without blocking,
 at batch boundaries and when its loader fails; the supervisor writes without blocking. A ``CHECKPOINT_AND_STOP``
 asks for a checkpoint at the next batch boundary, then the exit; a ``REPLACE_LOADER_WORKERS`` says that the
 supervisor is killing these hung DataLoader worker processes: the loader that sees them die starts a new iterator
-at the batch it waited for, instead of failing the training (``worker/loader_recovery.py``).
+at the batch it waited for, instead of failing the training (``worker/loading/loader_recovery.py``).
 
 Exit status ``EXIT_CONFIG`` (78): a worker that refuses its launch for good (a checkpoint of another training) exits
 with it, and ``yolo-train run`` exits with it on a configuration error: the one number both sides mean the same by.
@@ -45,13 +43,13 @@ STANDBY_FLAG = "--standby"
 # and preloads while it waits (the supervisor sets it for a cold worker of that rung too, so either serves it)
 ENV_FORKSERVER = "YOLO_TRAIN_FORKSERVER"
 # In a standby's environment, the state directory: its training runs DDP ranks, so it forks their server
-# (worker/rank_server.py) once its imports are done, listening in that directory (0700), and the next launch's
+# (worker/standby/rank_server.py) once its imports are done, listening in that directory (0700), and the next launch's
 # torch.distributed.run and ranks are forks of it, not cold interpreters
 ENV_RANK_STANDBY = "YOLO_TRAIN_RANK_STANDBY"
 # A standby's environment: the train arguments (JSON) of what it builds ahead while it waits, the device context and
-# the model (worker/ready.py); set only where the supervisor found the device has room for them
+# the model (worker/standby/ready.py); set only where the supervisor found the device has room for them
 ENV_READY = "YOLO_TRAIN_STANDBY_READY"
-ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu" (worker/ddp.py)
+ENV_CPU_RANKS = "YOLO_TRAIN_CPU_RANKS"  # the CPU drill: this many gloo ranks with device = "cpu" (worker/distributed/ddp.py)
 ULTRALYTICS_DEFAULT_WORKERS = 8
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h: the configuration is wrong; restarting cannot help
 
@@ -161,7 +159,7 @@ class WorkerOptions:
         default (fork on Linux). "spawn" starts each from a fresh interpreter: nothing of the training process's
         GPU runtime or memory map is inherited. "forkserver" forks each from a server process started early (before
         the trainer touches a GPU; in a standby, while it waits) with torch, cv2 and Ultralytics' data modules
-        imported: inherits no more than "spawn", starts as fast as "fork" (worker/loaders.py).
+        imported: inherits no more than "spawn", starts as fast as "fork" (worker/loading/loaders.py).
     """
 
     persistent_workers: bool = True
@@ -377,7 +375,7 @@ class InForce:
     conv_fallback: bool | None = None  # whether the Conv2d fallback is on
     batchnorm_fallback: bool | None = None  # whether the batch-norm fallback is on
     versions: dict[str, Any] | None = None  # ultralytics, torch, hip, cuda, python
-    # What this attempt took from a ready standby instead of building it (worker/ready.py): HELD_PARTS; () none
+    # What this attempt took from a ready standby instead of building it (worker/standby/ready.py): HELD_PARTS; () none
     held: tuple[str, ...] | None = None
 
     def to_wire(self) -> dict[str, Any]:

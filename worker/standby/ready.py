@@ -18,7 +18,7 @@ and built there:
   ``data``: supervisor/attempt/standby_worker.py), which starts the attempt cold where they are not.
 - ``take_loader``: the same dataset and loader arguments, start method and seed. Its workers were started fed
   nothing (torch's iterator asks its sampler for the first batches as it starts them): at the launch the iterator
-  is pointed at the sampler the resume positioned (worker/exact_resume.py) and fed then, so it loads the batches a
+  is pointed at the sampler the resume positioned (worker/supervision/exact_resume.py) and fed then, so it loads the batches a
   new iterator would, in the same order, with the same worker seeds (drawn from the loader's generator, seeded as
   the trainer seeds it). Not for "spawn" workers (each a fresh interpreter importing torch: several cores while the
   training runs) nor the threads loader (its threads are made at the launch).
@@ -35,13 +35,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.contract import (ENV_READY, HELD_IMAGE_CACHE, HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET,
+from worker.wire.contract import (ENV_READY, HELD_IMAGE_CACHE, HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET,
                              HELD_VAL_DATASET, DataFiles, StandbyReport)
-from worker.demo_data import ensure_demo_dataset
-from worker.device_warmup import DeviceWarmUp
-from worker.loaders import chain_worker_init, die_with_parent, start_workers_with
+from worker.startup.demo_data import ensure_demo_dataset
+from worker.startup.device_warmup import DeviceWarmUp
+from worker.loading.loaders import chain_worker_init, die_with_parent, start_workers_with
 from worker.patches import offline
-from worker.startup_steps import few_cpu_threads
+from worker.startup.startup_steps import few_cpu_threads
 # Keys of a model's YAML that a build fills in from the dataset or the file: the rest is the architecture.
 FILLED_IN = ("yaml_file", "nc", "ch", "channels")
 MIB = 1 << 20
@@ -150,7 +150,7 @@ def _build(train: dict[str, Any], options: dict[str, Any], memory_mib: int) -> s
     from ultralytics.utils import DEFAULT_CFG
     from ultralytics.utils.torch_utils import select_device
 
-    offline.install()  # the dataset check fetches a font, as in the training (worker/link.py installs it there)
+    offline.install()  # the dataset check fetches a font, as in the training (worker/supervision/link.py installs it there)
 
     model = train.get("model", "yolov8n.yaml")
     if architecture(model) is None:

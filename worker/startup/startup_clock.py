@@ -44,7 +44,7 @@ class StartupClock:
             self.profile.enable()
 
     def rank_started(self) -> None:
-        """A DDP rank's start is measured from its process's: a rank forked by the rank server (worker/rank_server.py)
+        """A DDP rank's start is measured from its process's: a rank forked by the rank server (worker/standby/rank_server.py)
         holds the server's clock, made at its imports."""
         self.began = process_start_wall()
         self.marks = []

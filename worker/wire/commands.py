@@ -1,4 +1,4 @@
-"""The worker's end of the supervisor's command pipe (``Command`` in worker/contract.py): read without blocking.
+"""The worker's end of the supervisor's command pipe (``Command`` in worker/wire/contract.py): read without blocking.
 
 The training loop polls it at every batch boundary (one ``read`` that finds nothing, almost always) and a loader
 polls it when its worker processes die; nothing waits on it, so the supervisor can never stall training. Under DDP
@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Callable
 
-from worker.contract import ENV_COMMAND_FD, Command, CommandKind
+from worker.wire.contract import ENV_COMMAND_FD, Command, CommandKind
 
 ENV_COMMAND_PATHS = "YOLO_TRAIN_COMMAND_PATHS"  # DDP: one /proc path per rank, comma-separated, by rank
 

@@ -9,7 +9,7 @@ is shared with the loop after that.
 One write at a time, in order: ``wait()`` before the next save of any kind (a newer end-of-epoch ``last.pt`` must
 never be overwritten by an older mid-epoch one finishing late), before a stop's save, and at the end of training.
 The thread is not a daemon, so a worker that exits normally finishes its write; one that is killed leaves the
-previous file, because every write is atomic (``worker/checkpointing.py``).
+previous file, because every write is atomic (``worker/checkpoints/checkpointing.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Checkpoints written whole: the atomic write of Ultralytics' saves and the background writer."""
