@@ -31,10 +31,10 @@ from supervisor.decision.recovery.in_place import (InspectStall, LoaderWorkersKi
 from supervisor.decision.stall.loader_judgement import judge
 from supervisor.decision.stall.stack_reading import (UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture,
                                                      as_incident_stacks)
-from supervisor.decision.stall.watchdog import tree_reading_from, wake
+from supervisor.decision.stall.watchdog import counted_threads, tree_reading_from, wake
 from supervisor.decision.status_view import Heartbeats, Status, Supervisor, snapshot
 
-__all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "decide", "derive", "DropStacksAhead",
+__all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "counted_threads", "build_ladder", "decide", "derive", "DropStacksAhead",
            "Exit", "Frame", "HeartbeatReceived", "Heartbeats", "Incident", "IncidentEnriched", "InspectStall",
            "JobCheckpointRead", "JobLadderRead", "judge", "KeepVerifiedCopy", "KernelMessage", "KillTree", "Ladder",
            "LoaderWorkersKilled", "Log", "Notice", "NoticeLimit", "Now", "one_line", "PrepareStandby", "ProcessStacks",

@@ -17,7 +17,7 @@ FACE = sorted([
     "PrepareStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",
     "ReplaceLoaderWorkers", "RequestCheckpoint", "Spawn",
     # the reducer, its record and the clock it wakes on
-    "Supervision", "decide", "wake", "tree_reading_from",
+    "Supervision", "decide", "wake", "tree_reading_from", "counted_threads",
     # records and readings the shell builds or shows
     "Incident", "Stacks", "one_line", "where_of", "Ladder", "build_ladder", "Unreadable", "scan", "Survivor",
     "WorkerKind", "judge", "UNTRACEABLE_STATES", "Frame", "ProcessStacks", "ThreadStack", "TreeCapture",
