@@ -301,12 +301,27 @@ _LOCK_TYPES = ("lock", "RLock", "_RLock", "Lock", "Semaphore", "BoundedSemaphore
 _BOOTSTRAP = ("run", "_bootstrap", "_bootstrap_inner")  # threading.py's frames under every thread it started
 
 
+def started_on(stack: Stack) -> Any:
+    """The C function a thread was started on (``Thread(target=lock.acquire)``, ``target=time.sleep``) where it runs it
+    now: its innermost frame is threading's ``run`` calling ``self._target``; None otherwise."""
+    f = stack.innermost
+    if not (f.f_code.co_filename.endswith(_LOCK_FILES[0]) and f.f_code.co_name == "run"):
+        return None
+    try:
+        target = object.__getattribute__(f.f_locals.get("self"), "__dict__").get("_target")
+    except (AttributeError, TypeError):
+        return None
+    return target if type(target).__name__ == "builtin_function_or_method" else None
+
+
 def lock_wait(stack: Stack) -> Match | None:
     frame = next((f for f in stack.frames if f.f_code.co_filename.endswith(_LOCK_FILES)
                   and not (f.f_code.co_filename.endswith(_LOCK_FILES[0]) and f.f_code.co_name in _BOOTSTRAP)), None)
     if frame is not None:
         return Match(frame.f_code.co_name)
-    if ".acquire(" in stack.line:
+    target = started_on(stack)
+    if ".acquire(" in stack.line or target is not None and target.__name__ == "acquire" \
+            and _type_named(getattr(target, "__self__", None), *_LOCK_TYPES):
         return Match("acquire")
     if stack.line.startswith("with ") and any(_type_named(v, *_LOCK_TYPES) for v in stack.named_on_line().values()):
         return Match("acquire")
@@ -335,7 +350,7 @@ def io_wait(stack: Stack) -> Match | None:
 
 
 def sleep_wait(stack: Stack) -> Match | None:
-    return Match("sleep") if re.search(r"\bsleep\(", stack.line) else None
+    return Match("sleep") if re.search(r"\bsleep\(", stack.line) or started_on(stack) is time.sleep else None
 
 
 # First rule to match wins; each walks the stack from the innermost frame outward. The order matters where one wait

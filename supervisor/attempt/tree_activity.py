@@ -26,7 +26,7 @@ from worker.contract import RUNTIME_THREADS
 
 SAMPLE_INTERVAL = 1.0  # seconds between two readings of the tree
 IDLE_CPU_SHARE = 0.05  # of one core over a window: a heartbeat thread and a queue's timed waits stay well under it
-SPUN_SHARE = 0.5  # of one core over a window: a thread that counts for nothing and used more spun beside the stall
+SPUN_SHARE = 0.1  # of one core over a window: a thread that counts for nothing and used more spun beside the stall
 LATE = 3.0  # a window longer than this many intervals (the supervisor itself did not run) says nothing
 
 
