@@ -315,7 +315,8 @@ class Agent:
         if start is None or now < start:
             self.activity.forget()  # the next stall's first reading starts its window
         elif self.activity.due(self.worker.pid, now):
-            event = self.activity.sample(self.worker.pid, process_tree.tree(spare=self._spare()), now)
+            event = self.activity.sample(self.worker.pid, process_tree.tree(spare=self._spare()), now,
+                                         decision.counted_threads(self.s))
             if event is not None:
                 self.handle(event)
 

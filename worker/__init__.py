@@ -11,6 +11,7 @@ the wings under it in this list (the top first), at a module's top, never inside
     patches/      the fallbacks patched into torch and Ultralytics before a model is built
     heartbeat.py  the heartbeat client (``from worker.heartbeat import Heartbeat``: a supervised script's own import)
     witness.py    the thread that says where the main thread waits
+    wait_chain.py what that wait waits for: the chain of waits across the process's threads
     wire/         the ground: what the supervisor and the worker share (the contract, the heartbeat's protocol, the
                   command channel, the fault specs, the durable write, the GPU arch the runtime sees); torch-free
 

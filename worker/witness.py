@@ -4,7 +4,10 @@ From outside, a hang is judged by guesses (py-spy's frames by name, the tree's C
 itself knows: ``sys._current_frames()`` holds the watched thread's frames and, on them, the objects it waits on (the
 DataLoader iterator and the batch it awaits, the lock, the socket). About twice a second (``INTERVAL``), once the
 watched thread has made no progress for that long, the witness reads them, classifies the wait (``RULES``) and sends a
-``contract.WaitReport`` through ``Heartbeat.wait``. The supervisor reads it as no progress.
+``contract.WaitReport`` through ``Heartbeat.wait``. The supervisor reads it as no progress. Where the watched thread
+waits on a lock's kind (a join, a queue, a future, an event), the other threads' frames are read too, and the chain of
+threads it waits on is followed to its end (worker/wait_chain.py); the report carries it, and the watched thread's
+native id, by which the supervisor reads each thread's CPU time in /proc.
 
 Progress is the heartbeat client's ``progress`` counter (the watched thread's beats and phases). While it grows, the
 witness wakes every ``INTERVAL``, compares one int and sleeps again: nothing else. ``stalled`` is counted from the
@@ -42,9 +45,10 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
+from worker import wait_chain
 from worker.wire.contract import BATCH_WAIT_FILE, BATCH_WAIT_FUNCTIONS, DDP_BACKWARD, WaitKind, WaitReport
 
 INTERVAL = 0.5  # seconds between looks; also the stall after which the first report is sent
@@ -294,11 +298,30 @@ _LOCK_FILES = stdlib("threading.py", "queue.py", os.path.join("multiprocessing",
 _LOCK_TYPES = ("lock", "RLock", "_RLock", "Lock", "Semaphore", "BoundedSemaphore", "Condition")
 
 
+_BOOTSTRAP = ("run", "_bootstrap", "_bootstrap_inner")  # threading.py's frames under every thread it started
+
+
+def started_on(stack: Stack) -> Any:
+    """The C function a thread was started on (``Thread(target=lock.acquire)``, ``target=time.sleep``) where it runs it
+    now: its innermost frame is threading's ``run`` calling ``self._target``; None otherwise."""
+    f = stack.innermost
+    if not (f.f_code.co_filename.endswith(_LOCK_FILES[0]) and f.f_code.co_name == "run"):
+        return None
+    try:
+        target = object.__getattribute__(f.f_locals.get("self"), "__dict__").get("_target")
+    except (AttributeError, TypeError):
+        return None
+    return target if type(target).__name__ == "builtin_function_or_method" else None
+
+
 def lock_wait(stack: Stack) -> Match | None:
-    frame = stack.first(_LOCK_FILES)
+    frame = next((f for f in stack.frames if f.f_code.co_filename.endswith(_LOCK_FILES)
+                  and not (f.f_code.co_filename.endswith(_LOCK_FILES[0]) and f.f_code.co_name in _BOOTSTRAP)), None)
     if frame is not None:
         return Match(frame.f_code.co_name)
-    if ".acquire(" in stack.line:
+    target = started_on(stack)
+    if ".acquire(" in stack.line or target is not None and target.__name__ == "acquire" \
+            and _type_named(getattr(target, "__self__", None), *_LOCK_TYPES):
         return Match("acquire")
     if stack.line.startswith("with ") and any(_type_named(v, *_LOCK_TYPES) for v in stack.named_on_line().values()):
         return Match("acquire")
@@ -386,7 +409,7 @@ def io_wait(stack: Stack) -> Match | None:
 
 
 def sleep_wait(stack: Stack) -> Match | None:
-    return Match("sleep") if re.search(r"\bsleep\(", stack.line) else None
+    return Match("sleep") if re.search(r"\bsleep\(", stack.line) or started_on(stack) is time.sleep else None
 
 
 # First rule to match wins; each walks the stack from the innermost frame outward. The order matters where one wait
@@ -444,6 +467,15 @@ def device_busy() -> bool:
     return any(has_context(i) and not cuda.current_stream(i).query() for i in range(cuda.device_count()))
 
 
+def _classify_other(frame: Any) -> WaitReport:
+    """Another thread's wait, for the chain: the same rules, without asking the device (that is the main thread's)."""
+    return classify(Stack.of(frame, _no_device), 0.0)
+
+
+def _no_device() -> bool:
+    return False
+
+
 def _type_named(value: Any, *names: str) -> bool:
     return any(t.__name__ in names for t in type(value).__mro__)
 
@@ -456,6 +488,9 @@ class Witness:
                  device: Callable[[], bool] = device_busy):
         self.client, self.interval, self.device = client, interval, device
         self.thread = thread if thread is not None else threading.get_ident()
+        watched = threading._active.get(self.thread)  # (a dict read under the GIL: no lock of threading's taken)
+        self.native_id = getattr(watched, "native_id", None)  # what /proc calls it: the supervisor reads its CPU
+        self._clocks = wait_chain.Clocks()
         self.reports = self.lost = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -475,14 +510,21 @@ class Witness:
             self._thread.join(timeout)
 
     def look(self, stalled: float) -> WaitReport | None:
-        """Where the watched thread is now, classified; None when it is gone."""
-        frame = sys._current_frames().get(self.thread)
+        """Where the watched thread is now, classified, with the chain of threads it waits on (a lock's wait);
+        None when it is gone."""
+        frames = sys._current_frames()
+        frame = frames.get(self.thread)
         if frame is None:
             return None
         try:
-            return classify(Stack.of(frame, self.device), stalled)
+            report = classify(Stack.of(frame, self.device), stalled)
+            if report.kind == WaitKind.LOCK:
+                chain = wait_chain.follow(frame, frames, {self.thread, threading.get_ident()}, _classify_other,
+                                          self._clocks, time.monotonic())
+                report = replace(report, chain=chain)
+            return replace(report, tid=self.native_id)
         finally:
-            del frame  # frames hold their locals: keep none beyond the look
+            del frame, frames  # frames hold their locals: keep none beyond the look
 
     def _run(self) -> None:
         stop, interval = self._stop, self.interval

@@ -34,10 +34,11 @@ from supervisor.decision.recovery.in_place import (InspectStall, LoaderWorkersKi
 from supervisor.decision.stall.loader_judgement import judge
 from supervisor.decision.stall.stack_reading import (UNTRACEABLE_STATES, Frame, ProcessStacks, ThreadStack, TreeCapture,
                                                      as_incident_stacks)
+from supervisor.decision.stall.watchdog import counted_threads
 from supervisor.decision.status_view import Heartbeats, Status, Supervisor, snapshot
 
-__all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "decide", "derive", "Devcoredump",
-           "DevcoredumpsKept", "DropStacksAhead",
+__all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "counted_threads", "decide", "derive",
+           "Devcoredump", "DevcoredumpsKept", "DropStacksAhead",
            "Exit", "Frame", "HeartbeatReceived", "Heartbeats", "Incident", "IncidentEnriched", "InspectStall",
            "JobCheckpointRead", "JobLadderRead", "judge", "KeepDevcoredumps", "KeepVerifiedCopy", "KernelMessage",
            "KillTree", "Ladder", "LoaderWorkersKilled", "Log", "miopen_setting", "miopen_table", "MiopenRun", "Notice",

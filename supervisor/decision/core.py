@@ -229,7 +229,7 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         detail += f": a kernel search went silent, {kernel_search.silent(search, now)}"
     silent = stall.word.silent
     if silent is not None and now.mono >= silent:
-        detail += f": {witness.silence(now.mono - silent + witness.SILENT_AFTER, a.idle_since is not None)}"
+        detail += f": {witness.silence(now.mono - silent + witness.SILENT_AFTER, a.thread_idle_since is not None)}"
         where = stacks_ahead.where(s, stall)
         detail += f"; the stacks saw: {where}" if where else ""
     elif stall.held is not None:
@@ -411,6 +411,7 @@ def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
     if a.training is not None:  # not a deadline: the training is timed by the beats, which say whether it went on
         a.training.pause = (now.mono - gap, now.mono)
     a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()  # unknown over the pause: the sampler starts again
+    a.thread_idle_since, a.spun_beside = None, ()
     if a.suspicion is not None:
         a.suspicion.since += gap
     if a.recovery is not None:
@@ -429,6 +430,7 @@ def _tree_activity(s: Supervision, event: TreeActivity) -> list[Any]:
     if s.state in (State.STARTING, State.HEALTHY) and s.current.worker_pid is not None:
         a = s.current
         a.idle_since, a.waits_outside, a.stopped = event.idle_since, event.outside, event.stopped
+        a.thread_idle_since, a.spun_beside = event.thread_idle_since, event.beside
         a.waits = witness.still_said(a.waits, a.ranks, a.progress_pid, event.stopped)
     return []
 

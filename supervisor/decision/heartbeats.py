@@ -171,6 +171,7 @@ def _in_force(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
 def _wait(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
     s.current.waits[None] = witness.heard(s.current.waits.get(None), m.wait, now.mono)
     s.current.witness_heard = True
+    s.current.training_tid = m.wait.tid if m.wait.tid is not None else s.current.training_tid
     return []
 
 def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
@@ -191,6 +192,7 @@ def _startup_step(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
         a.search = None  # a search's news was the step's it ran in
     # news: a stall is judged afresh (watchdog.tree_reading_from)
     a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()
+    a.thread_idle_since, a.spun_beside = None, ()
     a.waits.pop(m.rank, None)  # and a word said in an earlier step is of a wait that is over (as after progress)
     return standby.prepared(s, at) if entered and m.step == StartupStep.FIRST_BATCH else []
 
@@ -339,7 +341,7 @@ def _progressed(s: Supervision, m: HeartbeatMessage, now: Now) -> None:
     a.progress_counter, a.last_progress_at, a.idle_since = m.progress, now.mono, None
     if a.training is not None:
         a.training.progressed(sent_at(m, now))
-    a.waits_outside, a.stopped = frozenset(), frozenset()
+    a.waits_outside, a.stopped, a.thread_idle_since, a.spun_beside = frozenset(), frozenset(), None, ()
     a.waits.pop(m.rank, None)  # a word said before this progress is of a stall that is over
     if m.rank is not None:
         # and the launching worker's last word too: it stopped its witness as it started its ranks (worker/training/train.py)

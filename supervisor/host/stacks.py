@@ -175,9 +175,9 @@ def _read_proc(p: ProcessStacks) -> None:
     except OSError:
         tids = [p.pid]
     for tid in tids:
-        _, state, _ = _parse_stat(_read(f"/proc/{p.pid}/task/{tid}/stat"))
+        comm, state, _ = _parse_stat(_read(f"/proc/{p.pid}/task/{tid}/stat"))
         wchan = (_read(f"/proc/{p.pid}/task/{tid}/wchan") or "").strip()
-        p.threads.append(ThreadStack(tid, None, state, "" if wchan == "0" else wchan, None))
+        p.threads.append(ThreadStack(tid, None, state, "" if wchan == "0" else wchan, None, comm=comm))
 
 
 def _run_py_spy(p: ProcessStacks, exe: str, deadline: float, running: list, lock: threading.Lock) -> None:

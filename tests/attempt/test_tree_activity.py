@@ -14,7 +14,7 @@ import pytest
 
 from supervisor.decision import core
 from supervisor.host import process_tree
-from supervisor.attempt.tree_activity import ActivitySampler, in_uninterruptible_sleep, state, stopped
+from supervisor.attempt.tree_activity import ActivitySampler, state, stopped, tasks
 from tests.helpers import ROOT
 from tests.helpers.supervised import quiet_config, read_incidents, yolo_train
 
@@ -139,7 +139,7 @@ def test_a_thread_in_uninterruptible_sleep_is_read_from_the_stat_line():
     child = start(SLEEPER)
     try:
         settled(child.pid)
-        assert not in_uninterruptible_sleep(child.pid)  # asleep in the kernel, interruptibly
+        assert [t.state for t in tasks(child.pid).values()] == ["S"]  # asleep in the kernel, interruptibly
     finally:
         child.kill()
         child.wait()

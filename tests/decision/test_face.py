@@ -16,8 +16,8 @@ FACE = sorted([
     "AwaitSurvivors", "DropStacksAhead", "Exit", "InspectStall", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
     "PrepareStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",
     "ReplaceLoaderWorkers", "RequestCheckpoint", "Spawn",
-    # the reducer, its record (whose ``watch`` the shell's loop reads) and its restore
-    "Supervision", "decide", "restore",
+    # the reducer, its record (whose ``watch`` the shell's loop reads), its restore, and the threads a reading counts
+    "Supervision", "decide", "restore", "counted_threads",
     # records and readings the shell builds or shows
     "Devcoredump", "Incident", "Stacks", "one_line", "where_of", "Ladder", "build_ladder", "MiopenRun", "miopen_setting",
     "miopen_table", "Unreadable", "scan", "Survivor",

@@ -61,7 +61,7 @@ def test_at_an_epochs_end_a_gil_held_save_keeps_the_ends_own_bound_and_the_incid
     incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
     assert "<listcomp>" not in incident.witness and "held at one place" not in incident.detail
     assert incident.witness.startswith("the training process's witness said nothing for the last")
-    assert incident.witness.endswith("the tree busy; the stacks saw: main thread in pickle.dumps (callbacks.py:20 "
+    assert incident.witness.endswith("the training thread busy; the stacks saw: main thread in pickle.dumps (callbacks.py:20 "
                                      "in on_fit_epoch_end)")
 
 
@@ -74,12 +74,12 @@ def test_an_idle_tree_held_by_a_c_call_is_found_at_the_idle_floor_mid_epoch_and_
             d.beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
         last = d.t
         listcomp(d, last + 0.5, 1, phase=phase)
-        d.at(last + 1.5)(core.TreeActivity(idle_since=last + 1.0))
+        d.at(last + 1.5)(core.TreeActivity(idle_since=last + 1.0, thread_idle_since=last + 1.0))
         due = d.s.watch.deadline
         assert (due.at, due.label.endswith("witness silent, idle")) == (last + 4.0, True), phase
         actions = d.at(last + 4.01)(core.Tick())
         incident = [a for a in actions if isinstance(a, core.KillTree)][0].incident
-        assert "the tree idle" in incident.witness and "the tree idle" in incident.detail
+        assert "the training thread idle" in incident.witness and "the training thread idle" in incident.detail
 
 
 def test_a_word_of_a_wait_that_releases_the_gil_is_no_silence():
@@ -88,7 +88,7 @@ def test_a_word_of_a_wait_that_releases_the_gil_is_no_silence():
     last = d.t
     d.at(last + 1.0).beat("train", kind="wait", progress=d.progress,
                           wait={"kind": "io", "where": "socket.py:5 in recv", "stalled": 1.0})
-    d(core.TreeActivity(idle_since=last + 1.0))
+    d(core.TreeActivity(idle_since=last + 1.0, thread_idle_since=last + 1.0))
     assert d.s.watch.deadline == watchdog.Deadline(last + 10, watchdog.DeadlineKind.PHASE, "train auto")
 
 
@@ -98,7 +98,7 @@ def test_a_verdict_due_before_its_stacks_were_read_waits_for_them_and_progress_m
     d = trained(answers_stacks=False)
     last = d.t
     listcomp(d, last + 0.5, 2)
-    d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5))  # the bound falls at once: no reading ahead came
+    d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5, thread_idle_since=last + 0.5))  # the bound falls at once: no reading ahead came
     due = d.s.watch.deadline.at
     asked = d.at(due + 0.01)(core.Tick())
     assert kinds(asked) == ["ReadStacksAhead"] and d.s.state == core.State.HEALTHY  # no verdict, no kill yet
@@ -113,7 +113,7 @@ def test_a_verdict_whose_stall_goes_on_through_the_reading_kills_with_those_stac
     d = trained(answers_stacks=False)
     last = d.t
     listcomp(d, last + 0.5, 2)
-    d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5))
+    d.at(last + 1.5)(core.TreeActivity(idle_since=last + 0.5, thread_idle_since=last + 0.5))
     due = d.s.watch.deadline.at
     asked = d.at(due + 0.01)(core.Tick())
     d.at(due + 1.5)(core.StacksReadAhead(asked[0].since, due + 0.01, PICKLE))
@@ -132,7 +132,7 @@ def test_a_word_of_no_known_wait_from_an_idle_tree_is_no_busy_wait():
                wait={"kind": "elsewhere", "where": "callbacks.py:20 in on_fit_epoch_end", "function": "dumps",
                      "stalled": 0.5 * (k + 1)})
     assert hang_evidence.of(d.s).keys == frozenset({"env"}) and "its tree busy" in hang_evidence.of(d.s).why
-    d(core.TreeActivity(idle_since=last + 0.5))
+    d(core.TreeActivity(idle_since=last + 0.5, thread_idle_since=last + 0.5))
     evidence = hang_evidence.of(d.s)
     assert evidence.keys == frozenset({"env", "start_method"})
     assert evidence.why.endswith("its tree idle (no busy wait): the rungs that change the device's runtime")

@@ -84,7 +84,7 @@ def test_an_idle_tree_held_by_a_c_call_at_an_epochs_end_is_found_at_the_idle_flo
     assert hang["seconds_since_progress"] < 12, hang["detail"]  # its idleness read within a second or two, then 3 s
     assert "spin" not in hang["witness"] and "held at one place" not in hang["detail"]
     assert hang["witness"].startswith("the training process's witness said nothing for the last")
-    assert "the tree idle" in hang["witness"]
+    assert "the training thread idle" in hang["witness"]
     assert "the stacks saw: " in hang["witness"] and hang["where"] in hang["witness"]
 
 

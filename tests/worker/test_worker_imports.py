@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.helpers.source_imports import ROOT, imports, module_name
 
 # worker/'s sub-wings, the ground first (worker/__init__.py lists them top first).
-WINGS = ["worker.wire", "worker.witness", "worker.heartbeat", "worker.patches", "worker.checkpoints", "worker.loading",
+WINGS = ["worker.wire", "worker.wait_chain", "worker.witness", "worker.heartbeat", "worker.patches", "worker.checkpoints", "worker.loading",
          "worker.startup", "worker.supervision", "worker.standby", "worker.distributed", "worker.training",
          "worker.__main__"]
 

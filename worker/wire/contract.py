@@ -413,6 +413,54 @@ class WaitKind(str, Enum):
     # names the native call the innermost frame is inside, none in a loop of Python
 
 
+class Via(str, Enum):
+    """How one thread of a chain of waits waits on the next (worker/wait_chain.py follows it)."""
+    JOIN = "join"  # Thread.join: the thread ends it by ending
+    FUTURE = "future"  # a concurrent.futures future: the executor's thread that runs it ends it
+    HOLDER = "holder"  # an RLock whose owner is known
+    STANDS_IN = "stands_in"  # a queue, an event, a condition, a bare lock: any thread may end it; a thread of the
+    # process that progresses or waits outside stands for that other end
+
+
+# The native threads of a device runtime that spin on a core for ever (ROCm 7.x's HIP ``AsyncEventsLoop``,
+# ROCm/TheRock #7051) by their kernel name (/proc/PID/task/TID/comm, at most 15 characters): never a chain's, never
+# work, never a hang's culprit.
+RUNTIME_THREADS = ("AsyncEventsLoop",)
+MAX_CHAIN = 4  # links a report carries: with each ``where`` cut to WHERE_CHARS it stays well under PIPE_BUF
+WHERE_CHARS = 160
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """One thread further along the training thread's chain of waits: how the one before waits on it, and what it
+    does itself (its own wait, classified by the witness's rules)."""
+    via: Via
+    thread: str  # its name (threading's)
+    tid: int | None  # its native id (threading.get_native_id): /proc/PID/task/TID
+    kind: WaitKind  # its own wait; ELSEWHERE: it runs code
+    where: str  # "file:line in function" of its innermost frame
+    function: str | None = None  # its waiting call
+    peer: str | None = None  # IO: the socket's other end ("127.0.0.1:18765"), where one is on its frames
+    busy: bool = False  # it used a CPU since the witness's last look (/proc says so)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_wire(cls, m: Any) -> "ChainLink | None":
+        if not isinstance(m, dict):
+            return None
+        try:
+            via, kind = Via(m.get("via")), WaitKind(m.get("kind"))
+        except ValueError:
+            return None
+        thread, where = _str(m.get("thread")), _str(m.get("where"))
+        if thread is None or where is None:
+            return None
+        return cls(via, thread[:80], _int(m.get("tid")), kind, where[:WHERE_CHARS], _str(m.get("function")),
+                   _str(m.get("peer")), m.get("busy") is True)
+
+
 # A COLLECTIVE's ``function`` where the rank waits inside autograd's backward under a process group: DDP's reducer
 # all-reduces the gradients there, so the rank waits for its peers (on a GPU too, where its own stream holds the work)
 DDP_BACKWARD = "DDP's backward all-reduce"
@@ -430,9 +478,14 @@ class WaitReport:
     worker: int | None = None  # LOADER: the DataLoader worker's index K
     worker_pid: int | None = None  # LOADER: its process
     batch_index: int | None = None  # LOADER: the index of the batch awaited (the iterator's ``_rcvd_idx``)
+    tid: int | None = None  # the main thread's native id (threading.get_native_id): /proc/PID/task/TID
+    # LOCK: the threads it waits on, followed to the end of the chain (worker/wait_chain.py); () where none is known
+    chain: tuple[ChainLink, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
-        return {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items() if v is not None}
+        wire = {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items()
+                if v is not None and k != "chain"}
+        return {**wire, "chain": [link.to_wire() for link in self.chain]} if self.chain else wire
 
     @classmethod
     def from_wire(cls, m: Any) -> "WaitReport | None":
@@ -447,7 +500,12 @@ class WaitReport:
             return None
         return cls(kind=kind, where=where[:300], stalled=stalled, function=_str(m.get("function")),
                    loader=_str(m.get("loader")), worker=_int(m.get("worker")), worker_pid=_int(m.get("worker_pid")),
-                   batch_index=_int(m.get("batch_index")))
+                   batch_index=_int(m.get("batch_index")), tid=_int(m.get("tid")), chain=_chain(m.get("chain")))
+
+
+def _chain(value: Any) -> tuple[ChainLink, ...]:
+    links = tuple(ChainLink.from_wire(v) for v in value[:MAX_CHAIN]) if isinstance(value, list) else ()
+    return () if None in links else links
 
 
 @dataclass(frozen=True)

@@ -186,10 +186,16 @@ class TreeActivity:
     in uninterruptible sleep and started none; None: it is busy (or it cannot be told). ``outside``: the processes
     of the tree whose main thread waits on a socket or a remote or FUSE file (host/outside_waits.py), idle or not.
     ``stopped``: the processes /proc shows stopped (state T or t: SIGSTOP, a debugger): a DDP rank among them is named
-    so in the incident, and every rank stopped is the whole tree frozen (witness.py)."""
+    so in the incident, and every rank stopped is the whole tree frozen (witness.py). Threads, not processes, are read:
+    in the training process only its training thread and the threads on its chain of waits count (``watched``), in
+    every process a device runtime's spinning thread never does. ``thread_idle_since``: the training thread's own
+    idleness (a stretch its witness cannot speak through is judged by it); ``beside``: the threads that do not count
+    and spun on a CPU meanwhile ("'AsyncEventsLoop' (tid 4321)"), said beside the hang."""
     idle_since: float | None
     outside: frozenset[int] = frozenset()
     stopped: frozenset[int] = frozenset()
+    thread_idle_since: float | None = None
+    beside: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

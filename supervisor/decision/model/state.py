@@ -269,7 +269,10 @@ class Attempt:
     idle_since: float | None = None  # monotonic: since when its whole process tree has done nothing (TreeActivity)
     waits_outside: frozenset[int] = frozenset()  # its processes that wait on a socket or a remote file (TreeActivity)
     stopped: frozenset[int] = frozenset()  # its processes /proc shows stopped (state T or t) (TreeActivity)
+    thread_idle_since: float | None = None  # since when its training thread alone has done nothing (TreeActivity)
+    spun_beside: tuple[str, ...] = ()  # the threads that count for nothing and spun meanwhile (TreeActivity)
     witness_heard: bool = False  # the training process's witness spoke in this attempt (witness.silent_from)
+    training_tid: int | None = None  # the native id of the thread it watches, as it last said (TreeActivity)
     waits: dict[int | None, WaitSeen] = field(default_factory=dict)  # the witness's word by rank (None: no DDP),
     # each since that sender's last progress (witness.py)
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)

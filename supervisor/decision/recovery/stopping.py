@@ -101,7 +101,10 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
     elif reason == Reason.PROBE:
         log = Log("info", detail)
     else:
-        log = Log("error", f"{reason.value} in {phase}: {detail}; killing the worker tree"
+        # a wait on other threads, or a thread spun beside the hang: the log says the chain, as the incident does
+        chain = stall is not None and stall.word.seen is not None and stall.word.seen.report.chain or a.spun_beside
+        said = f" (the witness: {incident.witness})" if chain and incident.witness else ""
+        log = Log("error", f"{reason.value} in {phase}: {detail}{said}; killing the worker tree"
                            + (f" (its stacks were read {ahead.ahead:.2f} s before the verdict)" if ahead else "")
                            + (f"; {incident.point_bound} in the next attempt" if incident.point_bound else ""))
     # With several hosts a hang is said even where it moves nothing: the other hosts restart with this one at once

@@ -90,8 +90,10 @@ def witness_fields(s: Supervision, stall: Stall | None, now: Now, *, silence: bo
         fields.update(named, witness=named["witness"] or fields.get("witness"))
     if silence and word.silent is not None and now.mono >= word.silent and not a.ranks:
         where = stacks_ahead.where(s, stall)
-        fields["witness"] = witness.silence(now.mono - word.silent + witness.SILENT_AFTER, a.idle_since is not None) \
-            + (f"; the stacks saw: {where}" if where else "")
+        fields["witness"] = witness.silence(now.mono - word.silent + witness.SILENT_AFTER,
+                                            a.thread_idle_since is not None) + (f"; the stacks saw: {where}" if where else "")
+    if a.spun_beside and "witness" in fields:
+        fields["witness"] += witness.beside(a.spun_beside)
     return fields
 
 

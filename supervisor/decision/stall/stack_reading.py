@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.decision.model.incident import Stacks
+from worker.wire.contract import RUNTIME_THREADS
 
 PYTHON_FRAMES_SHOWN = 3
 NATIVE_FRAMES_SHOWN = 2
@@ -110,6 +111,7 @@ class ThreadStack:
     wchan: str
     active: bool | None  # py-spy: on CPU when sampled
     frames: list[Frame] = field(default_factory=list)  # innermost first, native and Python mixed as py-spy gives
+    comm: str = ""  # its kernel name (/proc/PID/task/TID/comm): a device runtime's spinning thread is known by it
 
     @property
     def python_frames(self) -> list[Frame]:
@@ -166,10 +168,12 @@ class ProcessStacks:
         return False
 
     def waiting_thread(self) -> ThreadStack | None:
-        """The thread that says where the process is: not a parked helper; on CPU first, then the main one."""
+        """The thread that says where the process is: not a parked helper, nor a device runtime's thread that spins
+        beside whatever hangs (``RUNTIME_THREADS``); on CPU first, then the main one."""
         if not self.threads:
             return None
-        candidates = [t for t in self.threads if not t.idle] or self.threads
+        candidates = [t for t in self.threads if not t.idle and t.comm not in RUNTIME_THREADS] \
+            or [t for t in self.threads if t.comm not in RUNTIME_THREADS] or self.threads
         for pick in (lambda t: bool(t.active), lambda t: t.tid == self.pid):
             chosen = [t for t in candidates if pick(t)]
             if chosen:

@@ -146,7 +146,7 @@ def _judged(s: Supervision, stall: Stall) -> Deadline:
         bound = max(stall.since + stall.idle_bound, word.idle_since + w.idle_floor)
         why = "idle" if word.idle_since == a.idle_since else f"witness: {word.seen.report.kind.value}"
         at = Deadline(bound, at.kind, f"{at.label}, {why}") if bound < at.at else at
-    if word.silent is not None and (at.at is None or at.at > word.silent):
+    if word.silent is not None and (at.at is None or at.at >= word.silent):
         at = silent_bound(s, stall, word.silent)  # the witness did not speak through to its verdict
     return at
 
@@ -162,11 +162,12 @@ def _confirmed(s: Supervision, at: Deadline) -> Deadline:
 
 
 def silent_bound(s: Supervision, stall: Stall, silent: float) -> Deadline:
-    """A stall the witness fell silent in (C code holds the GIL) is judged by what the tree does: busy, it works until
-    the phase's own bound; idle (and not waiting on the world), it is a hang at the idle floor, in every phase."""
+    """A stall the witness fell silent in (C code holds the GIL) is judged by the training thread's own CPU time
+    (``Attempt.thread_idle_since``): running, it works until the phase's own bound; idle (and no process of the tree
+    waiting on the world), it is a hang at the idle floor, in every phase."""
     a, own, floor = s.current, stall.deadline, s.config.watchdog.idle_floor
-    if a.idle_since is not None and floor is not None and not a.waits_outside:
-        at = max(silent, a.idle_since + floor)
+    if a.thread_idle_since is not None and floor is not None and not a.waits_outside:
+        at = max(silent, a.thread_idle_since + floor)
         if own.at is None or at < own.at:
             return Deadline(at, own.kind, f"{own.label}, witness silent, idle")
     return own
@@ -225,7 +226,12 @@ def witness_bound(s: Supervision, stall: Stall) -> tuple[float, str, bool] | Non
     if witness.WAITS[seen.report.kind].rhythm:
         return since + device_wait_bound(s, phase), f"witness: {seen.report.kind.value}", False
     if stall.held is not None:
-        return since + one_place_bound(s, phase), "witness: one place", False
+        # Held at one place to the bound only where the witness said so lately: a word older than HELD_FRESH may be
+        # its last before C code took the GIL (a pickle.dumps after a loop), which its silence then judges.
+        bound = since + one_place_bound(s, phase)
+        if bound > seen.at + witness.HELD_FRESH:
+            bound = max(bound, seen.at + witness.SILENT_AFTER)
+        return bound, "witness: one place", False
     return None
 
 
@@ -439,6 +445,22 @@ def stall_since(s: Supervision) -> float | None:
     matched with. None: no stall."""
     clock = _clock(s)
     return clock[1] if clock is not None else None
+
+
+def counted_threads(s: Supervision) -> dict[int, tuple[int, frozenset[int]]]:
+    """By the pid of each process the witness spoke for (the training process; a rank's under DDP): its training
+    thread and the threads that count in the tree's activity, the training thread and those on its chain in this stall
+    (``TreeActivity``; the training thread alone where the witness said nothing in it). A process not named counts
+    every thread but a device runtime's spinning ones."""
+    a, counted = s.current, {}
+    if a.training_tid is not None and a.progress_pid is not None:
+        counted[a.progress_pid] = (a.training_tid, frozenset({a.training_tid}))
+    for rank, seen in a.waits.items():
+        pid = a.progress_pid if rank is None else getattr(a.ranks.get(rank), "pid", None)
+        tids = witness.chain_threads(seen.report)
+        if pid is not None and tids:
+            counted[pid] = (seen.report.tid, tids)
+    return counted
 
 
 def rank_stopped(s: Supervision) -> bool:

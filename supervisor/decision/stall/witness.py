@@ -14,6 +14,9 @@ The witness is judged first; the tree's activity and the stacks come after it:
 - a wait on something outside the worker's processes (a socket, a file, a subprocess) or a sleep it chose, or a batch
   owed by a loader worker that itself waits on a socket or a remote or FUSE file (``TreeActivity.outside``): the
   phase's own bound, never the idle floor, whatever the tree does;
+- a wait on another thread of the process (a join, a queue, a future, an event, a lock: ``WaitReport.chain``) is
+  judged by the end of its chain (``end_of``): a thread that waits outside or sleeps, as above; one that runs code, or
+  is blocked on a lock in turn (a deadlock), by the activity of the training thread and the chain's threads only;
 - the main thread held at one place (``ELSEWHERE`` at one file and function, every word of the stall: a loop in
   Python, a native busy wait): bounded as an idle tree's, over the longest such stretch this run has seen end in
   that phase (``watchdog.one_place_bound``), whether the tree spins or sleeps; the restart;
@@ -24,8 +27,13 @@ stall began in training, in a mid-epoch checkpoint's save, at an epoch's end or 
 - no word in this stall (a plain script, a stopped process): as without a witness;
 - a witness that spoke in this attempt and then fell silent in this stall after a word of running code (``ELSEWHERE``)
   or none (``silent_from``): C code holds the GIL and the witness thread cannot run, so its last word does not stand
-  for the silent stretch; the stretch is judged by what the tree does: busy, it is work until the phase's own bound;
-  idle, a hang at the idle floor (``watchdog.due``), and its incident names the frame the stacks saw.
+  for the silent stretch; the stretch is judged by the training thread's own CPU time: running, it is work until the
+  phase's own bound; idle, a hang at the idle floor (``watchdog.due``), and its incident names the frame the
+  stacks saw. A word of one place not said again within ``HELD_FRESH`` stands for nothing either.
+
+The tree's activity is its threads': a device runtime's thread that spins (``contract.RUNTIME_THREADS``), and in the
+training process every thread off the training thread's chain, is neither work nor the culprit; the incident says it
+spun beside the hang (``beside``).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from typing import Protocol
 
 from supervisor.decision.model.state import Attempt, WaitSeen
 from supervisor.vocabulary import State
-from worker.wire.contract import DDP_BACKWARD, Phase, WaitKind, WaitReport
+from worker.wire.contract import DDP_BACKWARD, ChainLink, Phase, Via, WaitKind, WaitReport
 
 
 
@@ -53,6 +61,8 @@ class Wait:
     weighs: frozenset[str] | None = None  # the rung settings that can change a hang it tells (None: any rung)
     weighs_why: str = ""  # what that says, for the log line of the rung a hang moves to
     names_loader: bool = False  # it blames a loader worker: the in-place tier's, and the stacks agree where they do
+    ends: str = "work"  # what a chain of waits whose last thread waits so is: "work", "a deadlock" (a lock in turn,
+    # nobody else to end it), "I/O", "a sleep" (``outside``: the phase's own bound)
 
 
 LOADER_KEYS = frozenset({"workers", "persistent_workers", "loader", "threads", "start_method"})
@@ -69,13 +79,31 @@ WAITS: dict[WaitKind, Wait] = {
                           weighs_why="the rungs that change the device's runtime"),
     WaitKind.ELSEWHERE: Wait("in no known wait", 2, 3, weighs=frozenset({"env"}),
                              weighs_why="only an environment rung (a native busy wait looks so)"),
-    WaitKind.LOCK: Wait("on a lock", 3, 4, weighs=frozenset(), weighs_why="no rung changes it"),
+    WaitKind.LOCK: Wait("on a lock", 3, 4, weighs=frozenset(), weighs_why="no rung changes it", ends="a deadlock"),
     WaitKind.COLLECTIVE: Wait("in a collective", 4, None),
     WaitKind.IO: Wait("on I/O outside its processes", 5, 5, outside=True, weighs=frozenset(),
-                      weighs_why="no rung changes it"),
-    WaitKind.SLEEP: Wait("in a sleep", 6, 6, outside=True),
+                      weighs_why="no rung changes it", ends="I/O"),
+    WaitKind.SLEEP: Wait("in a sleep", 6, 6, outside=True, ends="a sleep"),
 }
 OUTSIDE = frozenset(k for k, w in WAITS.items() if w.outside)
+TRAINING_THREAD = "main"  # how a chain names the thread the witness watches (the training's, in our worker)
+# How a thread of a chain waits on the next (contract.Via), in words: "main joins thread 'upload'"
+VIA_WORDS = {Via.JOIN: "joins thread {}", Via.FUTURE: "waits for the future thread {} runs",
+             Via.HOLDER: "waits on the lock thread {} holds",
+             Via.STANDS_IN: "waits on what any thread may end; thread {} stands for its other end"}
+
+
+def end_of(report: WaitReport) -> WaitKind:
+    """The kind a wait is judged by: the last thread's of its chain where it waits on others, else its own."""
+    return report.chain[-1].kind if report.chain else report.kind
+
+
+def chain_threads(report: WaitReport | None) -> frozenset[int]:
+    """The native ids of the training thread and the threads its wait's chain holds: the threads that count in the
+    training process's activity (``TreeActivity``)."""
+    if report is None or report.tid is None:
+        return frozenset()
+    return frozenset({report.tid, *(link.tid for link in report.chain if link.tid is not None)})
 # The phases with a batch rhythm, where a device wait or one place is bounded by its own (watchdog.device_wait_bound):
 # never an epoch's end (validation's set-up and its imports, the save), whose stretch is one of its kind
 RHYTHM_PHASES = (Phase.TRAIN.value, Phase.VAL.value)
@@ -100,6 +128,7 @@ def place_of(where: str) -> str:
 
 
 SILENT_AFTER = 1.5  # seconds: three of the witness's intervals (worker/witness.py INTERVAL) without a word
+HELD_FRESH = 1.0  # seconds: a word of one place older than two intervals at its bound may be the witness's last
 
 
 def silent_from(a: Attempt, stall_since: float, state: State, phase: str) -> float | None:
@@ -118,9 +147,9 @@ def silent_from(a: Attempt, stall_since: float, state: State, phase: str) -> flo
 
 def silence(seconds: float, idle: bool) -> str:
     """The phrase of a stall the witness fell silent in, for the verdict's detail and the incident's ``witness``."""
-    tree = "idle" if idle else "busy"
+    thread = "idle" if idle else "busy"
     return (f"the training process's witness said nothing for the last {seconds:.1f} s (C code holding the GIL: its "
-            f"thread cannot run), the tree {tree}")
+            f"thread cannot run), the training thread {thread}")
 
 
 def held_at(seen: WaitSeen | None, culprit: int | None, state: State, phase: str) -> str | None:
@@ -186,7 +215,7 @@ def word_on(a: Attempt, *, stall_since: float, state: State, phase: str) -> Word
     report = seen.report if seen is not None else None
     if report is None:
         idle = a.idle_since
-    elif report.kind in OUTSIDE or culprit is not None and culprit in a.waits_outside:
+    elif end_of(report) in OUTSIDE or culprit is not None and culprit in a.waits_outside:
         idle = None
     elif culprit is not None or held is not None or WAITS[report.kind].rhythm and state == State.HEALTHY \
             and phase in RHYTHM_PHASES:
@@ -342,4 +371,26 @@ def _waits(report: WaitReport) -> str:
     if report.kind == WaitKind.COLLECTIVE and report.function == DDP_BACKWARD:
         return f"waits in {DDP_BACKWARD} at {report.where}"
     call = f" ({report.function})" if report.function else ""
-    return f"waits {WAITS[report.kind].words}{call} at {report.where}"
+    return f"waits {WAITS[report.kind].words}{call} at {report.where}" + "".join(
+        _link(before.thread if before else TRAINING_THREAD, link, last=link is report.chain[-1])
+        for before, link in zip((None, *report.chain), report.chain))
+
+
+def _link(before: str, link: ChainLink, last: bool) -> str:
+    """"; main joins thread 'upload'; 'upload' waits on a socket to 127.0.0.1:18765 (recv) at ..." """
+    if link.kind == WaitKind.IO and link.peer:
+        what = f"waits on a socket to {link.peer}"
+    elif link.kind == WaitKind.ELSEWHERE:
+        what = "runs on a CPU" if link.busy else "runs code"
+    else:
+        what = f"waits {WAITS[link.kind].words}"
+    call = f" ({link.function})" if link.function else ""
+    end = f"; the chain ends in {WAITS[link.kind].ends}" if last else ""
+    return (f"; {before} {VIA_WORDS[link.via].format(repr(link.thread))}; '{link.thread}' {what}{call} at "
+            f"{link.where}{end}")
+
+
+def beside(spun: tuple[str, ...]) -> str:
+    """The threads that spun beside a hang, for its incident's ``witness``; "" where none did."""
+    return (f"; beside it, thread {', '.join(spun)} spun on a CPU: a runtime's or off the training thread's chain, "
+            f"neither work nor the culprit") if spun else ""

@@ -1,0 +1,218 @@
+"""Issue 58 in real supervised runs of the demo (64 px, workers 2, real Ultralytics on the CPU), with Ultralytics
+callbacks added as a user adds them (``default_callbacks``, before the trainer is made):
+
+- healthy epoch ends whose ``on_train_epoch_end`` and ``on_fit_epoch_end`` wait 6 s on a joined thread that sleeps,
+  on a joined thread in a loopback socket's recv, on ``queue.get()`` of a thread's upload, on a future's result, or
+  hold the GIL 4 s in ``pickle.dumps`` after 1.5 s of Python: no kill;
+- a true deadlock at an epoch's end (the joined thread blocked on a lock the main thread holds), and the training
+  thread blocked on a bare lock, each with a native thread spinning beside it without the GIL (a C loop compiled here,
+  on a pthread named ``AsyncEventsLoop`` as ROCm's HIP runtime names its own): found at the idle floor, the chain
+  named, the spinner said beside and never named the culprit.
+
+Each wait is timed by the worker's own clock and written down, so the test knows it happened whole. ``auto_factor =
+2`` holds the idle bound at the idle floor (3 s) however slow the machine's batches (the default factor, 10 x a
+loaded CPU's 1.7 s batch, is above every wait here): the precondition of both kinds of test, made, not raced.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.helpers.supervised import demo_train, quiet_config, read_incidents, read_state, yolo_train
+
+SPINNER_C = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+void spin(void) {
+    pthread_setname_np(pthread_self(), "AsyncEventsLoop");
+    for (volatile unsigned long n = 0;; n++) {}
+}
+"""
+
+CALLBACKS = r'''
+import ctypes, os, pickle, queue, socket, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+
+KIND, MARKS = os.environ["EPOCH_END_WAIT"], os.environ["WAIT_MARKS"]
+PORT = int(os.environ.get("UPLOAD_PORT", "0"))
+if os.environ.get("SPINNER"):  # a device runtime's thread: it spins on a core for ever, without the GIL
+    threading.Thread(target=ctypes.CDLL(os.environ["SPINNER"]).spin, name="runtime", daemon=True).start()
+
+
+def upload():
+    with socket.create_connection(("127.0.0.1", PORT)) as s:
+        s.sendall(b"upload")
+        assert s.recv(16) == b"stored"
+
+
+def spin(seconds):
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
+
+
+def hangs_once():
+    """Only the first attempt's first epoch end hangs."""
+    if os.path.exists(MARKS + ".hung"):
+        return False
+    open(MARKS + ".hung", "w").close()
+    return True
+
+
+def wait(trainer, where):
+    began = time.monotonic()
+    if KIND == "join_sleep":
+        t = threading.Thread(target=time.sleep, args=(6,), name="upload")
+        t.start()
+        t.join()
+    elif KIND == "join_socket":
+        t = threading.Thread(target=upload, name="upload")
+        t.start()
+        t.join()
+    elif KIND == "queue":
+        q = queue.Queue()
+        threading.Thread(target=lambda: (upload(), q.put(True)), name="upload").start()
+        q.get()
+    elif KIND == "future":
+        with ThreadPoolExecutor(1, thread_name_prefix="upload") as pool:
+            pool.submit(upload).result()
+    elif KIND == "pickle":
+        spin(1.5)  # at one place: the witness says so, then falls silent
+        chunk = [[i, str(i)] for i in range(20000)]
+        sys.setswitchinterval(60)  # the GIL kept: no other thread runs until it is set back
+        until = time.monotonic() + 4
+        while time.monotonic() < until:
+            pickle.dumps(chunk)
+        sys.setswitchinterval(0.005)
+    elif KIND == "deadlock" and where == "on_train_epoch_end" and hangs_once():
+        lock = threading.Lock()
+        lock.acquire()
+        t = threading.Thread(target=lock.acquire, name="upload")
+        t.start()
+        t.join()
+    elif KIND == "bare_lock" and where == "on_train_epoch_end" and hangs_once():
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
+    with open(MARKS, "a") as f:
+        f.write(f"{where} {trainer.epoch} {time.monotonic() - began:.2f}\n")
+
+
+from ultralytics.utils.callbacks import base
+for name in ("on_train_epoch_end", "on_fit_epoch_end"):
+    base.default_callbacks[name].append(lambda trainer, name=name: wait(trainer, name))
+'''
+
+LAUNCHER = """#!{python}
+import os, runpy, sys
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {here!r})
+import epoch_end_waits  # noqa: F401  (the user's callbacks, registered before the trainer is made)
+sys.argv = [sys.argv[0], *sys.argv[3:]]  # as `python -m worker ARGS`
+runpy.run_module("worker", run_name="__main__", alter_sys=True)
+"""
+
+
+def upload_server(seconds: float) -> tuple[int, list]:
+    """A server outside the worker's tree that answers each upload ``seconds`` after it came."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    answered = []
+
+    def answer(connection):
+        with connection:
+            connection.recv(16)
+            time.sleep(seconds)
+            connection.sendall(b"stored")
+            answered.append(time.monotonic())
+
+    def serve():
+        while True:
+            connection, _ = listener.accept()
+            threading.Thread(target=answer, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], answered
+
+
+def spinner(tmp_path: Path) -> Path:
+    source, library = tmp_path / "spin.c", tmp_path / "libspin.so"
+    source.write_text(SPINNER_C)
+    subprocess.run(["gcc", "-O0", "-shared", "-fPIC", "-o", str(library), str(source), "-lpthread"], check=True)
+    return library
+
+
+def run(tmp_path: Path, kind: str, epochs: int, spinning: bool = False, port: int = 0):
+    (tmp_path / "epoch_end_waits.py").write_text(CALLBACKS)
+    launcher = tmp_path / "launcher"
+    launcher.write_text(LAUNCHER.format(python=sys.executable, root=str(ROOT), here=str(tmp_path)))
+    launcher.chmod(0o755)
+    env = {"EPOCH_END_WAIT": kind, "WAIT_MARKS": str(tmp_path / "marks"), "UPLOAD_PORT": str(port)}
+    if spinning:
+        env["SPINNER"] = str(spinner(tmp_path))
+    env_toml = ", ".join(f"{k} = '{v}'" for k, v in env.items())
+    config = tmp_path / "config.toml"
+    config.write_text(f'name = "waits"\n{demo_train(epochs=epochs)}{quiet_config()}'
+                      f'[worker]\npython = "{launcher}"\nenv = {{ {env_toml} }}\n'
+                      f'[watchdog]\nstartup_timeout = 120\nauto_factor = 2\n[restart]\nbackoff_initial = 0.5\n')
+    state_dir = tmp_path / "state"
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    marks = [line.split() for line in (tmp_path / "marks").read_text().splitlines()]
+    return read_state(state_dir)["status"], read_incidents(state_dir), marks, result.stderr
+
+
+EPOCHS = int(os.environ.get("YOLO_TRAIN_WAIT_EPOCHS", "3"))  # the issue asks 10 each: set it so for a night
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kind", ["join_sleep", "join_socket", "queue", "future", "pickle"])
+def test_a_healthy_epoch_end_that_waits_on_a_thread_or_holds_the_gil_is_never_killed(tmp_path, kind):
+    """Killed at 3.5-5.4 s (19 of 25 epoch ends, and 3 of 9 in on_fit_epoch_end) before: the main thread's own wait
+    is a lock's, the tree idle; a GIL-held pickle after a loop was "held at one place"."""
+    port, answered = upload_server(6.0)
+    status, incidents, marks, _ = run(tmp_path, kind, EPOCHS, port=port)
+    assert incidents == []
+    assert (status["state"], status["attempt"], status["restarts"]) == ("succeeded", 1, 0)
+    waited = [float(seconds) for _, _, seconds in marks]
+    # every epoch end waited whole (and the final validation's on_fit_epoch_end once more)
+    assert len(waited) >= 2 * EPOCHS and min(waited) >= (5.5 if kind == "pickle" else 6.0), marks
+    if kind in ("join_socket", "queue", "future"):
+        assert len(answered) == len(waited)
+
+
+@pytest.mark.e2e
+def test_a_deadlock_at_an_epochs_end_beside_a_spinning_runtime_thread_is_found_at_the_idle_floor_its_chain_named(
+        tmp_path):
+    """The joined thread blocked on a lock the main thread holds; a native thread spinning beside it kept the process
+    busy, which made such hangs late (10.0-15.1 s against 3.5-3.6 s) and named the spinner."""
+    status, incidents, _, stderr = run(tmp_path, "deadlock", 2, spinning=True)
+    assert (status["state"], status["attempt"]) == ("succeeded", 2)
+    [hang] = incidents
+    assert (hang["reason"], hang["phase"]) == ("hang", "train")
+    assert hang["seconds_since_progress"] < 9, hang["detail"]  # the idle floor (3 s), not train auto (10 s)
+    assert "main joins thread 'upload'; 'upload' waits on a lock" in hang["witness"]
+    assert "the chain ends in a deadlock" in hang["witness"]
+    assert "beside it, thread 'AsyncEventsLoop'" in hang["witness"]
+    assert "AsyncEventsLoop" not in hang.get("culprit") or ""
+    assert "main joins thread 'upload'" in stderr  # the log says the chain
+
+
+@pytest.mark.e2e
+def test_the_training_thread_blocked_on_a_bare_lock_beside_a_spinning_runtime_thread_is_found_at_the_idle_floor(
+        tmp_path):
+    status, incidents, _, _ = run(tmp_path, "bare_lock", 2, spinning=True)
+    assert (status["state"], status["attempt"]) == ("succeeded", 2)
+    [hang] = incidents
+    assert hang["seconds_since_progress"] < 9, hang["detail"]
+    assert "beside it, thread 'AsyncEventsLoop'" in hang["witness"]
+    culprit = hang.get("culprit") or ""
+    assert culprit and "AsyncEventsLoop" not in culprit and "spin" not in culprit, culprit
