@@ -94,7 +94,7 @@ def test_where_no_search_can_happen_a_search_line_is_no_news_and_the_incident_sa
     d = rocm_run()  # torch 2.14, Ultralytics' deterministic: a normal find, DYNAMIC_HYBRID: no tuning
     entered = d.t
     d.at(d.t + 30)(SEARCH[1])
-    assert watchdog.deadline(d.s).at == entered + 60  # the step's own bound, from its entry
+    assert d.s.watch.deadline.at == entered + 60  # the step's own bound, from its entry
     actions = d.at(entered + 60.01)(core.Tick())
     incident = actions[-1].incident
     assert kinds(actions)[-1] == "KillTree" and incident.kernel_search is None
@@ -128,7 +128,7 @@ def test_torch_2_8s_immediate_mode_searches_nothing_whatever_the_variables():
     d = rocm_run(torch=(2, 8), worker={"env": {"MIOPEN_FIND_MODE": "TRUST_VERIFY", "MIOPEN_FIND_ENFORCE": "3"}})
     entered = d.t
     d.at(d.t + 30)(SEARCH[1])
-    assert watchdog.deadline(d.s).at == entered + 60
+    assert d.s.watch.deadline.at == entered + 60
     incident = d.at(entered + 60.01)(core.Tick())[-1].incident
     assert incident.miopen.startswith("immediate (no find")
     # [train] deterministic = false on torch 2.8: a find, which TRUST_VERIFY lets tune
@@ -136,4 +136,4 @@ def test_torch_2_8s_immediate_mode_searches_nothing_whatever_the_variables():
                  worker={"env": {"MIOPEN_FIND_MODE": "TRUST_VERIFY"}})
     entered = d.t
     d.at(d.t + 30)(SEARCH[1])
-    assert watchdog.deadline(d.s).at == entered + 30 + 60
+    assert d.s.watch.deadline.at == entered + 30 + 60

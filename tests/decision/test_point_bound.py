@@ -61,8 +61,8 @@ def test_two_verdicts_at_one_epoch_end_for_one_wait_give_it_the_phases_bound_and
     assert d.s.budget_times == []  # the one restart the budget allows was given back: no Exit at the second
     last = attempt(d)
     assert epoch_end_wait(d, last, last + 6.0) == []  # the 6 s join passes: the phase's own bound (train auto 10 s)
-    assert watchdog.deadline(d.s).label == "train auto, this point gets the phase's bound after 2 verdicts here"
-    assert watchdog.deadline(d.s).at == pytest.approx(last + 10.0)
+    assert d.s.watch.deadline.label == "train auto, this point gets the phase's bound after 2 verdicts here"
+    assert d.s.watch.deadline.at == pytest.approx(last + 10.0)
     d.at(last + 6.2).beat("val", kind="phase", epoch=1, epochs=3, batch=10, batches=10)  # the wait ended
     assert d.s.state == core.State.HEALTHY
 
@@ -85,7 +85,7 @@ def test_the_point_keeps_its_bound_across_a_supervisor_restart_and_only_for_that
     # another wait at that point (a sleep there) is judged as any
     again.at(again.t + 0.5).beat("train", kind="wait", progress=again.progress,
                               wait={"kind": "sleep", "where": "cb.py:3 in on_end", "stalled": 0.5})
-    assert "verdicts here" not in watchdog.deadline(again.s).label
+    assert "verdicts here" not in again.s.watch.deadline.label
 
 
 def test_a_kill_at_the_phases_own_bound_there_spends_the_budget():

@@ -33,7 +33,7 @@ def waits(d: Driver, at: float, n: int, chain: list[dict], phase: str = "train")
 
 
 def verdict_at(d: Driver) -> float:
-    return watchdog.deadline(d.s).at
+    return d.s.watch.deadline.at
 
 
 def test_a_join_on_a_thread_in_a_socket_or_asleep_keeps_the_phases_bound_though_every_thread_is_idle():
@@ -102,7 +102,7 @@ def test_a_silent_stretch_is_judged_by_the_training_threads_own_cpu_not_the_tree
                           wait={"kind": "elsewhere", "where": "callbacks.py:18 in <listcomp>", "stalled": 0.5,
                                 "tid": MAIN})
     d.at(last + 1.5)(core.TreeActivity(idle_since=None, thread_idle_since=last + 1.0))
-    due = watchdog.deadline(d.s)
+    due = d.s.watch.deadline
     assert (due.at, due.label.endswith("witness silent, idle")) == (last + 4.0, True)
 
 
@@ -117,4 +117,4 @@ def test_a_word_of_one_place_gone_stale_before_its_bound_is_left_to_the_silence(
                                         wait={"kind": "elsewhere", "where": "callbacks.py:18 in <listcomp>",
                                               "stalled": 0.5 * (k + 1), "tid": MAIN})
     assert decisions_kill(d, last + 6.0) is False
-    assert watchdog.deadline(d.s).at == last + 10
+    assert d.s.watch.deadline.at == last + 10

@@ -559,7 +559,7 @@ def test_validations_first_batch_at_a_slow_starting_rung_is_bounded_by_the_loade
     still starting, were judged hung at "val auto 10.0 s" (auto_floor: no validation batch seen yet) and rebuilt.
     Their first batch is their start: 2 x this attempt's own (16 s), however short the phase's own bound."""
     d = spawn_rung(8.0)
-    assert watchdog.deadline(d.s).label == "val auto, witness: a loader start"
+    assert d.s.watch.deadline.label == "val auto, witness: a loader start"
     assert verdicts(d.at(LAST_BATCH + 15.9)(core.Tick())) == []
     assert kinds(verdicts(d.at(LAST_BATCH + 16.01)(core.Tick()))) == ["Log", "ReplaceLoaderWorkers"]
 

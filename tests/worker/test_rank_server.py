@@ -56,7 +56,7 @@ def scripts():
     of the stub, the payload, and a directory its marker may be written to by any uid."""
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
-        shutil.copy(ROOT / "worker" / "rank_stub.py", work / "rank_stub.py")
+        shutil.copy(ROOT / "worker" / "standby" / "rank_stub.py", work / "rank_stub.py")
         (work / "client.py").write_text(CLIENT)
         (work / "payload.py").write_text(PAYLOAD)
         (work / "marks").mkdir()
