@@ -27,7 +27,7 @@ events.py and actions.py (what comes in and goes out), state.py (the records, an
 (a heartbeat, step by step), kernel.py (kernel messages), recovery.py (a hang's recovery tiers, walked cheapest
 first: tier.py says what a tier is), stopping.py (the one way into STOPPING, and the end of
 the run), restart.py (what follows a stop), probe.py (probing back down the ladder), goodput.py (work kept and
-lost). The shell reads events, actions and records through this module alone.
+lost). The shell reads the decision through the package's face (``decision/__init__.py``) alone.
 """
 
 from __future__ import annotations
@@ -40,14 +40,11 @@ from typing import Any, Callable
 from supervisor.decision import heartbeats, kernel, recovery
 from supervisor.decision.learning import hang_evidence
 from supervisor.decision.model import survivors
-from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
-                                         KillTree, Log,
-                                         PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
-                                         RecordIncident, RequestCheckpoint, Spawn)
+from supervisor.decision.model.actions import Exit, KillTree, Log, RequestCheckpoint
 from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StacksReadAhead,
                                         StateDirTaken, StopRequested, SupervisorPaused, SurvivorsGone, Tick,
-                                        TreeActivity, TreeKilled, VerifiedCopyKept, WeightsKept, WorkerExited)
+                                        TreeActivity, TreeKilled, VerifiedCopyKept, WorkerExited)
 from supervisor.decision.model.hang_history import HangHistory
 from supervisor.decision.model.incident import one_line
 from supervisor.decision.model.signatures import scan
@@ -60,18 +57,6 @@ from supervisor.decision.stall.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from worker.wire.contract import Phase
-
-# The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
-# are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.
-__all__ = ["Boot", "DevcoredumpsKept", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
-           "Now", "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StateDirTaken", "StopRequested",
-           "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "VerifiedCopyKept", "WeightsKept",
-           "WorkerExited", "SurvivorsGone",
-           "AwaitSurvivors", "DropStacksAhead", "Exit", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
-           "PrepareStandby",
-           "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "RequestCheckpoint", "Spawn",
-           "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide", "describe_exit",
-           "training_fingerprint"]
 
 MIN_BATCH = 1  # halving the batch after GPU OOM stops here
 OOM_EXIT_WINDOW = 30.0  # an OOM kill names the crash only if the worker exits within this many seconds of it

@@ -11,6 +11,7 @@ import pytest
 
 from supervisor.config import parse
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from supervisor.decision.learning import hang_evidence
 from supervisor.decision.model.ladder import HIPBLASLT, build_ladder
 from supervisor.host.torch_build import training_gfx
@@ -60,7 +61,7 @@ def on_gfx12(rung: int = SDMA) -> Driver:
 
 
 def moved_to(actions) -> int:
-    spawns = [a for a in actions if isinstance(a, core.Spawn)]
+    spawns = [a for a in actions if isinstance(a, Spawn)]
     assert spawns, actions
     return spawns[0].rung
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from supervisor.decision import core, recovery, status_view
+from supervisor.decision.model.actions import RecordIncident
 from supervisor.decision.learning import choices
 from supervisor.decision.model.incident import Tier
 from supervisor.decision.recovery import in_place, restart
@@ -196,7 +197,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
     d.at(d.t + 1)(core.Spawned(PID, None))
     d.beat("train", kind="phase")
     written = [a.incident for a in d.at(d.t + 2).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
-               if isinstance(a, core.RecordIncident)]
+               if isinstance(a, RecordIncident)]
     assert [i.id for i in written] == [opened.id] and written[0].restart_seconds > 6
     assert d.s.recoveries == {"restart": 1}
     plain = Driver(make(recovery={"in_place": False}))  # a hang no cheaper tier takes: the restart alone, on the record

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from supervisor.decision.model import persistence
 from supervisor.decision.model.hang_history import HangHistory
 from supervisor.decision.model.incident import Incident, Tier
@@ -321,7 +322,7 @@ def test_a_rung_below_the_ladder_is_clamped_to_it():
     restored.restore(_changed("rung", -1) | {"probing_from": -3})
     assert restored.rung == 0 and restored.probe.probing_from is None
     d = Driver(restored)
-    assert [a for a in d(core.Boot()) if isinstance(a, core.Spawn)][0].rung == 0
+    assert [a for a in d(core.Boot()) if isinstance(a, Spawn)][0].rung == 0
 
 
 def test_status_renders_a_malformed_last_incident_in_one_line():
