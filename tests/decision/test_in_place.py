@@ -49,8 +49,8 @@ def test_a_stuck_loader_worker_is_replaced_in_place_and_its_cost_recorded():
     assert "RecordIncident" in kinds(actions)
     incident = d.s.incidents[-1].to_dict()
     assert incident["tier"] == "in_place" and incident["where"] == STACKS.where
-    assert incident["in_place"]["batches_lost"] == 0 and incident["in_place"]["stall"] == pytest.approx(10.01)
-    assert incident["in_place"]["action"] == pytest.approx(0.5) and incident["in_place"]["to_next_batch"] > 2.8
+    assert incident["tier_cost"]["batches_lost"] == 0 and incident["tier_cost"]["stall"] == pytest.approx(10.01)
+    assert incident["tier_cost"]["action"] == pytest.approx(0.5) and incident["tier_cost"]["to_next_batch"] > 2.8
     assert d.s.recoveries == {"in_place": 1} and d.s.attempt == 1 and d.s.state == core.State.HEALTHY
     assert d.s.current.loaders == {5003: (None, "train")}  # a new iterator: all its workers new
     assert d.s.rungs[0].in_place_seconds > 13  # the rung choice counts this cost, not a restart's
@@ -256,7 +256,7 @@ def test_a_loader_worker_frozen_from_outside_is_replaced_and_training_goes_on_lo
     assert status["recoveries"] == {"in_place": 1, "restart": 0}
     [incident] = read_incidents(state_dir)
     assert incident["tier"] == "in_place" and incident["worker_pid"] == trainer.pid
-    assert incident["in_place"]["batches_lost"] == 0 and "escalation" not in incident
+    assert incident["tier_cost"]["batches_lost"] == 0 and "escalation" not in incident
     # named by the witness (the training process's word: the batch it waits for, owed by the frozen worker or by a
     # sibling whose send the frozen one holds up) or, without it, by the stacks
     assert "waits for a batch from train loader worker" in incident.get("witness", "") or \
@@ -458,7 +458,7 @@ def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write
     status = read_state(state_dir)["status"]
     assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 1, "restart": 0}
     [incident] = read_incidents(state_dir)
-    assert incident["tier"] == "in_place" and incident["in_place"]["batches_lost"] == 0
+    assert incident["tier"] == "in_place" and incident["tier_cost"]["batches_lost"] == 0
     assert f"rank 1 {frozen.pid}" in stderr
 
 

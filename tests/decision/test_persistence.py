@@ -134,7 +134,7 @@ INCIDENT_LINES = [
      "worker_pid": 4300, "epoch": 1, "batch": 3, "seconds_since_progress": 10.0, "last_progress_wall": 1699999990.0,
      "where": "DataLoader worker stopped", "summary": ["DataLoader worker 0 (pid 4301) stopped"], "culprit": None,
      "stacks_seconds": 0.2, "stacks": "incidents/2-2/stacks.json", "in_loader_worker": False, "tier": "in_place",
-     "in_place": {"stall": 10.0, "action": 0.4, "to_next_batch": 0.9, "batches_lost": 0}},
+     "tier_cost": {"stall": 10.0, "action": 0.4, "to_next_batch": 0.9, "batches_lost": 0}},
 ]
 
 
@@ -144,6 +144,15 @@ def test_an_incident_of_todays_format_reads_back_and_writes_the_same(line):
     assert incident.recorded  # a line of incidents.jsonl was written already
     written = incident.to_dict()
     assert list(written) == list(line) and json.dumps(written) == json.dumps(line)
+
+
+def test_an_incident_recorded_before_the_tier_neutral_key_reads_its_tier_cost_and_writes_the_new_key():
+    """Before issue 60 every tier's cost was kept under "in_place": an old line or state file reads it back."""
+    old = copy.deepcopy(INCIDENT_LINES[2])
+    old["in_place"] = old.pop("tier_cost")
+    incident = Incident.from_dict(old)
+    assert incident.cost == {"stall": 10.0, "action": 0.4, "to_next_batch": 0.9, "batches_lost": 0}
+    assert incident.to_dict() == INCIDENT_LINES[2]
 
 
 # A state file as the supervisor wrote it before the records declared what is kept (persistent() listed the keys)
@@ -338,7 +347,7 @@ def test_an_in_place_incident_whose_cost_lacks_a_field_still_gets_its_notice():
     from supervisor.decision.recovery.in_place import InPlaceTier
 
     line = copy.deepcopy(INCIDENT_LINES[2])
-    del line["in_place"]["batches_lost"]
+    del line["tier_cost"]["batches_lost"]
     incident = Incident.from_dict(line)
     notice = InPlaceTier().recovered(incident, "val")
     assert notice == "recovered in place from val: training again 1 s after the loader workers were replaced, " \
