@@ -24,7 +24,7 @@ counts against the restart budget; a worker that survives SIGKILL ends the super
 
 This module dispatches each event and judges the verdicts of the clock and of an exit; the rest is by concern:
 events.py and actions.py (what comes in and goes out), state.py (the records, and what persists), heartbeats.py
-(a heartbeat, step by step), kernel.py (kernel messages), recovery.py (a hang's recovery tiers, walked cheapest
+(a heartbeat, step by step), kernel.py (kernel messages), recovery/ (a hang's recovery tiers, walked cheapest
 first: tier.py says what a tier is), stopping.py (the one way into STOPPING, and the end of
 the run), restart.py (what follows a stop), probe.py (probing back down the ladder), goodput.py (work kept and
 lost). The shell reads the decision through the package's face (``decision/__init__.py``) alone.

@@ -107,7 +107,7 @@ class IntervalView(View):
 
 @dataclass(frozen=True)
 class Recoveries(View):
-    """Recoveries from a failure by tier: one count per incident.Tier member, named by its value ("in_place",
+    """Recoveries from a failure by tier: one count per vocabulary.Tier member, named by its value ("in_place",
     "restart"), 0 before its first. Derived from the enum: a tier added there is here, and in the metric."""
     by_tier: dict[Tier, int] = field(default_factory=dict)
 

@@ -210,7 +210,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
 
 
 def test_recoveries_are_keyed_by_every_tier_of_the_enum_not_a_hard_coded_pair(monkeypatch):
-    """status --json's recoveries and the metric's series follow incident.Tier: a tier added there is counted, at 0
+    """status --json's recoveries and the metric's series follow vocabulary.Tier: a tier added there is counted, at 0
     before its first, with no field to add."""
     more = Enum("Tier", {"IN_PLACE": "in_place", "RESTART": "restart", "RELOAD": "reload"}, type=str)
     monkeypatch.setattr(status_view, "Tier", more)

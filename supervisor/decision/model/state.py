@@ -381,7 +381,7 @@ class Supervision:
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
     job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
-    # -- the recovery tiers (recovery.py) --
+    # -- the recovery tiers (recovery/__init__.py) --
     recoveries: Counter[Tier] = kept(default_factory=Counter)  # recoveries by tier (status --json, the metric)
     # wall clock of each in-place recovery that escalated (its rebuild brought no batch): what in_place_max counts
     in_place_failures: list[float] = kept(default_factory=list)

@@ -44,8 +44,8 @@ class Stop:
 
 def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) -> list[Any]:
     """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save.
-    ``verdict``: a hang's, from a recovery tier (recovery.py) or the tick: the stall judged for it, and the incident a
-    cheaper tier opened before it escalated (amended, not doubled) with the reason it did."""
+    ``verdict``: a hang's, from a recovery tier (recovery/__init__.py) or the tick: the stall judged for it, and the
+    incident a cheaper tier opened before it escalated (amended, not doubled) with the reason it did."""
     a = s.current
     reason, phase, detail, then, save_until = stop.reason, stop.phase, stop.detail, stop.then, stop.save_until
     climb, remedy, incident = stop.climb, stop.remedy, verdict.incident if verdict else None
