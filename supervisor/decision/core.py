@@ -48,7 +48,7 @@ from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatR
 from supervisor.decision.model.hang_history import HangHistory
 from supervisor.decision.model.incident import one_line
 from supervisor.decision.model.signatures import scan
-from supervisor.decision.model.state import Attempt, JobRung, Supervision
+from supervisor.decision.model.state import Attempt, JobRung, Supervision, later
 from supervisor.decision.recovery import restart, stacks_ahead, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Verdict
@@ -387,23 +387,13 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
 def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
     """Every deadline moves by the pause: the worker may well have progressed while nobody read its beats."""
     gap, a = event.seconds, s.current
-    if a.last_progress_at is not None:
-        a.last_progress_at += gap
-    if a.spawned_at is not None:
-        a.spawned_at += gap
-    if a.step_since is not None:
-        a.step_since += gap
+    a.shift(gap)
     if a.training is not None:  # not a deadline: the training is timed by the beats, which say whether it went on
         a.training.pause = (now.mono - gap, now.mono)
     a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()  # unknown over the pause: the sampler starts again
-    if a.suspicion is not None:
-        a.suspicion.since += gap
-    if a.recovery is not None:
-        a.recovery.shift(gap)
-    if s.backoff_until is not None:
-        s.backoff_until += gap
-    if s.stop is not None and s.stop.save_until is not None:
-        s.stop.save_until += gap
+    s.backoff_until = later(s.backoff_until, gap)
+    if s.stop is not None:
+        s.stop.save_until = later(s.stop.save_until, gap)
     return [Log("warning", f"the supervisor itself did not run for {gap:.1f} s (stopped or suspended): its "
                            f"deadlines move by as much instead of blaming the worker")]
 

@@ -113,10 +113,12 @@ class Recovery:
     def shift(self, gap: float) -> None:
         """The supervisor itself did not run for ``gap`` seconds: the tier's clock moves by as much."""
         self.verdict_at += gap
-        if self.acted_at is not None:
-            self.acted_at += gap
-        if self.rebuilt_at is not None:
-            self.rebuilt_at += gap
+        self.acted_at, self.rebuilt_at = later(self.acted_at, gap), later(self.rebuilt_at, gap)
+
+
+def later(clock: float | None, gap: float) -> float | None:
+    """A monotonic clock moved by ``gap`` seconds the supervisor did not run; None (unset) stays None."""
+    return None if clock is None else clock + gap
 
 
 @dataclass
@@ -275,6 +277,15 @@ class Attempt:
     standby_settings: dict[str, Any] | None = None  # the rung settings a standby was last asked for (standby.py)
     standby_held: dict[str, Any] | None = None  # the settings its held loader was asked for (standby.py)
     standby_reviewed_at: float = 0.0  # monotonic: the last review of them
+
+    def shift(self, gap: float) -> None:
+        """The supervisor itself did not run for ``gap`` seconds: every deadline's clock moves by as much."""
+        self.last_progress_at, self.spawned_at, self.step_since = (
+            later(clock, gap) for clock in (self.last_progress_at, self.spawned_at, self.step_since))
+        if self.suspicion is not None:
+            self.suspicion.since += gap
+        if self.recovery is not None:
+            self.recovery.shift(gap)
 
     def in_force_shown(self) -> dict[str, Any]:
         """What the worker reported in force, as status and incidents show it ("settings"): {} before its report."""
