@@ -242,7 +242,7 @@ def test_a_state_file_with_a_map_per_rung_fact_restores_into_the_rung_records():
 def test_the_state_file_the_supervisor_wrote_at_44465a3_restores_into_the_same_rung_facts():
     """tests/fixtures/state/capture.py ran that commit's core through hangs, a probe that hung and a recovery in
     place: restored here, the ladder's next choices and the status read from the rungs are what they were there."""
-    written = json.loads((Path(__file__).parents[1] / "fixtures" / "state" / "supervisor-44465a3.json").read_text())
+    written = json.loads((Path(__file__).parents[2] / "fixtures" / "state" / "supervisor-44465a3.json").read_text())
     assert set(RUNG_MAPS) <= set(written["state"]) and "rungs" not in written["state"]
     restored = make(workers=8, ladder=written["ladder"])
     core.restore(restored, copy.deepcopy(written["state"]))

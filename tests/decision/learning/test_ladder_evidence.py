@@ -7,9 +7,9 @@ import pytest
 from supervisor.decision import core
 from supervisor.decision.model.actions import Spawn
 from supervisor.decision.learning import choices
-from tests.decision.test_hang_learning import Night
-from tests.decision.test_rank_naming import RANK_0, RANK_1, status
-from tests.decision.test_witness_judgement import LAST_BATCH, word
+from tests.decision.learning.test_hang_learning import Night
+from tests.decision.stall.test_rank_naming import RANK_0, RANK_1, status
+from tests.decision.stall.test_witness_judgement import LAST_BATCH, word
 from tests.helpers.driver import kinds, loading
 from worker.wire.contract import DDP_BACKWARD
 

@@ -18,7 +18,7 @@ from supervisor.host.torch_build import training_gfx
 from supervisor.vocabulary import KernelKind
 from tests.helpers.driver import PID, Driver
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "doctor"
 SDMA, HIPBLASLT_RUNG, FORKSERVER = 1, 2, 3
 # amdgpu's gmc_v12_0 process_interrupt() line, and ROCr's VMFaultHandler line, as users posted them
 PAGE_FAULT = ("amdgpu 0000:03:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32774, for process "

@@ -12,7 +12,7 @@ from supervisor.decision.model.actions import ReadStacksAhead
 from supervisor.decision.model.persistence import to_json
 from supervisor.decision.recovery import tier
 from supervisor.decision.stall import watchdog
-from tests.decision.test_witness_judgement import LAST_BATCH, loader_word, word
+from tests.decision.stall.test_witness_judgement import LAST_BATCH, loader_word, word
 from tests.helpers.driver import kinds, loading
 
 VERDICT = LAST_BATCH + 5.01  # the loader's idle floor (3 s) from the word, 1 s in, has passed
