@@ -26,7 +26,7 @@ This module dispatches each event and judges the verdicts of the clock and of an
 events.py and actions.py (what comes in and goes out), state.py (the records, and what persists), heartbeats.py
 (a heartbeat, step by step), kernel.py (kernel messages), recovery/ (a hang's recovery tiers, walked cheapest
 first: tier.py says what a tier is), stopping.py (the one way into STOPPING, and the end of
-the run), restart.py (what follows a stop), probe.py (probing back down the ladder), goodput.py (work kept and
+the run), after_stop.py (what follows a stop), probe.py (probing back down the ladder), goodput.py (work kept and
 lost). The shell reads the decision through the package's face (``decision/__init__.py``) alone.
 """
 
@@ -49,7 +49,7 @@ from supervisor.decision.model.hang_history import HangHistory
 from supervisor.decision.model.incident import one_line
 from supervisor.decision.model.signatures import scan
 from supervisor.decision.model.state import Attempt, JobRung, Supervision, later
-from supervisor.decision.recovery import restart, stacks_ahead, stopping
+from supervisor.decision.recovery import after_stop, stacks_ahead, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Verdict
 from supervisor.decision.stall import kernel_search, witness
@@ -109,8 +109,8 @@ HANDLERS: dict[type, Callable[[Supervision, Any, Now], list[Any]]] = {
     Boot: lambda s, e, now: _boot(s, now),
     Spawned: lambda s, e, now: _spawned(s, e, now),
     WorkerExited: lambda s, e, now: _exited(s, e, now),
-    SurvivorsGone: lambda s, e, now: restart.survivors_gone(s, e, now),
-    TreeKilled: lambda s, e, now: restart.tree_killed(s, e, now),
+    SurvivorsGone: lambda s, e, now: after_stop.survivors_gone(s, e, now),
+    TreeKilled: lambda s, e, now: after_stop.tree_killed(s, e, now),
     IncidentEnriched: lambda s, e, now: _enriched(s, e),
     StopRequested: lambda s, e, now: _stop(s, e, now),
     KernelMessage: lambda s, e, now: kernel.message(s, e, now),
@@ -161,7 +161,7 @@ def _boot(s: Supervision, now: Now) -> list[Any]:
     elif s.attempt:
         note.append(Log("info", f"continuing at rung {s.rung} ({s.ladder.label(s.rung)}) after {s.attempt} attempts"))
     s.training_fingerprint = fingerprint
-    return note + [restart.spawn(s)]
+    return note + [after_stop.spawn(s)]
 
 
 def training_fingerprint(s: Supervision) -> str:
@@ -193,9 +193,9 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         # reading holds the supervisor for a second or more) drops it: no kill after the wait ended.
         return stacks_ahead.ask(s, now, stall)
     if due.kind == DeadlineKind.BACKOFF:
-        return [restart.spawn(s)]
+        return [after_stop.spawn(s)]
     if due.kind == DeadlineKind.SURVIVORS:
-        return restart.survivors_overdue(s, now)
+        return after_stop.survivors_overdue(s, now)
     if due.kind in (DeadlineKind.SAVE, DeadlineKind.SAVE_STALLED):
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
@@ -449,12 +449,12 @@ def _own_error_first(a: Attempt) -> bool:
 
 def _peer_lost(s: Supervision, now: Now, seen: SignatureSeen, who: str) -> list[Any]:
     """A rank of this host lost another host's mid-collective: that host's hang or crash, which its own supervisor
-    judges. This host restarts at once to meet it again: no crash counted, no backoff, no rung change (restart.py)."""
+    judges. This host restarts at once to meet it again: no crash counted, no backoff, no rung change (after_stop)."""
     return _restart_with_peers(s, now, f"{who} lost another host's ({seen.line.strip()[:240]}): {seen.advice}")
 
 
 def _restart_with_peers(s: Supervision, now: Now, detail: str) -> list[Any]:
-    """Another host's failure ends this attempt: restarted at once, reason peer (restart.py)."""
+    """Another host's failure ends this attempt: restarted at once, reason peer (after_stop.py)."""
     phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
     return stopping.begin(s, now, Stop(Reason.PEER, phase, failure=f"peer:{phase}", detail=detail))
 

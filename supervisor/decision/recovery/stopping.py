@@ -3,7 +3,7 @@
 Whatever stops a worker (a hang, a confirmed kernel line, a crash, NaN losses, a stop request, a probe, another
 supervisor taking the state directory, a finished training) goes through ``begin`` (with an incident) or
 ``trained_to_the_end`` (without): the attempt is closed into the goodput account, the plan of what follows is set,
-and the tree is killed at once unless the worker was asked to save first. What follows the kill is restart.py's.
+and the tree is killed at once unless the worker was asked to save first. What follows the kill is after_stop.py's.
 ``end_run`` ends the run in a final state, with every incident written.
 """
 
