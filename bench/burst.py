@@ -230,7 +230,7 @@ def hang_costs(incidents: Path) -> list[float | None]:
         if record.get("reason") != "hang":
             continue
         if record.get("tier") == "in_place":  # nothing thrown away: the stall, the action, the wait for the batch
-            cost = record.get("in_place") or {}
+            cost = record.get("tier_cost") or {}
             parts = (record.get("seconds_since_progress"), cost.get("action"), cost.get("to_next_batch"))
             costs.append(None if None in parts else sum(parts))
             continue

@@ -154,7 +154,7 @@ def summary(run: dict) -> dict:
     """Each recovered hang's cost, the ranks named, and the run's goodput."""
     hangs = []
     for i in run["incidents"]:
-        cost = i.get("in_place") or {}
+        cost = i.get("tier_cost") or {}
         hangs.append({"tier": i.get("tier"), "stall_s": i.get("seconds_since_progress"),
                       "restart_s": i.get("restart_seconds"), "in_place_s": cost.get("seconds") or (
                           round(cost["stall"] + cost["action"] + (cost.get("to_next_batch") or 0), 2) if cost else None),
@@ -397,7 +397,7 @@ def incident_rows(incidents: list[dict]) -> list[dict]:
     for i in incidents:
         if i.get("reason") != "hang":
             continue
-        cost = i.get("in_place") or {}
+        cost = i.get("tier_cost") or {}
         rows.append({"tier": i.get("tier"), "hung_rank": i.get("hung_rank"),
                      "stopped_first_rank": i.get("stopped_first_rank"), "stall_s": i.get("seconds_since_progress"),
                      "restart_s": i.get("restart_seconds"), "lost_s": i.get("lost_seconds"),

@@ -19,10 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from supervisor.decision.model.state import Progress
 from supervisor.decision.status_view import CheckpointView, Status, Supervisor
 from supervisor.state import history
 
-STATUS = Status(state="healthy", phase="train", rung=1, attempt=3, epoch=12, epochs=300, batch=1834, batches=3665,
+STATUS = Status(state="healthy", reported=Progress(phase="train", epoch=12, epochs=300, batch=1834, batches=3665),
+                rung=1, attempt=3,
                 progress=0.0381, it_s=15.07, eta_seconds=71234.5, goodput=0.934, trained_seconds=7012.3,
                 lost_seconds=12.1, restarts=2, last_checkpoint=CheckpointView(epoch=12, batch=1800),
                 supervisor=Supervisor()).to_dict()

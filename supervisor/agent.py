@@ -3,10 +3,11 @@
 It waits on file descriptors (the worker's heartbeat pipe, output and pidfd, the kernel sources, the signal
 wake-up pipe) and on the watchdog's next deadline; it never polls with sleeps and runs no thread of its own.
 Everything it decides, it asks ``decision.decide``. What it reads and what it carries out are modules of their own,
-which the agent owns and wires to the core: the worker's spawn (``worker_spawn``), the standby worker, the read
-throttle on the worker's pipes, whether its tree does anything (``tree_activity``), what a killed tree shows
-(``incident_evidence``), the in-place recovery tier's actions (``attempt.loader_workers``), the kernel sources, the
-signals; the state directory, the metrics endpoint and where the status goes (``status_writer``).
+which the agent owns and wires to the core: the worker's spawn (``worker_spawn``), the standby worker, the worker's
+pipes and its tree's activity (``worker_pipes``), what a killed tree shows (``incident_evidence``), its kill
+(``tree_kill``), the in-place recovery tier's actions (``attempt.loader_workers``), the kernel sources, the signals;
+the state directory, the other hosts' shared records (``job_ladder``), the metrics endpoint and where the status
+goes (``status_writer``).
 """
 
 from __future__ import annotations
@@ -18,30 +19,28 @@ import selectors
 import time
 from collections import deque
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable
 
 from supervisor import decision
-from supervisor.attempt import loader_workers, search_lines
-from supervisor.attempt.incident_evidence import drop_ahead, read_ahead, what_the_tree_shows
+from supervisor.attempt import loader_workers
+from supervisor.attempt.incident_evidence import drop_ahead, keep_devcoredumps, read_ahead, what_the_tree_shows
 from supervisor.attempt.read_throttle import ReadThrottle
 from supervisor.attempt.standby_worker import Standby
-from supervisor.attempt.tree_activity import ActivitySampler
-from supervisor.attempt.worker_process import HeartbeatCounts, WorkerProcess, forward
-from supervisor.attempt.worker_command import newest_checkpoint
+from supervisor.attempt.tree_kill import TreeKill
+from supervisor.attempt.worker_command import resume_point
+from supervisor.attempt.worker_pipes import WorkerPipes
 from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import Config
-from supervisor.decision import Incident, scan
+from supervisor.decision import Incident
 from supervisor.exit_codes import EXIT_FAILED
-from supervisor.host import devcoredump, process_tree
+from supervisor.host import process_tree
 from supervisor.host.signals import catch_signals, stop_requests
 from supervisor.host.torch_build import ladder_for, miopen_run_for
 from supervisor.kernel.reader import KernelLogSource
 from supervisor.kernel.sources import KernelSources
 from supervisor.state import checkpoints, state_file
 from supervisor.state.history import History, gpu_readings
-from supervisor.state.job_ladder import JobCheckpointFile, JobLadderFile, SharedFile
-from supervisor.state.paths import StatePaths
+from supervisor.state.job_ladder import JobFiles
 from supervisor.state.state_dir import StateDir
 from supervisor.telemetry.metrics_endpoint import MetricsEndpoint
 from supervisor.telemetry.notify_command import NotifyCommand
@@ -63,19 +62,15 @@ class Agent:
         self.s = decision.Supervision(config, self.ladder, miopen=self.miopen)
         self.selector = selectors.DefaultSelector()
         self.state_dir = StateDir(config.state_dir, config.source, config.distributed.run_dir)
-        self.job_ladder = JobLadderFile(self.state_dir.run_dir, config.distributed.node_rank) \
-            if config.distributed.several_hosts else None
-        self.job_checkpoint = JobCheckpointFile(self.state_dir.run_dir, config.distributed.node_rank) \
-            if config.distributed.several_hosts else None
-        self.worker: WorkerProcess | None = None
+        self.job_files = JobFiles(self.state_dir.run_dir, config.distributed)
         self.systemd = Notifier()
         self.reads = ReadThrottle(self.selector)
-        self.survivors: dict[int, int] = {}  # pidfd -> pid: survivors of SIGKILL the core waits for (AwaitSurvivors)
+        self.pipes = WorkerPipes(self.selector, self.reads, self.handle, self._read_kernel, self.state_dir.run_dir,
+                                 self.s.kind.reads_launch_record)
+        self.tree_kill = TreeKill(config, self.selector, self.handle, self.systemd.keepalive)
         self.spawner = WorkerSpawner(config, self.state_dir, self.s.kind)
         self.standby = Standby(self.selector, self.reads, self.spawner, keepalive=self.systemd.keepalive)
-        self.heartbeats = HeartbeatCounts()
         self.kernel = KernelSources(config.kernel_log)
-        self.activity = ActivitySampler()
         self.metrics = MetricsEndpoint(config)
         self.status_writer = StatusWriter(config, self.state_dir, self.metrics, self.systemd)
         self.history = History(config.state_dir)
@@ -94,13 +89,14 @@ class Agent:
         self.metrics.start()
         process_tree.become_subreaper()
         self.selector.register(catch_signals(), selectors.EVENT_READ, self._on_signal)
-        record = self.state_dir.read_state(self._restore, None if self.config.command is None else self._resume_point)
+        record = self.state_dir.read_state(self._restore, None if self.config.command is None else
+                                       lambda: resume_point(self.config.command))
         for source in self.kernel.open((record or {}).get("kernel_log_position") or {}):
             self.selector.register(source.fileno(), selectors.EVENT_READ, lambda _fd, s=source: self._on_kernel(s))
         self.handle(decision.Boot())
         while self.s.exit is None:
             due = self.s.watch.wake  # what the last decision left to watch: nothing here judges the stall again
-            wake = min(due.at or math.inf, self.reads.next_wake(), self._next_sample())
+            wake = min(due.at or math.inf, self.reads.next_wake(), self.pipes.next_sample(self.s.watch.tree_from))
             timeout = max(0.0, min(STATUS_INTERVAL, wake - time.monotonic()))
             self.metrics.retry_if_due()
             before = time.monotonic()
@@ -115,17 +111,18 @@ class Agent:
             self.reads.wake_due()
             for source in self.kernel.polled():
                 self._on_kernel(source)
-            self._sample_tree()
+            self.pipes.sample_tree(self.s.watch.tree_from, time.monotonic(), self._spare,
+                                     lambda: decision.counted_threads(self.s))
             due = self.s.watch.wake
             if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
-                self._drain_worker()  # what is queued is read before anyone is judged
+                self.pipes.drain()  # what is queued is read before anyone is judged
                 due = self.s.watch.wake
                 if self.s.exit is None and due.at is not None and time.monotonic() >= due.at:
                     self.handle(decision.Tick())  # only when a deadline is due: heartbeats alone never need one
             self._write_state(force=False)
             self.notify.poll()
             self.systemd.keepalive()
-        if self.worker is not None:  # leaving with a worker still up: never leave it behind
+        if self.pipes.worker is not None:  # leaving with a worker still up: never leave it behind
             self._kill(None)
         self.standby.discard()
         self._write_state(force=True, final=True)
@@ -144,11 +141,6 @@ class Agent:
         decision.restore(restored, record)
         self.s = restored
 
-    def _resume_point(self) -> str:
-        """Where a [worker] command's next attempt resumes, in words (the Ultralytics worker's: StateDir's own)."""
-        found = newest_checkpoint(self.config.command)
-        return str(found) if found else "the command's own resume point"
-
     def now(self) -> decision.Now:
         return decision.Now(mono=time.monotonic(), wall=time.time())
 
@@ -166,13 +158,10 @@ class Agent:
             self._deciding = False
 
     def _decide(self, event: Any) -> None:
-        if self.job_ladder is not None and not isinstance(event, (decision.HeartbeatReceived, decision.JobLadderRead,
-                                                                  decision.JobCheckpointRead)):
-            reads = [r for r in (shared.read_if_changed() for shared in (self.job_checkpoint, self.job_ladder))
-                     if r is not None]
-            if reads:  # another host's decision, judged before this event
-                self.pending.extendleft(reversed([*reads, event]))
-                return
+        news = self.job_files.news_before(event)
+        if news:  # another host's decision, judged before this event
+            self.pending.extendleft(reversed([*news, event]))
+            return
         state_before, rung_before, now = self.s.state, self.s.rung, self.now()
         _, actions = decision.decide(self.s, event, now)
         told = decision.derive(self.s, state_before, rung_before, actions, now.wall)
@@ -196,178 +185,58 @@ class Agent:
             fields["INCIDENT_ID"] = self.s.stop.incident.id  # journalctl INCIDENT_ID=... finds the story
         log.log(logging.getLevelName(action.level.upper()), action.text, extra=fields)
 
-    def _keep_devcoredumps(self, action: Any) -> None:
-        paths = StatePaths(self.config.state_dir)
-        dest = paths.incident_dir(action.incident) if action.incident else paths.devcoredumps_dir(action.attempt)
-        dumps = devcoredump.keep(devcoredump.sysfs_root(), dest, Path(self.config.state_dir), action.kept)
-        if dumps:
-            self.handle(decision.DevcoredumpsKept(action.attempt, dumps))
-
     def _read_ahead(self, action: Any) -> None:
-        answer = read_ahead(self.config, self.worker, action, self._spare(), self.metrics.gpu_readers)
-        self._drain_worker()  # what the worker said while its stacks were read is decided before them
-        if answer is not None:
-            self.handle(answer)
+        answer = read_ahead(self.config, self.pipes.worker, action, self._spare(), self.metrics.gpu_readers)
+        self.pipes.drain()  # what the worker said while its stacks were read is decided before them
+        self._tell(answer)
 
     def _loader_workers(self, action: Any) -> None:
         """The in-place tier's action; what the worker said meanwhile (a stacks' reading takes seconds) is decided
         before its answer: progress then drops the verdict."""
-        answer = loader_workers.carry_out(action, self.config, self.worker, self._spare(), self.metrics.gpu_readers,
-                                          self.systemd.keepalive)
-        self._drain_worker()
+        answer = loader_workers.carry_out(action, self.config, self.pipes.worker, self._spare(),
+                                          self.metrics.gpu_readers, self.systemd.keepalive)
+        self.pipes.drain()
         self.handle(answer)
+
+    def _tell(self, answer: Any) -> None:
+        if answer is not None:  # None: the action found nothing to tell
+            self.handle(answer)
 
     def _keep_verified_copy(self) -> None:
         self.handle(decision.VerifiedCopyKept(checkpoints.keep_verified_copy(self.state_dir.run_dir)))
-
-    @staticmethod
-    def _publish(shared: SharedFile, action: Any, what: str, otherwise: str) -> None:
-        """Several hosts: a decision written for the others on the shared run_dir; a failed write is said, and this
-        host goes on."""
-        try:
-            shared.publish(action)
-        except OSError as e:
-            log.error(f"cannot write {what} to {shared.path} ({e.strerror}): {otherwise}")
 
     # -- the worker --
     def _spawn(self, action: decision.Spawn) -> None:
         self.standby.took = WorkerStart.COLD  # unless its launch takes the standby
         worker, resume = self.spawner.attempt(action, standby=self.standby.launch)
-        self.worker = worker
-        self.selector.register(worker.heartbeat_fd, selectors.EVENT_READ, self._on_heartbeat)
-        self.selector.register(worker.output_fd, selectors.EVENT_READ, self._on_output)
-        self.selector.register(worker.pidfd, selectors.EVENT_READ, self._on_exit)
+        self.pipes.attach(worker)
         self.handle(decision.Spawned(worker.pid, resume, start=self.standby.took, start_why=self.standby.refused))
         if not self._ready_sent:
             self._ready_sent = self.systemd.ready(f"worker pid {worker.pid} started, rung {action.rung}")
 
-    def _drain_worker(self) -> None:
-        worker = self.worker
-        if worker is not None:
-            self._on_heartbeat(worker.heartbeat_fd, rest=False)
-        if self.worker is not None and self.worker is worker:
-            self._on_output(worker.output_fd, rest=False)
-
-    def _on_heartbeat(self, fd: int, rest: bool = True) -> None:
-        worker = self.worker
-        if worker is None or worker.closed:
-            return
-        messages, ended = worker.read_heartbeats(self.heartbeats)
-        for message in messages:
-            # A rank is known by its rank; any other sender may be the script a wrapper (./run.sh) started.
-            in_tree = message.rank is None and message.pid != worker.pid and worker.in_tree(message.pid)
-            if worker.output_progress is not None and (message.pid == worker.pid or in_tree):
-                worker.output_progress = None  # the script speaks for itself: the precise path wins over its output
-                log.info("the command sends heartbeats: progress is read from them, no longer from its output")
-            self.handle(decision.HeartbeatReceived(message, from_worker_tree=in_tree))
-            if self.worker is not worker:
-                return
-        if ended:  # every writer is gone; the pidfd reports the exit
-            self.reads.forget(worker.heartbeat_fd)
-        elif rest:
-            self.reads.rest(fd, self._on_heartbeat)
-
-    def _on_output(self, fd: int, rest: bool = True) -> None:
-        worker = self.worker
-        if worker is None or worker.closed:
-            return
-        lines, progress, ended = worker.read_output()
-        if ended:
-            self.reads.forget(worker.output_fd)
-        elif rest:
-            self.reads.rest(fd, self._on_output)
-        forward(lines)
-        for line in lines:
-            found = scan(line)
-            if found is not None:
-                self.handle(decision.SignatureSeen(found.name, found.remedy, found.advice, line))
-            news = search_lines.read(line)
-            if news is not None:
-                self.handle(news)
-        for message in progress:
-            self.handle(decision.HeartbeatReceived(message))
-            if self.worker is not worker:
-                return
-
-    def _on_exit(self, _fd: int) -> None:
-        worker = self.worker
-        returncode = worker.wait()
-        self._on_heartbeat(worker.heartbeat_fd, rest=False)  # its last words arrive before its death is judged,
-        self._on_output(worker.output_fd, rest=False)
-        for source in self.kernel.sources:  # and so does the OOM killer's note on why it died
-            self._on_kernel(source)
-        self.reads.forget(worker.pidfd)
-        # Our worker's exit 0 ends the training: what it leaves of its weights says whether that is a success.
-        weights = checkpoints.weights_kept(self.state_dir.run_dir) if returncode == 0 and \
-            self.s.kind.reads_launch_record else None
-        self.handle(decision.WorkerExited(returncode, worker.output_tail[-1] if worker.output_tail else None, weights))
-
-    def _reading_from(self) -> float | None:
-        """From when the worker's tree is read for activity, every interval; None: not in this stall."""
-        return self.s.watch.tree_from if self.worker is not None else None
-
-    def _next_sample(self) -> float:
-        start = self._reading_from()
-        return math.inf if start is None else max(start, self.activity.next_at())
-
-    def _sample_tree(self) -> None:
-        now, start = time.monotonic(), self._reading_from()
-        if start is None or now < start:
-            self.activity.forget()  # the next stall's first reading starts its window
-        elif self.activity.due(self.worker.pid, now):
-            event = self.activity.sample(self.worker.pid, process_tree.tree(spare=self._spare()), now,
-                                         decision.counted_threads(self.s))
-            if event is not None:
-                self.handle(event)
-
     def _kill(self, incident: Incident | None) -> None:
         """Kill the worker's tree; for an incident, tell the core first what the tree looks like (None after a
         clean exit)."""
-        worker, self.worker = self.worker, None
+        worker = self.pipes.detach()
         if incident is not None:
             self.handle(what_the_tree_shows(self.config, worker, incident, self._spare(), self.metrics.gpu_readers,
                                             tuple(self.s.current.loaders),
                                             {v.pid: r for r, v in self.s.current.ranks.items()}))
-        w = self.config.watchdog
-        if worker is not None:
-            for fd in worker.fds:
-                self.reads.forget(fd)
-            report = worker.kill(w.kill_grace, w.kill_timeout, keepalive=self.systemd.keepalive,
-                                 spare=self._spare())
-        else:
-            report = process_tree.kill_tree(None, w.kill_grace, w.kill_timeout, keepalive=self.systemd.keepalive,
-                                            spare=self._spare())
-        if incident is not None:
-            log.info(f"killed {len(report.killed)} process(es) in {report.seconds:.2f} s",
-                     extra={"INCIDENT_ID": incident.id, "RUNG": incident.rung, "EPOCH": incident.epoch,
-                            "BATCH": incident.batch})
-        self.handle(decision.TreeKilled(len(report.killed), tuple(report.survivors), report.seconds, time.time()))
-
-    def _await_survivors(self, pids: tuple[int, ...]) -> None:
-        """Survivors of SIGKILL the core waits for: each one's exit is read from its pidfd; none left, it is told."""
-        self.survivors = process_tree.exit_fds(pids)
-        for fd in self.survivors:
-            self.selector.register(fd, selectors.EVENT_READ, self._on_survivor_exit)
-        if not self.survivors:
-            self.handle(decision.SurvivorsGone())
-
-    def _on_survivor_exit(self, fd: int) -> None:
-        self.selector.unregister(fd)
-        os.close(fd)
-        self.survivors.pop(fd, None)
-        process_tree.reap()  # re-parented to us (the subreaper): no zombie left
-        if not self.survivors:
-            self.handle(decision.SurvivorsGone())
+        self.tree_kill.kill(worker, incident, self._spare())
 
     def _spare(self) -> tuple[int, ...]:
         """Children of the supervisor a kill of the worker's tree leaves alone: the standby, the notify commands."""
         return self.standby.spare() + self.notify.pids()
 
     # -- the kernel --
+    def _read_kernel(self) -> None:
+        for source in self.kernel.sources:
+            self._on_kernel(source)
+
     def _on_kernel(self, source: KernelLogSource) -> None:
         events = source.read()
         if events:
-            self._drain_worker()  # beats already queued came before the line: they must not pass for progress after it
+            self.pipes.drain()  # beats already queued came before the line: they must not pass for progress after it
         for event in events:
             self.handle(self.kernel.message(event, spare=self._spare()))
 
@@ -380,17 +249,11 @@ class Agent:
     # -- state --
     def status(self) -> decision.Status:
         now = self.now()
-        held = self.standby.report
         return replace(decision.snapshot(self.s, now), supervisor=decision.Supervisor(
             supervisor_pid=os.getpid(), config=self.config.source, state_dir=str(self.config.state_dir),
             updated=now.wall,
-            heartbeats=decision.Heartbeats(**vars(self.heartbeats), ignored=self.s.messages_ignored),
-            metrics_bind_failures=self.metrics.bind_failures, standby_pid=self.standby.pid,
-            standby_kind=self.standby.kind and self.standby.kind.value, standby_why=self.standby.why,
-            standby_holds=list(held.holds) if held is not None else None,
-            standby_holds_why=held.why or None if held is not None else None,
-            standby_host_mib=held.host_mib if held is not None else None,
-            standby_host_allowance_mib=held.host_allowance_mib if held is not None else None,
+            heartbeats=decision.Heartbeats(**vars(self.pipes.heartbeats), ignored=self.s.messages_ignored),
+            metrics_bind_failures=self.metrics.bind_failures, **self.standby.shown(),
             run_dir=str(self.state_dir.run_dir) if self.config.distributed.several_hosts else None,
             checkpoint=str(self.state_dir.last_checkpoint)))
 
@@ -398,7 +261,7 @@ class Agent:
         if not force and time.monotonic() - self._status_written < STATUS_INTERVAL:
             return
         self._status_written = time.monotonic()
-        self.kernel.remember_tree(self.worker is not None, spare=self._spare())
+        self.kernel.remember_tree(self.pipes.worker is not None, spare=self._spare())
         status = self.status()
         shown = status.to_dict()  # the status's JSON form: the state file's and the history's
         self.status_writer.write(status, {**self.s.persistent(time.monotonic()), "status": shown,
@@ -426,14 +289,12 @@ CARRY_OUT: dict[type, Callable[[Agent, Any], None]] = {
     **{kind: lambda a, x: a._loader_workers(x) for kind in loader_workers.ACTIONS},
     decision.ReadStacksAhead: lambda a, x: a._read_ahead(x),
     decision.DropStacksAhead: lambda a, x: drop_ahead(a.config, a.worker, x),
-    decision.AwaitSurvivors: lambda a, x: a._await_survivors(x.pids),
+    decision.AwaitSurvivors: lambda a, x: a.tree_kill.await_survivors(x.pids),
     decision.RecordIncident: lambda a, x: a.state_dir.append_incident(x.incident.to_dict()),
-    decision.KeepDevcoredumps: lambda a, x: a._keep_devcoredumps(x),
+    decision.KeepDevcoredumps: lambda a, x: a._tell(keep_devcoredumps(a.config, x)),
     decision.RequestCheckpoint: lambda a, x: a.worker.request_checkpoint() if a.worker is not None else None,
     decision.KeepVerifiedCopy: lambda a, x: a._keep_verified_copy(),
-    decision.PublishLadder: lambda a, x: a._publish(a.job_ladder, x, "the job-wide ladder decision",
-                                                    "the other hosts stay on their rung"),
-    decision.PublishCheckpoint: lambda a, x: a._publish(a.job_checkpoint, x, "the job's checkpoint",
-                                                        "the other hosts count their restarts as if none was saved"),
+    decision.PublishLadder: lambda a, x: a.job_files.publish_ladder(x),
+    decision.PublishCheckpoint: lambda a, x: a.job_files.publish_checkpoint(x),
     decision.Exit: lambda a, x: None,  # the loop ends on s.exit
 }

@@ -19,9 +19,19 @@ REGEX_GROUPS = ("epoch", "epochs", "batch", "batches", "loss")  # the named grou
 
 
 @dataclass(frozen=True)
-class Pattern:
+class CatalogueEntry:
+    """One entry of a catalogue of known messages: its name and the pattern that finds it. Each catalogue adds what
+    its entries mean: a kernel line's kind (``Pattern``), an output line's remedy (``signatures.Signature``), a
+    native frame's cause and cure (``stack_reading.NativeSignature``)."""
     name: str
     regex: re.Pattern[str]
+
+    def finds(self, text: str) -> bool:
+        return self.regex.search(text) is not None
+
+
+@dataclass(frozen=True)
+class Pattern(CatalogueEntry):
     kind: str
     origin: str  # where the message format comes from (documentation, and the table in docs/design.md)
 

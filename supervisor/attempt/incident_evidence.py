@@ -150,3 +150,11 @@ def _moved_in(config: Config, incident: Incident, found: Stacks) -> Stacks:
         return found
     shutil.rmtree(source.parent, ignore_errors=True)
     return replace(found, path=str(target.relative_to(config.state_dir)))
+
+
+def keep_devcoredumps(config: Config, action: decision.KeepDevcoredumps) -> decision.DevcoredumpsKept | None:
+    """The GPU's devcoredumps kept in the incident's directory (the attempt's, with none); None: there were none."""
+    paths = StatePaths(config.state_dir)
+    dest = paths.incident_dir(action.incident) if action.incident else paths.devcoredumps_dir(action.attempt)
+    dumps = devcoredump.keep(devcoredump.sysfs_root(), dest, Path(config.state_dir), action.kept)
+    return decision.DevcoredumpsKept(action.attempt, dumps) if dumps else None

@@ -88,6 +88,15 @@ class Standby:
         except OSError:
             return None
 
+    def shown(self) -> dict[str, Any]:
+        """The standby's fields of the status (``Supervisor.standby_*``)."""
+        held = self.report
+        return dict(standby_pid=self.pid, standby_kind=self.kind and self.kind.value, standby_why=self.why,
+                    standby_holds=list(held.holds) if held is not None else None,
+                    standby_holds_why=held.why or None if held is not None else None,
+                    standby_host_mib=held.host_mib if held is not None else None,
+                    standby_host_allowance_mib=held.host_allowance_mib if held is not None else None)
+
     def prepare(self, env: dict[str, str], held_settings: dict[str, Any]) -> None:
         config = self.spawner.config
         made = room(config.standby_ready, config.standby_memory_mib, config.train, bool(env.get(ENV_RANK_STANDBY)),

@@ -34,6 +34,12 @@ def newest_checkpoint(cfg: CommandConfig) -> Path | None:
     return max(matches, key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
+def resume_point(cfg: CommandConfig) -> str:
+    """Where a [worker] command's next attempt resumes, in words (the Ultralytics worker's: StateDir's own)."""
+    found = newest_checkpoint(cfg)
+    return str(found) if found else "the command's own resume point"
+
+
 def command_argv(cfg: CommandConfig, args: dict[str, str], checkpoint: Path | None) -> list[str]:
     """The command for this rung: ``python`` is the supervisor's own Python (its virtualenv, also under systemd's
     short PATH), the rung's ``args`` set, the resume arguments added when there is a checkpoint."""

@@ -4,8 +4,8 @@ Its sub-wings, lowest first; each imports only its own and those below it (tests
 ``model`` (the records: events, actions, state, incidents, the ladder; and their arithmetic: rung choice, the
 checkpoint interval, persistence), ``stall`` (the stall judge: the watchdog, the witness's word, what stacks say),
 ``learning`` (the ladder's choices, goodput), ``recovery`` (a hang's tiers walked cheapest first: ``in_place``,
-``restart``, ``standby``; stopping and probing), and on top the handlers: ``core.decide`` (every event), ``heartbeats``,
-``kernel``, ``status_view`` (the status users script against) and ``notices``.
+``restart``, ``standby``; stopping, what follows any stop, probing), and on top the handlers: ``core.decide``
+(every event), ``heartbeats``, ``kernel``, ``status_view`` (the status users script against) and ``notices``.
 The shell reads this package through the names below alone (tests/decision/test_face.py holds it).
 May import: the standard library, the ground floor (``supervisor.vocabulary``, ``supervisor.exit_codes``,
 ``worker.wire.contract``) and the configuration. Nothing here opens a file, reads a clock or starts a process.

@@ -24,10 +24,10 @@ counts against the restart budget; a worker that survives SIGKILL ends the super
 
 This module dispatches each event and judges the verdicts of the clock and of an exit; the rest is by concern:
 events.py and actions.py (what comes in and goes out), state.py (the records, and what persists), heartbeats.py
-(a heartbeat, step by step), kernel.py (kernel messages), recovery.py (a hang's recovery tiers, walked cheapest
+(a heartbeat, step by step), kernel.py (kernel messages), recovery/ (a hang's recovery tiers, walked cheapest
 first: tier.py says what a tier is), stopping.py (the one way into STOPPING, and the end of
-the run), restart.py (what follows a stop), probe.py (probing back down the ladder), goodput.py (work kept and
-lost). The shell reads events, actions and records through this module alone.
+the run), after_stop.py (what follows a stop), probe.py (probing back down the ladder), goodput.py (work kept and
+lost). The shell reads the decision through the package's face (``decision/__init__.py``) alone.
 """
 
 from __future__ import annotations
@@ -40,19 +40,16 @@ from typing import Any, Callable
 from supervisor.decision import heartbeats, kernel, recovery
 from supervisor.decision.learning import hang_evidence
 from supervisor.decision.model import survivors
-from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
-                                         KillTree, Log,
-                                         PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
-                                         RecordIncident, RequestCheckpoint, Spawn)
+from supervisor.decision.model.actions import Exit, KillTree, Log, RequestCheckpoint
 from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead, JobLadderRead,
                                         KernelMessage, Now, SearchNews, SignatureSeen, Spawned, StacksReadAhead,
                                         StateDirTaken, StopRequested, SupervisorPaused, SurvivorsGone, Tick,
-                                        TreeActivity, TreeKilled, VerifiedCopyKept, WeightsKept, WorkerExited)
+                                        TreeActivity, TreeKilled, VerifiedCopyKept, WorkerExited)
 from supervisor.decision.model.hang_history import HangHistory
 from supervisor.decision.model.incident import one_line
 from supervisor.decision.model.signatures import scan
-from supervisor.decision.model.state import Attempt, JobRung, Supervision
-from supervisor.decision.recovery import restart, stacks_ahead, stopping
+from supervisor.decision.model.state import Attempt, JobRung, Supervision, later
+from supervisor.decision.recovery import after_stop, stacks_ahead, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.recovery.tier import Verdict
 from supervisor.decision.stall import kernel_search, witness
@@ -60,18 +57,6 @@ from supervisor.decision.stall.watchdog import DeadlineKind
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_OK
 from supervisor.vocabulary import STARTUP_PHASE, After, Reason, Remedy, State
 from worker.wire.contract import Phase
-
-# The shell's one import: ``core.X`` names every event it sends and every action it carries out; a recovery tier's own
-# are in its module (decision/recovery/in_place.py), which its shell part (attempt/loader_workers.py) imports.
-__all__ = ["Boot", "DevcoredumpsKept", "HeartbeatReceived", "IncidentEnriched", "JobCheckpointRead", "JobLadderRead", "KernelMessage",
-           "Now", "SearchNews", "SignatureSeen", "Spawned", "StacksReadAhead", "StateDirTaken", "StopRequested",
-           "SupervisorPaused", "Tick", "TreeActivity", "TreeKilled", "VerifiedCopyKept", "WeightsKept",
-           "WorkerExited", "SurvivorsGone",
-           "AwaitSurvivors", "DropStacksAhead", "Exit", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
-           "PrepareStandby",
-           "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "RequestCheckpoint", "Spawn",
-           "Supervision", "State", "Reason", "TRANSITIONS", "TransitionError", "decide", "describe_exit",
-           "training_fingerprint"]
 
 MIN_BATCH = 1  # halving the batch after GPU OOM stops here
 OOM_EXIT_WINDOW = 30.0  # an OOM kill names the crash only if the worker exits within this many seconds of it
@@ -124,8 +109,8 @@ HANDLERS: dict[type, Callable[[Supervision, Any, Now], list[Any]]] = {
     Boot: lambda s, e, now: _boot(s, now),
     Spawned: lambda s, e, now: _spawned(s, e, now),
     WorkerExited: lambda s, e, now: _exited(s, e, now),
-    SurvivorsGone: lambda s, e, now: restart.survivors_gone(s, e, now),
-    TreeKilled: lambda s, e, now: restart.tree_killed(s, e, now),
+    SurvivorsGone: lambda s, e, now: after_stop.survivors_gone(s, e, now),
+    TreeKilled: lambda s, e, now: after_stop.tree_killed(s, e, now),
     IncidentEnriched: lambda s, e, now: _enriched(s, e),
     StopRequested: lambda s, e, now: _stop(s, e, now),
     KernelMessage: lambda s, e, now: kernel.message(s, e, now),
@@ -176,7 +161,7 @@ def _boot(s: Supervision, now: Now) -> list[Any]:
     elif s.attempt:
         note.append(Log("info", f"continuing at rung {s.rung} ({s.ladder.label(s.rung)}) after {s.attempt} attempts"))
     s.training_fingerprint = fingerprint
-    return note + [restart.spawn(s)]
+    return note + [after_stop.spawn(s)]
 
 
 def training_fingerprint(s: Supervision) -> str:
@@ -208,9 +193,9 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         # reading holds the supervisor for a second or more) drops it: no kill after the wait ended.
         return stacks_ahead.ask(s, now, stall)
     if due.kind == DeadlineKind.BACKOFF:
-        return [restart.spawn(s)]
+        return [after_stop.spawn(s)]
     if due.kind == DeadlineKind.SURVIVORS:
-        return restart.survivors_overdue(s, now)
+        return after_stop.survivors_overdue(s, now)
     if due.kind in (DeadlineKind.SAVE, DeadlineKind.SAVE_STALLED):
         why = "did not save and exit in time" if due.kind == DeadlineKind.SAVE else "makes no progress: it is hung"
         return [Log("error", f"the worker {why}; killing it without a new checkpoint"),
@@ -402,24 +387,14 @@ def _stop(s: Supervision, event: StopRequested, now: Now) -> list[Any]:
 def _paused(s: Supervision, event: SupervisorPaused, now: Now) -> list[Any]:
     """Every deadline moves by the pause: the worker may well have progressed while nobody read its beats."""
     gap, a = event.seconds, s.current
-    if a.last_progress_at is not None:
-        a.last_progress_at += gap
-    if a.spawned_at is not None:
-        a.spawned_at += gap
-    if a.step_since is not None:
-        a.step_since += gap
+    a.shift(gap)
     if a.training is not None:  # not a deadline: the training is timed by the beats, which say whether it went on
         a.training.pause = (now.mono - gap, now.mono)
     a.idle_since, a.waits_outside, a.stopped = None, frozenset(), frozenset()  # unknown over the pause: the sampler starts again
     a.thread_idle_since, a.spun_beside = None, ()
-    if a.suspicion is not None:
-        a.suspicion.since += gap
-    if a.recovery is not None:
-        a.recovery.shift(gap)
-    if s.backoff_until is not None:
-        s.backoff_until += gap
-    if s.stop is not None and s.stop.save_until is not None:
-        s.stop.save_until += gap
+    s.backoff_until = later(s.backoff_until, gap)
+    if s.stop is not None:
+        s.stop.save_until = later(s.stop.save_until, gap)
     return [Log("warning", f"the supervisor itself did not run for {gap:.1f} s (stopped or suspended): its "
                            f"deadlines move by as much instead of blaming the worker")]
 
@@ -476,12 +451,12 @@ def _own_error_first(a: Attempt) -> bool:
 
 def _peer_lost(s: Supervision, now: Now, seen: SignatureSeen, who: str) -> list[Any]:
     """A rank of this host lost another host's mid-collective: that host's hang or crash, which its own supervisor
-    judges. This host restarts at once to meet it again: no crash counted, no backoff, no rung change (restart.py)."""
+    judges. This host restarts at once to meet it again: no crash counted, no backoff, no rung change (after_stop)."""
     return _restart_with_peers(s, now, f"{who} lost another host's ({seen.line.strip()[:240]}): {seen.advice}")
 
 
 def _restart_with_peers(s: Supervision, now: Now, detail: str) -> list[Any]:
-    """Another host's failure ends this attempt: restarted at once, reason peer (restart.py)."""
+    """Another host's failure ends this attempt: restarted at once, reason peer (after_stop.py)."""
     phase = STARTUP_PHASE if s.state == State.STARTING else s.current.progress.phase
     return stopping.begin(s, now, Stop(Reason.PEER, phase, failure=f"peer:{phase}", detail=detail))
 

@@ -3,8 +3,8 @@
 ``Status`` is the public schema: ``to_dict()`` is what the state file's "status" holds, what ``status --json`` and
 the hosts view show and what users' scripts read; the metrics exporter reads the record itself
 (supervisor/telemetry/metric_table.py). The JSON names are the fields' (a ``json`` name in a field's metadata where
-Python's differs), nested records are JSON objects, and ``Supervisor`` (what only the agent knows) sits flat beside
-the core's fields. A field added here is in the JSON and readable by a metric row at once.
+Python's differs), nested records are JSON objects, and ``Progress`` (the worker's word) and ``Supervisor`` (what
+only the agent knows) sit flat beside the core's fields. A field added here is in the JSON and readable by a metric row at once.
 
 ``snapshot`` builds it from the decision core's state (supervisor/decision/model/state.py), which it only reads.
 """
@@ -22,11 +22,10 @@ from supervisor.decision.learning import choices
 from supervisor.decision.model import persistence, rung_choice
 from supervisor.decision.model.actions import Exit
 from supervisor.decision.model.events import Now
-from supervisor.decision.model.state import Attempt, Supervision
+from supervisor.decision.model.state import Attempt, Progress, Supervision
 from supervisor.decision.recovery import probe
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import State, Tier
-from worker.wire.contract import Phase
 
 FLAT = "flat"  # a field's metadata: its record's keys sit beside the holder's
 JSON = "json"  # a field's metadata: its JSON name, where not the field's name
@@ -36,28 +35,37 @@ class View:
     """A record of the status: ``to_dict`` and ``from_dict`` derived from its fields."""
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if f.metadata.get(FLAT):
-                out.update(value.to_dict() if value is not None else {})
-            else:
-                out[f.metadata.get(JSON, f.name)] = persistence.to_json(value)
-        return out
+        return _as_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Any:
         """From a status as ``to_dict`` wrote it (the state file's); a key it lacks gives the field's default."""
-        values: dict[str, Any] = {}
-        for f, hint in _fields(cls):
-            if f.metadata.get(FLAT):
-                record = typing.get_args(hint)[0] if typing.get_args(hint) else hint
-                present = any(g.metadata.get(JSON, g.name) in d for g in dataclasses.fields(record))
-                values[f.name] = record.from_dict(d) if present else None
-                continue
-            value = d.get(f.metadata.get(JSON, f.name))
-            values[f.name] = persistence.default(f) if value is None else persistence.from_json(hint, value)
-        return cls(**values)
+        return _from_dict(cls, d)
+
+
+def _as_dict(record: Any) -> dict[str, Any]:
+    """A view's fields, or a flat record's (a view or the core's own, as ``Progress``), by their JSON names."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.metadata.get(FLAT):
+            out.update(_as_dict(value) if value is not None else {})
+        else:
+            out[f.metadata.get(JSON, f.name)] = persistence.to_json(value)
+    return out
+
+
+def _from_dict(cls: type, d: dict[str, Any]) -> Any:
+    values: dict[str, Any] = {}
+    for f, hint in _fields(cls):
+        if f.metadata.get(FLAT):
+            record = typing.get_args(hint)[0] if typing.get_args(hint) else hint
+            present = any(g.metadata.get(JSON, g.name) in d for g in dataclasses.fields(record))
+            values[f.name] = _from_dict(record, d) if present else persistence.default(f)
+            continue
+        value = d.get(f.metadata.get(JSON, f.name))
+        values[f.name] = persistence.default(f) if value is None else persistence.from_json(hint, value)
+    return cls(**values)
 
 
 @functools.cache
@@ -107,7 +115,7 @@ class IntervalView(View):
 
 @dataclass(frozen=True)
 class Recoveries(View):
-    """Recoveries from a failure by tier: one count per incident.Tier member, named by its value ("in_place",
+    """Recoveries from a failure by tier: one count per vocabulary.Tier member, named by its value ("in_place",
     "restart"), 0 before its first. Derived from the enum: a tier added there is here, and in the metric."""
     by_tier: dict[Tier, int] = field(default_factory=dict)
 
@@ -202,13 +210,7 @@ class Supervisor(View):
 class Status(View):
     """The live status, field by field as ``status --json`` names it."""
     state: str = State.STARTING.value
-    phase: str = Phase.SETUP.value
-    epoch: int = 0
-    epochs: int = 0
-    batch: int = 0
-    batches: int = 0
-    losses: dict[str, float] = field(default_factory=dict)
-    lr: float | None = None
+    reported: Progress = field(default_factory=Progress, metadata={FLAT: True})  # what the last heartbeats said
     it_s: float | None = None
     samples_s: float | None = None
     eta_seconds: float | None = None
@@ -268,8 +270,8 @@ def snapshot(s: Supervision, now: Now) -> Status:
     total_batches = p.epochs * p.batches
     it_s = a.batches_per_second()
     return Status(
-        state=s.state.value, phase=p.phase, epoch=p.epoch, epochs=p.epochs, batch=p.batch, batches=p.batches,
-        losses=dict(p.losses), lr=p.lr, it_s=it_s, samples_s=samples_per_second(a),
+        state=s.state.value, reported=dataclasses.replace(p, losses=dict(p.losses)), it_s=it_s,
+        samples_s=samples_per_second(a),
         eta_seconds=(total_batches - done_batches) / it_s if it_s and total_batches else None,
         progress=(done_batches / total_batches) if total_batches else None,
         rung=s.rung, rungs=len(s.ladder), rung_label=s.ladder.label(s.rung), attempt=s.attempt,

@@ -11,14 +11,17 @@ other hosts' ranks never report one, and their restart budget, lost work and goo
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from pathlib import Path
 
-from supervisor.decision import PublishCheckpoint, PublishLadder, JobCheckpointRead, JobLadderRead
+from supervisor.config import DistributedConfig
+from supervisor.decision import PublishCheckpoint, PublishLadder, JobCheckpointRead, JobLadderRead, HeartbeatReceived
 from supervisor.state.paths import job_checkpoint_in, job_ladder_in
 from worker.wire.durable_file import write_durably
 
+log = logging.getLogger("yolo-train")
 
 
 class SharedFile:
@@ -76,3 +79,33 @@ class JobCheckpointFile(SharedFile):
         return JobCheckpointRead(path=str(raw["path"]), epoch=int(raw["epoch"]), batch=int(raw["batch"]),
                                  seconds=float(raw["seconds"]), wall=float(raw["wall"]),
                                  node_rank=int(raw["node_rank"]))
+
+
+class JobFiles:
+    """The two shared records of a job of several hosts (none on one host): read before each event but heartbeats
+    and the shared records' own, written when the core publishes."""
+
+    def __init__(self, run_dir: Path, hosts: DistributedConfig):
+        self.ladder = JobLadderFile(run_dir, hosts.node_rank) if hosts.several_hosts else None
+        self.checkpoint = JobCheckpointFile(run_dir, hosts.node_rank) if hosts.several_hosts else None
+
+    def news_before(self, event) -> list:
+        """Another host's decisions, to judge before ``event`` (checkpoint first), in order."""
+        if self.ladder is None or isinstance(event, (HeartbeatReceived, JobLadderRead, JobCheckpointRead)):
+            return []
+        return [r for r in (shared.read_if_changed() for shared in (self.checkpoint, self.ladder)) if r is not None]
+
+    def publish_ladder(self, action: PublishLadder) -> None:
+        _publish(self.ladder, action, "the job-wide ladder decision", "the other hosts stay on their rung")
+
+    def publish_checkpoint(self, action: PublishCheckpoint) -> None:
+        _publish(self.checkpoint, action, "the job's checkpoint",
+                 "the other hosts count their restarts as if none was saved")
+
+
+def _publish(shared: SharedFile, action, what: str, otherwise: str) -> None:
+    """A decision written for the other hosts; a failed write is said, and this host goes on."""
+    try:
+        shared.publish(action)
+    except OSError as e:
+        log.error(f"cannot write {what} to {shared.path} ({e.strerror}): {otherwise}")

@@ -20,8 +20,8 @@ log = logging.getLogger("yolo-train")
 
 def status_line(status: Status) -> str:
     """One line for `systemctl status`."""
-    s = status
-    return (f"{s.state}, epoch {s.epoch}/{s.epochs} batch {s.batch}/{s.batches}, "
+    s, p = status, status.reported
+    return (f"{s.state}, epoch {p.epoch}/{p.epochs} batch {p.batch}/{p.batches}, "
             f"{f'{s.it_s:.2f}' if s.it_s else '-'} it/s, rung {s.rung} ({s.rung_label}), restarts {s.restarts}")
 
 

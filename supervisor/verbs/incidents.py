@@ -72,7 +72,7 @@ def _counts(counts: dict[str, int]) -> str:
 def _aftermath(incident: dict[str, Any]) -> str:
     """What the incident cost: the training lost (unknown where no checkpoint tells) and the time to train again."""
     text = ""
-    cost = incident.get("in_place")
+    cost = incident.get("tier_cost", incident.get("in_place"))  # "in_place": a line recorded before issue 60
     if isinstance(cost, dict):
         text += (f", recovered in place: next batch {cost.get('to_next_batch', '?')} s after the loader workers were "
                  f"replaced, {cost.get('batches_lost', '?')} batches lost")

@@ -1,5 +1,5 @@
 """docs/behaviour.md's MIOpen tables, written from supervisor/decision/model/miopen_modes.py:
-``python -m supervisor.verbs.miopen_reference``. tests/decision/test_miopen_modes.py fails while the page's tables
+``python -m supervisor.verbs.miopen_reference``. tests/decision/model/test_miopen_modes.py fails while the page's tables
 differ from the code's, so a mode is documented where it is decided, and nowhere by hand."""
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import PrepareStandby, RecordIncident, Spawn
 from supervisor.decision.model.incident import Loss, Stacks
 from supervisor.decision.model.signatures import scan
 from supervisor.decision.model.survivors import Survivor
@@ -31,7 +32,7 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     assert (incident.reason, incident.phase, incident.rung) == ("hang", "train", 0)
     assert d.s.state == core.State.STOPPING
     actions = d(core.TreeKilled(killed=3))
-    spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
+    spawn = [a for a in actions if isinstance(a, Spawn)][0]
     # One hang 10 s in is no proof against rung 0 (the prior, rung_choice.py): the same rung again.
     assert (spawn.rung, spawn.rung_settings, spawn.attempt) == (0, {}, 2)
     assert d.s.restarts_by_reason == {"hang": 1} and d.s.hangs_by_phase == {"train": 1}
@@ -49,7 +50,7 @@ def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_run
     # hang) then restarts from a standby.
     standby = standbys(d.beat("setup", kind="step", step="first_batch"))
     # rung 1's settings: where a hang goes next; its loader held for rung 0's (the same environment, test below)
-    assert standby == [core.PrepareStandby({"workers": 4}, {})]
+    assert standby == [PrepareStandby({"workers": 4}, {})]
     assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step="first_batch", done=1, total=2))
     assert "PrepareStandby" not in kinds(d.beat("setup", kind="step", step="first_step"))
     assert "PrepareStandby" not in kinds(d.beat("train", kind="phase"))
@@ -62,13 +63,13 @@ def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_run
     worded.beat("setup", kind="step", step="model")
     worded.beat("setup", kind="wait", progress=worded.progress,
                 wait={"kind": "elsewhere", "where": "thop/profile.py:211 in __torch_function__", "stalled": 1.0})
-    assert standbys(worded.beat("setup", kind="step", step="first_batch")) == [core.PrepareStandby({"workers": 4}, {})]
+    assert standbys(worded.beat("setup", kind="step", step="first_batch")) == [PrepareStandby({"workers": 4}, {})]
     assert "PrepareStandby" not in kinds(worded.beat("train", kind="phase"))
     assert "PrepareStandby" not in kinds(worded.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10))
     unreported = Driver(make())  # a worker that reports no startup steps: at its first batch
     unreported.boot_and_spawn()
     assert standbys(unreported.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == \
-        [core.PrepareStandby({"workers": 4}, {})]
+        [PrepareStandby({"workers": 4}, {})]
     off = Driver(make(worker={"standby": False}))
     off.boot_and_spawn()
     assert "PrepareStandby" not in kinds(off.beat("setup", kind="step", step="first_batch"))
@@ -76,7 +77,7 @@ def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_run
 
 
 def standbys(actions) -> list:
-    return [a for a in actions if isinstance(a, core.PrepareStandby)]
+    return [a for a in actions if isinstance(a, PrepareStandby)]
 
 
 def test_the_standby_follows_the_rung_a_hang_would_move_to_as_the_attempt_trains():
@@ -84,14 +85,14 @@ def test_the_standby_follows_the_rung_a_hang_would_move_to_as_the_attempt_trains
     d.boot_and_spawn()
     d.beat("train", kind="phase")
     assert standbys(d.at(1001).beat(epoch=1, epochs=3, batch=1, batches=10)) == \
-        [core.PrepareStandby({"workers": 4}, {})]
+        [PrepareStandby({"workers": 4}, {})]
     # Hang-free training lowers rung 0's hang rate (the prior): a hang 10 s in stays at rung 0
     # (test_hang_in_training_is_detected...). The standby made for rung 1 would not serve it: one for rung 0 is asked
     # for, once, at a review (every standby.REVIEW_EVERY seconds of training), not at every batch.
     later = train(d, 30, PID)
-    assert standbys(later) == [core.PrepareStandby({})]
+    assert standbys(later) == [PrepareStandby({})]
     d.at(d.t + 10.01)(core.Tick())
-    spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, core.Spawn)][0]
+    spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, Spawn)][0]
     assert spawn.rung_settings == {}  # where the standby was made for
 
 
@@ -105,7 +106,7 @@ def test_a_ready_standbys_loader_is_held_for_the_current_rung_where_both_rungs_s
         d = Driver(make(ladder={"rungs": rungs, "prior_between_hangs": "off"}))
         d.boot_and_spawn()
         [standby] = standbys(d.beat("setup", kind="step", step="first_batch"))
-        assert standby == core.PrepareStandby(after, held)
+        assert standby == PrepareStandby(after, held)
         # what the shell builds the ready standby for (agent.py): rung 0's empty settings are settings too
         assert standby.held == (after if held is None else held)
 
@@ -118,7 +119,7 @@ def test_once_an_attempt_trained_with_amp_on_the_next_attempts_are_told_its_chec
         d.beat("train", kind="phase")
         d.train_until(1010, 0.5)
         d.at(d.t + 10.01)(core.Tick())
-        spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, core.Spawn)][0]
+        spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, Spawn)][0]
         assert spawn.amp_passed is told
 
 
@@ -198,7 +199,7 @@ def test_crash_restarts_after_backoff_at_the_same_rung_and_climbs_when_it_repeat
     assert d.s.state == core.State.BACKOFF and d.s.rung == 0
     assert d.at(d.t + 1.9)(core.Tick()) == []
     spawn = d.at(d.t + 0.2)(core.Tick())[0]
-    assert isinstance(spawn, core.Spawn) and spawn.rung == 0
+    assert isinstance(spawn, Spawn) and spawn.rung == 0
     d(core.Spawned(PID + 1, "/x/last.pt"))
     d.beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=11, batches=20)  # it trains again, then crashes
     d.beat("train", kind="error", pid=PID + 1, progress=1, error="RuntimeError: boom again")
@@ -238,7 +239,7 @@ def test_restart_budget_window_forgets_old_restarts():
     d(core.Spawned(PID + 1, None))
     d.at(d.t + 200)(core.Tick())  # the first restart is out of the window by now
     actions = d(core.TreeKilled(killed=1))
-    assert any(isinstance(a, core.Spawn) for a in actions)
+    assert any(isinstance(a, Spawn) for a in actions)
 
 
 def test_survivors_of_sigkill_in_the_gpu_driver_mean_reboot_and_no_new_worker():
@@ -370,7 +371,7 @@ def test_a_restored_supervisor_continues_at_its_rung():
     record = first.s.persistent(first.t)
     second = Driver(make())
     second.s.restore(record)
-    spawn = [a for a in second(core.Boot()) if isinstance(a, core.Spawn)][0]
+    spawn = [a for a in second(core.Boot()) if isinstance(a, Spawn)][0]
     assert spawn.rung == 1 and spawn.attempt == 3  # attempt 2 was spawned before the first supervisor died
     assert second.s.restart_times == record["restart_times"]
 
@@ -761,7 +762,7 @@ def test_after_probe_after_of_healthy_training_the_faster_rung_is_tried_at_a_che
     d.beat("train", kind="checkpoint", pid=PID + 1, path="/s/last.pt", epoch=1, batch=5, progress=d.progress)
     assert kinds(d(core.WorkerExited(0))) == ["KillTree"]
     actions = d(core.TreeKilled(killed=1))
-    spawn = [a for a in actions if isinstance(a, core.Spawn)][0]
+    spawn = [a for a in actions if isinstance(a, Spawn)][0]
     assert spawn.rung == 0 and d.s.probe.probing_from == 1 and d.s.restarts_by_reason == {"hang": 1, "probe": 1}
     assert len(d.s.restart_times) == 1  # a probe is planned: it spends no restart budget
     assert d.s.incidents[-1].reason == "probe" and d.s.incidents[-1].loss.seconds == 0.0
@@ -805,7 +806,7 @@ def test_a_probe_whose_save_goes_wrong_is_a_real_incident_and_training_goes_on_a
     kill = [a for a in actions if isinstance(a, core.KillTree)][0]
     assert SHELL_FIELDS <= kill.incident.to_dict().keys() and kill.incident.reason == "hang"
     assert "asked to save, the worker" in kill.incident.detail and kill.incident.loss.batches > 0
-    spawn = [a for a in d(core.TreeKilled(killed=2)) if isinstance(a, core.Spawn)][0]
+    spawn = [a for a in d(core.TreeKilled(killed=2)) if isinstance(a, Spawn)][0]
     assert spawn.rung == 1 and d.s.probe.probing_from is None and d.s.restarts_by_reason == {"hang": 2}
     assert probe.probe_in(d.s) == 60  # its probation starts over: no probe at the restarted worker's first beats
 
@@ -1121,7 +1122,7 @@ def test_the_incident_is_one_record_enriched_by_the_shell_and_written_once_when_
     assert status["output_tail"] == ["last line"] and "restart_seconds" not in status  # not complete yet
     d(core.Spawned(PID + 1, None))
     actions = d.at(d.t + 4).beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=1, batches=10)
-    [record] = [a for a in actions if isinstance(a, core.RecordIncident)]
+    [record] = [a for a in actions if isinstance(a, RecordIncident)]
     assert d.beat(pid=PID + 1, epoch=1, epochs=3, batch=2, batches=10) == []  # written once
     line = record.incident.to_dict()
     assert line == snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()["last_incident"]  # the same record
@@ -1160,7 +1161,7 @@ def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 1, "/run/ck/step-94.ckpt"))
     [record] = [a for a in d.at(d.t + 2).beat(pid=PID + 1, progress=1, epoch=2, epochs=3, batch=44, batches=50)
-                if isinstance(a, core.RecordIncident)]
+                if isinstance(a, RecordIncident)]
     assert record.incident.loss == Loss(seconds=1.0, batches=2)  # 2 batches at the measured 2 it/s
     assert (d.s.goodput.lost_batches, d.s.goodput.lost_seconds) == (2, 1.0)
     # the next attempt never shows a position: its loss stays unknown, counted nowhere
@@ -1168,7 +1169,7 @@ def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 2, None))
     actions = d.at(d.t + 2).beat(pid=PID + 2, progress=1, epoch=None, batch=None)
-    assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, core.RecordIncident)] == [None]
+    assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, RecordIncident)] == [None]
     assert d.s.goodput.lost_batches == 2
 
 

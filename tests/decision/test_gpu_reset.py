@@ -5,6 +5,7 @@ Lines from the recorded log tests/fixtures/kernel/amdgpu_reset_sources.dmesg, ma
 from pathlib import Path
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import KeepDevcoredumps, RecordIncident, Spawn
 from supervisor.decision.model.incident import Devcoredump
 from supervisor.kernel.catalogue import Catalogue
 from supervisor.vocabulary import KernelKind
@@ -26,7 +27,7 @@ def test_a_reset_line_asks_for_the_devcoredump_first_and_its_incident_names_the_
     d = healthy(kernel_log={"confirm_window": 5})
     actions = d(line("Source:  3"))
     assert kinds(actions) == ["KeepDevcoredumps", "Log"]  # the copy, then the suspicion
-    assert actions[0] == core.KeepDevcoredumps(attempt=1, incident=None, kept=())
+    assert actions[0] == KeepDevcoredumps(attempt=1, incident=None, kept=())
     assert kinds(d(core.DevcoredumpsKept(1, (DUMP,)))) == ["Log"]
     assert d(line("AMDGPU device coredump file has been created"))[0].kept == ("devcd1",)  # not copied twice
     actions = d.at(d.t + 5.1)(core.Tick())  # no progress: the reset's hang
@@ -45,17 +46,17 @@ def test_a_dump_kept_after_the_incident_opened_goes_into_it_before_it_is_written
     incident = d.s.incidents[-1]
     assert incident.reason == "crash" and incident.gpu_resets == ("job timeout",)
     actions = d(line("GPU reset succeeded, trying to resume"))  # the MES path dumps after the reset
-    assert actions[0] == core.KeepDevcoredumps(attempt=1, incident=incident.id, kept=())
+    assert actions[0] == KeepDevcoredumps(attempt=1, incident=incident.id, kept=())
     late = Devcoredump(f"incidents/{incident.id}/devcoredump-devcd2", "devcd2", "0000:c5:00.0", 9_000)
     d(core.DevcoredumpsKept(1, (late,)))
     d(core.TreeKilled(killed=1))
     assert [i.devcoredumps for i in d.s.incidents if i.id == incident.id and not i.recorded] == [(late,)]
-    spawn = [a for a in d.at(d.t + 60)(core.Tick()) if isinstance(a, core.Spawn)]
+    spawn = [a for a in d.at(d.t + 60)(core.Tick()) if isinstance(a, Spawn)]
     d(core.Spawned(4343, None))
     assert spawn and d.s.current.devcoredumps == [] == d.s.current.gpu_resets  # the next attempt starts with none
     d.beat("train", kind="phase", pid=4343, progress=1)
     written = [a.incident for a in d.beat(pid=4343, epoch=1, epochs=3, batch=1, batches=10, samples=4)
-               if isinstance(a, core.RecordIncident)]
+               if isinstance(a, RecordIncident)]
     assert [(i.id, i.gpu_resets, i.devcoredumps) for i in written] == [(incident.id, ("job timeout",), (late,))]
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from supervisor.config import parse
 from supervisor.decision import core
+from supervisor.decision.model.actions import PublishCheckpoint, PublishLadder, ReadStacksAhead, Spawn
 from supervisor.decision.model.ladder import build_ladder
 from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
@@ -21,7 +22,7 @@ class Host:
         self.s = core.Supervision(parse(raw, "host.toml", state_dir=Path("/nonexistent")),
                                   build_ladder(None, 2, rocm=False, cuda=False))
         self.node_rank, self.t, self.progress, self.pid = node_rank, 0.0, 0, 10
-        self.spawns = [a for a in self(core.Boot()) if isinstance(a, core.Spawn)]
+        self.spawns = [a for a in self(core.Boot()) if isinstance(a, Spawn)]
         self(core.Spawned(self.pid, None))
 
     def __call__(self, event) -> list:
@@ -38,13 +39,13 @@ class Host:
     def hang(self) -> list:
         self.t += 600.0
         actions = self(core.Tick())
-        if [type(a) for a in actions] == [core.ReadStacksAhead]:  # the verdict's stacks first, unread here
+        if [type(a) for a in actions] == [ReadStacksAhead]:  # the verdict's stacks first, unread here
             actions = self(core.Tick())  # then the verdict, checked again
         return actions
 
     def killed(self) -> list:
         actions = self(core.TreeKilled(2))
-        self.spawns += [a for a in actions if isinstance(a, core.Spawn)]
+        self.spawns += [a for a in actions if isinstance(a, Spawn)]
         if self.spawns and self.s.state == core.State.STARTING:
             self.pid += 10
             self(core.Spawned(self.pid, "/shared/weights/last.pt"))
@@ -52,10 +53,10 @@ class Host:
 
 
 def published(actions):
-    return [a for a in actions if isinstance(a, core.PublishLadder)]
+    return [a for a in actions if isinstance(a, PublishLadder)]
 
 
-def read(decision: core.PublishLadder, node_rank: int) -> core.JobLadderRead:
+def read(decision: PublishLadder, node_rank: int) -> core.JobLadderRead:
     return core.JobLadderRead(decision.seq, decision.rung, decision.remedies, node_rank, f"host-{node_rank}",
                               decision.cause)
 
@@ -98,10 +99,10 @@ def test_an_older_decision_read_late_or_a_probes_ends_no_attempt():
     probe's (it saves first: rank 0 may be this host's) end nothing; the next attempt still goes where they say."""
     b = Host(1)
     b.train(20)
-    old = core.PublishLadder(seq=1, rung=1, remedies={}, cause={"reason": "hang", "phase": "train", "time": 900.0})
+    old = PublishLadder(seq=1, rung=1, remedies={}, cause={"reason": "hang", "phase": "train", "time": 900.0})
     assert not any(isinstance(x, core.KillTree) for x in b(read(old, 0)))
     assert b.s.state == core.State.HEALTHY and b.s.job_next.rung == 1
-    probe = core.PublishLadder(seq=2, rung=0, remedies={}, cause={"reason": "probe"})
+    probe = PublishLadder(seq=2, rung=0, remedies={}, cause={"reason": "probe"})
     assert not any(isinstance(x, core.KillTree) for x in b(read(probe, 0)))
     assert b.s.state == core.State.HEALTHY
 
@@ -120,7 +121,7 @@ def test_two_hosts_deciding_at_once_both_train_on_the_decision_the_file_kept():
     b.train(20)
     [own] = published(a.hang())
     assert own.rung == 1
-    kept = core.PublishLadder(seq=own.seq, rung=0, remedies={}, cause={"reason": "hang"})  # host 1's, at once
+    kept = PublishLadder(seq=own.seq, rung=0, remedies={}, cause={"reason": "hang"})  # host 1's, at once
     said = a(read(kept, 1))
     a.killed()
     assert [s.rung for s in a.spawns] == [0, 0] and a.s.rung == 0
@@ -150,7 +151,7 @@ def test_the_host_without_rank_0_counts_the_jobs_checkpoints_in_its_budget_lost_
     actions = a(core.HeartbeatReceived(HeartbeatMessage(
         pid=a.pid + 2, kind=MessageKind.CHECKPOINT, phase=Phase.TRAIN, progress=a.progress, epoch=1, epochs=2,
         batch=2, batches=100, rank=0, local_rank=0, path="/shared/weights/last.pt", seconds=0.3)))
-    assert core.PublishCheckpoint("/shared/weights/last.pt", 1, 2, 0.3) in actions
+    assert PublishCheckpoint("/shared/weights/last.pt", 1, 2, 0.3) in actions
     # ... and its own, read back from the shared file, are no news
     assert a(core.JobCheckpointRead("/shared/weights/last.pt", 1, 9, 0.3, 2000.0, node_rank=0)) == [] and \
         a.s.checkpoint.batch == 2
@@ -161,7 +162,7 @@ def test_the_job_checkpoint_file_is_read_once_per_change(tmp_path):
 
     a, b = JobCheckpointFile(tmp_path, 0), JobCheckpointFile(tmp_path, 1)
     assert b.read_if_changed() is None
-    a.publish(core.PublishCheckpoint("/shared/weights/last.pt", 2, 30, 0.4))
+    a.publish(PublishCheckpoint("/shared/weights/last.pt", 2, 30, 0.4))
     read = b.read_if_changed()
     assert (read.path, read.epoch, read.batch, read.seconds, read.node_rank) == ("/shared/weights/last.pt", 2, 30,
                                                                                  0.4, 0)
@@ -183,7 +184,7 @@ def test_hosts_with_different_run_dirs_never_meet_in_one_training(tmp_path):
     a, b = config(0, tmp_path / "a"), config(1, tmp_path / "b")
     assert rendezvous_of(a).fingerprint != rendezvous_of(b).fingerprint
     assert rendezvous_of(config(1, tmp_path / "a")).fingerprint == rendezvous_of(a).fingerprint
-    JobLadderFile(a.distributed.run_dir, 0).publish(core.PublishLadder(seq=1, rung=2, remedies={}))
-    JobCheckpointFile(a.distributed.run_dir, 0).publish(core.PublishCheckpoint("/a/weights/last.pt", 1, 8, 0.2))
+    JobLadderFile(a.distributed.run_dir, 0).publish(PublishLadder(seq=1, rung=2, remedies={}))
+    JobCheckpointFile(a.distributed.run_dir, 0).publish(PublishCheckpoint("/a/weights/last.pt", 1, 8, 0.2))
     assert JobLadderFile(b.distributed.run_dir, 1).read_if_changed() is None
     assert JobCheckpointFile(b.distributed.run_dir, 1).read_if_changed() is None

@@ -328,6 +328,7 @@ def several_hosts(node_rank: int):
 
 def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host_restarts_on_that_rung():
     from supervisor.decision import core
+    from supervisor.decision.model.actions import PublishLadder, ReadStacksAhead, Spawn
     from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
 
     b = several_hosts(1)
@@ -336,17 +337,17 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
                                 epochs=2, batch=i + 1, batches=8, rank=0)
         core.decide(b, core.HeartbeatReceived(beat), core.Now(mono=t, wall=1000.0 + t))
     _, asked = core.decide(b, core.Tick(), core.Now(mono=600.0, wall=1600.0))  # the verdict's stacks first
-    assert [type(a) for a in asked] == [core.ReadStacksAhead]  # (unanswered: the kill reads them)
+    assert [type(a) for a in asked] == [ReadStacksAhead]  # (unanswered: the kill reads them)
     _, actions = core.decide(b, core.Tick(), core.Now(mono=600.0, wall=1600.0))
     kinds = [type(a).__name__ for a in actions]
     assert kinds.index("PublishLadder") < kinds.index("KillTree")
-    [decision] = [a for a in actions if isinstance(a, core.PublishLadder)]
+    [decision] = [a for a in actions if isinstance(a, PublishLadder)]
     assert (decision.seq, decision.rung) == (1, 1)
     [hang] = b.incidents
     assert decision.cause == {"id": hang.id, "reason": "hang", "phase": "train", "stopped_first_rank": 0,
                               "time": hang.time}
     _, actions = core.decide(b, core.TreeKilled(3), core.Now(mono=601.0, wall=1601.0))
-    assert b.rung == 1 and [a.rung for a in actions if isinstance(a, core.Spawn)] == [1]
+    assert b.rung == 1 and [a.rung for a in actions if isinstance(a, Spawn)] == [1]
 
     a = several_hosts(0)
     read = core.JobLadderRead(seq=decision.seq, rung=decision.rung, remedies=decision.remedies, node_rank=1,
@@ -360,8 +361,8 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
     [peer] = a.incidents
     assert peer.reason.value == "peer" and peer.caused_by == {**decision.cause, "node_rank": 1, "host": "b"}
     _, actions = core.decide(a, core.TreeKilled(0), core.Now(mono=7.0, wall=1007.0))
-    assert a.rung == 1 and [x.rung for x in actions if isinstance(x, core.Spawn)] == [1]  # at once: no backoff
-    assert not any(isinstance(x, core.PublishLadder) for x in actions)
+    assert a.rung == 1 and [x.rung for x in actions if isinstance(x, Spawn)] == [1]  # at once: no backoff
+    assert not any(isinstance(x, PublishLadder) for x in actions)
     # an older decision, or its own, moves nothing; one host alone ignores the file
     assert core.decide(a, core.JobLadderRead(0, 3, {}, 1), core.Now(mono=8.0, wall=1008.0))[1] == []
     assert core.decide(a, core.JobLadderRead(2, 3, {}, 0), core.Now(mono=8.0, wall=1008.0))[1] == []
@@ -371,11 +372,12 @@ def test_a_hosts_climb_is_published_before_its_tree_is_killed_and_the_other_host
 
 def test_the_job_ladder_file_is_read_once_per_change(tmp_path):
     from supervisor.decision import core
+    from supervisor.decision.model.actions import PublishLadder
     from supervisor.state.job_ladder import JobLadderFile
 
     a, b = JobLadderFile(tmp_path / "shared", 0), JobLadderFile(tmp_path / "shared", 1)
     assert a.read_if_changed() is None
-    b.publish(core.PublishLadder(seq=2, rung=3, remedies={"batch": 2}, cause={"reason": "hang"}))
+    b.publish(PublishLadder(seq=2, rung=3, remedies={"batch": 2}, cause={"reason": "hang"}))
     assert a.read_if_changed() == core.JobLadderRead(seq=2, rung=3, remedies={"batch": 2}, node_rank=1,
                                                      host=socket.gethostname(), cause={"reason": "hang"})
     assert a.read_if_changed() is None

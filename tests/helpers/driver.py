@@ -5,6 +5,7 @@ from pathlib import Path
 
 from supervisor.config import parse
 from supervisor.decision import core
+from supervisor.decision.model.actions import ReadStacksAhead, Spawn
 from supervisor.decision.model.incident import Stacks
 from supervisor.decision.model.ladder import build_ladder
 from supervisor.decision.stall import watchdog
@@ -37,7 +38,7 @@ class Driver:
     def __call__(self, event) -> list:
         _, actions = core.decide(self.s, event, core.Now(mono=self.t, wall=1_700_000_000 + self.t))
         if self.answers_stacks and isinstance(event, core.Tick) and len(actions) == 1 \
-                and isinstance(actions[0], core.ReadStacksAhead) and self.verdict_due():
+                and isinstance(actions[0], ReadStacksAhead) and self.verdict_due():
             _, actions = core.decide(self.s, event, core.Now(mono=self.t, wall=1_700_000_000 + self.t))
         return actions
 
@@ -45,8 +46,8 @@ class Driver:
         due = self.s.watch.deadline
         return due.at is not None and self.t >= due.at
 
-    def boot_and_spawn(self) -> core.Spawn:
-        spawn = [a for a in self(core.Boot()) if isinstance(a, core.Spawn)][0]
+    def boot_and_spawn(self) -> Spawn:
+        spawn = [a for a in self(core.Boot()) if isinstance(a, Spawn)][0]
         self(core.Spawned(PID, None))
         return spawn
 
@@ -71,7 +72,7 @@ def kinds(actions):
 
 def verdicts(actions):
     """A tick's actions but the stacks read ahead of a verdict (decision/recovery/stacks_ahead.py): [] where none is due."""
-    return [a for a in actions if not isinstance(a, core.ReadStacksAhead)]
+    return [a for a in actions if not isinstance(a, ReadStacksAhead)]
 
 
 def healthy(**sections) -> Driver:

@@ -37,7 +37,7 @@ def quiet_config(kernel_log: str = "off", listen: str = "off") -> str:
 # The end-to-end tests' config (tests/conftest.py's ``demo_config`` writes it).
 # [ladder] prior_between_hangs = "off": rungs judged on their own hangs alone, so one hang a few seconds in climbs
 # whether or not its rung's speed was measured first; these tests are about what a climb does, the choice rule itself
-# is tested in the pure core (tests/decision/test_hang_learning.py).
+# is tested in the pure core (tests/decision/learning/test_hang_learning.py).
 E2E_CONFIG = """
 name = "e2e"
 {train}{quiet}[watchdog]
@@ -186,7 +186,7 @@ def climb_to_loader_rung(tmp_path: Path, name: str, rung: str) -> tuple[dict, di
 
 
 # Several GPUs on the CPU (worker/distributed/ddp.py's CPU drill): two gloo ranks of the demo, as tests/worker/test_ddp.py and
-# the in-place tier under DDP (tests/decision/test_in_place.py) supervise them.
+# the in-place tier under DDP (tests/decision/recovery/test_in_place.py) supervise them.
 DDP_CONFIG = """
 name = "ddp"
 [train]

@@ -2,6 +2,7 @@
 resume forces every rung key to the attempt's own value, never the checkpoint's."""
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from tests.helpers.driver import Driver, make
 from tests.helpers.supervised import assert_finished, demo_train, quiet_config, read_incidents, yolo_train
 from worker.wire.contract import LaunchRecord
@@ -24,7 +25,7 @@ def test_a_resume_forces_every_rung_key_to_the_attempts_value_not_the_checkpoint
     """After a last.pt written at the val = false rung, rung 0 trained with val=False (Ultralytics restores the
     checkpoint's arguments; only the rung's own keys were forced)."""
     d = Driver(make())
-    spawn = [a for a in d(core.Boot()) if isinstance(a, core.Spawn)][0]
+    spawn = [a for a in d(core.Boot()) if isinstance(a, Spawn)][0]
     assert spawn.rung == 0 and {"val", "workers"} <= set(spawn.rung_keys)
     record = LaunchRecord(attempt=2, rung=0, train={"data": "demo", "workers": 2, "epochs": 3},
                           trainer_args={}, rung_keys=spawn.rung_keys)

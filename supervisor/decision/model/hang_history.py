@@ -116,7 +116,7 @@ class HangHistory:
         """The newest verdicts in a row at the newest one's point for the same wait, each found short of the phase's
         own bound for it (the idle floor, a witness's bound): none of those waits had outlasted what the phase
         allows such a wait. Two or more, and the next attempt gives that point the phase's own bound
-        (``POINT_VERDICTS``); their restarts spend no budget (restart.py): the next attempt settles it."""
+        (``POINT_VERDICTS``); their restarts spend no budget (after_stop.py): the next attempt settles it."""
         run: list[HangPoint] = []
         for point in reversed(self.points):
             if not point.short or run and not point.same_wait(run[0]) or point.wait is None:

@@ -136,11 +136,11 @@ class Incident:
     restart_start_why: str | None = kept(default=None, omitted=True)
     restart_parts: dict[str, float] | None = kept(default=None, omitted=True)  # heartbeats.restart_parts
     rank_parts: tuple[RankStart, ...] = kept(default=(), omitted=True)  # under DDP: restart_parts of each rank
-    # -- the recovery tiers (tier.py, recovery.py); None, (): no recovery (a stop, a probe) --
+    # -- the recovery tiers (recovery/tier.py, recovery/__init__.py); None, (): no recovery (a stop, a probe) --
     tier: Tier | None = kept(default=None, omitted=True)  # the last tier it went to: the one that recovered it
     tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order
-    # the cost of the tier that recovered it, as that tier spells it (in_place.InPlaceCost), under its tier's name
-    cost: dict[str, Any] | None = kept(default=None, omitted=True, key="in_place")
+    # the cost of the tier that recovered it, as that tier spells it (in_place.InPlaceCost); "in_place" before 60
+    cost: dict[str, Any] | None = kept(default=None, omitted=True, key="tier_cost", was="in_place")
     escalation: str | None = kept(default=None, omitted=True)  # why a cheaper tier was not taken, or failed
     # -- the witness (witness.py): where the training process said it waited, and whether its stacks agree --
     witness: str | None = kept(default=None, omitted=True)

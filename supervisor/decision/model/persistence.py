@@ -41,13 +41,14 @@ class Kept:
     load: Callable[[Any], Any] | None = None  # ... and back
     omitted: bool = False  # left out while at its default (unknown, or nothing to say)
     with_field: str | None = None  # written exactly while that field is set (not None), even at its default
+    was: str | None = None  # its key in an older file, read where the key is missing
 
 
 def kept(*, key: str | None = None, flat: bool = False, save: Callable[[Any], Any] | None = None,
          load: Callable[[Any], Any] | None = None, omitted: bool = False, with_field: str | None = None,
-         **field_args: Any) -> Any:
+         was: str | None = None, **field_args: Any) -> Any:
     """A dataclass field that a restarted supervisor gets back (``field()``'s arguments for the rest)."""
-    return dataclasses.field(metadata={KEPT: Kept(key, flat, save, load, omitted, with_field)}, **field_args)
+    return dataclasses.field(metadata={KEPT: Kept(key, flat, save, load, omitted, with_field, was)}, **field_args)
 
 
 @functools.cache
@@ -104,6 +105,8 @@ def read(f: dataclasses.Field, how: Kept, hint: Any, saved: dict[str, Any]) -> A
             return None  # an optional record that was not written
         return construct(record, saved)
     key = how.key or f.name
+    if key not in saved and how.was in saved:
+        key = how.was  # an older file's name for it
     value = saved.get(key)
     if value is None:
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:

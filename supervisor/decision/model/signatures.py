@@ -31,13 +31,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from supervisor.patterns import CatalogueEntry
 from supervisor.vocabulary import Remedy
 
 
 @dataclass(frozen=True)
-class Signature:
-    name: str
-    regex: re.Pattern[str]
+class Signature(CatalogueEntry):
     remedy: Remedy
     advice: str
 
@@ -163,4 +162,4 @@ def scan(line: str) -> Signature | None:
     """The first signature a line of worker output shows, if any."""
     if ANY_SIGNATURE.search(line) is None:
         return None  # the common case: one regex scan
-    return next(signature for signature in SIGNATURES if signature.regex.search(line))
+    return next(signature for signature in SIGNATURES if signature.finds(line))

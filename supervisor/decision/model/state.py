@@ -113,10 +113,12 @@ class Recovery:
     def shift(self, gap: float) -> None:
         """The supervisor itself did not run for ``gap`` seconds: the tier's clock moves by as much."""
         self.verdict_at += gap
-        if self.acted_at is not None:
-            self.acted_at += gap
-        if self.rebuilt_at is not None:
-            self.rebuilt_at += gap
+        self.acted_at, self.rebuilt_at = later(self.acted_at, gap), later(self.rebuilt_at, gap)
+
+
+def later(clock: float | None, gap: float) -> float | None:
+    """A monotonic clock moved by ``gap`` seconds the supervisor did not run; None (unset) stays None."""
+    return None if clock is None else clock + gap
 
 
 @dataclass
@@ -279,6 +281,15 @@ class Attempt:
     standby_held: dict[str, Any] | None = None  # the settings its held loader was asked for (standby.py)
     standby_reviewed_at: float = 0.0  # monotonic: the last review of them
 
+    def shift(self, gap: float) -> None:
+        """The supervisor itself did not run for ``gap`` seconds: every deadline's clock moves by as much."""
+        self.last_progress_at, self.spawned_at, self.step_since = (
+            later(clock, gap) for clock in (self.last_progress_at, self.spawned_at, self.step_since))
+        if self.suspicion is not None:
+            self.suspicion.since += gap
+        if self.recovery is not None:
+            self.recovery.shift(gap)
+
     def in_force_shown(self) -> dict[str, Any]:
         """What the worker reported in force, as status and incidents show it ("settings"): {} before its report."""
         return self.in_force.to_wire() if self.in_force else {}
@@ -384,7 +395,7 @@ class Supervision:
     checkpoint_interval: checkpoint_interval.Interval | None = None  # the current attempt's, chosen at its spawn
     job_seq: int = kept(default=0)  # several hosts: the newest job-wide ladder decision this host knows
     job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
-    # -- the recovery tiers (recovery.py) --
+    # -- the recovery tiers (recovery/__init__.py) --
     recoveries: Counter[Tier] = kept(default_factory=Counter)  # recoveries by tier (status --json, the metric)
     # wall clock of each in-place recovery that escalated (its rebuild brought no batch): what in_place_max counts
     in_place_failures: list[float] = kept(default_factory=list)

@@ -1,7 +1,7 @@
 """The in-place tier: a hung DataLoader worker is replaced without restarting training; the restart is behind it.
 
 Where the verdict on a stall in ``train`` or ``val`` would kill the tree, this tier comes first when it can apply
-(``InPlaceTier.applies``; the interface is tier.py's, the walk recovery.py's): the worker reported its loader
+(``InPlaceTier.applies``; the interface is tier.py's, the walk recovery/__init__.py's): the worker reported its loader
 worker processes (our Ultralytics worker with a process loader: not the threads rung, not ``workers = 0``, not a
 ``[worker] command``), and ``[recovery] in_place`` is on. Steps::
 
@@ -31,7 +31,7 @@ from supervisor.decision.model.events import Now
 from supervisor.decision.model.incident import Incident, Stacks
 from supervisor.decision.model.state import Recovery, Supervision
 from supervisor.decision.recovery import tier
-from supervisor.decision.recovery.tier import Escalate, Verdict, recovered, word_on
+from supervisor.decision.recovery.tier import Escalate, Verdict, recovered, stall_word
 from supervisor.decision.stall import witness
 from supervisor.vocabulary import Reason, State, Tier
 from worker.wire.contract import HeartbeatMessage, MessageKind, Phase
@@ -180,7 +180,7 @@ def spent(s: Supervision, wall: float | None = None) -> bool:
 def begin(s: Supervision, now: Now, verdict: Verdict) -> list[Any] | Escalate:
     """The verdict on a stall the in-place tier may recover: look at the stacks first, kill nothing yet."""
     a, cfg, phase, detail = s.current, s.config.recovery, verdict.phase, verdict.detail
-    word = word_on(s, verdict.stall)
+    word = stall_word(s, verdict.stall)
     declined = _declines(s, word)  # first: a hang that is not this tier's says why, whatever the count
     if declined is not None:
         return Escalate(declined)

@@ -3,7 +3,7 @@
 Whatever stops a worker (a hang, a confirmed kernel line, a crash, NaN losses, a stop request, a probe, another
 supervisor taking the state directory, a finished training) goes through ``begin`` (with an incident) or
 ``trained_to_the_end`` (without): the attempt is closed into the goodput account, the plan of what follows is set,
-and the tree is killed at once unless the worker was asked to save first. What follows the kill is restart.py's.
+and the tree is killed at once unless the worker was asked to save first. What follows the kill is after_stop.py's.
 ``end_run`` ends the run in a final state, with every incident written.
 """
 
@@ -44,8 +44,8 @@ class Stop:
 
 def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) -> list[Any]:
     """Open the incident and plan what follows; the tree is killed at once unless the worker was asked to save.
-    ``verdict``: a hang's, from a recovery tier (recovery.py) or the tick: the stall judged for it, and the incident a
-    cheaper tier opened before it escalated (amended, not doubled) with the reason it did."""
+    ``verdict``: a hang's, from a recovery tier (recovery/__init__.py) or the tick: the stall judged for it, and the
+    incident a cheaper tier opened before it escalated (amended, not doubled) with the reason it did."""
     a = s.current
     reason, phase, detail, then, save_until = stop.reason, stop.phase, stop.detail, stop.then, stop.save_until
     climb, remedy, incident = stop.climb, stop.remedy, verdict.incident if verdict else None

@@ -1,10 +1,10 @@
 """A recovery tier: one small object with one interface, as NVRx's in-process layers (Abort, Finalize, HealthCheck).
 
-A hang's verdict is recovered by the first tier that applies, cheapest first (recovery.py walks them: the in-place
-tier, in_place.py, then the restart, restart.py); a tier that cannot serve escalates to the next, and the next
-amends the same incident. Every tier answers the same questions::
+A hang's verdict is recovered by the first tier that applies, cheapest first (recovery/__init__.py walks them: the
+in-place tier, in_place.py, then the restart, restart.py); a tier that cannot serve escalates to the next, and the
+next amends the same incident. Every tier answers the same questions::
 
-    name                         its incident.Tier: the spelling of incidents, status --json and the metric
+    name                         its vocabulary.Tier: the spelling of incidents, status --json and the metric
     applies(s, phase)            may it take this hang at all (its configuration, what the worker reported)
     begin(s, now, verdict)       take the hang: its first actions, or Escalate(why) when it declines at once
     events, on_event(s, r, e, now)  what it is told while under way, and what it does then (or Escalate)
@@ -16,7 +16,7 @@ amends the same incident. Every tier answers the same questions::
 A tier under way keeps one ``state.Recovery`` in the attempt (``Attempt.recovery``): the hang's one incident,
 where it sat, and the clock of its action. A new tier is its module here, its events and actions, the shell's part
 of its actions and the worker's side; the core, the watchdog, the status and the metrics take it from
-``recovery.TIERS`` and ``incident.Tier``.
+``recovery.TIERS`` and ``vocabulary.Tier``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def witness_fields(s: Supervision, stall: Stall | None, now: Now, *, silence: bo
     process said it waited: the word that tells ``stall``) and, under DDP, ``hung_rank``, ``ranks`` and the ranks
     named as ``witness``. With ``silence`` (the restart's), a witness fallen silent in the stall is said so, with the
     frame its stacks read ahead saw: its last word is not where it was; the in-place tier reads its own stacks."""
-    a, word = s.current, word_on(s, stall)
+    a, word = s.current, stall_word(s, stall)
     fields = {} if word.seen is None else {"witness": witness.describe(word.seen)}
     named = witness.rank_fields(a.ranks, a.waits, a.loaders, a.stopped)
     if named:  # under DDP: which rank hung, and where each one waited (or that it is stopped)
@@ -97,7 +97,7 @@ def witness_fields(s: Supervision, stall: Stall | None, now: Now, *, silence: bo
     return fields
 
 
-def word_on(s: Supervision, stall: Stall | None) -> witness.Word:
+def stall_word(s: Supervision, stall: Stall | None) -> witness.Word:
     """The witness's word on the stall judged for a verdict; with none under way (a stop while a tier is), the word
     said now."""
     a = s.current

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.decision.model.incident import Stacks
+from supervisor.patterns import CatalogueEntry
 from worker.wire.contract import RUNTIME_THREADS
 
 PYTHON_FRAMES_SHOWN = 3
@@ -47,11 +48,10 @@ HEX_ADDRESS = re.compile(r"^0x[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
-class NativeSignature:
-    """A native frame that names a known hang: where a thread of the hung tree waits (py-spy's native frames), what
-    causes that wait, and what cures it. Told in the incident (``native_signature``)."""
-    name: str
-    frame: re.Pattern[str]
+class NativeSignature(CatalogueEntry):
+    """A native frame that names a known hang (``regex``: the frame's function, where a thread of the hung tree
+    waits in py-spy's native frames), what causes that wait, and what cures it. Told in the incident
+    (``native_signature``)."""
     cause: str
     remedy: str
 
@@ -86,7 +86,7 @@ def native_signature(frames: list[Frame]) -> NativeSignature | None:
     for f in frames:
         if f.native:
             for signature in NATIVE_SIGNATURES:
-                if signature.frame.search(f.function):
+                if signature.finds(f.function):
                     return signature
     return None
 
@@ -305,7 +305,7 @@ class TreeCapture:
             for thread in p.threads:
                 found = native_signature(thread.frames)
                 if found is not None:
-                    frame = next(f.function for f in thread.frames if f.native and found.frame.search(f.function))
+                    frame = next(f.function for f in thread.frames if f.native and found.finds(f.function))
                     return f"{found.name} in pid {p.pid} ({frame}): {found.cause}; remedy: {found.remedy}"
         return None
 

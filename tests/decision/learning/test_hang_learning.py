@@ -6,6 +6,7 @@ import pytest
 
 from supervisor.config import ConfigError, parse
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from supervisor.decision.learning import choices
 from supervisor.decision.model import checkpoint_interval, rung_choice
 from supervisor.decision.model.hang_history import HangHistory, HangPoint
@@ -48,7 +49,7 @@ class Night:
         actions = d.at(d.t + max(10.0, 10 / self.speeds.get(d.s.rung, 1.0)) + 0.01)(core.Tick())  # the auto timeout
         assert d.s.stop is not None and d.s.stop.reason == core.Reason.HANG
         actions += d(core.TreeKilled(killed=1))
-        spawns = [a for a in actions if isinstance(a, core.Spawn)]
+        spawns = [a for a in actions if isinstance(a, Spawn)]
         if spawns:
             self.spawns.append(spawns[0])
             self.pid += 1
@@ -242,7 +243,7 @@ def probe(night: Night) -> None:
                  progress=night.d.progress)
     night.d(core.WorkerExited(0))
     actions = night.d(core.TreeKilled(killed=1))
-    night.spawns.append([a for a in actions if isinstance(a, core.Spawn)][0])
+    night.spawns.append([a for a in actions if isinstance(a, Spawn)][0])
     night.pid += 1
     night.d(core.Spawned(night.pid, "/s/last.pt"))
 
@@ -350,7 +351,7 @@ class SamePoint:
         if stacks is not None:
             d(core.IncidentEnriched(d.s.stop.incident.id, ({"pid": self.pid},), stacks=stacks))
         actions += d(core.TreeKilled(killed=1))
-        spawns = [a for a in actions if isinstance(a, core.Spawn)]
+        spawns = [a for a in actions if isinstance(a, Spawn)]
         if spawns:
             self.spawns.append(spawns[0])
             self.pid += 1

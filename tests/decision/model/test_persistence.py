@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from supervisor.decision.model import persistence
 from supervisor.decision.model.hang_history import HangHistory
 from supervisor.decision.model.incident import Incident, Tier
@@ -133,7 +134,7 @@ INCIDENT_LINES = [
      "worker_pid": 4300, "epoch": 1, "batch": 3, "seconds_since_progress": 10.0, "last_progress_wall": 1699999990.0,
      "where": "DataLoader worker stopped", "summary": ["DataLoader worker 0 (pid 4301) stopped"], "culprit": None,
      "stacks_seconds": 0.2, "stacks": "incidents/2-2/stacks.json", "in_loader_worker": False, "tier": "in_place",
-     "in_place": {"stall": 10.0, "action": 0.4, "to_next_batch": 0.9, "batches_lost": 0}},
+     "tier_cost": {"stall": 10.0, "action": 0.4, "to_next_batch": 0.9, "batches_lost": 0}},
 ]
 
 
@@ -143,6 +144,15 @@ def test_an_incident_of_todays_format_reads_back_and_writes_the_same(line):
     assert incident.recorded  # a line of incidents.jsonl was written already
     written = incident.to_dict()
     assert list(written) == list(line) and json.dumps(written) == json.dumps(line)
+
+
+def test_an_incident_recorded_before_the_tier_neutral_key_reads_its_tier_cost_and_writes_the_new_key():
+    """Before issue 60 every tier's cost was kept under "in_place": an old line or state file reads it back."""
+    old = copy.deepcopy(INCIDENT_LINES[2])
+    old["in_place"] = old.pop("tier_cost")
+    incident = Incident.from_dict(old)
+    assert incident.cost == {"stall": 10.0, "action": 0.4, "to_next_batch": 0.9, "batches_lost": 0}
+    assert incident.to_dict() == INCIDENT_LINES[2]
 
 
 # A state file as the supervisor wrote it before the records declared what is kept (persistent() listed the keys)
@@ -232,7 +242,7 @@ def test_a_state_file_with_a_map_per_rung_fact_restores_into_the_rung_records():
 def test_the_state_file_the_supervisor_wrote_at_44465a3_restores_into_the_same_rung_facts():
     """tests/fixtures/state/capture.py ran that commit's core through hangs, a probe that hung and a recovery in
     place: restored here, the ladder's next choices and the status read from the rungs are what they were there."""
-    written = json.loads((Path(__file__).parents[1] / "fixtures" / "state" / "supervisor-44465a3.json").read_text())
+    written = json.loads((Path(__file__).parents[2] / "fixtures" / "state" / "supervisor-44465a3.json").read_text())
     assert set(RUNG_MAPS) <= set(written["state"]) and "rungs" not in written["state"]
     restored = make(workers=8, ladder=written["ladder"])
     core.restore(restored, copy.deepcopy(written["state"]))
@@ -321,7 +331,7 @@ def test_a_rung_below_the_ladder_is_clamped_to_it():
     restored.restore(_changed("rung", -1) | {"probing_from": -3})
     assert restored.rung == 0 and restored.probe.probing_from is None
     d = Driver(restored)
-    assert [a for a in d(core.Boot()) if isinstance(a, core.Spawn)][0].rung == 0
+    assert [a for a in d(core.Boot()) if isinstance(a, Spawn)][0].rung == 0
 
 
 def test_status_renders_a_malformed_last_incident_in_one_line():
@@ -337,7 +347,7 @@ def test_an_in_place_incident_whose_cost_lacks_a_field_still_gets_its_notice():
     from supervisor.decision.recovery.in_place import InPlaceTier
 
     line = copy.deepcopy(INCIDENT_LINES[2])
-    del line["in_place"]["batches_lost"]
+    del line["tier_cost"]["batches_lost"]
     incident = Incident.from_dict(line)
     notice = InPlaceTier().recovered(incident, "val")
     assert notice == "recovered in place from val: training again 1 s after the loader workers were replaced, " \

@@ -14,11 +14,11 @@ from supervisor.decision.model import miopen_modes
 from supervisor.decision.model.miopen_modes import EXHAUSTIVE, FIND, IMMEDIATE
 from supervisor.decision.stall import watchdog
 from supervisor.verbs import miopen_reference
-from tests.decision.test_kernel_search import SEARCH, search
-from tests.decision.test_startup_steps import STEPS_OF_A_START, start, step
+from tests.decision.stall.test_kernel_search import SEARCH, search
+from tests.decision.stall.test_startup_steps import STEPS_OF_A_START, start, step
 from tests.helpers.driver import COMMAND, Driver, kinds, make
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # (torch, deterministic, benchmark, torch.backends.miopen.immediate) -> the mode, read off each era's source:
 # <= 2.6 `if (benchmark) find else immediate`; 2.7-2.8 immediate iff deterministic && !benchmark; >= 2.9 immediate iff

@@ -5,10 +5,11 @@ a frozen tree, the training process's own lock or loop of Python count against n
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from supervisor.decision.learning import choices
-from tests.decision.test_hang_learning import Night
-from tests.decision.test_rank_naming import RANK_0, RANK_1, status
-from tests.decision.test_witness_judgement import LAST_BATCH, word
+from tests.decision.learning.test_hang_learning import Night
+from tests.decision.stall.test_rank_naming import RANK_0, RANK_1, status
+from tests.decision.stall.test_witness_judgement import LAST_BATCH, word
 from tests.helpers.driver import kinds, loading
 from worker.wire.contract import DDP_BACKWARD
 
@@ -53,7 +54,7 @@ def test_a_frozen_tree_restarts_where_the_ladder_stands_and_the_log_says_why():
     d = night.d
     d(core.TreeActivity(idle_since=d.t, stopped=frozenset({night.pid, 5001, 5002})))
     actions = night.hang()
-    assert "KillTree" in kinds(actions) or any(isinstance(a, core.Spawn) for a in actions)
+    assert "KillTree" in kinds(actions) or any(isinstance(a, Spawn) for a in actions)
     assert night.spawns[-1].rung == 0 and d.s.rung == 0
     assert choices.rung_facts(d.s)[0].hangs == 0
     why = [a.text for a in actions if isinstance(a, core.Log) and "frozen" in a.text]

@@ -14,10 +14,10 @@ from supervisor.decision import core
 from supervisor.decision.stall import watchdog
 from supervisor.decision.status_view import snapshot
 from supervisor.verbs.status import render
-from tests.decision.test_startup_steps import STEPS_OF_A_START, start, step
+from tests.decision.stall.test_startup_steps import STEPS_OF_A_START, start, step
 from tests.helpers.driver import Driver, healthy, kinds, make, verdicts
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "miopen" / "search.log"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "miopen" / "search.log"
 SEARCH = [n for line in FIXTURE.read_text().splitlines() if (n := search_lines.read(line)) is not None]
 
 

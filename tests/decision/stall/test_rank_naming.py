@@ -3,7 +3,7 @@ which rank the others wait for and where each one waited (supervisor/decision/st
 ``by_rank``, ``ranks_phrase``). On a chosen clock: ``loading`` trains at 0.5 s a batch until LAST_BATCH."""
 
 from supervisor.decision import core, status_view
-from tests.decision.test_witness_judgement import LAST_BATCH, word
+from tests.decision.stall.test_witness_judgement import LAST_BATCH, word
 from tests.helpers.driver import kinds, loading
 
 RANK_0, RANK_1 = 7002, 7001

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from supervisor.decision import core, recovery, status_view
+from supervisor.decision.model.actions import RecordIncident
 from supervisor.decision.learning import choices
 from supervisor.decision.model.incident import Tier
 from supervisor.decision.recovery import in_place, restart
@@ -48,8 +49,8 @@ def test_a_stuck_loader_worker_is_replaced_in_place_and_its_cost_recorded():
     assert "RecordIncident" in kinds(actions)
     incident = d.s.incidents[-1].to_dict()
     assert incident["tier"] == "in_place" and incident["where"] == STACKS.where
-    assert incident["in_place"]["batches_lost"] == 0 and incident["in_place"]["stall"] == pytest.approx(10.01)
-    assert incident["in_place"]["action"] == pytest.approx(0.5) and incident["in_place"]["to_next_batch"] > 2.8
+    assert incident["tier_cost"]["batches_lost"] == 0 and incident["tier_cost"]["stall"] == pytest.approx(10.01)
+    assert incident["tier_cost"]["action"] == pytest.approx(0.5) and incident["tier_cost"]["to_next_batch"] > 2.8
     assert d.s.recoveries == {"in_place": 1} and d.s.attempt == 1 and d.s.state == core.State.HEALTHY
     assert d.s.current.loaders == {5003: (None, "train")}  # a new iterator: all its workers new
     assert d.s.rungs[0].in_place_seconds > 13  # the rung choice counts this cost, not a restart's
@@ -196,7 +197,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
     d.at(d.t + 1)(core.Spawned(PID, None))
     d.beat("train", kind="phase")
     written = [a.incident for a in d.at(d.t + 2).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
-               if isinstance(a, core.RecordIncident)]
+               if isinstance(a, RecordIncident)]
     assert [i.id for i in written] == [opened.id] and written[0].restart_seconds > 6
     assert d.s.recoveries == {"restart": 1}
     plain = Driver(make(recovery={"in_place": False}))  # a hang no cheaper tier takes: the restart alone, on the record
@@ -209,7 +210,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
 
 
 def test_recoveries_are_keyed_by_every_tier_of_the_enum_not_a_hard_coded_pair(monkeypatch):
-    """status --json's recoveries and the metric's series follow incident.Tier: a tier added there is counted, at 0
+    """status --json's recoveries and the metric's series follow vocabulary.Tier: a tier added there is counted, at 0
     before its first, with no field to add."""
     more = Enum("Tier", {"IN_PLACE": "in_place", "RESTART": "restart", "RELOAD": "reload"}, type=str)
     monkeypatch.setattr(status_view, "Tier", more)
@@ -255,7 +256,7 @@ def test_a_loader_worker_frozen_from_outside_is_replaced_and_training_goes_on_lo
     assert status["recoveries"] == {"in_place": 1, "restart": 0}
     [incident] = read_incidents(state_dir)
     assert incident["tier"] == "in_place" and incident["worker_pid"] == trainer.pid
-    assert incident["in_place"]["batches_lost"] == 0 and "escalation" not in incident
+    assert incident["tier_cost"]["batches_lost"] == 0 and "escalation" not in incident
     # named by the witness (the training process's word: the batch it waits for, owed by the frozen worker or by a
     # sibling whose send the frozen one holds up) or, without it, by the stacks
     assert "waits for a batch from train loader worker" in incident.get("witness", "") or \
@@ -457,7 +458,7 @@ def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write
     status = read_state(state_dir)["status"]
     assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 1, "restart": 0}
     [incident] = read_incidents(state_dir)
-    assert incident["tier"] == "in_place" and incident["in_place"]["batches_lost"] == 0
+    assert incident["tier"] == "in_place" and incident["tier_cost"]["batches_lost"] == 0
     assert f"rank 1 {frozen.pid}" in stderr
 
 

@@ -6,6 +6,7 @@ idle floor, 10 s over auto_floor)."""
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import ReadStacksAhead
 from supervisor.decision.model.state import Supervision
 from supervisor.decision.stall import watchdog
 from tests.helpers.driver import PID, Driver, kinds, make
@@ -30,7 +31,7 @@ def epoch_end_wait(d: Driver, last: float, until: float) -> list:
     while last + 0.5 * k <= until:
         d.t = last + 0.5 * k
         d.beat("train", kind="wait", progress=d.progress, wait={**JOIN, "stalled": 0.5 * k})
-        actions += [a for a in d(core.Tick()) if not isinstance(a, core.ReadStacksAhead)]
+        actions += [a for a in d(core.Tick()) if not isinstance(a, ReadStacksAhead)]
         if "KillTree" in kinds(actions):
             return actions
         k += 1

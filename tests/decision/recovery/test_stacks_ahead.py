@@ -6,6 +6,7 @@ would take the hang; asked again where the stall's bound grows or news starts a 
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import DropStacksAhead, ReadStacksAhead
 from supervisor.decision.model.incident import Stacks
 from supervisor.decision.stall import watchdog
 from tests.helpers.driver import PID, Driver, healthy, kinds, loading, make, verdicts
@@ -14,8 +15,8 @@ READ = Stacks("main (pid 4242) in cudaStreamSynchronize", ("main (pid 4242) cuda
               "incidents/ahead-1/stacks.json")
 
 
-def asked(actions) -> list[core.ReadStacksAhead]:
-    return [a for a in actions if isinstance(a, core.ReadStacksAhead)]
+def asked(actions) -> list[ReadStacksAhead]:
+    return [a for a in actions if isinstance(a, ReadStacksAhead)]
 
 
 def ticks(d: Driver, start: float, end: float, step: float = 0.1) -> list:
@@ -66,7 +67,7 @@ def test_progress_drops_them_and_the_next_stall_is_read_afresh():
     [ask] = asked(d.at(last + 7.0)(core.Tick()))
     d.at(last + 8.1)(core.StacksReadAhead(ask.since, last + 7.0, READ))
     dropped = d.at(last + 8.3).beat(epoch=1, epochs=3, batch=2, batches=10, samples=4)  # the stall is over
-    assert [a.path for a in dropped if isinstance(a, core.DropStacksAhead)] == [READ.path]
+    assert [a.path for a in dropped if isinstance(a, DropStacksAhead)] == [READ.path]
     assert d.s.current.stacks_ahead is None
     d.train_until(last + 12.0, 0.5)
     again, due = d.s.current.last_progress_at, d.s.watch.deadline.at  # (10 x the 8.3 s gap now)

@@ -11,13 +11,14 @@ import pytest
 
 from supervisor.config import parse
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from supervisor.decision.learning import hang_evidence
 from supervisor.decision.model.ladder import HIPBLASLT, build_ladder
 from supervisor.host.torch_build import training_gfx
 from supervisor.vocabulary import KernelKind
 from tests.helpers.driver import PID, Driver
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "doctor"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "doctor"
 SDMA, HIPBLASLT_RUNG, FORKSERVER = 1, 2, 3
 # amdgpu's gmc_v12_0 process_interrupt() line, and ROCr's VMFaultHandler line, as users posted them
 PAGE_FAULT = ("amdgpu 0000:03:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32774, for process "
@@ -60,7 +61,7 @@ def on_gfx12(rung: int = SDMA) -> Driver:
 
 
 def moved_to(actions) -> int:
-    spawns = [a for a in actions if isinstance(a, core.Spawn)]
+    spawns = [a for a in actions if isinstance(a, Spawn)]
     assert spawns, actions
     return spawns[0].rung
 

@@ -8,10 +8,11 @@ all_reduce."""
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import ReadStacksAhead
 from supervisor.decision.model.persistence import to_json
 from supervisor.decision.recovery import tier
 from supervisor.decision.stall import watchdog
-from tests.decision.test_witness_judgement import LAST_BATCH, loader_word, word
+from tests.decision.stall.test_witness_judgement import LAST_BATCH, loader_word, word
 from tests.helpers.driver import kinds, loading
 
 VERDICT = LAST_BATCH + 5.01  # the loader's idle floor (3 s) from the word, 1 s in, has passed
@@ -63,7 +64,7 @@ def test_the_ticks_that_read_a_hangs_stacks_ahead_and_restart_it_judge_its_stall
     d = ddp_loader_hang(recovery={"in_place": False})
     calls = judgements(monkeypatch)
     [ask] = decide(d, VERDICT)  # its verdict is due before its stacks were read: they are asked for first
-    assert isinstance(ask, core.ReadStacksAhead) and len(calls) == 1
+    assert isinstance(ask, ReadStacksAhead) and len(calls) == 1
     calls.clear()
     actions = decide(d, VERDICT)  # asked, not read yet (none to give): the verdict, and the kill reads them
     assert kinds(actions)[-1] == "KillTree" and d.s.state == core.State.STOPPING

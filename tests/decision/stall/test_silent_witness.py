@@ -142,7 +142,7 @@ def test_progress_while_the_in_place_tier_reads_the_stacks_drops_its_verdict():
     """The in-place tier reads the stacks before it kills anything: the batch that comes meanwhile (the shell hands it
     over before the stacks' answer) ends the stall: no kill, no incident; the answer that follows changes nothing."""
     from supervisor.decision.recovery import in_place
-    from tests.decision.test_in_place import stall
+    from tests.decision.recovery.test_in_place import stall
     from tests.helpers.driver import STACKS, loading
 
     d = loading()

@@ -5,6 +5,7 @@ no backoff, no rung change. Without several hosts, or with another failure as th
 import pytest
 
 from supervisor.decision import core
+from supervisor.decision.model.actions import Spawn
 from tests.helpers.driver import PID, Driver, kinds, make
 
 # gloo's own words, as a rank of host 0 said them when host 1's frozen rank was SIGKILLed (bench.ddp's hosts case)
@@ -36,7 +37,7 @@ def test_a_rank_that_lost_another_hosts_rank_restarts_at_once_without_a_crash_co
     assert (peer.reason, peer.phase) == ("peer", "train")
     assert peer.detail.startswith("exited with status 1 after its rank lost another host's (")
     assert peer.tiers == ("restart",)
-    spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, core.Spawn)]
+    spawn = [a for a in d(core.TreeKilled(killed=1)) if isinstance(a, Spawn)]
     assert [s.attempt for s in spawn] == [2]  # at once: no backoff
     assert d.s.state == core.State.STARTING and d.s.backoff_until is None
     assert d.s.consecutive_crashes == 0 and dict(d.s.restarts_by_reason) == {"peer": 1}
@@ -79,7 +80,7 @@ def test_a_ranks_lost_peer_in_the_output_stops_the_tree_at_once_before_its_launc
     assert (peer.reason, peer.phase) == ("peer", "train")
     assert peer.detail.startswith("a rank lost another host's ([rank0]: RuntimeError: [/__w/pytorch")
     assert d(core.WorkerExited(1)) == []  # an exit this host caused
-    assert [a.attempt for a in d(core.TreeKilled(killed=3)) if isinstance(a, core.Spawn)] == [2]
+    assert [a.attempt for a in d(core.TreeKilled(killed=3)) if isinstance(a, Spawn)] == [2]
     assert dict(d.s.restarts_by_reason) == {"peer": 1} and len(d.s.incidents) == 1
 
 
