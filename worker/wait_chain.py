@@ -101,7 +101,7 @@ def follow(frame: Any, frames: dict[int, Any], skip: set[int], classify: Classif
     while len(links) < MAX_CHAIN:
         via, ident = next_thread(frame, frames, threads)
         if ident is None:
-            ident = stand_in(frames, threads, met, classify, clocks, now)
+            ident = stand_in(frames, threads, met, classify, clocks, now, outside=in_stdlib(frame))
             via = Via.STANDS_IN
         if ident is None or ident in met or ident not in frames:
             break
@@ -155,12 +155,20 @@ def running(future: Any, frames: dict[int, Any]) -> int | None:
     return None
 
 
-_STANDING = {WaitKind.IO: 0, WaitKind.SLEEP: 2}  # waits outside first, progress next, a chosen sleep last
+def in_stdlib(frame: Any) -> bool:
+    """The wait's innermost frame is the standard library's (a queue's get, an Event's or a Condition's wait), not the
+    program's own ``lock.acquire()``."""
+    name = frame.f_code.co_filename
+    return name.startswith(_STDLIB + os.sep) and "-packages" not in name
 
 
 def stand_in(frames: dict[int, Any], threads: dict[int, Any], met: set[int], classify: Classify, clocks: Clocks,
-             now: float) -> int | None:
-    """A thread not met yet that stands for an unknown other end: it waits on I/O, made progress, or sleeps."""
+             now: float, outside: bool) -> int | None:
+    """A thread not met yet that stands for an unknown other end: one that waits outside (``outside``: for a queue,
+    an Event or a Condition, which such a thread may feed), else one that made progress. A thread asleep stands for
+    nothing, nor does a waiter outside for a bare lock: a loader's pin-memory thread polling its queue, or a monitor
+    that sleeps in a loop, would make a training thread's deadlock on its own lock a wait (H200: "train auto 10.0 s"
+    where the idle floor was due)."""
     best = None
     for ident, f in frames.items():
         if ident in met:
@@ -168,8 +176,7 @@ def stand_in(frames: dict[int, Any], threads: dict[int, Any], met: set[int], cla
         busy, t = clocks.busy(getattr(threads.get(ident), "native_id", None), now)
         if t is not None and t.comm in RUNTIME_THREADS:
             continue
-        kind = classify(f).kind
-        order = _STANDING.get(kind, 1 if busy else None)
+        order = 0 if outside and classify(f).kind == WaitKind.IO else 1 if busy else None
         if order is not None and (best is None or order < best[0]):
             best = (order, ident)
     return best[1] if best else None

@@ -59,26 +59,67 @@ def test_a_join_on_a_thread_in_a_socket_recv_names_that_thread_and_the_sockets_o
     assert link.tid is not None and link.tid != report.tid
 
 
-def test_a_queue_fed_by_nobody_named_has_a_thread_waiting_outside_stand_for_its_feeder():
-    ready, q = threading.Event(), queue.Queue()
+def socket_waiter(name: str, ready: threading.Event, done: threading.Event) -> threading.Thread:
+    """A thread in a recv on a socket pair (a wait outside the process's threads), until ``done``."""
+    a, b = socket.socketpair()
 
-    release = threading.Event()
+    def wait():
+        ready.set()
+        a.recv(16)
+        a.close()
+
+    def end():
+        done.wait(30)
+        b.close()
+
+    threading.Thread(target=end, daemon=True).start()
+    return threading.Thread(target=wait, name=name, daemon=True)
+
+
+def test_a_queue_fed_by_nobody_named_has_a_thread_waiting_outside_stand_for_its_feeder():
+    ready, q, release = threading.Event(), queue.Queue(), threading.Event()
+    sleeper_ready = threading.Event()
 
     def upload():
-        ready.set()
+        ready.wait(30)
         release.wait(30)  # (an Event of its own: not what stands in)
         q.put(True)
 
     def main():
-        sleeper = threading.Thread(target=lambda: (ready.wait(30), time.sleep(2)), name="sleeper", daemon=True)
+        sleeper = threading.Thread(target=lambda: (sleeper_ready.set(), time.sleep(2)), name="sleeper", daemon=True)
         sleeper.start()
+        sleeper_ready.wait(30)
+        outside = socket_waiter("outside", ready, release)
+        outside.start()
         threading.Thread(target=upload, name="feeder").start()
         q.get()
+        outside.join()
         sleeper.join()  # (no sleeper left to stand in for the next test's waits)
 
     [report] = looked(main, ready, release.set)
     [link] = report.chain
-    assert (link.via, link.thread, link.kind) == (Via.STANDS_IN, "sleeper", WaitKind.SLEEP)
+    assert (link.via, link.thread, link.kind) == (Via.STANDS_IN, "outside", WaitKind.IO)
+
+
+def test_a_bare_lock_has_neither_a_sleeper_nor_a_waiter_outside_stand_for_its_holder():
+    """H200: a training thread blocked on its own lock was judged a wait ("train auto 10.0 s") because a thread that
+    polled outside (a loader's pin-memory thread) or slept stood for the lock's holder; only progress stands."""
+    ready, release, lock = threading.Event(), threading.Event(), threading.Lock()
+    lock.acquire()
+
+    def main():
+        sleeper = threading.Thread(target=lambda: release.wait(30) and time.sleep(0.1), name="sleeper", daemon=True)
+        sleeper.start()
+        outside = socket_waiter("outside", ready, release)
+        outside.start()
+        lock.acquire(timeout=30)  # released by the look's end below
+
+    def end():
+        release.set()
+        lock.release()
+
+    [report] = looked(main, ready, end)
+    assert report.kind == WaitKind.LOCK and report.chain == (), report.chain
 
 
 def test_a_futures_result_names_the_executor_thread_that_runs_it():
