@@ -167,8 +167,8 @@ def stand_in(frames: dict[int, Any], threads: dict[int, Any], met: set[int], cla
     """A thread not met yet that stands for an unknown other end: one that waits outside (``outside``: for a queue,
     an Event or a Condition, which such a thread may feed), else one that made progress. A thread asleep stands for
     nothing, nor does a waiter outside for a bare lock: a loader's pin-memory thread polling its queue, or a monitor
-    that sleeps in a loop, would make a training thread's deadlock on its own lock a wait (H200: "train auto 10.0 s"
-    where the idle floor was due)."""
+    that sleeps in a loop, would make a training thread's deadlock on its own lock a wait, judged at the phase's bound
+    where the idle floor was due."""
     best = None
     for ident, f in frames.items():
         if ident in met:
