@@ -94,7 +94,7 @@ def one_freeze(tmp: Path, label: str, args: argparse.Namespace, in_place: bool, 
     hang = next(i for i in incidents if i.get("reason") == "hang")
     stall = hang["seconds_since_progress"]
     if hang.get("tier") == "in_place":
-        cost = hang["in_place"]
+        cost = hang["tier_cost"]
         after = cost["action"] + cost["to_next_batch"]
     else:
         after = hang.get("restart_seconds")

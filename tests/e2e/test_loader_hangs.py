@@ -90,7 +90,7 @@ def assert_in_place(status: dict, incidents: list[dict], loader: str = "train") 
     assert incident["tier"] == "in_place" and "escalation" not in incident, incident
     assert f"waits for a batch from {loader} loader worker" in incident["witness"], incident["witness"]
     assert "stacks" not in incident  # py-spy hidden, and nothing needed them: the witness decided
-    cost = incident["in_place"]
+    cost = incident["tier_cost"]
     assert cost["batches_lost"] == 0 and cost["to_next_batch"] > 0 and cost["stall"] > 0, cost
     return incident
 

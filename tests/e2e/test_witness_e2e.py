@@ -98,5 +98,5 @@ def test_without_py_spy_a_frozen_loader_worker_is_replaced_in_place_on_the_witne
     assert incident["tier"] == "in_place" and "escalation" not in incident
     assert "waits for a batch from train loader worker" in incident["witness"], incident["witness"]
     assert "stacks" not in incident  # nothing read them: the word decided
-    assert incident["in_place"]["batches_lost"] == 0
+    assert incident["tier_cost"]["batches_lost"] == 0
     assert not psutil.pid_exists(frozen.pid)
