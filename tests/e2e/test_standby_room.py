@@ -89,12 +89,14 @@ def test_files_removed_after_the_standby_built_its_datasets_start_the_attempt_co
     data = demo_copy(tmp_path)
     config = demo_config("[worker]\n[checkpoint]\nevery = 1\n")
     config.write_text(config.read_text().replace('data = "demo"', f'data = "{data}"').replace("epochs = 3",
-                                                                                                "epochs = 2"))
+                                                                                                "epochs = 6"))
     state_dir = tmp_path / "state"
     proc = start_supervisor(config, state_dir)
     try:
-        ready = wait_for(lambda: (s := status_of(state_dir)) and s["standby_holds_why"] and s, 300,
-                         "the ready standby's report")
+        # The freeze lands in training with an epoch to go, so the next attempt trains (CI under load: a standby
+        # ready only at the run's end met a hang in its ending, whose next attempt trained nothing)
+        ready = wait_for(lambda: (s := status_of(state_dir)) and s["standby_holds_why"] and s["phase"] == "train"
+                         and 0 < s["epoch"] < s["epochs"] and s, 300, "the ready standby's report, in training")
         assert "train dataset" in ready["standby_holds"], ready
         for name in ("0030", "0031"):  # files gone after the standby listed them
             (data.parent / "images" / "train" / f"{name}.png").unlink()
