@@ -172,16 +172,12 @@ class StateDir(StatePaths):
         os.umask(os.umask(0) | (0o027 if st.st_mode & stat.S_IRGRP else 0o077))
 
     def _lock_file(self) -> int:
-        fd = self._open_lock_file()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            # Another network namespace's supervisor (the socket did not meet it), an older version's, or a squatter
-            # that opened the file while it was readable by others (an older version made it 0644).
-            holder = flock_holder(self.lock_file)
-            os.close(fd)
-            if holder.is_supervisor:
-                raise StateDirTaken(f"{self._in_use(holder)}; stop it or choose another state_dir") from None
+        fd, holder = self._flocked(self._open_lock_file())
+        # Held: another network namespace's supervisor (the socket did not meet it), an older version's, or a squatter
+        # that opened the file while it was readable by others (an older version made it 0644).
+        if holder is not None and holder.is_supervisor:
+            raise StateDirTaken(f"{self._in_use(holder)}; stop it or choose another state_dir")
+        if holder is not None:
             fd = self._replace_lock_file(holder)
         try:
             os.ftruncate(fd, 0)
@@ -208,14 +204,21 @@ class StateDir(StatePaths):
         log.warning(f"state_dir {self.path}: {LOCK_FILE} is held by {squatter}, not a supervisor of user "
                     f"{user_name(os.geteuid())}: replaced by a new {LOCK_FILE} that only this user can open")
         self.lock_file.unlink(missing_ok=True)
-        fd = self._open_lock_file()
+        fd, holder = self._flocked(self._open_lock_file())
+        if holder is not None:
+            raise StateDirTaken(f"{self._in_use(holder)}; stop it or choose another state_dir")
+        return fd
+
+    def _flocked(self, fd: int) -> tuple[int | None, Holder | None]:
+        """(fd, None) with the lock file's flock taken on ``fd``; (None, its holder) where another holds it (``fd``
+        closed)."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = flock_holder(self.lock_file)
             os.close(fd)
-            raise StateDirTaken(f"{self._in_use(holder)}; stop it or choose another state_dir") from None
-        return fd
+            return None, holder
+        return fd, None
 
     def _in_use(self, holder: Holder, now: str = "") -> str:
         return (f"{self.config_source}: state_dir {self.path} is {now}in use by another supervisor: {holder} holds "
