@@ -42,6 +42,14 @@ def killed(d: Driver) -> list:
     return d.at(d.t + 0.5)(core.TreeKilled(killed=3))
 
 
+def killed_twice_at_the_epoch_end(d: Driver) -> None:
+    """Two attempts, each killed at epoch 1's end in a 6 s wait: the point is owed the phase's bound."""
+    for _ in (1, 2):
+        last = attempt(d)
+        epoch_end_wait(d, last, last + 6.0)
+        killed(d)
+
+
 def test_two_verdicts_at_one_epoch_end_for_one_wait_give_it_the_phases_bound_and_spend_no_budget():
     d = Driver(make(restart={"max_restarts": 1}))
     d(core.Boot())
@@ -71,10 +79,7 @@ def test_two_verdicts_at_one_epoch_end_for_one_wait_give_it_the_phases_bound_and
 def test_the_point_keeps_its_bound_across_a_supervisor_restart_and_only_for_that_wait():
     d = Driver(make())
     d(core.Boot())
-    for _ in (1, 2):
-        last = attempt(d)
-        epoch_end_wait(d, last, last + 6.0)
-        killed(d)
+    killed_twice_at_the_epoch_end(d)
     restored = Supervision(d.s.config, d.s.ladder)
     restored.restore(d.s.persistent(d.t))
     assert restored.hang_history.owed_point() is not None
@@ -92,10 +97,7 @@ def test_the_point_keeps_its_bound_across_a_supervisor_restart_and_only_for_that
 def test_a_kill_at_the_phases_own_bound_there_spends_the_budget():
     d = Driver(make())
     d(core.Boot())
-    for _ in (1, 2):
-        last = attempt(d)
-        epoch_end_wait(d, last, last + 6.0)
-        killed(d)
+    killed_twice_at_the_epoch_end(d)
     last = attempt(d)
     actions = epoch_end_wait(d, last, last + 12.0)  # a wait that never ends: killed at the phase's own bound
     assert "KillTree" in kinds(actions) and d.t == pytest.approx(last + 10.0)
