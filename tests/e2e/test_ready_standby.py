@@ -27,13 +27,15 @@ def uninterrupted() -> dict[tuple[int, int], list[str]]:
 
 
 def trained(fed: Path) -> dict[tuple[int, int], list[str]]:
-    """Each position's images as last fed (a replayed batch after the restart overwrites the first feeding)."""
+    """Each position's images as last fed (a replayed batch after the restart overwrites the first feeding). A feeding
+    ends at BATCH images too: a restart from the checkpoint just before the hung batch feeds that batch again at once,
+    with no other position between."""
     batches: dict[tuple[int, int], list[str]] = {}
     last = None
     for line in fed.read_text().splitlines():
         epoch, batch, name = line.split()
         key = (int(epoch), int(batch))
-        if key != last:
+        if key != last or len(batches[key]) == BATCH:
             batches[key], last = [], key
         batches[key].append(name)
     return batches
