@@ -217,9 +217,9 @@ def _tick(s: Supervision, now: Now) -> list[Any]:
         detail += f": {witness.silence(now.mono - silent + witness.SILENT_AFTER, a.thread_idle_since is not None)}"
         where = stacks_ahead.where(s, stall)
         detail += f"; the stacks saw: {where}" if where else ""
-    elif stall.held is not None:
+    elif stall.one_place is not None:
         who = "the training process" if stall.word.seen.rank is None else f"rank {stall.word.seen.rank}"
-        detail += f": {who} was held at one place ({stall.held}) for {quiet:.1f} s"
+        detail += f": {who} was held at one place ({stall.one_place}) for {quiet:.1f} s"
     if phase == Phase.DONE.value:
         # Training finished and its last checkpoint is written: a worker that then never exits (stuck in the GPU
         # runtime's teardown) has nothing left to lose. Its tree is killed and the run ends as it would have.

@@ -101,4 +101,4 @@ def stall_word(s: Supervision, stall: Stall | None) -> witness.Word:
     """The witness's word on the stall judged for a verdict; with none under way (a stop while a tier is), the word
     said now."""
     a = s.current
-    return stall.word if stall is not None else witness.Word(*witness.telling(a.waits, a.loaders), None, None)
+    return stall.word if stall is not None else witness.Word(*witness.telling(a.waits, a.loaders), None)

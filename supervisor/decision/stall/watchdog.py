@@ -225,7 +225,7 @@ def witness_bound(s: Supervision, stall: Stall) -> tuple[float, str, bool] | Non
         return None  # the attempt's second batch, validation's first: a first step's kernels, no rhythm yet
     if witness.WAITS[seen.report.kind].rhythm:
         return since + device_wait_bound(s, phase), f"witness: {seen.report.kind.value}", False
-    if stall.held is not None:
+    if stall.one_place is not None:
         # Held at one place to the bound only where the witness said so lately: a word older than HELD_FRESH may be
         # its last before C code took the GIL (a pickle.dumps after a loop), which its silence then judges.
         bound = since + one_place_bound(s, phase)
@@ -304,12 +304,12 @@ class Stall:
     frozen_bound: float | None = None
     # the witness's word on it: the word that tells it, the loader worker it names (the culprit), from when the stall
     # counts as an idle tree's, from when the witness is silent (a kernel search's: the word and its culprit only)
-    word: witness.Word = witness.Word(None, None, None, None)
+    word: witness.Word = witness.Word(None, None, None)
     searching: bool = False  # once training: a kernel search spoke in this stall (kernel_search.in_stall)
     # the verdicts in a row at this very point for this very wait, each short of the phase's own bound: the phase's
     # own bound is the point's now (``owed_here``); None: no such point
     owed: int | None = None
-    held: str | None = None  # where the witness held the main thread for the whole stall (``held_place``)
+    one_place: str | None = None  # where the witness held the main thread for the whole stall (``held_place``)
     bound: Deadline = Deadline(None)  # its verdict's: ``deadline`` judged with the word and the tree (``_judged``)
     stacks_at: float | None = None  # when its stacks are read ahead of the verdict (``_stacks_at``); None: not
 
@@ -321,7 +321,7 @@ def current_stall(s: Supervision, own_stacks: OwnStacks) -> Stall | None:
     stall = _bounded(s)
     if stall is None:
         return None
-    stall = replace(stall, held=held_place(s, stall.word.seen, stall.word.culprit))
+    stall = replace(stall, one_place=held_place(s, stall.word.seen, stall.word.culprit))
     stall = replace(stall, owed=owed_here(s, stall))
     stall = replace(stall, bound=_judged(s, stall))
     return replace(stall, stacks_at=_stacks_at(s, stall, _confirmed(s, stall.bound), own_stacks))
@@ -360,7 +360,7 @@ def _bounded(s: Supervision) -> Stall | None:
         said, culprit = witness.telling(a.waits, a.loaders)  # (its word bounds nothing: the search's does)
         return Stall(since, Deadline(None if t is None else since + t, DeadlineKind.PHASE,
                                      "kernel search, startup_timeout"), None,
-                     word=witness.Word(said, culprit, None, None), searching=True)
+                     word=witness.Word(said, culprit, None), searching=True)
     if of == "step":
         step, seen = a.startup_step.value, startup_step_seen(s)
         (t, label), idle = startup_step_timeout(w, step, seen), startup_step_timeout(w, step, seen, w.idle_floor)[0]

@@ -197,11 +197,11 @@ def loader_culprit(report: WaitReport | None, loaders: dict[int, tuple[int | Non
 @dataclass(frozen=True)
 class Word:
     """The witness's word on the stall under way, read once for it: the word that tells it best (None: none said),
-    the loader worker that word names (None: none), the place it held the main thread at for the whole stall (None:
-    not one place), and from when the stall counts as an idle tree's for the idle floor (None: never in this stall)."""
+    the loader worker that word names (None: none), and from when the stall counts as an idle tree's for the idle
+    floor (None: never in this stall). Where it holds the main thread at one place is the watchdog's to bound
+    (``watchdog.Stall.one_place``), by the evidence's phase rather than the stall's."""
     seen: WaitSeen | None
     culprit: int | None
-    held: str | None
     idle_since: float | None
     silent: float | None = None  # from when the training process's witness is silent in it (``silent_from``)
 
@@ -222,7 +222,7 @@ def word_on(a: Attempt, *, stall_since: float, state: State, phase: str) -> Word
         idle = stall_since
     else:
         idle = a.idle_since
-    return Word(seen, culprit, held, idle, silent_from(a, stall_since, state, phase))
+    return Word(seen, culprit, idle, silent_from(a, stall_since, state, phase))
 
 
 class Rank(Protocol):
