@@ -66,7 +66,7 @@ def on_event(s: Supervision, event: Any, now: Now) -> list[Any]:
 def overdue(s: Supervision, now: Now) -> list[Any]:
     """The tier under way did not show its proof by its deadline."""
     r = s.current.recovery
-    _, why = r.tier.deadline(r)
+    _, why = r.tier.deadline(s, r)
     return escalate(s, now, why)
 
 

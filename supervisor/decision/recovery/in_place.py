@@ -125,12 +125,24 @@ class InPlaceTier:
             return killed(s, r, event, now)
         return progressed(s, r, event, now)
 
-    def deadline(self, r: Recovery) -> tuple[float, str] | None:
+    def deadline(self, s: Supervision, r: Recovery) -> tuple[float, str] | None:
+        """The rebuild's bound (``r.bound``) from the kill, or from the rebuilt loader's new workers once reported;
+        while its tree is busy (``TreeActivity``: new workers importing, forking, making their first batches) the
+        busy bound, ``auto_factor`` x this attempt's longest loader start: a spawned worker is an interpreter
+        importing torch, and a loaded machine starts it many times slower than the attempt's first start (CI: 6 s
+        ran out under load). Once the tree idles, the rebuild's own bound holds again."""
         if r.acted_at is None:
             return None  # the stacks are being read: the shell answers at once
-        if r.rebuilt_at is not None:
-            return r.rebuilt_at + r.bound, f"no batch within {r.bound:.0f} s after the rebuilt loader's new workers"
-        return r.acted_at + r.bound, f"no batch within {r.bound:.0f} s after the loader workers were replaced"
+        start, after = (r.rebuilt_at, "after the rebuilt loader's new workers") if r.rebuilt_at is not None else \
+            (r.acted_at, "after the loader workers were replaced")
+        if s.current.idle_since is None:  # busy, or not yet read since the kill
+            busy = max(r.bound, s.config.watchdog.auto_factor * (s.current.loader_start_seen or 0.0))
+            if busy > r.bound:
+                return start + busy, f"no batch within {busy:.0f} s {after}, its tree busy"
+        return start + r.bound, f"no batch within {r.bound:.0f} s {after}"
+
+    def reads_tree_from(self, r: Recovery) -> float | None:
+        return r.acted_at  # from the kill: is the rebuild busy starting its workers, or idle (hung again)?
 
     def recovered(self, i: Incident, where: str) -> str | None:
         if i.tier != Tier.IN_PLACE or i.cost is None:
@@ -255,6 +267,7 @@ def killed(s: Supervision, r: Recovery, event: LoaderWorkersKilled, now: Now) ->
     if event.survivors:
         return Escalate(f"loader worker(s) survived SIGKILL ({'; '.join(event.survivors)})")
     r.acted_at = now.mono
+    s.current.idle_since = None  # news: the rebuild's tree is judged afresh (reads_tree_from)
     w = s.config.watchdog
     r.bound = witness.loader_start_bound(s.current.loader_start_seen, w.idle_floor, w.startup_timeout)
     return [Log("info", f"loader worker(s) {', '.join(map(str, event.pids))} killed in {event.seconds:.2f} s; the "

@@ -36,8 +36,11 @@ class RestartTier:
     def on_event(self, s: Supervision, r: Recovery, event: Any, now: Now) -> list[Any] | Escalate:
         return []
 
-    def deadline(self, r: Recovery) -> tuple[float, str] | None:
+    def deadline(self, s: Supervision, r: Recovery) -> tuple[float, str] | None:
         return None  # the stop's own (watchdog.due: the kill, a save)
+
+    def reads_tree_from(self, r: Recovery) -> float | None:
+        return None
 
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         return []

@@ -120,7 +120,7 @@ def due(s: Supervision, stall: Stall | None) -> Deadline:
         return at
     r = s.current.recovery
     if s.state == State.HEALTHY and r is not None:
-        bound = r.tier.deadline(r)
+        bound = r.tier.deadline(s, r)
         if bound is None:
             return Deadline(None)  # waiting for the shell, which answers at once
         return Deadline(bound[0], DeadlineKind.RECOVERY, f"{r.tier.name.label} bound")
@@ -346,7 +346,9 @@ def watch(s: Supervision, own_stacks: OwnStacks) -> Watch:
     ahead = stall.stacks_at if stall is not None else None
     wake = Deadline(ahead, DeadlineKind.STACKS_AHEAD, "stacks ahead") \
         if ahead is not None and (at.at is None or ahead < at.at) else at
-    return Watch(stall, at, wake, tree_reading_from(s, stall), ahead)
+    r = s.current.recovery if s.state == State.HEALTHY else None
+    tree_from = tree_reading_from(s, stall) if r is None else r.tier.reads_tree_from(r)
+    return Watch(stall, at, wake, tree_from, ahead)
 
 
 def _bounded(s: Supervision) -> Stall | None:

@@ -87,7 +87,35 @@ def test_no_batch_within_the_bound_restarts():
     inspect = stall(d)
     d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
     d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
-    escalated(d, d.at(d.t + 3.01)(core.Tick()), "no batch within 3 s")
+    assert d.s.watch.tree_from == d.t  # the rebuild's tree is read from the kill
+    d.at(d.t + 1)(core.TreeActivity(idle_since=d.t))  # idle: the rebuilt loader hangs again
+    escalated(d, d.at(d.t + 2.01)(core.Tick()), "no batch within 3 s")
+
+
+def test_a_rebuild_whose_tree_is_busy_starting_its_workers_gets_the_busy_bound_until_it_idles():
+    """CI under load: a rebuilt loader's spawned workers (each an interpreter importing torch) gave no batch within
+    6 s, 2 x the attempt's own 3 s start, and the rebuild that would have worked escalated to a restart. While the
+    tree is busy the bound is auto_factor x that start; once it idles, the rebuild's own bound holds again."""
+    d = loading()
+    d.beat("train", kind="loader", pids=[5001, 5002], seconds=1.0, loader="train")  # this attempt's start: 1 s
+    inspect = stall(d)
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
+    d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
+    killed = d.t
+    assert d.s.current.recovery.bound == 3.0  # max(idle_floor, 2 x 1 s)
+    assert d.at(killed + 3.01)(core.Tick()) == []  # busy (or not yet read): 10 x 1 s
+    assert d.s.watch.deadline.at == pytest.approx(killed + 10.0)
+    d.at(killed + 6)(core.TreeActivity(idle_since=killed + 5))  # the new workers started, then nothing came
+    escalated(d, d.at(killed + 6.01)(core.Tick()), "no batch within 3 s after the loader workers were replaced")
+
+
+def test_a_rebuild_busy_past_the_busy_bound_restarts_saying_so():
+    d = loading()
+    inspect = stall(d)
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
+    d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
+    escalated(d, d.at(d.t + 4.01)(core.Tick()), "no batch within 4 s after the loader workers were replaced, its tree "
+                                                 "busy")  # 10 x the 0.4 s start: a rebuilt loader spinning
 
 
 def test_the_rebuilt_loaders_new_workers_start_the_bounds_clock_again():
@@ -99,6 +127,7 @@ def test_the_rebuilt_loaders_new_workers_start_the_bounds_clock_again():
     d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
     d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
     killed = d.t
+    d(core.TreeActivity(idle_since=killed))  # (a busy tree's bound is the test below's)
     d.t = killed + 2.5
     d.beat("train", kind="loader", pids=[5101, 5102], loader="train")  # made, not yet at their first batch
     assert d.at(killed + 3.01)(core.Tick()) == []
@@ -178,6 +207,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
     opened = inspect.incident
     d.at(d.t + 0.3)(in_place.StallInspected(opened.id, True, (5001,), "waits", None, STACKS))
     actions = d.at(d.t + 0.2)(in_place.LoaderWorkersKilled((5001,), (), 0.1))
+    d(core.TreeActivity(idle_since=d.t))
     assert "RecordIncident" not in kinds(actions)
     actions = d.at(d.t + 3.01)(core.Tick())  # no batch within the bound: the restart takes the same incident
     assert "RecordIncident" not in kinds(actions)  # still open: the kill and the next first batch are to come
@@ -508,6 +538,7 @@ def rebuild_bound(d: Driver, pid: int) -> float:
     inspect = stall(d)
     d(in_place.StallInspected(inspect.incident.id, True, (pid,), "waits", None, STACKS))
     d(in_place.LoaderWorkersKilled((pid,), (), 0.1))
+    d(core.TreeActivity(idle_since=d.t))  # the rebuild idle: its own bound holds (a busy one's is longer)
     return d.s.current.recovery.bound
 
 
