@@ -136,29 +136,46 @@ def test_each_ranks_epoch_order_is_its_share_dealt_as_distributed_sampler_deals_
     assert list(resumed) == padded[1::ranks]  # the skip is for the resumed pass only
 
 
+def ddp_uninterrupted(rank: int, ranks: int = 2, batch: int = 2) -> list[tuple[int, int, str]]:
+    """(epoch, batch, image) as rank ``rank`` of an uninterrupted demo run feeds them: its share of each epoch's
+    order, dealt as DistributedSampler deals it, ``batch`` images a step (the demo's 4 over 2 ranks)."""
+    from worker.startup.demo_data import ensure_demo_dataset
+    from worker.supervision.exact_resume import EpochOrderSampler
+
+    names = sorted(p.name for p in (ensure_demo_dataset().parent / "images" / "train").iterdir())
+    fed = []
+    for epoch in range(2):
+        whole = EpochOrderSampler(len(names), seed=0).order(epoch)
+        per_rank = -(-len(names) // ranks)
+        share = (whole * ranks)[:per_rank * ranks][rank::ranks]
+        fed += [(epoch, i // batch, names[k]) for i, k in enumerate(share)]
+    return fed
+
+
 @pytest.mark.e2e
 def test_ranks_killed_mid_epoch_resume_at_the_checkpoints_batch_and_feed_what_an_uninterrupted_run_feeds(tmp_path):
     """Exact resume under DDP: each rank of the resumed run feeds its share of the resumed epoch from the
-    checkpoint's batch on, the same images at the same positions as a run that was never killed."""
+    checkpoint's batch on, the same images at the same positions as a run that was never killed. What that run
+    feeds is dealt from the epoch order, and held to what the killed run really fed up to its kill."""
     from tests.helpers.resume import fed, kill_after_a_checkpoint_in_epoch_2, launch, messages
     from worker.wire.contract import MessageKind, Phase
 
     ranks = {"YOLO_TRAIN_CPU_RANKS": "2"}
-    whole = launch(tmp_path, tmp_path / "whole", tmp_path / "whole.txt", env=ranks)
-    messages(whole, timeout=300)
-    assert whole.wait(60) == 0, whole.stdout.read()[-3000:]
-
     _, exact = kill_after_a_checkpoint_in_epoch_2(tmp_path, tmp_path / "old", tmp_path / "first.txt", env=ranks,
                                                   timeout=300)
     last = tmp_path / "old" / "train" / "weights" / "last.pt"
     epoch, batch = exact["epoch"], exact["batch"]
     assert epoch == 1 and 0 < batch < 8
+    for rank in (0, 1):
+        before_the_kill = fed(tmp_path / f"first.txt.rank{rank}")
+        assert len(before_the_kill) >= 8 * 2 + batch * 2  # epoch 1 whole and epoch 2 to the checkpoint, at least
+        assert before_the_kill == ddp_uninterrupted(rank)[:len(before_the_kill)], f"rank {rank}"
 
     resumed = launch(tmp_path, tmp_path / "new", tmp_path / "resumed.txt", resume=str(last), env=ranks)
     after = messages(resumed, timeout=300)
     assert resumed.wait(60) == 0, resumed.stdout.read()[-3000:]
     for rank in (0, 1):
-        uninterrupted = [r for r in fed(tmp_path / f"whole.txt.rank{rank}") if (r[0], r[1]) >= (epoch, batch)]
+        uninterrupted = [r for r in ddp_uninterrupted(rank) if (r[0], r[1]) >= (epoch, batch)]
         assert fed(tmp_path / f"resumed.txt.rank{rank}") == uninterrupted, f"rank {rank}"
     beats = [m for m in after if m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN and m.rank == 0]
     assert (beats[0].epoch, beats[0].batch) == (epoch + 1, batch + 1)
