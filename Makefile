@@ -23,7 +23,7 @@ BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 TEST_STAMP = $(VENV)/.installed-test
 
-.PHONY: install install-test deb run test unit bench install-service clean
+.PHONY: install install-test deb run test durations unit bench install-service clean
 
 # What `make run` needs: the venv with torch and yolo-train.
 install: $(STAMP)
@@ -69,6 +69,12 @@ test: install-test
 	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS); serial=$$?; \
 	if [ $$rc = 5 ] && [ $$serial = 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	if [ $$rc != 0 ] && [ $$rc != 5 ]; then exit $$rc; fi; if [ $$serial != 5 ]; then exit $$serial; fi
+
+# tests/durations.txt, the order `make test` hands tests out in (slowest first): measured anew by a full run.
+durations: install-test
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal -m 'not serial' --durations=0 $(PYTEST_ARGS) \
+		| awk '/^[0-9.]+s (setup|call|teardown) /{sub(/s$$/, "", $$1); t[$$3] += $$1} \
+		END {for (n in t) if (t[n] >= 3) printf "%.0f %s\n", t[n], n}' | sort -rn > tests/durations.txt
 
 unit: install-test
 	$(BIN)/python -m pytest -q -m 'not e2e' $(PYTEST_ARGS)
