@@ -44,6 +44,17 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -seconds.get(item.nodeid, 0.0))
 
 
+@pytest.fixture(autouse=True)
+def umask_kept():
+    """StateDir.lock() makes the process's umask as strict as its directory, as `run` needs: a test that locks one
+    in-process must not hand 077 on to the next test of its xdist worker (CI: a booted systemd's overlay root made
+    0700, so its service's user could not reach its working directory, 200/CHDIR)."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
+
+
 @pytest.fixture
 def write_config(tmp_path):
     """Writes a config under tmp_path: the parts one after the other, each dedented (so a test may write its

@@ -80,9 +80,10 @@ class BootedSystemd:
 
     def run(self, cmd: Sequence[str] | str, *, check: bool = True, timeout: float = 120,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run `cmd` inside as root, in /, and return its outcome (text). check=True raises on failure,
-        with the output in the message."""
-        done = subprocess.run(self.command(cmd), capture_output=True, text=True, timeout=timeout, input=input)
+        """Run `cmd` inside as root, in /, under umask 022 (what it makes, the system's services must reach), and
+        return its outcome (text). check=True raises on failure, with the output in the message."""
+        done = subprocess.run(self.command(cmd), capture_output=True, text=True, timeout=timeout, input=input,
+                              umask=0o022)
         if check and done.returncode != 0:
             raise AssertionError(f"inside systemd: {cmd!r} exited {done.returncode}\n"
                                  f"stdout: {done.stdout}\nstderr: {done.stderr}")
@@ -182,7 +183,10 @@ def _boot_script(base: Path, share: Path, hierarchies: list[CgroupHierarchy]) ->
     join = "".join(f'echo $$ > "{h.ours}/cgroup.procs"\n' for h in hierarchies)
     cgroup_root = ("" if any(not h.controllers and h.mountpoint == Path("/sys/fs/cgroup") for h in hierarchies)
                    else 'mount -t tmpfs -o mode=755 cgroup "$R/sys/fs/cgroup"\n')
+    # A system's own files are made under 022 whatever the caller's umask: under 077 the overlay's root, made from
+    # upper/, is 0700 and no service user reaches its working directory or the journal's socket (200/CHDIR).
     inner = f"""set -e
+umask 022
 B={shlex.quote(str(base))}; R="$B/root"
 mount -t tmpfs -o mode=755 tmpfs "$B"
 mkdir "$B/upper" "$B/work" "$R"

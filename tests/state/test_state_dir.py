@@ -22,15 +22,6 @@ from tests.helpers.supervised import (E2E_CONFIG, assert_finished, demo_train, q
 SLEEPING_WORKER = "import time\ntime.sleep(120)\n"
 
 
-@pytest.fixture(autouse=True)
-def umask_kept():
-    """StateDir.lock() makes the process's umask as strict as the directory, as `run`'s: not the test process's."""
-    before = os.umask(0o022)
-    os.umask(before)
-    yield
-    os.umask(before)
-
-
 def config_for(directory: Path, launcher: Path) -> Path:
     path = directory / "config.toml"
     path.write_text(f'[train]\ndata = "demo"\n[worker]\npython = "{launcher}"\n' + quiet_config())
