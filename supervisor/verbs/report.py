@@ -22,7 +22,7 @@ from supervisor.state.paths import StatePaths
 from supervisor.verbs import report_plot
 from supervisor.verbs.report_html import is_number, render
 from supervisor.verbs.status import gather
-from supervisor.vocabulary import FINAL_STATES
+from supervisor.vocabulary import FINAL_STATES, Tier
 
 DEMO_SOURCE = "<demo>"  # config.source of the embedded demo (config.load without a file)
 
@@ -105,8 +105,9 @@ class Night:
     def replayed(self) -> tuple[int, int]:
         """(batches, restarts): the batches the hangs' restarts trained again (each incident's ``lost_batches``: its
         training after the checkpoint it resumed from), over the restarts that said how many."""
-        counts = [i["lost_batches"] for i in self.incidents
-                  if i.get("reason") == "hang" and i.get("tier") != "in_place" and is_number(i.get("lost_batches"))]
+        # an incident without a tier was written before the tiers: a restart
+        counts = [i["lost_batches"] for i in self.incidents if i.get("reason") == "hang"
+                  and i.get("tier", Tier.RESTART.value) == Tier.RESTART.value and is_number(i.get("lost_batches"))]
         return sum(counts), len(counts)
 
     def where_the_time_went(self) -> list[tuple[str, float | None, str]]:

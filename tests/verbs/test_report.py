@@ -37,11 +37,15 @@ def test_the_night_says_the_batches_its_restarts_replayed(tmp_path):
     per incident and over the night (in-place recoveries replay none and are not counted)."""
     in_place = {**INCIDENT, "id": "1-2-1800000200", "time": 1_800_000_200.0, "tier": "in_place", "lost_batches": 0}
     second = {**INCIDENT, "id": "2-3-1800000300", "time": 1_800_000_300.0, "lost_batches": 5}
-    (tmp_path / "incidents.jsonl").write_text("".join(json.dumps(i) + "\n" for i in (INCIDENT, in_place, second)))
+    # a line written before the tiers were said: a restart
+    older = {k: v for k, v in {**INCIDENT, "id": "3-4-1800000400", "time": 1_800_000_400.0, "lost_batches": 3}.items()
+             if k != "tier"}
+    (tmp_path / "incidents.jsonl").write_text("".join(json.dumps(i) + "\n"
+                                                      for i in (INCIDENT, in_place, second, older)))
     night = report.gather_night(config_for(tmp_path))
-    assert night.replayed() == (12, 2)
+    assert night.replayed() == (15, 3)
     page = report.render(night)
-    assert "(7 batches replayed)" in page and "12 batches replayed over 2 restarts (6.0 a restart)" in page
+    assert "(7 batches replayed)" in page and "15 batches replayed over 3 restarts (5.0 a restart)" in page
 
 
 def test_gpu_readings_get_a_panel_and_the_png_keeps_its_size(tmp_path):

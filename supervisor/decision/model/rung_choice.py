@@ -18,7 +18,7 @@ speed it keeps:
 
     G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
 
-A hang recovered in place (in_place.py) costs its own measured seconds, not L: with I the rung's in-place seconds
+A hang recovered short of a restart (in place, say) costs its own measured seconds, not L: with I the rung's seconds so
 over its T training seconds, G = S x M / (M + L + M x I / T) (G = S x T / (T + I) for a rung without other hangs).
 
 A rung that hung before its speed was measured (in its startup) climbs one rung when nothing below it was measured
@@ -64,9 +64,9 @@ class RungFacts:
     hangs: int
     start: float | None = None  # median seconds from a spawn at it to the first batch, None until measured
     failed_probes: int = 0  # probes of this rung that hung
-    in_place_seconds: float = 0.0  # what its hangs recovered in place cost (in_place.py): seconds, not restarts
-    in_place: int = 0  # its hangs recovered in place (their cost is ``in_place_seconds``)
-    in_place_failed: int = 0  # in-place recoveries here that escalated (each also counted in ``hangs``)
+    tier_seconds: float = 0.0  # what its hangs recovered short of a restart cost (their tier_cost): seconds
+    tier_recovered: int = 0  # its hangs recovered short of a restart (their cost is ``tier_seconds``)
+    tier_escalated: int = 0  # recoveries here short of a restart that escalated (each also counted in ``hangs``)
 
     @property
     def tried(self) -> bool:
@@ -109,13 +109,13 @@ def expected_goodput(facts: RungFacts, cost: float, prior: float | None = None) 
     """The it/s a rung keeps once its hangs, ``cost`` seconds each, are paid for."""
     if facts.speed is None:
         return 0.0  # it never trained long enough to be measured
-    if facts.hangs == 0 and not facts.in_place_seconds:
+    if facts.hangs == 0 and not facts.tier_seconds:
         return facts.speed
     if facts.hangs == 0:  # only hangs recovered in place, at their own cost
-        return facts.speed * facts.seconds / (facts.seconds + facts.in_place_seconds)
+        return facts.speed * facts.seconds / (facts.seconds + facts.tier_seconds)
     between = between_hangs(facts, prior)
-    in_place = between * facts.in_place_seconds / facts.seconds if facts.seconds > 0 else 0.0  # theirs per M
-    return facts.speed * between / (between + cost + in_place)
+    spared = between * facts.tier_seconds / facts.seconds if facts.seconds > 0 else 0.0  # theirs per M
+    return facts.speed * between / (between + cost + spared)
 
 
 def basis(facts: RungFacts, prior: float | None) -> str:

@@ -31,9 +31,10 @@ class RungRecord:
     # healthy seconds here before the rung below is probed, doubled by each probe that hung; None: probe_after
     probation: float | None = kept(default=None, omitted=True)
     failed_probes: int = kept(default=0, omitted=True)  # probes of this rung that hung
-    in_place_seconds: float = kept(default=0.0, omitted=True)  # what its hangs recovered in place cost (in_place.py)
-    in_place: int = kept(default=0, omitted=True)  # its hangs recovered in place
-    in_place_failed: int = kept(default=0, omitted=True)  # in-place recoveries here that escalated to the restart
+    # what its hangs recovered short of a restart cost (their tier_cost), how many, and how many escalated after all
+    tier_seconds: float = kept(default=0.0, omitted=True, was="in_place_seconds")
+    tier_recovered: int = kept(default=0, omitted=True, was="in_place")
+    tier_escalated: int = kept(default=0, omitted=True, was="in_place_failed")
 
     def speed(self) -> float | None:
         """The median it/s measured here (None until measured)."""
@@ -46,7 +47,7 @@ class RungRecord:
     def facts(self) -> RungFacts:
         """The record as the ladder's choices read it (rung_choice.py)."""
         return RungFacts(self.speed(), self.seconds, self.hangs, self.start(), self.failed_probes,
-                         self.in_place_seconds, self.in_place, self.in_place_failed)
+                         self.tier_seconds, self.tier_recovered, self.tier_escalated)
 
     def measured(self, speed: float) -> None:
         self.speeds = (self.speeds + [round(speed, 4)])[-SPEEDS_KEPT:]
@@ -84,5 +85,5 @@ def from_maps(saved: dict[str, Any]) -> dict[int, RungRecord]:
         rungs[k] = RungRecord(speeds=maps.rung_speeds.get(k, []), seconds=h.rung_seconds.get(k, 0.0),
                               hangs=maps.rung_hangs.get(k, 0), starts=h.rung_starts.get(k, []),
                               probation=maps.probation.get(k), failed_probes=maps.failed.get(k, 0),
-                              in_place_seconds=maps.rung_in_place_seconds.get(k, 0.0))
+                              tier_seconds=maps.rung_in_place_seconds.get(k, 0.0))
     return rungs

@@ -397,8 +397,9 @@ class Supervision:
     job_next: JobRung | None = None  # ... made by another host, for this host's next attempt
     # -- the recovery tiers (recovery/__init__.py) --
     recoveries: Counter[Tier] = kept(default_factory=Counter)  # recoveries by tier (status --json, the metric)
-    # wall clock of each in-place recovery that escalated (its rebuild brought no batch): what in_place_max counts
-    in_place_failures: list[float] = kept(default_factory=list)
+    # wall clock of each recovery short of a restart that escalated (a rebuild that brought no batch): what the
+    # tier's own budget counts (in_place_max)
+    escalations: list[float] = kept(default_factory=list, was="in_place_failures")
     # the longest stall the witness put on a batch owed by a named loader worker whose iterator had given batches,
     # that then ended, by phase: the loader's own rhythm (watchdog.loader_wait_bound)
     loader_waits_seen: dict[str, float] = kept(default_factory=dict)

@@ -155,8 +155,8 @@ class InPlaceTier:
     def escalate(self, s: Supervision, r: Recovery, now: Now, why: str) -> list[Any]:
         if r.acted_at is not None:  # its workers were replaced and no batch came: what in_place_max counts
             window = s.config.recovery.in_place_window
-            s.in_place_failures = [t for t in s.in_place_failures if now.wall - t <= window] + [now.wall]
-            s.rung_record(r.incident.rung).in_place_failed += 1
+            s.escalations = [t for t in s.escalations if now.wall - t <= window] + [now.wall]
+            s.rung_record(r.incident.rung).tier_escalated += 1
             # The loader workers the first look blamed are gone and the hang is still there: what that look saw is
             # said in the detail, and the restart reads the tree as it is now (its stacks, its culprit).
             stacks = r.incident.stacks
@@ -175,7 +175,7 @@ NO_WORKERS = ("in place does not apply: the loader has no worker processes to re
 
 def recent(s: Supervision, wall: float) -> int:
     """In-place recoveries that escalated within ``in_place_window`` of ``wall``."""
-    return sum(1 for t in s.in_place_failures if wall - t <= s.config.recovery.in_place_window)
+    return sum(1 for t in s.escalations if wall - t <= s.config.recovery.in_place_window)
 
 
 def spent(s: Supervision, wall: float | None = None) -> bool:
@@ -183,9 +183,9 @@ def spent(s: Supervision, wall: float | None = None) -> bool:
     ``in_place_window`` of ``wall``; None: of the last one, which no later count exceeds (ahead of a verdict, whose
     time is not known yet). Those that worked never count: each cost seconds and lost nothing."""
     if wall is None:
-        if not s.in_place_failures:
+        if not s.escalations:
             return False
-        wall = max(s.in_place_failures)
+        wall = max(s.escalations)
     return recent(s, wall) >= s.config.recovery.in_place_max
 
 
@@ -296,8 +296,8 @@ def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> li
     # The stall lies inside the attempt's trained span (its first batch to its last progress), yet trained nothing.
     s.goodput.lost_seconds += cost.seconds
     record = s.rung_record(r.incident.rung)
-    record.in_place += 1
-    record.in_place_seconds = round(record.in_place_seconds + cost.seconds, 3)
+    record.tier_recovered += 1
+    record.tier_seconds = round(record.tier_seconds + cost.seconds, 3)
     return [Log("info", f"recovered in place: the next batch {cost.to_next_batch:.2f} s after the loader workers were "
                         f"replaced ({cost.seconds:.1f} s from the last progress), {cost.batches_lost} batches lost"),
             *s.record_complete()]

@@ -193,13 +193,27 @@ BEFORE = {
     "rung_in_place_seconds": {"0": 12.5}}
 RUNG_MAPS = ("rung_speeds", "rung_hangs", "rung_in_place_seconds", "probation", "failed")
 # The same training in today's state file: each rung's facts in its record.
-TODAY = {**{k: v for k, v in BEFORE.items() if k not in RUNG_MAPS}, "checkpoint_seen": 0.6,
+TODAY = {**{k: v for k, v in BEFORE.items() if k not in (*RUNG_MAPS, "in_place_failures")}, "checkpoint_seen": 0.6,
+         "escalations": BEFORE["in_place_failures"],
          "device_waits_seen": {"train": 1.5}, "one_place_seen": {"train": 2.5, "val": 0.8},
          "hang_history": {k: v for k, v in BEFORE["hang_history"].items() if k not in ("rung_seconds", "rung_starts")},
          "rungs": {"0": {"speeds": [2.0, 2.0, 2.0], "seconds": 24.5, "hangs": 1, "starts": [0.5], "failed_probes": 1,
-                         "in_place_seconds": 12.5},
+                         "tier_seconds": 12.5},
                    "1": {"speeds": [1.4286, 1.4286, 1.4286], "seconds": 20.3, "starts": [0.7, 0.7],
                          "probation": 120.0}}}
+
+
+def test_the_in_place_tiers_names_of_before_issue_60_restore_under_the_tier_neutral_ones():
+    older = {**{k: v for k, v in TODAY.items() if k != "escalations"}, "in_place_failures": [1763800000.5],
+             "rungs": {"0": {"speeds": [2.0], "seconds": 24.5, "in_place_seconds": 12.5, "in_place": 2,
+                             "in_place_failed": 1}}}
+    restored = make()
+    restored.restore(copy.deepcopy(older))
+    record = restored.rungs[0]
+    assert (record.tier_seconds, record.tier_recovered, record.tier_escalated) == (12.5, 2, 1)
+    assert restored.escalations == [1763800000.5]
+    assert restored.persistent(0.0)["rungs"]["0"] == {"speeds": [2.0], "seconds": 24.5, "tier_seconds": 12.5,
+                                                      "tier_recovered": 2, "tier_escalated": 1}
 
 
 def test_a_state_file_of_todays_format_restores_the_same():
@@ -247,7 +261,7 @@ def test_the_state_file_the_supervisor_wrote_at_44465a3_restores_into_the_same_r
     restored = make(workers=8, ladder=written["ladder"])
     core.restore(restored, copy.deepcopy(written["state"]))
     assert restored.rungs[0].hangs == 6 and restored.rungs[0].failed_probes == 1
-    assert restored.rungs[1].probation == 120.0 and restored.rungs[1].in_place_seconds == 11.998
+    assert restored.rungs[1].probation == 120.0 and restored.rungs[1].tier_seconds == 11.998
     now = core.Now(*written["now"])
     shown = snapshot(restored, now).to_dict()
     assert {k: shown[k] for k in written["status"]} == written["status"]

@@ -53,7 +53,7 @@ def test_a_stuck_loader_worker_is_replaced_in_place_and_its_cost_recorded():
     assert incident["tier_cost"]["action"] == pytest.approx(0.5) and incident["tier_cost"]["to_next_batch"] > 2.8
     assert d.s.recoveries == {"in_place": 1} and d.s.attempt == 1 and d.s.state == core.State.HEALTHY
     assert d.s.current.loaders == {5003: (None, "train")}  # a new iterator: all its workers new
-    assert d.s.rungs[0].in_place_seconds > 13  # the rung choice counts this cost, not a restart's
+    assert d.s.rungs[0].tier_seconds > 13  # the rung choice counts this cost, not a restart's
     assert choices.rung_facts(d.s)[0].hangs == 0
 
 
@@ -451,12 +451,12 @@ def test_the_rung_choice_counts_an_in_place_recovery_by_its_own_cost():
     from supervisor.decision.model.rung_choice import RungFacts, expected_goodput
 
     restarted = RungFacts(speed=10.0, seconds=600.0, hangs=2)
-    in_place = RungFacts(speed=10.0, seconds=600.0, hangs=0, in_place_seconds=2 * 12.0)
+    in_place = RungFacts(speed=10.0, seconds=600.0, hangs=0, tier_seconds=2 * 12.0)
     assert expected_goodput(restarted, 45.0) == pytest.approx(10.0 * 600 / (600 + 90))
     assert expected_goodput(in_place, 45.0) == pytest.approx(10.0 * 600 / (600 + 24))
     assert expected_goodput(RungFacts(10.0, 600.0, 0), 45.0) == 10.0
     # with a prior ([ladder] prior_between_hangs): one hang per M = (600 + 300) / 2 s, its in-place seconds per M added
-    both = RungFacts(speed=10.0, seconds=600.0, hangs=1, in_place_seconds=24.0)
+    both = RungFacts(speed=10.0, seconds=600.0, hangs=1, tier_seconds=24.0)
     assert expected_goodput(both, 45.0, prior=300.0) == pytest.approx(10.0 * 450 / (450 + 45 + 450 * 24 / 600))
 
 
@@ -582,8 +582,8 @@ def test_in_place_recoveries_that_worked_do_not_spend_in_place_max():
         assert "RecordIncident" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)), n
     assert d.s.recoveries == {"in_place": 5} and d.s.attempt == 1
     record = d.s.rungs[0]
-    assert record.in_place == 5 and record.in_place_seconds > 5 * 10
-    assert choices.rung_facts(d.s)[0].in_place == 5
+    assert record.tier_recovered == 5 and record.tier_seconds > 5 * 10
+    assert choices.rung_facts(d.s)[0].tier_recovered == 5
 
 
 def test_in_place_recoveries_that_escalated_spend_in_place_max():
@@ -591,7 +591,7 @@ def test_in_place_recoveries_that_escalated_spend_in_place_max():
     stall_at = d.t
     rebuild_bound(d, 5001)
     escalated(d, d.at(d.t + 3.01)(core.Tick()), "no batch within 3 s")  # a rebuild that brought no batch
-    assert d.s.rungs[0].in_place_failed == 1
+    assert d.s.rungs[0].tier_escalated == 1
     d(core.Spawned(PID + 1, None))
     d.beat("train", kind="phase", pid=PID + 1, progress=1)
     d.beat("train", kind="loader", pid=PID + 1, pids=[5101, 5102], seconds=0.4, loader="train")

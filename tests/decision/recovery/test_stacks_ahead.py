@@ -151,9 +151,9 @@ def test_a_loader_hang_past_in_place_max_is_the_restarts_and_read_ahead():
     d = loading()
     last = d.s.current.last_progress_at
     wall = 1_700_000_000 + last  # the driver's wall clock at the last batch
-    d.s.in_place_failures = [wall - 4000, wall - 300, wall - 100]  # one out of in_place_window (3600 s): 2 recent
+    d.s.escalations = [wall - 4000, wall - 300, wall - 100]  # one out of in_place_window (3600 s): 2 recent
     assert d(core.Tick()) == [] and d.s.watch.stacks_at is None  # the tier would take it, and reads its own
-    d.s.in_place_failures = [wall - 600, wall - 300, wall - 100]
+    d.s.escalations = [wall - 600, wall - 300, wall - 100]
     assert d(core.Tick()) == [] and d.s.watch.stacks_at == last + 7.0  # (the next decision judges the stall anew)
     [ask] = asked(ticks(d, last + 0.1, last + 9.9))
     d.at(last + 8.0)(core.StacksReadAhead(ask.since, last + 7.0, READ))

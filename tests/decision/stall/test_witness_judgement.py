@@ -97,7 +97,7 @@ def test_a_device_wait_in_training_is_found_at_its_own_bound_and_restarts_with_t
     spent, the restart's incident still says why the hang was not the tier's (a CPU night said in_place_max)."""
     d = loading()
     if in_place_spent:
-        d.s.in_place_failures = [1_700_000_000 + LAST_BATCH - k for k in (300, 200, 100)]
+        d.s.escalations = [1_700_000_000 + LAST_BATCH - k for k in (300, 200, 100)]
     d.t = LAST_BATCH + 1.0
     word(d, "device", function="synchronize")
     assert verdicts(d.at(LAST_BATCH + 2.99)(core.Tick())) == []
