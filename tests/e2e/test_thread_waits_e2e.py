@@ -192,7 +192,8 @@ def run(tmp_path: Path, kind: str, epochs: int, spinning: bool = False, port: in
                       f'[worker]\npython = "{launcher}"\nenv = {{ {env_toml} }}\n'
                       f'[watchdog]\nstartup_timeout = 120\nauto_factor = 2\nauto_floor = 60\n[restart]\nbackoff_initial = 0.5\n')
     state_dir = tmp_path / "state"
-    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), timeout=600)
+    # an epoch is 8 batches, its validation and its waits: 20 s on a loaded VM, the night of 50 epochs too
+    result = yolo_train("run", "--config", str(config), "--state-dir", str(state_dir), timeout=max(600, 40 * epochs))
     assert result.returncode == 0, result.stderr[-3000:]
     marks = [line.split() for line in (tmp_path / "marks").read_text().splitlines()]
     return read_state(state_dir)["status"], read_incidents(state_dir), marks, result.stderr
