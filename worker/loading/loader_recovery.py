@@ -95,6 +95,9 @@ class PassSkipSampler(torch.utils.data.Sampler):
         return len(self.inner)
 
 
+WORD_TRAILS = 2.0  # seconds a replaced worker's death may come before the supervisor's word is on this rank's pipe
+
+
 class LoaderRecovery:
     """One loader's link to the supervisor: its starts reported, its replaced workers recognised."""
 
@@ -103,9 +106,25 @@ class LoaderRecovery:
         self.replaced: set[int] = set()  # pids the supervisor said it kills
         self.recoveries = 0
 
-    def is_replacement(self, error: BaseException, workers: set[int]) -> bool:
+    def is_replacement(self, error: BaseException, workers: set[int], trail: float | None = None) -> bool:
         """The loader (whose iterator's worker processes are ``workers``) failed because the supervisor killed some of
-        them: it said so first, on the command pipe."""
+        them: it said so first, on the command pipe. A death its word does not cover yet waits up to ``trail``
+        seconds (``WORD_TRAILS``) for it: under DDP the word comes through the launching worker's relay thread,
+        which a loaded machine runs after the kill (CI: rank 1 took its replaced worker's death for a failure and
+        crashed, and the rebuild that would have worked became a restart). A death no word explains (the OOM
+        killer's, a crash in a sample) fails the training as before, that much later."""
+        deadline = time.monotonic() + (WORD_TRAILS if trail is None else trail)
+        while True:
+            said = self._said(error, workers)
+            if said is not None:
+                return said
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.commands.readable(left):
+                return False
+
+    def _said(self, error: BaseException, workers: set[int]) -> bool | None:
+        """Whether the supervisor's word read so far explains ``error``; None: it is a death a word may still come
+        for."""
         # Recorded before they are dropped: a death raised meanwhile (torch's SIGCHLD handler, at any bytecode) must
         # not lose the word that explains it.
         for command in self.commands.peek(CommandKind.REPLACE_LOADER_WORKERS):
@@ -113,13 +132,14 @@ class LoaderRecovery:
         self.commands.drop(CommandKind.REPLACE_LOADER_WORKERS)
         dead = dead_workers(error)
         if dead:
-            return dead <= self.replaced
+            return True if dead <= self.replaced else None
         # A batch's tensors come through the worker that made it (a file descriptor handed over a socket, torch's
         # file_descriptor sharing): a worker frozen, then killed, mid-handover fails the receive with a connection
         # error before torch has seen it dead.
         # With pin_memory, that receive is the pin-memory thread's: it dies of it, and the loader says so.
-        handover = isinstance(error, (OSError, EOFError)) or PIN_THREAD_DIED in str(error)
-        return handover and bool(self.replaced & workers)
+        if isinstance(error, (OSError, EOFError)) or PIN_THREAD_DIED in str(error):
+            return True if self.replaced & workers else None
+        return False
 
     def started(self, iterator: Any, made_at: float | None) -> None:
         """Report the iterator's workers: when made (``made_at`` None), and again at its first batch."""

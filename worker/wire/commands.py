@@ -1,7 +1,8 @@
 """The worker's end of the supervisor's command pipe (``Command`` in worker/wire/contract.py): read without blocking.
 
 The training loop polls it at every batch boundary (one ``read`` that finds nothing, almost always) and a loader
-polls it when its worker processes die; nothing waits on it, so the supervisor can never stall training. Under DDP
+polls it when its worker processes die; only a loader whose worker is dead already waits on it, a bounded while, for
+the word that explains that death: the supervisor can never stall training. Under DDP
 the launching worker trains nothing: a thread relays each command to the pipe of the rank it concerns (a rank opens
 its own by the ``/proc`` path in ``YOLO_TRAIN_COMMAND_PATHS``, as the heartbeat's).
 """
@@ -9,6 +10,7 @@ its own by the ``/proc`` path in ``YOLO_TRAIN_COMMAND_PATHS``, as the heartbeat'
 from __future__ import annotations
 
 import os
+import select
 import threading
 from typing import Callable
 
@@ -72,6 +74,13 @@ class CommandChannel:
         if command.kind == CommandKind.CHECKPOINT_AND_STOP:
             return self.rank == 0  # it alone writes checkpoints
         return command.rank == self.rank
+
+    def readable(self, timeout: float) -> bool:
+        """Whether more comes within ``timeout`` seconds (False at once where the pipe is gone): for a loader whose
+        worker died, awaiting the word that may trail it (loader_recovery.WORD_TRAILS), never in the training loop."""
+        if self.fd is None:
+            return False
+        return bool(select.select([self.fd], [], [], timeout)[0])
 
     def has(self, kind: CommandKind) -> bool:
         self.poll()

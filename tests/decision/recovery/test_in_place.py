@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from enum import Enum
 from functools import partial
 from pathlib import Path
@@ -378,6 +379,32 @@ def test_a_death_raised_at_any_line_of_the_intake_loses_no_word_of_the_superviso
     assert raise_at > 5
 
 
+def test_a_replaced_workers_death_that_comes_before_the_word_waits_for_it():
+    """Under DDP the supervisor's word reaches a rank through the launching worker's relay thread, which a loaded
+    machine may run after the kill it announces (CI: rank 1 raised its replaced worker's death as a failure, the
+    rank crashed, and a rebuild became a restart). The death waits for the word, a bounded while."""
+    from worker.wire.commands import CommandChannel
+    from worker.wire.contract import Command, CommandKind
+    from worker.heartbeat import Heartbeat
+    from worker.loading.loader_recovery import WORD_TRAILS, LoaderRecovery
+
+    killed = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    read, write = os.pipe()
+    try:
+        recovery = LoaderRecovery("train", CommandChannel(read), Heartbeat(None))
+        word = Command(CommandKind.REPLACE_LOADER_WORKERS, pids=(4242,)).to_line()
+        relay = threading.Timer(0.3, os.write, (write, word))
+        relay.start()
+        assert recovery.is_replacement(killed, {4242})
+        relay.join()
+        started = time.monotonic()
+        assert not recovery.is_replacement(RuntimeError("DataLoader worker (pid 77) exited unexpectedly"), {77})
+        assert time.monotonic() - started >= WORD_TRAILS  # no word for it: a failure, after the trail
+    finally:
+        os.close(write)
+        os.close(read)
+
+
 def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_word():
     from worker.wire.commands import CommandChannel
     from worker.wire.contract import Command, CommandKind
@@ -390,11 +417,12 @@ def test_a_loader_failure_is_taken_for_a_replacement_only_on_the_supervisors_wor
     read, write = os.pipe()
     try:
         recovery = LoaderRecovery("train", CommandChannel(read), Heartbeat(None))
-        assert not recovery.is_replacement(killed, {4242, 4243})  # the OOM killer's, say: training fails as before
+        # the OOM killer's, say: no word comes within its trail, and training fails as before
+        assert not recovery.is_replacement(killed, {4242, 4243}, trail=0.2)
         os.write(write, Command(CommandKind.REPLACE_LOADER_WORKERS, pids=(4242,)).to_line())
         assert recovery.is_replacement(killed, {4242, 4243})
         assert recovery.is_replacement(ConnectionResetError(104, "reset"), {4242, 4243})  # killed mid-handover
-        assert not recovery.is_replacement(ConnectionResetError(104, "reset"), {9, 10})  # another loader's
+        assert not recovery.is_replacement(ConnectionResetError(104, "reset"), {9, 10}, trail=0.2)  # another's
         assert recovery.is_replacement(RuntimeError("Pin memory thread exited unexpectedly"), {4242})
         assert not recovery.is_replacement(RuntimeError("CUDA error"), {4242})
     finally:
@@ -486,7 +514,7 @@ def test_under_ddp_one_ranks_frozen_loader_worker_is_replaced_in_that_rank(write
             supervisor.kill()
     assert supervisor.returncode == 0, stderr[-3000:]
     status = read_state(state_dir)["status"]
-    assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 1, "restart": 0}
+    assert status["attempt"] == 1 and status["recoveries"] == {"in_place": 1, "restart": 0}, stderr[-4000:]
     [incident] = read_incidents(state_dir)
     assert incident["tier"] == "in_place" and incident["tier_cost"]["batches_lost"] == 0
     assert f"rank 1 {frozen.pid}" in stderr
