@@ -18,8 +18,9 @@ speed it keeps:
 
     G = S x M / (M + L)        (G = S for a rung that has not hung, 0 for one that hung before it trained)
 
-A hang recovered short of a restart (in place, say) costs its own measured seconds, not L: with I the rung's seconds so
-over its T training seconds, G = S x M / (M + L + M x I / T) (G = S x T / (T + I) for a rung without other hangs).
+A hang recovered short of a restart (in place, say) costs its own measured seconds, not L: with I the seconds such
+recoveries cost the rung over its T training seconds, G = S x M / (M + L + M x I / T) (G = S x T / (T + I) for a rung
+without other hangs).
 
 A rung that hung before its speed was measured (in its startup) climbs one rung when nothing below it was measured
 or there is no prior; otherwise that hang is one sample like any other, the rung judged at the speed of the nearest
