@@ -106,14 +106,14 @@ class LoaderRecovery:
         self.replaced: set[int] = set()  # pids the supervisor said it kills
         self.recoveries = 0
 
-    def is_replacement(self, error: BaseException, workers: set[int], trail: float | None = None) -> bool:
+    def is_replacement(self, error: BaseException, workers: set[int], trail: float = WORD_TRAILS) -> bool:
         """The loader (whose iterator's worker processes are ``workers``) failed because the supervisor killed some of
         them: it said so first, on the command pipe. A death its word does not cover yet waits up to ``trail``
-        seconds (``WORD_TRAILS``) for it: under DDP the word comes through the launching worker's relay thread,
+        seconds for it: under DDP the word comes through the launching worker's relay thread,
         which a loaded machine runs after the kill (CI: rank 1 took its replaced worker's death for a failure and
         crashed, and the rebuild that would have worked became a restart). A death no word explains (the OOM
         killer's, a crash in a sample) fails the training as before, that much later."""
-        deadline = time.monotonic() + (WORD_TRAILS if trail is None else trail)
+        deadline = time.monotonic() + trail
         while True:
             said = self._said(error, workers)
             if said is not None:
