@@ -285,6 +285,7 @@ CARRY_OUT: dict[type, Callable[[Agent, Any], None]] = {
     decision.Log: lambda a, x: a._log(x),
     decision.Spawn: lambda a, x: a._spawn(x),
     decision.PrepareStandby: lambda a, x: a.standby.prepare(a.spawner.env(x.rung_settings), x.held),
+    decision.PrimeStandby: lambda a, x: a.standby.prime(checkpoints.weights_in(a.state_dir.run_dir) / "last.pt"),
     decision.KillTree: lambda a, x: a._kill(x.incident),
     **{kind: lambda a, x: a._loader_workers(x) for kind in loader_workers.ACTIONS},
     decision.ReadStacksAhead: lambda a, x: a._read_ahead(x),

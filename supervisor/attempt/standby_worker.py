@@ -126,6 +126,13 @@ class Standby:
             log.info(f"standby worker pid {self.process.pid}: importing now, to start the next attempt without that "
                      f"(imported standby: {made.why})")
 
+    def prime(self, checkpoint: Path) -> None:
+        """A restart is coming, from ``checkpoint`` (where it exists; else from scratch, or from a fallback the
+        launch chooses): a ready standby feeds its held loader's workers from its resumed position now. The launch
+        takes them only where it resumes from that same file (worker/standby/ready.py)."""
+        if self.kind is WorkerStart.READY and self.process is not None:
+            self.process.prime(checkpoint if checkpoint.exists() else None)
+
     def launch(self, env: dict[str, str], record_path: Path) -> WorkerProcess | None:
         """The standby as this attempt's worker, told where its launch record is; None to start one cold: no
         standby, one that died or is stopped (SIGSTOP), or one made for another environment (the rung's variables

@@ -24,7 +24,7 @@ from supervisor.attempt.progress_lines import MAX_LINE_BYTES
 from supervisor.attempt.terminal_escapes import without_escapes
 from supervisor.attempt.worker_command import OutputProgress
 from supervisor.host import process_tree
-from worker.wire.contract import ENV_COMMAND_FD, Command, CommandKind, HeartbeatMessage
+from worker.wire.contract import ENV_COMMAND_FD, PRIME_WORD, Command, CommandKind, HeartbeatMessage
 from worker.wire.heartbeat_protocol import ENV_FD, Decoder, read_available
 
 OUTPUT_TAIL_LINES = 20  # of the worker's output, kept for the incident record
@@ -130,6 +130,16 @@ class WorkerProcess:
             return True
         except OSError:  # full (the worker does not read), or no reader left
             return False
+
+    def prime(self, checkpoint: Path | None) -> None:
+        """Tell a standby that a restart from ``checkpoint`` (None: from scratch) is coming, before its launch: one
+        line, its stdin left open for the launch's."""
+        if self.launch_fd is None:
+            return
+        try:
+            os.write(self.launch_fd, f"{PRIME_WORD} {checkpoint or ''}".rstrip().encode() + b"\n")
+        except OSError:
+            pass  # gone: its launch says so
 
     def launch(self, record_path: Path) -> bool:
         """Tell a standby what to train: the launch record's path, one line, and the end of its stdin. False when

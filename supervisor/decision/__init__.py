@@ -13,9 +13,8 @@ May import: the standard library, the ground floor (``supervisor.vocabulary``, `
 
 from supervisor.decision.core import Supervision, decide, restore
 from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
-                                               KillTree, Log,
-                                               PrepareStandby, PublishCheckpoint, PublishLadder, ReadStacksAhead,
-                                               RecordIncident, RequestCheckpoint, Spawn)
+                                               KillTree, Log, PrepareStandby, PrimeStandby, PublishCheckpoint,
+                                               PublishLadder, ReadStacksAhead, RecordIncident, RequestCheckpoint, Spawn)
 from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead,
                                               JobLadderRead, KernelMessage, Now, SearchNews, SignatureSeen, Spawned,
                                               StacksReadAhead, StateDirTaken, StopRequested, SupervisorPaused,
@@ -42,7 +41,7 @@ __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "coun
            "Exit", "Frame", "HeartbeatReceived", "Heartbeats", "Incident", "IncidentEnriched", "InspectStall",
            "JobCheckpointRead", "JobLadderRead", "judge", "KeepDevcoredumps", "KeepVerifiedCopy", "KernelMessage",
            "KillTree", "Ladder", "LoaderWorkersKilled", "Log", "miopen_setting", "miopen_table", "MiopenRun", "Notice",
-           "NoticeLimit", "Now", "one_line", "PrepareStandby", "ProcessStacks",
+           "NoticeLimit", "Now", "one_line", "PrepareStandby", "PrimeStandby", "ProcessStacks",
            "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident", "ReplaceLoaderWorkers",
            "RequestCheckpoint", "restore", "scan", "SearchNews", "SignatureSeen", "snapshot", "Spawn", "Spawned", "Stacks",
            "StacksReadAhead", "StallInspected", "StateDirTaken", "Status", "StopRequested", "Supervision", "Supervisor",

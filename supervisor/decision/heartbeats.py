@@ -33,7 +33,7 @@ from supervisor.decision.recovery import probe, standby, stopping
 from supervisor.decision.recovery.stopping import Stop
 from supervisor.decision.stall import kernel_search, watchdog, witness
 from supervisor.vocabulary import Reason, State, WorkerStart
-from worker.wire.contract import HELD_LOADER_WORKERS, HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
+from worker.wire.contract import HELD_LOADER_WORKERS, HELD_RESUMED_BATCHES, HeartbeatMessage, MessageKind, Phase, StartupStep, WaitKind
 
 NAN_BEATS = 3  # training beats in a row with a non-finite loss before the run counts as diverged
 
@@ -209,16 +209,18 @@ def restart_parts(last: Incident, a: Attempt) -> dict[str, float]:
     """Where a restart's seconds went, from the verdict to the first batch: the kill, the rest until the next
     worker's spawn or take-over (stacks, backoff), then each startup step of that worker. What a ready standby held
     is named so: its model step loads the checkpoint into the model built ahead (``model_load``, not ``model``); with
-    the training loader's workers started ahead, the first batch is only loaded (``first_batch_held``); a dataset it
-    held is not built (no ``dataset`` part where it held both)."""
+    the training loader's workers started ahead, the first batch is only loaded (``first_batch_held``), and where
+    they were fed at the verdict, loading since then (``first_batch_primed``: what is left of it at the launch); a
+    dataset it held is not built (no ``dataset`` part where it held both)."""
     parts = {"kill": last.kill.seconds} if last.kill is not None else {}
     to_spawn = span(last.time, a.spawned_wall)
     if to_spawn is not None:
         parts["to_spawn"] = round(max(0.0, to_spawn - parts.get("kill", 0.0)), 3)
     held = (a.in_force.held if a.in_force is not None else None) or ()
+    first_batch = "first_batch_primed" if HELD_RESUMED_BATCHES in held else "first_batch_held"
     for step, seconds in a.step_seconds.items():
         name = "model_load" if step == StartupStep.MODEL.value and a.start is WorkerStart.READY \
-            else "first_batch_held" if step == StartupStep.FIRST_BATCH.value and HELD_LOADER_WORKERS in held else step
+            else first_batch if step == StartupStep.FIRST_BATCH.value and HELD_LOADER_WORKERS in held else step
         parts[name] = round(seconds, 3)
     return parts
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from supervisor.decision import core
-from supervisor.decision.model.actions import PrepareStandby, RecordIncident, Spawn
+from supervisor.decision.model.actions import PrepareStandby, PrimeStandby, RecordIncident, Spawn
 from supervisor.decision.model.incident import Loss, Stacks
 from supervisor.decision.model.signatures import scan
 from supervisor.decision.model.survivors import Survivor
@@ -27,8 +27,8 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     last = d.t
     assert verdicts(d.at(last + 9.9)(core.Tick())) == []
     actions = d.at(last + 10.01)(core.Tick())
-    assert kinds(actions) == ["Log", "KillTree"]
-    incident = actions[1].incident
+    assert kinds(actions) == ["Log", "PrimeStandby", "KillTree"]
+    incident = actions[-1].incident
     assert (incident.reason, incident.phase, incident.rung) == ("hang", "train", 0)
     assert d.s.state == core.State.STOPPING
     actions = d(core.TreeKilled(killed=3))
@@ -39,6 +39,27 @@ def test_hang_in_training_is_detected_at_the_auto_timeout_and_climbs_one_rung():
     # Judged on its own hangs alone, one hang in 10 s of training climbs one rung.
     alone = at_rung_1_after_a_hang()
     assert alone.s.rung == 1 and alone.s.ladder.settings(1) == {"workers": 4}
+
+
+def test_a_restarts_kill_first_tells_the_standby_asked_for_so_its_loader_is_fed_during_the_kill():
+    """Issue 59.1: where a standby was asked for, the kill of a hang's tree is told to it first (PrimeStandby), so a
+    ready one loads the resumed batches while the tree dies; a stop that saves first, a run without a standby and a
+    kill that ends the run tell it nothing."""
+    def hung(**sections):
+        d = Driver(make(**sections))
+        d.boot_and_spawn()
+        d.beat("train", kind="phase")
+        d.train_until(1010, 0.5)
+        return d, d.at(d.t + 10.01)(core.Tick())
+
+    d, actions = hung()
+    assert kinds(actions) == ["Log", "PrimeStandby", "KillTree"] and actions[1] == PrimeStandby()
+    _, actions = hung(worker={"standby": False})
+    assert kinds(actions) == ["Log", "KillTree"]
+    stopped = healthy()
+    assert "PrimeStandby" not in kinds(stopped(core.StopRequested("SIGTERM")))  # it saves first, then exits
+    stopped.beat("save", kind="checkpoint", path="/x/last.pt", epoch=1, batch=20, progress=stopped.progress)
+    assert stopped(core.WorkerExited(0)) == [core.KillTree(None)]
 
 
 def test_a_standby_is_asked_for_once_the_attempts_own_start_is_done_with_the_rung_a_hang_moves_to():
@@ -520,7 +541,7 @@ def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_inci
     assert [type(a).__name__ for a in actions] == ["KeepVerifiedCopy"] and actions[0].path.endswith("last.pt")
     d.train_until(1014, 0.5)  # 8 more batches, 4 s of training after the checkpoint
     actions = d.at(d.t + 10.01)(core.Tick())
-    incident = actions[1].incident
+    incident = actions[-1].incident
     assert incident.loss == Loss(seconds=4.0, batches=8)
     assert incident.resumes_from == {"epoch": 1, "batch": 20, "path": "/s/train/weights/last.pt"}
     assert d.s.goodput.lost_seconds == 4.0 and d.s.trained() == pytest.approx(13.5)  # first batch at 1000.5
@@ -537,7 +558,7 @@ def test_a_hang_loses_only_the_training_after_the_newest_checkpoint_and_the_inci
 
 def test_without_any_checkpoint_the_whole_attempt_is_lost():
     d = healthy()
-    incident = d.at(d.t + 10.01)(core.Tick())[1].incident
+    incident = d.at(d.t + 10.01)(core.Tick())[-1].incident
     assert incident.loss.batches == 20 and incident.loss.seconds == pytest.approx(9.5)
     assert incident.resumes_from is None
 
@@ -579,7 +600,7 @@ def test_the_end_of_an_epoch_is_bounded_by_what_the_run_observed_once_it_saw_one
     due = d.s.watch.deadline
     assert (due.at - d.t, due.label) == (25.0, "save auto")
     actions = d.at(d.t + 25.01)(core.Tick())
-    assert actions[1].incident.phase == "save" and actions[1].incident.reason == "hang"
+    assert actions[-1].incident.phase == "save" and actions[-1].incident.reason == "hang"
 
 
 def test_a_mid_epoch_checkpoint_bounds_the_next_one_and_never_an_epochs_end():
@@ -609,7 +630,7 @@ def test_a_mid_epoch_checkpoint_bounds_the_next_one_and_never_an_epochs_end():
     due = d.s.watch.deadline
     assert (due.at - d.t, due.label) == (10.0, "checkpoint auto")  # its own: max(floor, 10 x 0.5 s)
     actions = d.at(d.t + 10.01)(core.Tick())
-    assert kinds(actions) == ["Log", "KillTree"] and actions[1].incident.phase == "save"
+    assert kinds(actions) == ["Log", "PrimeStandby", "KillTree"] and actions[-1].incident.phase == "save"
 
 
 def test_later_startups_of_a_worker_that_reports_no_steps_are_bounded_by_the_startup_this_run_saw():

@@ -14,7 +14,7 @@ FACE = sorted([
     "WorkerExited", "WeightsKept", "VerifiedCopyKept",
     # the actions it carries out
     "AwaitSurvivors", "DropStacksAhead", "Exit", "InspectStall", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
-    "PrepareStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",
+    "PrepareStandby", "PrimeStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",
     "ReplaceLoaderWorkers", "RequestCheckpoint", "Spawn",
     # the reducer, its record (whose ``watch`` the shell's loop reads), its restore, and the threads a reading counts
     "Supervision", "decide", "restore", "counted_threads",

@@ -74,7 +74,9 @@ def test_a_ready_standby_takes_the_restart_without_building_a_model_or_datasets_
     parts = incident["restart_parts"]
     assert "model" not in parts and "model_load" in parts, parts  # the checkpoint loaded into the held model
     assert "dataset" not in parts, parts  # both datasets held: none built after the verdict
-    assert "first_batch" not in parts and "first_batch_held" in parts, parts  # no loader workers started
+    # no loader workers started, and those held fed at the verdict from the checkpoint resumed (issue 59.1)
+    assert "first_batch" not in parts and "first_batch_primed" in parts, parts
+    assert "its training loader's workers load epoch 2 from " in stderr
     assert "takes the attempt: its imports, device context, model, datasets and loader are done" in stderr
     assert "model (held ready, checkpoint loaded)" in stderr
     assert "held ready is dropped" not in stderr

@@ -1,6 +1,7 @@
 """What a ready standby holds (worker/standby/ready.py): the model built ahead, taken only by a launch that would build the
 same one, and its weights then the checkpoint's."""
 
+import pytest
 import torch
 
 from worker.standby import ready
@@ -80,6 +81,143 @@ def test_the_held_loader_gives_the_batches_and_worker_seeds_a_new_one_would_from
     assert took == cold and len(took) == 8 - 3
     assert iterator._base_seed == cold_iterator._base_seed  # the workers' seeds: the same augmentations
     held.loader.close()
+
+
+def checkpoint_at(path, epoch: int, batch: int, batch_size: int = 4):
+    """A mid-epoch checkpoint as the worker writes one, of what a resume reads: the exact position."""
+    from worker.checkpoints.checkpointing import EXACT_KEY
+
+    torch.save({"epoch": epoch - 1, "ema": None, "optimizer": {},
+                EXACT_KEY: {"epoch": epoch, "batch": batch, "samples": batch * batch_size}}, path)
+    return str(path)
+
+
+def names_of(loader, epochs):
+    """The images of each batch ``loader`` gives over ``epochs`` (a list the loader's epoch is read from)."""
+    taken = []
+    for _ in range(2):
+        taken.append([[name.rsplit("/", 1)[-1] for name in batch["im_file"]] for batch in loader])
+        epochs[0] += 1
+    return taken
+
+
+def launched_loader(resume_point, epochs, *, reset_first: bool = False, per_epoch: bool = False):
+    """The held loader as the launch takes it and resumes it (worker/training/trainer.py), or None."""
+    from worker.loading.loaders import make_epoch_workers
+    from worker.supervision import exact_resume
+
+    held = ready.HELD["loader"]
+    loader = ready.take_loader(held.dataset_key, held.loader_key, workers_hooked=False)
+    if loader is None:
+        return None
+    if per_epoch:
+        make_epoch_workers(loader)
+    loader.__class__ = ready.held_class(type(loader))
+    exact_resume.install(loader, 0, lambda: epochs[0], resume_point)
+    if reset_first:  # close_mosaic's reset at the resumed epoch's start, before its first batch
+        loader.reset()
+    return loader
+
+
+def cold_batches(dataset, resume_point, per_epoch: bool = False):
+    """What a loader built at the launch gives from the same position, over the same two epochs."""
+    from ultralytics.data.build import build_dataloader
+
+    from worker.loading.loaders import make_epoch_workers
+    from worker.supervision import exact_resume
+
+    torch.manual_seed(0 + 1 - 1)  # as the trainer's init_seeds (seed + 1 + RANK) before it builds its loader
+    cold = build_dataloader(dataset, batch=4, workers=2, shuffle=True, rank=-1, device="cpu")
+    if per_epoch:
+        make_epoch_workers(cold)
+    epochs = [resume_point.epoch]
+    exact_resume.install(cold, 0, lambda: epochs[0], resume_point)
+    seeds, cls = [], type(cold)  # each iterator's workers' seeds
+    cold._get_iterator = lambda: (it := cls._get_iterator(cold), seeds.append(it._base_seed))[0]
+    try:
+        return names_of(cold, epochs), seeds, cold.sampler
+    finally:
+        cold.close()
+
+
+@pytest.mark.parametrize("per_epoch", [False, True], ids=["persistent workers", "workers each epoch"])
+def test_a_held_loader_fed_at_the_verdict_gives_what_a_cold_restart_gives_over_the_resumed_epoch_and_the_next(
+        tmp_path, per_epoch):
+    """Issue 59.1: the supervisor's word at the verdict feeds the held workers from the checkpoint's resumed
+    position while the tree is killed; the launch that resumes from that same file takes them as they stand, and
+    trains the batches a cold restart trains, the next epoch's too, with the same worker seeds."""
+    from worker.supervision.exact_resume import ResumePoint
+
+    ready.prepare(spec("yolov8n.yaml", imgsz=64, batch=4, workers=2, seed=0))
+    checkpoint = checkpoint_at(tmp_path / "last.pt", epoch=1, batch=3)
+    line = ready.prime(checkpoint)
+    assert "load epoch 2 from batch 4 now, as" in line and checkpoint in line, line
+    held = ready.HELD["loader"]
+    workers, iterator = [w.pid for w in held.iterator._workers], held.iterator
+    assert iterator._send_idx == iterator._prefetch_factor * 2  # its first batches asked for, before the launch
+    ready.resuming(checkpoint)
+    epochs = [1]
+    loader = launched_loader(ResumePoint(1, 3, 12), epochs, per_epoch=per_epoch)
+    assert loader is not None and loader.held_primed is not None
+    made = []  # each epoch's iterator, where workers are made each epoch
+    cls = type(loader)
+    loader._get_iterator = lambda: (it := cls._get_iterator(loader), made.append(it))[0]
+    took = names_of(loader, epochs)
+    assert made[0] is iterator and [w.pid for w in iterator._workers] == workers  # the fed one took the first epoch
+    assert len(made) == (2 if per_epoch else 1)
+    cold, cold_seeds, cold_order = cold_batches(loader.dataset, ResumePoint(1, 3, 12), per_epoch)
+    assert took == cold and [len(e) for e in took] == [8 - 3, 8]
+    assert [it._base_seed for it in made] == cold_seeds
+    assert loader.sampler.same_order(cold_order)  # the loader goes on as a cold one would (an in-place rebuild reads it)
+    loader.close()
+    ready.HELD.clear()
+
+
+def test_a_held_loader_fed_from_another_checkpoint_than_the_launch_resumes_is_dropped(tmp_path, capsys):
+    """The tree saved again between the verdict and the launch (an asynchronous save's write ending), or the
+    launch resumes the verified copy: the workers loaded another position, so the launch starts new ones."""
+    ready.prepare(spec("yolov8n.yaml", imgsz=64, batch=4, workers=2, seed=0))
+    ready.prime(checkpoint_at(tmp_path / "last.pt", epoch=1, batch=3))
+    workers = list(ready.HELD["loader"].iterator._workers)
+    ready.resuming(checkpoint_at(tmp_path / "last.pt", epoch=1, batch=5))  # written again: another file
+    assert launched_loader(None, [1]) is None
+    for w in workers:
+        w.join(30)
+        assert not w.is_alive()
+    assert "fed at the verdict from another checkpoint than this launch resumes" in capsys.readouterr().err
+    ready.HELD.clear()
+
+
+def test_a_reset_before_the_first_batch_of_a_loader_fed_at_the_verdict_resumes_from_its_own_order(tmp_path):
+    """close_mosaic's reset at the resumed epoch's start stops the fed workers: the new iterator draws the loader's
+    own order, its skip intact (the feeding drew a copy), so it trains what a cold restart trains."""
+    from worker.supervision.exact_resume import ResumePoint
+
+    ready.prepare(spec("yolov8n.yaml", imgsz=64, batch=4, workers=2, seed=0))
+    checkpoint = checkpoint_at(tmp_path / "last.pt", epoch=1, batch=3)
+    ready.prime(checkpoint)
+    ready.resuming(checkpoint)
+    epochs = [1]
+    loader = launched_loader(ResumePoint(1, 3, 12), epochs, reset_first=True)
+    took = names_of(loader, epochs)
+    cold, _, _ = cold_batches(loader.dataset, ResumePoint(1, 3, 12))
+    assert took == cold and [len(e) for e in took] == [8 - 3, 8]
+    loader.close()
+    ready.HELD.clear()
+
+
+def test_a_standby_fed_nothing_to_prime_or_a_finished_checkpoint_says_so_and_feeds_at_the_launch(tmp_path):
+    ready.HELD.clear()
+    assert ready.prime(None) == "no training loader held to feed ahead"
+    ready.prepare(spec("yolov8n.yaml", imgsz=64, batch=4, workers=2, seed=0))
+    finished = tmp_path / "done.pt"
+    torch.save({"epoch": -1, "ema": None, "optimizer": None}, finished)
+    assert "fed at the launch" in ready.prime(str(finished)) and ready.HELD["loader"].primed is None
+    assert "fed at the launch" in ready.prime(str(tmp_path / "missing.pt"))
+    assert "load epoch 1 from its start now, as a start from scratch" in ready.prime(None)
+    assert ready.prime(None) == "its training loader is fed already"
+    ready.drop()
+    ready.HELD.clear()
 
 
 def test_a_held_loader_the_launch_does_not_take_has_its_workers_stopped_and_says_why(capsys):

@@ -20,7 +20,11 @@ and built there:
   nothing (torch's iterator asks its sampler for the first batches as it starts them): at the launch the iterator
   is pointed at the sampler the resume positioned (worker/supervision/exact_resume.py) and fed then, so it loads the batches a
   new iterator would, in the same order, with the same worker seeds (drawn from the loader's generator, seeded as
-  the trainer seeds it). Not for "spawn" workers (each a fresh interpreter importing torch: several cores while the
+  the trainer seeds it). Where a restart is coming (``prime``: the supervisor's word at the verdict, with the
+  checkpoint the next attempt resumes from), the standby feeds them at once, from that checkpoint's resumed position, on
+  a copy of the order the launch will draw: their first batches load while the old tree is killed, and the launch takes
+  the iterator as it stands where it resumes from that same file (else its workers are dropped: they loaded another
+  position). Not for "spawn" workers (each a fresh interpreter importing torch: several cores while the
   training runs) nor the threads loader (its threads are made at the launch).
 """
 
@@ -37,7 +41,10 @@ from typing import Any
 
 from worker.wire.contract import (ENV_READY, HELD_IMAGE_CACHE, HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET,
                              HELD_VAL_DATASET, DataFiles, StandbyReport)
+from worker.checkpoints.checkpointing import EXACT_KEY, is_finished
 from worker.startup.demo_data import ensure_demo_dataset
+from worker.supervision import exact_resume
+from worker.supervision.exact_resume import ResumePoint
 from worker.startup.device_warmup import DeviceWarmUp
 from worker.loading.loaders import chain_worker_init, die_with_parent, start_workers_with
 from worker.patches import offline
@@ -59,7 +66,9 @@ NOT_THE_DATASETS = frozenset((
     "dynamic", "simplify", "opset", "workspace", "nms", "tracker", "cfg", "channels_last", "quantize",
     "distill_model", "retina_masks", "cache_dir"))
 
-HELD: dict[str, Any] = {}  # what the launch takes or drops: "model", "datasets" {key: dataset}, "loader" HeldLoader
+# What the launch takes or drops: "model", "datasets" {key: dataset}, "loader" HeldLoader; and "resumes", the identity
+# of the checkpoint file the launch resumes from (``resuming``).
+HELD: dict[str, Any] = {}
 CACHE_SAMPLE = 30  # images loaded to size a RAM cache, as Ultralytics' check_cache_ram sizes it
 
 
@@ -240,7 +249,7 @@ def _build_data(args: Any, options: dict[str, Any], model: Any, data: dict[str, 
     chain_worker_init(loader, die_with_parent)
     HELD["loader"] = HeldLoader(train_key, loader_key(args.batch, args.workers, RANK, bool(args.compile), device,
                                                       options.get("start_method"), args.seed), loader,
-                                start_unfed(loader))
+                                start_unfed(loader), seed=int(args.seed))
     if not ROOM.fits(loader=HELD["loader"].iterator):
         ROOM.left_out.append(f"the training loader's workers ({ROOM.used(HELD['loader'].iterator) // MIB} MiB with "
                              f"them)")
@@ -299,15 +308,82 @@ def loader_key(batch: int, workers: Any, rank: int, drop_last: bool, device: Any
     return json.dumps([batch, workers, rank, drop_last, str(device), start_method, seed], default=str)
 
 
+@dataclass(frozen=True)
+class Primed:
+    """A held loader's workers fed at the verdict (``prime``): from the resumed position of the checkpoint file
+    ``checkpoint`` identifies (None: none, a start from scratch), by ``index_sampler``, a copy of the loader's own over
+    ``sampler``, the epoch-keyed order as the launch's resume will make it (``unfed``: as it stood before the feeding)."""
+    checkpoint: tuple[int, ...] | None
+    sampler: Any
+    unfed: Any
+    index_sampler: Any
+
+
 @dataclass
 class HeldLoader:
     dataset_key: str
     loader_key: str
     loader: Any
-    iterator: Any  # its workers started, fed nothing yet
+    iterator: Any  # its workers started, fed nothing yet (or fed at the verdict: ``primed``)
+    seed: int = 0  # the training's seed, which the epoch-keyed order is drawn from
+    primed: Primed | None = None
 
     def close(self) -> None:
         self.iterator._shutdown_workers()
+
+
+def checkpoint_identity(stat: os.stat_result) -> tuple[int, ...]:
+    """One file as it was written: a checkpoint saved again is a new file (an atomic rename), another inode."""
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def resumed_position(checkpoint: str | None) -> tuple[tuple[int, ...] | None, int, Any]:
+    """What a launch resuming ``checkpoint`` (None: from scratch) starts at: the file's identity, the epoch (0-based)
+    and the exact resume point within it (None: its start), as worker/training/train.py reads them."""
+    import torch
+
+    if checkpoint is None:
+        return None, 0, None
+    with open(checkpoint, "rb") as f:
+        identity = checkpoint_identity(os.fstat(f.fileno()))
+        ckpt = torch.load(f, map_location="cpu", weights_only=False)
+    if is_finished(ckpt):
+        raise ValueError("it holds a finished training")
+    exact = ckpt.get(EXACT_KEY)
+    if exact:
+        return identity, int(exact["epoch"]), ResumePoint(exact["epoch"], exact["batch"], exact.get("samples"))
+    return identity, int(ckpt["epoch"]) + 1, None
+
+
+def prime(checkpoint: str | None) -> str:
+    """The restart is coming, from ``checkpoint``: feed the held loader's workers now, from its resumed position, so
+    that the launch's first batches are loading while the old tree is killed. What was done, for the line."""
+    held = HELD.get("loader")
+    if held is None or held.primed is not None:
+        return "no training loader held to feed ahead" if held is None else "its training loader is fed already"
+    began = time.monotonic()
+    try:
+        identity, epoch, resume = resumed_position(checkpoint)
+    except Exception as e:  # the launch reads it too, and says why it cannot; the held workers are fed there
+        return f"its training loader is fed at the launch ({checkpoint}: {type(e).__name__}: {str(e)[:200]})"
+    sampler = exact_resume.epoch_order(held.loader, held.seed, resume)
+    if sampler is None:
+        return "its training loader is fed at the launch (its sampler keeps no epoch-keyed order)"
+    sampler.next_epoch = epoch
+    index_sampler = copy.copy(held.loader.batch_sampler)  # Ultralytics' _RepeatSampler over a BatchSampler
+    index_sampler.sampler = copy.copy(index_sampler.sampler)
+    index_sampler.sampler.sampler = sampler
+    unfed = copy.deepcopy(sampler)
+    fed(held.iterator, index_sampler)
+    held.primed = Primed(identity, sampler, unfed, index_sampler)
+    at = f"batch {resume.batches + 1}" if resume is not None else "its start"
+    return (f"its training loader's workers load epoch {epoch + 1} from {at} now, as {checkpoint or 'a start from scratch'} "
+            f"resumes ({time.monotonic() - began:.2f} s to feed them)")
+
+
+def resuming(checkpoint: str | None) -> None:
+    """The launch resumes from ``checkpoint`` (None: from scratch): a held loader fed from another is not taken."""
+    HELD["resumes"] = checkpoint_identity(os.stat(checkpoint)) if checkpoint is not None else None
 
 
 def start_unfed(loader: Any) -> Any:
@@ -322,10 +398,10 @@ def start_unfed(loader: Any) -> Any:
         object.__setattr__(loader, "batch_sampler", sampler)
 
 
-def fed(iterator: Any, loader: Any) -> Any:
-    """``iterator`` (from ``start_unfed``) asking for the loader's batches from its sampler's position now, as a
-    new iterator of the loader would at its start."""
-    iterator._index_sampler = loader._index_sampler
+def fed(iterator: Any, index_sampler: Any) -> Any:
+    """``iterator`` (from ``start_unfed``) asking for the batches of ``index_sampler`` (a loader's) from its position
+    now, as a new iterator of the loader would at its start."""
+    iterator._index_sampler = index_sampler
     iterator._sampler_iter = iter(iterator._index_sampler)
     for _ in range(iterator._prefetch_factor * iterator._num_workers):
         iterator._try_put_index()
@@ -340,11 +416,25 @@ def held_class(base: type) -> type:
 
     def _get_iterator(self):
         held = self.__dict__.pop("held_iterator", None)
-        return fed(held, self) if held is not None else base._get_iterator(self)
+        primed = self.__dict__.pop("held_primed", None)
+        if held is None:
+            return base._get_iterator(self)
+        if primed is None:
+            return fed(held, self._index_sampler)
+        if not primed.unfed.same_order(self.sampler):  # the resume drew another order than the one fed at the verdict
+            held._shutdown_workers()
+            print("yolo-train worker: the training loader's workers fed at the verdict loaded another position than "
+                  "this launch resumes: starting new ones", file=sys.stderr, flush=True)
+            return base._get_iterator(self)
+        # The pass they were fed is under way: the loader goes on from the order it is drawn from.
+        object.__setattr__(self, "batch_sampler", primed.index_sampler)  # DataLoader refuses a plain assignment
+        object.__setattr__(self, "sampler", primed.sampler)
+        return held
 
     def close(self):
         """A close or reset before the first iteration (close_mosaic's changes the dataset the workers copied)
-        stops the held workers too: the next iterator is a new one."""
+        stops the held workers too: the next iterator is a new one, drawn from the loader's own order."""
+        self.__dict__.pop("held_primed", None)
         held = self.__dict__.pop("held_iterator", None)
         if held is not None:
             held._shutdown_workers()
@@ -371,19 +461,24 @@ def drop_datasets() -> None:
 
 def take_loader(data_key: str, key: str, workers_hooked: bool) -> Any | None:
     """The training loader held, its workers ready for the next iterator (``held_class``), when the launch would
-    build the same (``data_key``, ``key``) and hook nothing into its workers (``workers_hooked``: a fault injected
-    there); else None, its workers stopped (its dataset stays held for ``take_dataset``)."""
+    build the same (``data_key``, ``key``), hook nothing into its workers (``workers_hooked``: a fault injected
+    there) and, where they were fed at the verdict, resume from that same checkpoint file (``resuming``); else None,
+    its workers stopped (its dataset stays held for ``take_dataset``)."""
     held = HELD.get("loader")
     if held is None:
         return None
-    if held.dataset_key != data_key or held.loader_key != key or workers_hooked:
+    other_checkpoint = held.primed is not None and held.primed.checkpoint != HELD.get("resumes")
+    if held.dataset_key != data_key or held.loader_key != key or workers_hooked or other_checkpoint:
         drop_loader("a fault is hooked into its workers" if workers_hooked else "its dataset is not this launch's"
                     if held.dataset_key != data_key else
-                    "made for another rung's loader (batch, workers, start method, seed)")
+                    "made for another rung's loader (batch, workers, start method, seed)" if held.loader_key != key
+                    else "its workers were fed at the verdict from another checkpoint than this launch resumes")
         return None
     HELD.pop("loader")
     HELD.get("datasets", {}).pop(data_key, None)
     held.loader.held_iterator = held.iterator
+    if held.primed is not None:
+        held.loader.held_primed = held.primed
     return held.loader
 
 

@@ -65,6 +65,11 @@ class EpochOrderSampler(torch.utils.data.Sampler):
         indices = (indices * math.ceil(total / len(indices)))[:total]
         return indices[self.rank:total:self.ranks]
 
+    def same_order(self, other: "EpochOrderSampler") -> bool:
+        """``other`` deals the same passes from here on: the same order, share, next epoch and skips."""
+        return (self.size, self.seed, self.rank, self.ranks, self.next_epoch, self.skip) == \
+            (other.size, other.seed, other.rank, other.ranks, other.next_epoch, other.skip)
+
     def set_epoch(self, epoch: int) -> None:
         """Called by the trainer under DDP, as on a DistributedSampler; the pass count already says the epoch."""
 
@@ -77,19 +82,26 @@ class EpochOrderSampler(torch.utils.data.Sampler):
         return self.per_rank
 
 
-def install(loader: Any, seed: int, current_epoch: Callable[[], int], resume: ResumePoint | None) -> bool:
-    """Give a training loader the epoch-keyed order and the resume skip; False (loader untouched) when its sampler is
+def epoch_order(loader: Any, seed: int, resume: ResumePoint | None) -> EpochOrderSampler | None:
+    """The epoch-keyed order (with the resume skip) that ``install`` gives ``loader``; None when its sampler is
     neither the plain shuffling one nor a shuffling DistributedSampler."""
-    batch_sampler = getattr(loader.batch_sampler, "sampler", None)  # _RepeatSampler -> BatchSampler
-    original = getattr(batch_sampler, "sampler", None)
+    original = getattr(getattr(loader.batch_sampler, "sampler", None), "sampler", None)  # _RepeatSampler -> BatchSampler
     if isinstance(original, torch.utils.data.RandomSampler):
         rank, ranks = 0, 1
     elif isinstance(original, torch.utils.data.DistributedSampler) and original.shuffle and not original.drop_last:
         rank, ranks = original.rank, original.num_replicas
     else:
+        return None
+    return EpochOrderSampler(len(loader.dataset), seed, resume, loader.batch_size, rank, ranks)
+
+
+def install(loader: Any, seed: int, current_epoch: Callable[[], int], resume: ResumePoint | None) -> bool:
+    """Give a training loader the epoch-keyed order and the resume skip; False (loader untouched) when its sampler is
+    neither the plain shuffling one nor a shuffling DistributedSampler."""
+    sampler = epoch_order(loader, seed, resume)
+    if sampler is None:
         return False
-    sampler = EpochOrderSampler(len(loader.dataset), seed, resume, loader.batch_size, rank, ranks)
-    batch_sampler.sampler = sampler
+    loader.batch_sampler.sampler.sampler = sampler
     object.__setattr__(loader, "sampler", sampler)  # DataLoader refuses a plain assignment after __init__
     loader.__class__ = resuming_class(type(loader))
     loader.resume, loader.current_epoch = resume, current_epoch

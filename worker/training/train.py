@@ -27,7 +27,7 @@ from worker.startup import startup_steps
 from worker.checkpoints.checkpointing import (EXACT_KEY, identity_mismatch, identity_refusal, is_finished, readable_checkpoint,
                                   strip_atomically)
 from worker.wire.commands import relay_to_ranks
-from worker.wire.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, EXIT_CONFIG, STANDBY_FLAG, LaunchRecord,
+from worker.wire.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, EXIT_CONFIG, PRIME_WORD, STANDBY_FLAG, LaunchRecord,
                              LaunchRecordError, StartupStep, loader_workers)
 from worker.startup.demo_data import ensure_demo_dataset
 from worker.supervision.exact_resume import ResumePoint
@@ -86,6 +86,9 @@ def stand_by(parent: int) -> str | None:
     ready.prepare_from_env()  # where the device has room: the context and the model, then sleep (worker/standby/ready.py)
 
     line = sys.stdin.readline().strip()
+    while line.split(" ", 1)[0] == PRIME_WORD:  # a restart is coming, from this checkpoint: its batches load now
+        print(f"yolo-train standby: {ready.prime(line.partition(' ')[2] or None)}", flush=True)
+        line = sys.stdin.readline().strip()
     CLOCK.restart()  # the start that counts is the launch's, not the wait's
     ready.launched()
     return line or None
@@ -121,6 +124,7 @@ def train(record: LaunchRecord, hb: Heartbeat, record_path: str | None = None) -
             epochs = (ckpt.get("train_args") or {}).get("epochs")
             hb.phase("done", **({"epoch": epochs, "epochs": epochs} if isinstance(epochs, int) else {}))
             return 0
+        ready.resuming(resume)  # a loader a standby fed from another checkpoint's position is not taken
         exact = ckpt.get(EXACT_KEY)
         resume_point = ResumePoint(exact["epoch"], exact["batch"], exact.get("samples")) if exact else None
         del ckpt

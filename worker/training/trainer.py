@@ -24,7 +24,7 @@ from worker.standby import ready
 from worker.supervision import exact_resume
 from worker.checkpoints.checkpoint_writer import BackgroundWriter, to_host
 from worker.checkpoints.checkpointing import EXACT_KEY, AtomicPath, CheckpointWriteError, atomic_write, strip_atomically
-from worker.wire.contract import (HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, InForce,
+from worker.wire.contract import (HELD_LOADER_WORKERS, HELD_MODEL, HELD_RESUMED_BATCHES, HELD_TRAIN_DATASET, HELD_VAL_DATASET, InForce,
                              StartupStep)
 from worker.distributed.ddp import adopt_cpu_drill, rank_link, setup_process_group
 from worker.startup.device_warmup import DeviceWarmUp
@@ -187,6 +187,8 @@ class SupervisedTrainerMixin:
             workers_hooked="dataloader_hang" in self.link.faults.kinds())
         if loader is not None:
             self._held.append(HELD_LOADER_WORKERS)
+            if getattr(loader, "held_primed", None) is not None:
+                self._held.append(HELD_RESUMED_BATCHES)
         return loader
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):

@@ -39,6 +39,9 @@ from typing import Any
 
 LAUNCH_VERSION = 1
 STANDBY_FLAG = "--standby"
+# A standby's stdin before its launch record's path: "prime CHECKPOINT" (or "prime" alone: from scratch), the
+# supervisor's word at a verdict that a restart from that checkpoint is coming (worker/standby/ready.py ``prime``).
+PRIME_WORD = "prime"
 # "1" in a standby's environment: the rung it is made for forks its loader workers from a forkserver, which it starts
 # and preloads while it waits (the supervisor sets it for a cold worker of that rung too, so either serves it)
 ENV_FORKSERVER = "YOLO_TRAIN_FORKSERVER"
@@ -284,6 +287,7 @@ def _strs(value: Any) -> tuple[str, ...] | None:
 # What a launch can take from a ready standby (InForce.held): the spelling the incident's restart parts are named by.
 HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, HELD_LOADER_WORKERS = (
     "model", "train dataset", "val dataset", "training loader workers")
+HELD_RESUMED_BATCHES = "resumed batches"  # the held loader's workers fed at the verdict: loading before the launch
 HELD_IMAGE_CACHE = "image cache"  # its datasets' images in RAM ([train] cache = "ram"); else the launch caches them
 
 

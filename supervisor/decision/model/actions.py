@@ -38,6 +38,13 @@ class PrepareStandby:
 
 
 @dataclass(frozen=True)
+class PrimeStandby:
+    """A restart from the newest checkpoint follows this kill: a ready standby holding the training loader feeds its
+    workers from that checkpoint's resumed position now, so the first batches load while the tree is killed
+    (worker/standby/ready.py ``prime``). Said before the ``KillTree``; nothing where no such standby waits."""
+
+
+@dataclass(frozen=True)
 class PublishLadder:
     """Several hosts: this host decided where the job goes on the ladder; said before its tree is killed, so the
     other hosts, whose ranks fail with it, restart on the same rung."""

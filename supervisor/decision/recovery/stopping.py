@@ -14,7 +14,7 @@ from typing import Any
 
 from supervisor.decision.learning import choices, goodput
 from supervisor.decision.model import rung_choice
-from supervisor.decision.model.actions import Exit, KillTree, Log, PublishLadder
+from supervisor.decision.model.actions import Exit, KillTree, Log, PrimeStandby, PublishLadder
 from supervisor.decision.model.events import KernelMessage, Now, WeightsKept
 from supervisor.decision.model.hang_history import HangPoint
 from supervisor.decision.model.incident import Incident
@@ -111,7 +111,11 @@ def begin(s: Supervision, now: Now, stop: Stop, verdict: Verdict | None = None) 
     announced = several_hosts and reason in (Reason.HANG, Reason.KERNEL) and then in (None, After.RESTART)
     published = publish(s, climb_target(s, choice) if climb else s.rung, {**s.remedies, **(remedy or {})},
                         cause_of(incident)) if climb or remedy or announced else []
-    return earlier + ([log, *published] if save_until is not None else [log, *published, KillTree(incident)])
+    if save_until is not None:  # the worker saves first: the checkpoint the restart resumes is still to come
+        return earlier + [log, *published]
+    # a standby was asked for: where it is ready, its loader's first batches load while the tree is killed
+    primed = [PrimeStandby()] if s.stop.then == After.RESTART and a.standby_settings is not None else []
+    return earlier + [log, *published, *primed, KillTree(incident)]
 
 
 def _search(s: Supervision, now: Now) -> str | None:

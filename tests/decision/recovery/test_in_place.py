@@ -146,7 +146,7 @@ def test_a_worker_that_exits_during_the_recovery_restarts():
 
 def test_in_place_off_is_todays_restart():
     off = loading(recovery={"in_place": False})
-    assert kinds(off.at(off.t + 10.01)(core.Tick())) == ["Log", "KillTree"]
+    assert kinds(off.at(off.t + 10.01)(core.Tick())) == ["Log", "PrimeStandby", "KillTree"]
 
 
 def test_no_loader_reported_means_no_in_place_tier():
@@ -157,8 +157,8 @@ def test_no_loader_reported_means_no_in_place_tier():
     d.beat("train", kind="phase")
     d.train_until(1010, 0.5)
     actions = d.at(d.t + 10.01)(core.Tick())
-    assert kinds(actions) == ["Log", "KillTree"]
-    incident = actions[1].incident
+    assert kinds(actions) == ["Log", "PrimeStandby", "KillTree"]
+    incident = actions[-1].incident
     assert incident.tiers == ("restart",) and incident.escalation == in_place.NO_WORKERS
     command = Driver(make(worker=COMMAND))
     command.boot_and_spawn()

@@ -39,7 +39,7 @@ def test_asked_once_at_the_bound_less_the_budget_kept_and_taken_by_the_verdict_w
     assert kinds(said) == ["Log"] and "1.10 s" in said[0].text and "1.8 s before its verdict" in said[0].text
     assert d.s.watch.wake.kind == watchdog.DeadlineKind.PHASE  # read: the verdict is what is due next
     actions = d.at(last + 10.0)(core.Tick())
-    assert kinds(actions)[-2:] == ["Log", "KillTree"] and "read 3.00 s before the verdict" in actions[-2].text
+    assert kinds(actions)[-3:] == ["Log", "PrimeStandby", "KillTree"] and "read 3.00 s before the verdict" in actions[-3].text
     incident = actions[-1].incident
     assert incident.stacks.where == READ.where and incident.stacks.ahead == 3.0  # the shell reads nothing again
     assert incident.to_dict()["stacks_ahead_seconds"] == 3.0 and incident.to_dict()["stacks_seconds"] == 1.1

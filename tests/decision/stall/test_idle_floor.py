@@ -36,8 +36,8 @@ def test_a_stall_whose_tree_went_idle_is_found_at_the_idle_floor_and_says_so():
     due = d.s.watch.deadline
     assert (round(due.at - last, 2), due.label) == (3.4, "train auto, idle")  # idle for idle_floor (3 s)
     actions = d.at(last + 3.4)(core.Tick())
-    assert kinds(actions) == ["Log", "KillTree"]
-    assert "no progress for 3.4 s in train (train auto, idle 3.4 s)" in actions[1].incident.detail
+    assert kinds(actions) == ["Log", "PrimeStandby", "KillTree"]
+    assert "no progress for 3.4 s in train (train auto, idle 3.4 s)" in actions[-1].incident.detail
 
 
 def test_the_same_stall_on_a_busy_tree_waits_for_auto_floor():

@@ -58,7 +58,7 @@ def test_a_first_batch_that_never_runs_is_found_in_the_first_batch_steps_bound_l
     assert (due.at - entered, due.label) == (10.0, "first_batch auto")
     assert verdicts(d.at(entered + 9.9)(core.Tick())) == []
     actions = d.at(entered + 10.01)(core.Tick())
-    assert kinds(actions)[-2:] == ["Log", "KillTree"]
+    assert kinds(actions)[-3:] == ["Log", "PrimeStandby", "KillTree"]
     incident = actions[-1].incident
     assert (incident.reason, incident.phase) == ("hang", "startup")
     assert (incident.startup_step, incident.startup_step_bound, incident.startup_step_seen) == ("first_batch", 10.0,
