@@ -5,7 +5,8 @@ supervisor's detection and kill figures (issue: lose minutes, not epochs; restar
 Three restarts side by side: cold (``[worker] standby = false``), from the imported standby (``standby_ready =
 "off"``) and from the ready standby (``"auto"``, the default: device context, model, datasets and the training
 loader's workers held), each incident's ``restart_parts`` (kill, to_spawn, then each startup step of the next worker;
-``model_load`` and ``first_batch_held`` where the ready one held them) in a column; ``--repeat N`` runs each N times
+``model_load`` and ``first_batch_held``, or ``first_batch_primed`` where its workers were fed at the verdict, where the ready
+one held them) in a column; ``--repeat N`` runs each N times
 and prints each part's range.
 
     .venv/bin/python -m bench.restart_breakdown                                   # the CPU demo
@@ -50,7 +51,7 @@ def main() -> None:
 STARTS = {"cold": "standby = false", "imported": 'standby_ready = "off"', "ready": 'standby_ready = "auto"'}
 # The parts' order: the supervisor's, then the next worker's startup steps (worker/wire/contract.py StartupStep).
 ORDER = ("kill", "to_spawn", "imports", "checkpoint", "model", "model_load", "amp_check", "dataset", "loaders",
-         "first_batch", "first_batch_held", "first_step", "restart_seconds", "freeze", "it/s after", "it/s next epoch")
+         "first_batch", "first_batch_held", "first_batch_primed", "first_step", "restart_seconds", "freeze", "it/s after", "it/s next epoch")
 # Ultralytics' progress line at an epoch's end: "  2/3   0G  ...  64: 100% ━━━ 8/8 1.8it/s 4.5s"
 EPOCH_LINE = re.compile(r"^(?:\x1b\[K)?\s*(\d+)/\d+\s+\S+G\s.*?100%.*?\s(\d+)/\d+\s+([\d.]+)(it/s|s/it)", re.M)
 
