@@ -76,7 +76,10 @@ def test_a_ready_standby_takes_the_restart_without_building_a_model_or_datasets_
     assert "dataset" not in parts, parts  # both datasets held: none built after the verdict
     # no loader workers started, and those held fed at the verdict from the checkpoint resumed (issue 59.1)
     assert "first_batch" not in parts and "first_batch_primed" in parts, parts
-    assert "its training loader's workers load epoch 2 from " in stderr
+    # epochs 1-2 of 2 are close_mosaic's: started anew without it at the verdict, kept through the trainer's reset
+    assert "its training loader's workers, started anew without mosaic (one of the last close_mosaic epochs) load " \
+        "epoch 2 from " in stderr
+    assert "loaded another position" not in stderr
     assert "takes the attempt: its imports, device context, model, datasets and loader are done" in stderr
     assert "model (held ready, checkpoint loaded)" in stderr
     assert "held ready is dropped" not in stderr

@@ -83,11 +83,12 @@ def test_the_held_loader_gives_the_batches_and_worker_seeds_a_new_one_would_from
     held.loader.close()
 
 
-def checkpoint_at(path, epoch: int, batch: int, batch_size: int = 4):
-    """A mid-epoch checkpoint as the worker writes one, of what a resume reads: the exact position."""
+def checkpoint_at(path, epoch: int, batch: int, batch_size: int = 4, epochs: int = 100):
+    """A mid-epoch checkpoint as the worker writes one, of what a resume reads: the exact position, and the epochs
+    its training runs to (Ultralytics' default close_mosaic, 10, closes mosaic for the last 10)."""
     from worker.checkpoints.checkpointing import EXACT_KEY
 
-    torch.save({"epoch": epoch - 1, "ema": None, "optimizer": {},
+    torch.save({"epoch": epoch - 1, "ema": None, "optimizer": {}, "train_args": {"epochs": epochs},
                 EXACT_KEY: {"epoch": epoch, "batch": batch, "samples": batch * batch_size}}, path)
     return str(path)
 
@@ -203,6 +204,45 @@ def test_a_reset_before_the_first_batch_of_a_loader_fed_at_the_verdict_resumes_f
     cold, _, _ = cold_batches(loader.dataset, ResumePoint(1, 3, 12))
     assert took == cold and [len(e) for e in took] == [8 - 3, 8]
     loader.close()
+    ready.HELD.clear()
+
+
+def test_in_the_last_close_mosaic_epochs_the_fed_workers_start_without_mosaic_and_survive_the_trainers_reset(tmp_path):
+    """Ultralytics closes mosaic and resets the loader as a resume enters one of the last ``close_mosaic`` epochs: the
+    standby's workers are started anew without mosaic at the verdict, the trainer's reset keeps them, and they give
+    what a cold loader gives there, images and seeds alike."""
+    import copy
+
+    from worker.supervision.exact_resume import ResumePoint
+
+    ready.prepare(spec("yolov8n.yaml", imgsz=64, batch=4, workers=2, seed=0))
+    before = [w.pid for w in ready.HELD["loader"].iterator._workers]
+    checkpoint = checkpoint_at(tmp_path / "last.pt", epoch=1, batch=3, epochs=3)  # epochs 1-3 close mosaic
+    line = ready.prime(checkpoint)
+    assert "started anew without mosaic" in line, line
+    held = ready.HELD["loader"]
+    fed = [w.pid for w in held.iterator._workers]
+    assert not set(fed) & set(before)
+    ready.resuming(checkpoint)
+    epochs = [1]
+    loader = launched_loader(ResumePoint(1, 3, 12), epochs)
+    loader.dataset.close_mosaic(hyp=copy.copy(held.args))
+    loader.reset()
+    first = next(iter(loader))
+    assert [w.pid for w in loader.iterator._workers] == fed  # kept through the reset
+    loader.close()
+
+    torch.manual_seed(0)
+    from ultralytics.data.build import build_dataloader
+
+    from worker.supervision import exact_resume
+
+    cold = build_dataloader(loader.dataset, batch=4, workers=2, shuffle=True, rank=-1, device="cpu")
+    exact_resume.install(cold, 0, lambda: 1, ResumePoint(1, 3, 12))
+    cold.reset()
+    cold_first = next(iter(cold))
+    assert first["im_file"] == cold_first["im_file"] and torch.equal(first["img"], cold_first["img"])
+    cold.close()
     ready.HELD.clear()
 
 

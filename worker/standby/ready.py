@@ -247,9 +247,10 @@ def _build_data(args: Any, options: dict[str, Any], model: Any, data: dict[str, 
         return "the datasets (no loader worker processes to start)"
     start_workers_with(loader, options.get("start_method"))
     chain_worker_init(loader, die_with_parent)
+    unstarted = loader.generator.get_state() if loader.generator is not None else None  # its workers' seeds' source
     HELD["loader"] = HeldLoader(train_key, loader_key(args.batch, args.workers, RANK, bool(args.compile), device,
                                                       options.get("start_method"), args.seed), loader,
-                                start_unfed(loader), seed=int(args.seed))
+                                start_unfed(loader), seed=int(args.seed), args=args, unstarted=unstarted)
     if not ROOM.fits(loader=HELD["loader"].iterator):
         ROOM.left_out.append(f"the training loader's workers ({ROOM.used(HELD['loader'].iterator) // MIB} MiB with "
                              f"them)")
@@ -317,6 +318,9 @@ class Primed:
     sampler: Any
     unfed: Any
     index_sampler: Any
+    mosaic_closed: bool = False  # its workers were started anew without mosaic: the resumed epoch is one of the last
+    # ``close_mosaic``, where the trainer closes it and resets the loader before the first batch
+    with_mosaic: Any = None  # the dataset's transforms before, for a launch that keeps mosaic after all
 
 
 @dataclass
@@ -327,6 +331,23 @@ class HeldLoader:
     iterator: Any  # its workers started, fed nothing yet (or fed at the verdict: ``primed``)
     seed: int = 0  # the training's seed, which the epoch-keyed order is drawn from
     primed: Primed | None = None
+    args: Any = None  # the arguments its dataset was built with (their augmentations: ``close_mosaic``)
+    unstarted: Any = None  # its generator's state before its workers were started: a cold loader's first seeds
+
+    def close_mosaic(self) -> Any:
+        """Its dataset without mosaic, as the trainer's ``_close_dataloader_mosaic`` makes it, and its workers started
+        anew over that dataset (a worker copies the dataset as it forks), drawing the seeds a cold loader's first
+        workers draw; the dataset's transforms before."""
+        self.iterator._shutdown_workers()
+        dataset = self.loader.dataset
+        before = dataset.transforms
+        if hasattr(dataset, "mosaic"):  # (as the trainer's: not every Ultralytics dataset has it)
+            dataset.mosaic = False
+        dataset.close_mosaic(hyp=copy.copy(self.args))
+        if self.unstarted is not None:
+            self.loader.generator.set_state(self.unstarted)
+        self.iterator = start_unfed(self.loader)
+        return before
 
     def close(self) -> None:
         self.iterator._shutdown_workers()
@@ -337,22 +358,42 @@ def checkpoint_identity(stat: os.stat_result) -> tuple[int, ...]:
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-def resumed_position(checkpoint: str | None) -> tuple[tuple[int, ...] | None, int, Any]:
-    """What a launch resuming ``checkpoint`` (None: from scratch) starts at: the file's identity, the epoch (0-based)
-    and the exact resume point within it (None: its start), as worker/training/train.py reads them."""
+@dataclass(frozen=True)
+class ResumedPosition:
+    """Where a launch resuming a checkpoint starts, as worker/training/train.py and the trainer read it."""
+    checkpoint: tuple[int, ...] | None  # the file's identity (None: from scratch)
+    epoch: int  # 0-based
+    resume: Any  # the exact resume point within it (None: its start)
+    closes_mosaic: bool  # the trainer closes mosaic before this epoch's first batch (one of the last close_mosaic)
+
+
+def resumed_position(checkpoint: str | None, args: Any) -> ResumedPosition:
+    """Where a launch resuming ``checkpoint`` (None: from scratch; ``args``, the training's arguments then) starts.
+    A resume trains to the epochs its checkpoint's own arguments say, as Ultralytics' resume does."""
     import torch
 
     if checkpoint is None:
-        return None, 0, None
+        return ResumedPosition(None, 0, None, _closes_mosaic(0, vars(args)))
     with open(checkpoint, "rb") as f:
         identity = checkpoint_identity(os.fstat(f.fileno()))
         ckpt = torch.load(f, map_location="cpu", weights_only=False)
     if is_finished(ckpt):
         raise ValueError("it holds a finished training")
     exact = ckpt.get(EXACT_KEY)
+    trained = {**vars(args), **(ckpt.get("train_args") or {})}
     if exact:
-        return identity, int(exact["epoch"]), ResumePoint(exact["epoch"], exact["batch"], exact.get("samples"))
-    return identity, int(ckpt["epoch"]) + 1, None
+        epoch = int(exact["epoch"])
+        return ResumedPosition(identity, epoch, ResumePoint(epoch, exact["batch"], exact.get("samples")),
+                               _closes_mosaic(epoch, trained))
+    epoch = int(ckpt["epoch"]) + 1
+    return ResumedPosition(identity, epoch, None, _closes_mosaic(epoch, trained))
+
+
+def _closes_mosaic(epoch: int, args: dict[str, Any]) -> bool:
+    """Ultralytics' trainer closes mosaic (and resets the loader) as it enters an epoch of the last ``close_mosaic``,
+    a resumed one too."""
+    close = int(args.get("close_mosaic") or 0)
+    return bool(close) and epoch >= int(args.get("epochs") or 0) - close
 
 
 def prime(checkpoint: str | None) -> str:
@@ -363,22 +404,28 @@ def prime(checkpoint: str | None) -> str:
         return "no training loader held to feed ahead" if held is None else "its training loader is fed already"
     began = time.monotonic()
     try:
-        identity, epoch, resume = resumed_position(checkpoint)
+        position = resumed_position(checkpoint, held.args)
     except Exception as e:  # the launch reads it too, and says why it cannot; the held workers are fed there
         return f"its training loader is fed at the launch ({checkpoint}: {type(e).__name__}: {str(e)[:200]})"
+    epoch, resume = position.epoch, position.resume
     sampler = exact_resume.epoch_order(held.loader, held.seed, resume)
     if sampler is None:
         return "its training loader is fed at the launch (its sampler keeps no epoch-keyed order)"
+    closes = position.closes_mosaic and hasattr(held.loader.dataset, "close_mosaic")
+    with_mosaic = held.close_mosaic() if closes else None  # the trainer would reset the loader over a dataset
+    # without mosaic: its workers are started so now
     sampler.next_epoch = epoch
     index_sampler = copy.copy(held.loader.batch_sampler)  # Ultralytics' _RepeatSampler over a BatchSampler
     index_sampler.sampler = copy.copy(index_sampler.sampler)
     index_sampler.sampler.sampler = sampler
     unfed = copy.deepcopy(sampler)
     fed(held.iterator, index_sampler)
-    held.primed = Primed(identity, sampler, unfed, index_sampler)
+    held.primed = Primed(position.checkpoint, sampler, unfed, index_sampler, mosaic_closed=bool(closes),
+                         with_mosaic=with_mosaic)
     at = f"batch {resume.batches + 1}" if resume is not None else "its start"
-    return (f"its training loader's workers load epoch {epoch + 1} from {at} now, as {checkpoint or 'a start from scratch'} "
-            f"resumes ({time.monotonic() - began:.2f} s to feed them)")
+    anew = ", started anew without mosaic (one of the last close_mosaic epochs)" if closes else ""
+    return (f"its training loader's workers{anew} load epoch {epoch + 1} from {at} now, as "
+            f"{checkpoint or 'a start from scratch'} resumes ({time.monotonic() - began:.2f} s to feed them)")
 
 
 def resuming(checkpoint: str | None) -> None:
@@ -421,7 +468,13 @@ def held_class(base: type) -> type:
             return base._get_iterator(self)
         if primed is None:
             return fed(held, self._index_sampler)
-        if not primed.unfed.same_order(self.sampler):  # the resume drew another order than the one fed at the verdict
+        reset = self.__dict__.pop("held_reset", False)
+        if primed.mosaic_closed and not reset:  # the trainer kept mosaic: the workers started without it are not its
+            self.dataset.transforms = primed.with_mosaic
+            if hasattr(self.dataset, "mosaic"):
+                self.dataset.mosaic = True
+        if not primed.unfed.same_order(self.sampler) or primed.mosaic_closed and not reset:
+            # the resume drew another order than the one fed at the verdict, or kept the mosaic they were started without
             held._shutdown_workers()
             print("yolo-train worker: the training loader's workers fed at the verdict loaded another position than "
                   "this launch resumes: starting new ones", file=sys.stderr, flush=True)
@@ -433,7 +486,13 @@ def held_class(base: type) -> type:
 
     def close(self):
         """A close or reset before the first iteration (close_mosaic's changes the dataset the workers copied)
-        stops the held workers too: the next iterator is a new one, drawn from the loader's own order."""
+        stops the held workers too: the next iterator is a new one, drawn from the loader's own order. Not where
+        they were started without mosaic at the verdict (``prime``): the reset before the first batch is then
+        close_mosaic's, which changes nothing they copied."""
+        primed = self.__dict__.get("held_primed")
+        if primed is not None and primed.mosaic_closed and "held_iterator" in self.__dict__:
+            self.__dict__["held_reset"] = True
+            return
         self.__dict__.pop("held_primed", None)
         held = self.__dict__.pop("held_iterator", None)
         if held is not None:
