@@ -48,7 +48,9 @@ def main() -> None:
     print_side_by_side(parts)
 
 
-STARTS = {"cold": "standby = false", "imported": 'standby_ready = "off"', "ready": 'standby_ready = "auto"'}
+STARTS = {"cold": "standby = false", "imported": 'standby_ready = "off"', "ready": 'standby_ready = "auto"',
+          # room for the standby's first step at the training's batch (a GPU's kernels chosen there, not at one image)
+          "ready-16g": 'standby_ready = "auto"\nstandby_memory_mib = 16384'}
 # The parts' order: the supervisor's, then the next worker's startup steps (worker/wire/contract.py StartupStep).
 ORDER = ("kill", "to_spawn", "imports", "checkpoint", "model", "model_load", "amp_check", "dataset", "loaders",
          "first_batch", "first_batch_held", "first_batch_primed", "first_step", "restart_seconds", "freeze", "it/s after", "it/s next epoch")
@@ -93,6 +95,8 @@ def run_once(args: argparse.Namespace, data: Path, start: str) -> dict[str, floa
     restart = core_incident.get("restart_seconds", float("nan"))
     print(f"{start} ({STARTS[start]}): the restart came from {core_incident.get('restart_start', '?')}")
     print(f"  resumed attempt: {lines[1] if len(lines) > 1 else '?'}")
+    for line in re.findall(r"yolo-train standby: (ready in .*)", result.stderr + result.stdout)[:1]:
+        print(f"  its standby: {line}")
     rates = {int(e): float(r) if unit == "it/s" else 1 / float(r)
              for e, _, r, unit in EPOCH_LINE.findall(result.stderr + result.stdout)}  # the last line of each epoch
     held = args.hang_after // max(1, args.images // args.batch) + 1  # the epoch the hang came in, resumed after it
