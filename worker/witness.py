@@ -301,14 +301,23 @@ _LOCK_TYPES = ("lock", "RLock", "_RLock", "Lock", "Semaphore", "BoundedSemaphore
 _BOOTSTRAP = ("run", "_bootstrap", "_bootstrap_inner")  # threading.py's frames under every thread it started
 
 
+_WORK_ITEM = stdlib(os.path.join("concurrent", "futures", "thread.py"))
+
+
 def started_on(stack: Stack) -> Any:
-    """The C function a thread was started on (``Thread(target=lock.acquire)``, ``target=time.sleep``) where it runs it
-    now: its innermost frame is threading's ``run`` calling ``self._target``; None otherwise."""
+    """The C function a thread runs with no Python frame of its own: one it was started on (``Thread(target=
+    lock.acquire)``, ``target=time.sleep``; its innermost frame is threading's ``run`` calling ``self._target``), or
+    one an executor was given (``pool.submit(time.sleep, 6)``: concurrent.futures' ``_WorkItem.run`` calling
+    ``self.fn``); None otherwise."""
     f = stack.innermost
-    if not (f.f_code.co_filename.endswith(_LOCK_FILES[0]) and f.f_code.co_name == "run"):
+    if f.f_code.co_name != "run":
+        return None
+    attribute = "_target" if f.f_code.co_filename.endswith(_LOCK_FILES[0]) else "fn" \
+        if f.f_code.co_filename.endswith(_WORK_ITEM) else None
+    if attribute is None:
         return None
     try:
-        target = object.__getattribute__(f.f_locals.get("self"), "__dict__").get("_target")
+        target = object.__getattribute__(f.f_locals.get("self"), "__dict__").get(attribute)
     except (AttributeError, TypeError):
         return None
     return target if type(target).__name__ == "builtin_function_or_method" else None

@@ -134,6 +134,25 @@ def test_a_futures_result_names_the_executor_thread_that_runs_it():
     assert (link.via, link.kind) == (Via.FUTURE, WaitKind.SLEEP) and link.thread.startswith("upload")
 
 
+def test_a_future_of_a_c_function_given_to_the_executor_is_judged_by_that_function():
+    """``pool.submit(time.sleep, 6)``: the executor thread runs no Python frame of the sleep, its innermost is
+    ``_WorkItem.run``. Read as "runs code", the chain ended in work by an idle thread, and on an H200 4 of 10 such
+    healthy epoch ends were killed at the idle floor. The function it was given says the wait: a sleep, a lock."""
+    for fn, args, kind in ((time.sleep, (1,), WaitKind.SLEEP), ("acquire", (), WaitKind.LOCK)):
+        ready, lock = threading.Event(), threading.Lock()
+        lock.acquire()
+
+        def main():
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="upload") as pool:
+                pool.submit(ready.set)
+                pool.submit(lock.acquire if fn == "acquire" else fn, *args).result()
+
+        [report] = looked(main, ready, lock.release)
+        [link] = report.chain
+        assert (link.via, link.kind) == (Via.FUTURE, kind), link
+        assert link.thread.startswith("upload")
+
+
 def test_a_join_on_a_thread_blocked_on_a_lock_ends_the_chain_on_that_lock():
     ready, lock = threading.Event(), threading.Lock()
 
