@@ -10,8 +10,9 @@ another machine than the one that trains). The rest of a configuration, which th
 ``ultralytics/cfg/datasets``), a URL, or for classification a bare name it downloads itself (``mnist160``).
 ``model`` likewise, as its trainer resolves it: a file that is a model (a ``.pt`` in torch's archive layout, a YAML
 with a backbone and a head), a model YAML of its package (``yolov8n.yaml``, through its unified ``yolov8.yaml``), a
-name it downloads (``yolov8n.pt``, ``yolo11n``: ``GITHUB_ASSETS_NAMES``) or finds in its ``weights_dir``, or a URL. The
-device is counted by the worker's Python with the worker's environment, in a child process: torch in the
+name it downloads (``yolov8n.pt``, ``yolo11n``: ``GITHUB_ASSETS_NAMES``) or finds in its ``weights_dir``, or a URL. A
+device the driver's files list is let through as it is (``gpus_present``); otherwise the GPUs are counted by the
+worker's Python with the worker's environment, in a child process, and only that count refuses one: torch in the
 supervisor would cost it seconds and hundreds of MB, and a GPU driver that hangs would hang it.
 """
 
@@ -31,6 +32,7 @@ from typing import Any
 import yaml
 
 from supervisor.config import Config, ConfigError
+from supervisor.host import torch_build
 from supervisor.ultralytics_args import asset_names
 
 DATASET_SUFFIXES = (".yaml", ".yml")
@@ -59,7 +61,8 @@ def check(config: Config, count_gpus: Any = None) -> None:
             raise ConfigError(f"{config.source}: train.model: {problem}")
     device = config.train.get("device")
     if device is not None:
-        problem = device_problem(device, count_gpus or (lambda: gpu_count(config)), _visible(config))
+        problem = device_problem(device, count_gpus or (lambda: gpu_count(config)), _visible(config),
+                                 present=None if count_gpus or config.worker_python else gpus_present(_worker_env(config)))
         if problem:
             raise ConfigError(f"{config.source}: train.device: {problem}")
 
@@ -179,10 +182,11 @@ def canonical_device(device: Any) -> str:
     return "0" if text == "cuda" else text
 
 
-def device_problem(device: Any, count_gpus: Any, visible: set[str]) -> str | None:
+def device_problem(device: Any, count_gpus: Any, visible: set[str], present: int | None = None) -> str | None:
     """Why this machine lacks ``device``, as the fix; None where it has it (or where its GPUs cannot be counted).
     ``count_gpus()``: the GPUs the worker's torch sees (None: unknown); ``visible``: CUDA_VISIBLE_DEVICES' ids, which
-    Ultralytics also takes for the indices they stand for."""
+    Ultralytics also takes for the indices they stand for; ``present``: the GPUs the driver's files list
+    (``gpus_present``), enough to let a device through without torch's count, never to refuse one."""
     text = canonical_device(device)
     if text in ("", "cpu") or text.startswith(NOT_COUNTED):
         return None
@@ -194,16 +198,51 @@ def device_problem(device: Any, count_gpus: Any, visible: set[str]) -> str | Non
     ids = text.split(",")
     if not all(i.isdigit() or i == "-1" for i in ids):
         return f"expected \"cpu\", a GPU index (\"0\") or a comma list of them for DDP (\"0,1\"), got {device!r}"
+    if present is not None and _has(ids, present, visible):
+        return None  # (torch's own count is an interpreter importing it: seconds of every start on a GPU)
     count = count_gpus()
-    if count is None:
-        return None
-    lacking = [i for i in ids if i != "-1" and int(i) >= count and i not in visible]
-    if not lacking and len(ids) <= count:
+    if count is None or _has(ids, count, visible):
         return None
     seen = f"GPUs 0 to {count - 1}" if count else "no GPU"
     return (f"expected a device this machine has: the worker's torch sees {seen}"
             f"{' (under CUDA_VISIBLE_DEVICES)' if visible else ''}; use device = \"cpu\""
             f"{' or indices below ' + str(count) if count else ''}, got {device!r}")
+
+
+def _has(ids: list[str], count: int, visible: set[str]) -> bool:
+    return len(ids) <= count and not [i for i in ids if i != "-1" and int(i) >= count and i not in visible]
+
+
+VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+
+def gpus_present(env: dict[str, str], root: Path = Path("/"), version_py: str | None = None) -> int | None:
+    """The GPUs the worker's torch would see, read from the driver's files without importing torch: the NVIDIA
+    driver's list for a CUDA build (/proc/driver/nvidia/gpus), amdkfd's GPU nodes for a ROCm one (a topology node
+    with SIMDs; the CPU's has none). None where that cannot be told so: a variable that hides devices is set, the
+    build is neither or unknown, the files are not there."""
+    if any(env.get(v) is not None for v in VISIBLE_VARIABLES):
+        return None
+    if version_py is None:
+        version_py = torch_build._installed_torch()[1]
+    if torch_build.hip_version_in(version_py):
+        nodes = sorted((root / "sys/class/kfd/kfd/topology/nodes").glob("*/properties"))
+        counts = [_simd_count(n) for n in nodes]
+        return None if not counts or None in counts else sum(1 for c in counts if c)
+    if torch_build.cuda_version_in(version_py):
+        try:
+            return sum(1 for _ in (root / "proc/driver/nvidia/gpus").iterdir())
+        except OSError:
+            return None
+    return None
+
+
+def _simd_count(properties: Path) -> int | None:
+    try:
+        match = re.search(r"^simd_count\s+(\d+)", properties.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match[1]) if match else None
 
 
 def _worker_env(config: Config) -> dict[str, str]:

@@ -150,6 +150,43 @@ def test_a_device_named_by_its_physical_id_under_cuda_visible_devices_passes():
     assert "torch sees GPUs 0 to 0 (under CUDA_VISIBLE_DEVICES)" in machine_fit.device_problem("2", lambda: 1, {"3"})
 
 
+CUDA_BUILD = "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n"
+ROCM_BUILD = "__version__ = '2.9.0+rocm7.0'\ncuda: Optional[str] = None\nhip: Optional[str] = '7.0.51831-a3e329ad8'\n"
+
+
+def driver_files(root: Path, nvidia: int = 0, amd: int = 0) -> Path:
+    """The driver's files as the kernel writes them: a directory per NVIDIA GPU (its PCI address), and amdkfd's
+    topology nodes, the CPU's first (no SIMDs), then one per AMD GPU."""
+    for i in range(nvidia):
+        (root / f"proc/driver/nvidia/gpus/0000:{i + 1:02x}:00.0").mkdir(parents=True)
+    for node, simds in enumerate([0] * bool(amd) + [80] * amd):
+        path = root / f"sys/class/kfd/kfd/topology/nodes/{node}"
+        path.mkdir(parents=True)
+        (path / "properties").write_text(f"cpu_cores_count {0 if simds else 16}\nsimd_count {simds}\n"
+                                         f"gfx_target_version {110000 if simds else 0}\n")
+    return root
+
+
+def test_the_gpus_the_drivers_files_list_let_a_device_through_without_torchs_count(tmp_path):
+    """Counting through the worker's Python imports torch: 3.5-3.9 s of every `run` on an H200 (bench/RESULTS.md,
+    the quiet night). The driver's files say as much for the common case; they never refuse a device."""
+    root = driver_files(tmp_path, nvidia=2, amd=1)
+    assert machine_fit.gpus_present({}, root, CUDA_BUILD) == 2
+    assert machine_fit.gpus_present({}, root, ROCM_BUILD) == 1
+    assert machine_fit.gpus_present({"CUDA_VISIBLE_DEVICES": "1"}, root, CUDA_BUILD) is None  # torch's to say
+    assert machine_fit.gpus_present({"HIP_VISIBLE_DEVICES": ""}, root, ROCM_BUILD) is None
+    assert machine_fit.gpus_present({}, root, "__version__ = '2.11.0+cpu'\ncuda = None\nhip = None\n") is None
+    assert machine_fit.gpus_present({}, driver_files(tmp_path / "none"), CUDA_BUILD) is None
+
+    def torch_never_asked():
+        raise AssertionError("torch's count was asked for")
+
+    assert machine_fit.device_problem("0,1", torch_never_asked, set(), present=2) is None
+    # Too few listed: torch's count decides, and only it refuses
+    assert machine_fit.device_problem("2", eight_gpus, set(), present=2) is None
+    assert "torch sees GPUs 0 to 1" in machine_fit.device_problem("2", lambda: 2, set(), present=2)
+
+
 def test_mps_only_on_macos_and_an_uncounted_machine_refuses_nothing():
     problem = machine_fit.device_problem("mps", eight_gpus, set())
     assert (problem is None) == (sys.platform == "darwin")
