@@ -11,7 +11,8 @@ join, a queue, a future, an event or a condition, a lock). The next thread is kn
 
 Elsewhere (a queue any thread may feed, an event, a condition, a bare lock) the other end cannot be known: a thread of
 the process's own that waits outside (I/O), makes progress (used a CPU since the last look) or sleeps stands for it.
-A device runtime's spinning thread (``contract.RUNTIME_THREADS``, by its kernel name) never does. Each thread met is
+A device runtime's spinning thread (``contract.RUNTIME_THREADS``, by its kernel name) never does, nor a loader's
+pin-memory thread (``PIN_MEMORY_THREAD``). Each thread met is
 classified by the witness's own rules; a lock wait goes on to its next thread, anything else ends the chain, and so
 does a thread met twice (a cycle: a deadlock) or ``MAX_CHAIN`` links.
 
@@ -39,6 +40,9 @@ _TICK = os.sysconf("SC_CLK_TCK")
 BUSY_SHARE = 0.1  # of a core since the last look: a thread that used more makes progress
 _OWNER = re.compile(r"\bowner=(\d+)")
 PEER_FRAMES = 8  # innermost frames searched for the socket a thread waits on
+# A loader's pin-memory thread, by the kernel name torch gives it: it polls the loader workers' results all through
+# training and feeds the training thread only through its loader (a wait of its own kind), never an Event or a queue.
+PIN_MEMORY_THREAD = "pt_data_pin"
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,7 @@ def stand_in(frames: dict[int, Any], threads: dict[int, Any], met: set[int], cla
         if ident in met:
             continue
         busy, t = clocks.busy(getattr(threads.get(ident), "native_id", None), now)
-        if t is not None and t.comm in RUNTIME_THREADS:
+        if t is not None and (t.comm in RUNTIME_THREADS or t.comm == PIN_MEMORY_THREAD):
             continue
         order = 0 if outside and classify(f).kind == WaitKind.IO else 1 if busy else None
         if order is not None and (best is None or order < best[0]):

@@ -101,6 +101,35 @@ def test_a_queue_fed_by_nobody_named_has_a_thread_waiting_outside_stand_for_its_
     assert (link.via, link.thread, link.kind) == (Via.STANDS_IN, "outside", WaitKind.IO)
 
 
+def test_a_loaders_pin_memory_thread_never_stands_for_an_events_other_end():
+    """On a GPU a loader's pin-memory thread ("pt_data_pin") polls the workers' result queue all through training. As
+    a waiter outside it stood for the unknown other end of the training thread's Event or Condition wait, so a
+    training process blocked there was judged at the phase's bound (10.0 s on the H200) instead of the idle floor."""
+    import multiprocessing
+
+    import torch
+
+    ready, release, results = threading.Event(), threading.Event(), multiprocessing.Queue()
+
+    def pin_memory_loop():  # as torch's _pin_memory_loop: its kernel name, then a poll of the workers' results
+        torch.multiprocessing._set_thread_name("pt_data_pin")
+        while not release.is_set():
+            try:
+                results.get(timeout=0.1)
+            except queue.Empty:
+                pass
+
+    def main():
+        pin = threading.Thread(target=pin_memory_loop, name="Thread-6 (_pin_memory_loop)", daemon=True)
+        pin.start()
+        ready.set()
+        release.wait(30)  # the training thread's wait on an Event no thread of its own will set
+        pin.join()
+
+    [report] = looked(main, ready, release.set)
+    assert [link.thread for link in report.chain] == [], report.chain
+
+
 def test_a_bare_lock_has_neither_a_sleeper_nor_a_waiter_outside_stand_for_its_holder():
     """H200: a training thread blocked on its own lock was judged a wait ("train auto 10.0 s") because a thread that
     polled outside (a loader's pin-memory thread) or slept stood for the lock's holder; only progress stands."""
