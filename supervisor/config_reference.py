@@ -33,8 +33,10 @@ trains on another machine): `[train] data` as Ultralytics resolves it (a path th
 `run` starts in; a name in Ultralytics' own `cfg/datasets` such as `"coco8.yaml"`; a URL; for classification a bare
 name it downloads), `[train] model` as its trainer resolves it (a file that is a model: a `.pt` in torch.save's archive,
 a YAML with a backbone and a head; a model YAML of Ultralytics' `cfg/models` such as `"yolov8n.yaml"`; a name it
-downloads such as `"yolov8n.pt"` or `"yolo11n"`, or finds in its `weights_dir`; a URL), and `[train] device` among the GPUs the worker's torch sees (counted by `[worker] python` in the
-worker's environment; `"cpu"` always, `"mps"` on macOS only, `"0,1"` for DDP).
+downloads such as `"yolov8n.pt"` or `"yolo11n"`, or finds in its `weights_dir`; a URL), and `[train] device` among the GPUs the worker's torch sees (a device the driver lists passes
+at once: NVIDIA's `/proc/driver/nvidia/gpus` for a CUDA torch, amdkfd's GPU nodes for a ROCm one, with no
+`*_VISIBLE_DEVICES` set; else they are counted by `[worker] python` in the worker's environment, and only that count
+refuses one; `"cpu"` always, `"mps"` on macOS only, `"0,1"` for DDP).
 """
 
 
