@@ -22,7 +22,8 @@ from supervisor.attempt.worker_spawn import WorkerSpawner
 from supervisor.config import ConfigError
 from supervisor.host import process_tree
 from supervisor.vocabulary import WorkerStart
-from worker.wire.contract import ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, STANDBY_FLAG, StandbyReport, split_rung
+from worker.wire.contract import (ENV_FORKSERVER, ENV_RANK_STANDBY, ENV_READY, HELD_LOADER_WORKERS, STANDBY_FLAG,
+                                  StandbyReport, split_rung)
 
 log = logging.getLogger("yolo-train")
 
@@ -129,8 +130,10 @@ class Standby:
     def prime(self, checkpoint: Path) -> None:
         """A restart is coming, from ``checkpoint`` (where it exists; else from scratch, or from a fallback the
         launch chooses): a ready standby feeds its held loader's workers from its resumed position now. The launch
-        takes them only where it resumes from that same file (worker/standby/ready.py)."""
-        if self.kind is WorkerStart.READY and self.process is not None:
+        takes them only where it resumes from that same file (worker/standby/ready.py). Only a standby whose report
+        says it holds them is told: one that does not, or that reads no such word (a command's), is left alone."""
+        report = self.report
+        if self.process is not None and report is not None and HELD_LOADER_WORKERS in report.holds:
             self.process.prime(checkpoint if checkpoint.exists() else None)
 
     def launch(self, env: dict[str, str], record_path: Path) -> WorkerProcess | None:
