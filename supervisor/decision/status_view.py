@@ -245,6 +245,7 @@ class Status(View):
     last_incident: dict[str, Any] | None = None  # Incident.to_dict(): the incident's own schema
     exit: Exit | None = None
     last_checkpoint: CheckpointView | None = None
+    verified_copy_problem: str | None = None  # why the newest checkpoint has no verified copy (last.good.pt), if so
     checkpoint_every: float | None = None
     checkpoint_interval: IntervalView = field(default_factory=IntervalView)
     trained_seconds: float = 0.0
@@ -293,6 +294,7 @@ def snapshot(s: Supervision, now: Now) -> Status:
         last_checkpoint=None if s.checkpoint is None else CheckpointView(
             s.checkpoint.path, s.checkpoint.epoch, s.checkpoint.batch, now.wall - s.checkpoint.wall,
             s.checkpoint.seconds),
+        verified_copy_problem=s.verified_copy_problem,
         checkpoint_every=None if s.checkpoint_interval is None else s.checkpoint_interval.seconds,
         checkpoint_interval=_interval_view(s),
         trained_seconds=s.trained(), lost_seconds=s.goodput.lost_seconds, lost_batches=s.goodput.lost_batches,

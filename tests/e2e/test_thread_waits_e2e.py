@@ -20,15 +20,13 @@ first attempt's, were killed at 17.4 s on a loaded machine with the spinner taki
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.helpers.supervised import demo_train, quiet_config, read_incidents, read_state, yolo_train
+from tests.helpers.supervised import callbacks_worker, demo_train, quiet_config, read_incidents, read_state, yolo_train
 
 SPINNER_C = r"""
 #define _GNU_SOURCE
@@ -138,18 +136,6 @@ for name in ("on_train_epoch_end", "on_fit_epoch_end"):
     base.default_callbacks[name].append(lambda trainer, name=name: wait(trainer, name))
 '''
 
-LAUNCHER = """#!{python}
-import os, runpy, sys
-os.environ.setdefault("YOLO_OFFLINE", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
-sys.path.insert(0, {root!r})
-sys.path.insert(0, {here!r})
-import epoch_end_waits  # noqa: F401  (the user's callbacks, registered before the trainer is made)
-sys.argv = [sys.argv[0], *sys.argv[3:]]  # as `python -m worker ARGS`
-runpy.run_module("worker", run_name="__main__", alter_sys=True)
-"""
-
-
 def upload_server(seconds: float) -> tuple[int, list]:
     """A server outside the worker's tree that answers each upload ``seconds`` after it came."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -179,10 +165,7 @@ def spinner(tmp_path: Path) -> Path:
 
 
 def run(tmp_path: Path, kind: str, epochs: int, spinning: bool = False, port: int = 0, hangs: str = ""):
-    (tmp_path / "epoch_end_waits.py").write_text(CALLBACKS)
-    launcher = tmp_path / "launcher"
-    launcher.write_text(LAUNCHER.format(python=sys.executable, root=str(ROOT), here=str(tmp_path)))
-    launcher.chmod(0o755)
+    launcher = callbacks_worker(tmp_path, "epoch_end_waits", CALLBACKS)
     env = {"EPOCH_END_WAIT": kind, "WAIT_MARKS": str(tmp_path / "marks"), "UPLOAD_PORT": str(port), "HANGS": hangs}
     if spinning:
         env["SPINNER"] = str(spinner(tmp_path))

@@ -98,6 +98,30 @@ def worker_launcher(tmp_path: Path, script: str) -> Path:
     return launcher
 
 
+# The real worker with a user's Ultralytics callbacks registered before the trainer is made, as a user adds them
+# (``default_callbacks``): `[worker] python` names the executable ``callbacks_worker`` writes.
+CALLBACKS_LAUNCHER = """#!{python}
+import os, runpy, sys
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {here!r})
+import {module}  # noqa: F401  (the user's callbacks)
+sys.argv = [sys.argv[0], *sys.argv[3:]]  # as `python -m worker ARGS`
+runpy.run_module("worker", run_name="__main__", alter_sys=True)
+"""
+
+
+def callbacks_worker(tmp_path: Path, module: str, source: str) -> Path:
+    """An executable for `[worker] python` that runs the real worker after importing `source` as `module`."""
+    (tmp_path / f"{module}.py").write_text(source)
+    launcher = tmp_path / "launcher"
+    launcher.write_text(CALLBACKS_LAUNCHER.format(python=sys.executable, root=str(ROOT), here=str(tmp_path),
+                                                  module=module))
+    launcher.chmod(0o755)
+    return launcher
+
+
 def yolo_train(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "supervisor", *args], capture_output=True, text=True,

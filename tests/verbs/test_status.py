@@ -82,7 +82,9 @@ CORE_KEYS = [
     "startup_step_search",  # issue 40: MIOpen's search, news of the step
     "startup_steps_seen",  # issue 29
     "watchdog",
-    "last_restart", "last_incident", "exit", "last_checkpoint", "checkpoint_every", "checkpoint_interval",
+    "last_restart", "last_incident", "exit", "last_checkpoint",
+    "verified_copy_problem",  # why the newest checkpoint has no last.good.pt
+    "checkpoint_every", "checkpoint_interval",
     "trained_seconds", "lost_seconds", "lost_batches", "goodput", "run_started", "rung_speed", "rung0_speed",
     "rung_speeds", "node_rank", "ranks", "probe", "ladder"]
 AGENT_KEYS = ["supervisor_pid", "config", "state_dir", "updated", "heartbeats", "metrics_bind_failures",
