@@ -292,6 +292,7 @@ CARRY_OUT: dict[type, Callable[[Agent, Any], None]] = {
     decision.DropStacksAhead: lambda a, x: drop_ahead(a.config, a.pipes.worker, x),
     decision.AwaitSurvivors: lambda a, x: a.tree_kill.await_survivors(x.pids),
     decision.RecordIncident: lambda a, x: a.state_dir.append_incident(x.incident.to_dict()),
+    decision.IncidentResumed: lambda a, x: None,  # the notice is derived from it; the record comes later
     decision.KeepDevcoredumps: lambda a, x: a._tell(keep_devcoredumps(a.config, x)),
     decision.RequestCheckpoint: lambda a, x: a.pipes.worker and a.pipes.worker.request_checkpoint(),
     decision.KeepVerifiedCopy: lambda a, x: a._keep_verified_copy(),

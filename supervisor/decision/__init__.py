@@ -12,8 +12,8 @@ May import: the standard library, the ground floor (``supervisor.vocabulary``, `
 """
 
 from supervisor.decision.core import Supervision, decide, restore
-from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, KeepDevcoredumps, KeepVerifiedCopy,
-                                               KillTree, Log, PrepareStandby, PrimeStandby, PublishCheckpoint,
+from supervisor.decision.model.actions import (AwaitSurvivors, DropStacksAhead, Exit, IncidentResumed,
+                                               KeepDevcoredumps, KeepVerifiedCopy, KillTree, Log, PrepareStandby, PrimeStandby, PublishCheckpoint,
                                                PublishLadder, ReadStacksAhead, RecordIncident, RequestCheckpoint, Spawn)
 from supervisor.decision.model.events import (Boot, DevcoredumpsKept, HeartbeatReceived, IncidentEnriched, JobCheckpointRead,
                                               JobLadderRead, KernelMessage, Now, SearchNews, SignatureSeen, Spawned,
@@ -38,7 +38,8 @@ from supervisor.decision.status_view import Heartbeats, Status, Supervisor, snap
 
 __all__ = ["as_incident_stacks", "AwaitSurvivors", "Boot", "build_ladder", "counted_threads", "decide", "derive",
            "Devcoredump", "DevcoredumpsKept", "DropStacksAhead",
-           "Exit", "Frame", "HeartbeatReceived", "Heartbeats", "Incident", "IncidentEnriched", "InspectStall",
+           "Exit", "Frame", "HeartbeatReceived", "Heartbeats", "Incident", "IncidentEnriched", "IncidentResumed",
+           "InspectStall",
            "JobCheckpointRead", "JobLadderRead", "judge", "KeepDevcoredumps", "KeepVerifiedCopy", "KernelMessage",
            "KillTree", "Ladder", "LoaderWorkersKilled", "Log", "miopen_setting", "miopen_table", "MiopenRun", "Notice",
            "NoticeLimit", "Now", "one_line", "PrepareStandby", "PrimeStandby", "ProcessStacks",

@@ -51,6 +51,7 @@ def received(s: Supervision, m: HeartbeatMessage, now: Now, from_worker_tree: bo
     _progressed(s, m, now)
     actions = kernel.progress_seen(s) + recovery.on_event(s, m, now)  # a tier's proof: the next batch
     if not (m.kind == MessageKind.BEAT and m.phase == Phase.TRAIN):
+        s.current.last_beat_sent = None  # (a phase said: the next training beat's gap is no batch's)
         return actions
     diverged = _diverged(s, now)
     if diverged:
@@ -371,18 +372,23 @@ def _diverged(s: Supervision, now: Now) -> list[Any]:
 
 
 def _trained_batch(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:
-    a = s.current
+    a, sent = s.current, sent_at(m, now)
     # Timed when sent: beats read in a burst (a backlog, the pipe's rests) arrive together but were not made so.
-    a.throughput.append((sent_at(m, now), m.samples or 0))
+    a.throughput.append((sent, m.samples or 0))
+    paced: list[Any] = []
+    if s.state == State.HEALTHY and a.recovery is None and a.last_beat_sent is not None:
+        a.batch_times.append(sent - a.last_beat_sent)  # a batch's time, two training beats in a row
+        paced = s.paced(sent - a.last_beat_sent)
+    a.last_beat_sent = sent if a.recovery is None else None
     a.batches_since_checkpoint += 1
     a.train_beats += 1
     if a.train_beats % THROUGHPUT_WINDOW == 0:  # a fresh window of this rung's speed
         s.record_rung_speed()
     if s.state == State.STARTING:
-        return _first_batch(s, now, sent_at(m, now))
+        return paced + _first_batch(s, now, sent)
     if s.state == State.HEALTHY:
-        return probe.check(s, now) or standby.reviewed(s, now.mono)
-    return []
+        return paced + (probe.check(s, now) or standby.reviewed(s, now.mono))
+    return paced
 
 
 def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
@@ -407,8 +413,10 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
             s.hang_history.restarted(last.restart_seconds)
     if last is not None and not last.recorded and s.goodput.lost_from is not None:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
-    actions: list[Any] = [*s.record_complete(), Log("info", f"attempt {s.attempt}: first training batch "
-                                                            f"{a.startup_seconds:.1f} s after spawn")]
+    last = s.incidents[-1] if s.incidents else None
+    resumed = last is not None and not last.recorded and last.reason != Reason.STOP
+    actions: list[Any] = [*(s.resumed_after(last) if resumed else s.record_complete()),
+                          Log("info", f"attempt {s.attempt}: first training batch {a.startup_seconds:.1f} s after spawn")]
     return actions + standby.prepared(s, now.mono)
 
 

@@ -57,7 +57,8 @@ def kept(s: Supervision, event: DevcoredumpsKept) -> list[Any]:
 def _open_incident(s: Supervision) -> Any:
     """The current attempt's incident still being completed, if its worker is being stopped or was."""
     incident = s.incidents[-1] if s.incidents else None
-    return incident if incident is not None and incident.attempt == s.attempt and not incident.recorded else None
+    return incident if incident is not None and incident.attempt == s.attempt and not incident.recorded \
+        and not s.paces.watching(incident.id) else None  # (one the attempt trains on after: only its pace is owed)
 
 
 def _judged(s: Supervision, event: KernelMessage, now: Now) -> list[Any]:

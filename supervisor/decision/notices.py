@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 from supervisor.decision import recovery
-from supervisor.decision.model.actions import Exit, RecordIncident
+from supervisor.decision.model.actions import Exit, IncidentResumed, RecordIncident
 from supervisor.decision.model.incident import Incident
 from supervisor.decision.model.state import Supervision
 from supervisor.exit_codes import EXIT_CONFIG, EXIT_NO_WEIGHTS, EXIT_OK, EXIT_REBOOT_NEEDED
@@ -57,7 +57,9 @@ def derive(s: Supervision, state_before: State, rung_before: int, actions: list[
     here = {"time": wall, "rung": s.rung, "rung_label": s.ladder.label(s.rung)}
     notices = []
     for action in actions:
-        i = action.incident if isinstance(action, RecordIncident) else None
+        # recovered as training resumed after it, or, where that was not watched, as it is written
+        i = action.incident if isinstance(action, IncidentResumed) or isinstance(action, RecordIncident) and \
+            action.incident.after is None else None
         if i is None or i.reason not in (Reason.HANG, Reason.KERNEL):
             continue
         culprit = f"; {i.stacks.culprit}" if i.stacks is not None and i.stacks.culprit else ""

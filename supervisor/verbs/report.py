@@ -110,6 +110,14 @@ class Night:
                   and i.get("tier", Tier.RESTART.value) == Tier.RESTART.value and is_number(i.get("lost_batches"))]
         return sum(counts), len(counts)
 
+    def slow_after(self) -> tuple[float, int, int]:
+        """(seconds, batches, recoveries): what the batches after each recovery took beyond the pace before its
+        stall (each incident's ``after.extra_seconds``, issue 59.2; a recovery whose batches ran faster counts 0)."""
+        afters = [i["after"] for i in self.incidents
+                  if isinstance(i.get("after"), dict) and is_number(i["after"].get("extra_seconds"))]
+        return sum(max(0.0, a["extra_seconds"]) for a in afters), sum(a.get("batches") or 0 for a in afters), \
+            len(afters)
+
     def where_the_time_went(self) -> list[tuple[str, float | None, str]]:
         """(what, seconds, how known) of the run's time: training kept, lost work, stalls, kills, starts, checkpoint
         pauses and the rest."""
@@ -128,8 +136,13 @@ class Night:
         batches, restarts = self.replayed()
         replayed = f"; {batches} batches replayed over {restarts} restarts ({batches / restarts:.1f} a restart)" \
             if restarts else ""
-        rows = [("training kept", max(0.0, trained - lost), "goodput's numerator (status)"),
+        slow, slow_batches, recoveries = self.slow_after()
+        rows = [("training kept", max(0.0, trained - lost - slow), "goodput's numerator (status), less the slow "
+                                                                   "batches after recoveries"),
                 ("lost work (trained again)", lost, f"status lost_seconds{replayed}"),
+                ("slow batches after recoveries", slow if recoveries else None,
+                 f"incidents: after.extra_seconds, {slow_batches} batches after {recoveries} recoveries against the "
+                 f"pace before each stall" if recoveries else "not recorded"),
                 ("stalls before detection", stall, "incidents: seconds_since_progress"),
                 ("kills", kill, "incidents: kill.seconds"),
                 ("restarts to the first batch", start, "incidents: restart_seconds less the kill"),

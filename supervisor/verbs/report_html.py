@@ -96,6 +96,10 @@ def _incidents_html(night: Any) -> str:
                         f"lost {_duration(i['lost_seconds'])} ({i.get('lost_batches')} batches replayed)")
         if is_number(i.get("restart_seconds")):
             cost.append(f"training again after {_duration(i['restart_seconds'])}")
+        after = i.get("after") if isinstance(i.get("after"), dict) else {}
+        if is_number(after.get("ratio")) and is_number(after.get("extra_seconds")):
+            cost.append(f"the {after.get('batches')} batches after {after['ratio']:.2f}x the {after.get('before_batches')}"
+                        f" before ({after['extra_seconds']:+.1f} s)")
         out.append(f'<tr class="incident" id="incident-{n}"><td>{n}</td><td>{_clock(i.get("time"), True)}</td>'
                    f'<td class="cause">{_e(i.get("reason"))}{tier}<div class="detail">{_e(i.get("detail"))}</div></td>'
                    f'<td>{_e(i.get("phase"))}</td><td>epoch {_e(i.get("epoch"))} batch {_e(i.get("batch"))}</td>'

@@ -5,8 +5,9 @@ from dataclasses import replace
 import pytest
 
 from supervisor.decision import core
-from supervisor.decision.model.actions import PrepareStandby, PrimeStandby, RecordIncident, Spawn
+from supervisor.decision.model.actions import IncidentResumed, PrepareStandby, PrimeStandby, RecordIncident, Spawn
 from supervisor.decision.model.incident import Loss, Stacks
+from supervisor.decision.model.pace import PACE_BATCHES
 from supervisor.decision.model.signatures import scan
 from supervisor.decision.model.survivors import Survivor
 from supervisor.decision.recovery import probe
@@ -1143,11 +1144,23 @@ def test_the_incident_is_one_record_enriched_by_the_shell_and_written_once_when_
     assert status["output_tail"] == ["last line"] and "restart_seconds" not in status  # not complete yet
     d(core.Spawned(PID + 1, None))
     actions = d.at(d.t + 4).beat(pid=PID + 1, progress=1, epoch=1, epochs=3, batch=1, batches=10)
-    [record] = [a for a in actions if isinstance(a, RecordIncident)]
-    assert d.beat(pid=PID + 1, epoch=1, epochs=3, batch=2, batches=10) == []  # written once
+    [resumed] = [a for a in actions if isinstance(a, IncidentResumed)]  # recovered: the notice's moment
+    assert "RecordIncident" not in kinds(actions) and resumed.incident.restart_seconds == pytest.approx(4.0)
+    # written once training has gone on PACE_BATCHES batches after it: their pace against the batches before its stall
+    records = []
+    for n in range(PACE_BATCHES):
+        records += [a for a in d.at(d.t + 0.7).beat(pid=PID + 1, progress=2 + n, epoch=1, epochs=3, batch=2, batches=10)
+                    if isinstance(a, RecordIncident)]
+        assert len(records) == (n == PACE_BATCHES - 1), n
+    assert d.at(d.t + 0.7).beat(pid=PID + 1, epoch=1, epochs=3, batch=2, batches=10) == []  # written once
+    [record] = records
     line = record.incident.to_dict()
     assert line == snapshot(d.s, core.Now(d.t, 1_700_000_000 + d.t)).to_dict()["last_incident"]  # the same record
     assert line["restart_seconds"] == pytest.approx(4.0) and line["culprit"] == where.culprit
+    assert line["after"] == {"batches": PACE_BATCHES, "seconds": pytest.approx(0.7 * PACE_BATCHES),
+                             "before_batches": 19, "before_seconds": pytest.approx(9.5),  # all the attempt had
+                             "ratio": pytest.approx(1.4), "extra_seconds": pytest.approx(0.2 * PACE_BATCHES),
+                             "slowest": pytest.approx(0.7)}
     assert line["settings"] == {} and line["time_iso"].endswith("Z")
     restored = make()
     restored.restore(d.s.persistent(d.t))
@@ -1182,7 +1195,7 @@ def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 1, "/run/ck/step-94.ckpt"))
     [record] = [a for a in d.at(d.t + 2).beat(pid=PID + 1, progress=1, epoch=2, epochs=3, batch=44, batches=50)
-                if isinstance(a, RecordIncident)]
+                if isinstance(a, IncidentResumed)]
     assert record.incident.loss == Loss(seconds=1.0, batches=2)  # 2 batches at the measured 2 it/s
     assert (d.s.goodput.lost_batches, d.s.goodput.lost_seconds) == (2, 1.0)
     # the next attempt never shows a position: its loss stays unknown, counted nowhere
@@ -1190,7 +1203,7 @@ def test_a_commands_lost_work_is_counted_down_to_where_its_next_attempt_resumed_
     d(core.TreeKilled(killed=1))
     d(core.Spawned(PID + 2, None))
     actions = d.at(d.t + 2).beat(pid=PID + 2, progress=1, epoch=None, batch=None)
-    assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, RecordIncident)] == [None]
+    assert [a.incident.to_dict()["lost_batches"] for a in actions if isinstance(a, IncidentResumed)] == [None]
     assert d.s.goodput.lost_batches == 2
 
 

@@ -13,7 +13,7 @@ FACE = sorted([
     "StateDirTaken", "StopRequested", "SupervisorPaused", "SurvivorsGone", "Tick", "TreeActivity", "TreeKilled",
     "WorkerExited", "WeightsKept", "VerifiedCopyKept",
     # the actions it carries out
-    "AwaitSurvivors", "DropStacksAhead", "Exit", "InspectStall", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
+    "AwaitSurvivors", "DropStacksAhead", "Exit", "IncidentResumed", "InspectStall", "KeepDevcoredumps", "KeepVerifiedCopy", "KillTree", "Log",
     "PrepareStandby", "PrimeStandby", "PublishCheckpoint", "PublishLadder", "ReadStacksAhead", "RecordIncident",
     "ReplaceLoaderWorkers", "RequestCheckpoint", "Spawn",
     # the reducer, its record (whose ``watch`` the shell's loop reads), its restore, and the threads a reading counts

@@ -51,6 +51,9 @@ def test_fault_is_detected_killed_resumed_at_the_right_rung_and_training_finishe
     assert (incident["reason"], incident["phase"], incident["rung"]) == (reason, phase, 0)
     assert incident == status["last_incident"]  # one record: incidents.jsonl and status --json agree
     assert 0 < incident["restart_seconds"] < 120  # from the verdict to the next attempt's first batch
+    # the batches after it against those before its stall (issue 59.2): the run ended before PACE_BATCHES of them
+    after = incident["after"]
+    assert 0 < after["batches"] < 3 * 8 and after["before_batches"] > 0 and after["seconds"] > 0, after
     assert incident["kill"]["survivors"] == []
     # a hung tree is killed; a crashed worker's DataLoader workers die with it (parent-death signal)
     assert incident["kill"]["processes"] >= (1 if reason == "hang" else 0)

@@ -48,6 +48,26 @@ def test_the_night_says_the_batches_its_restarts_replayed(tmp_path):
     assert "(7 batches replayed)" in page and "15 batches replayed over 3 restarts (5.0 a restart)" in page
 
 
+def test_the_night_says_what_the_slow_batches_after_each_recovery_cost(tmp_path):
+    """Issue 59.2: each incident's ``after`` (its batches after the recovery against those before its stall) in its
+    row, and over the night a row of its own, out of the training kept; a recovery whose batches ran faster costs 0."""
+    slow = {**INCIDENT, "after": {"batches": 50, "seconds": 30.0, "before_batches": 50, "before_seconds": 25.0,
+                                  "ratio": 1.2, "extra_seconds": 5.0, "slowest": 1.9}}
+    fast = {**INCIDENT, "id": "2-3-1800000300", "time": 1_800_000_300.0, "tier": "in_place",
+            "after": {"batches": 20, "seconds": 9.0, "before_batches": 50, "before_seconds": 25.0, "ratio": 0.9,
+                      "extra_seconds": -1.0, "slowest": 0.6}}
+    (tmp_path / "incidents.jsonl").write_text("".join(json.dumps(i) + "\n" for i in (slow, fast, INCIDENT)))
+    night = report.gather_night(config_for(tmp_path))
+    night.status.update(trained_seconds=100.0, lost_seconds=8.0)  # as a state file says them
+    assert night.slow_after() == (5.0, 70, 2)
+    rows = {what: seconds for what, seconds, _ in night.where_the_time_went()}
+    assert rows["slow batches after recoveries"] == 5.0 and rows["training kept"] == 100.0 - 8.0 - 5.0
+    page = report.render(night)
+    assert "the 50 batches after 1.20x the 50 before (+5.0 s)" in page
+    assert "the 20 batches after 0.90x the 50 before (-1.0 s)" in page
+    assert "70 batches after 2 recoveries against the pace before each stall" in page
+
+
 def test_gpu_readings_get_a_panel_and_the_png_keeps_its_size(tmp_path):
     clock = type("Clock", (), {"t": 1_800_000_000.0, "__call__": lambda self: self.t})()
     h = History(tmp_path, clock=clock)

@@ -128,6 +128,13 @@ class RecordIncident:
 
 
 @dataclass(frozen=True)
+class IncidentResumed:
+    """Training resumed after the incident (its hang is recovered: notices.py says so now); it is written once its
+    batches after are counted (model/pace.py). Nothing for the shell to do."""
+    incident: Incident
+
+
+@dataclass(frozen=True)
 class Log:
     level: str  # "info" | "warning" | "error"
     text: str

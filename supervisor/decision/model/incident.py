@@ -2,8 +2,9 @@
 
 The core opens it when it decides to stop a worker and owns it from then on. What only the shell can see comes
 in as typed events that the core folds in: ``IncidentEnriched`` (the process tree, the output tail and the stacks,
-taken before the kill) and ``TreeKilled`` (the kill report). The record is complete when the next attempt trains
-(``restart_seconds``), when the next incident opens, or when the supervisor exits: then the core asks for it to be
+taken before the kill) and ``TreeKilled`` (the kill report). The record is complete once training has gone on
+``PACE_BATCHES`` batches after its recovery (``restart_seconds`` at the next attempt's first, then ``after``:
+model/pace.py), or sooner when the next incident opens or the supervisor exits: then the core asks for it to be
 written, once, to incidents.jsonl. ``to_dict`` is the one spelling of it there, in status --json's
 ``last_incident`` and in the state file; its keys are the ones users script against. Both ways are derived from the
 fields' declarations (persistence.py): a field added here is written and read back by its name.
@@ -136,6 +137,7 @@ class Incident:
     restart_start_why: str | None = kept(default=None, omitted=True)
     restart_parts: dict[str, float] | None = kept(default=None, omitted=True)  # heartbeats.restart_parts
     rank_parts: tuple[RankStart, ...] = kept(default=(), omitted=True)  # under DDP: restart_parts of each rank
+    after: dict[str, Any] | None = kept(default=None, omitted=True)  # the batches after its recovery: model/pace.py
     # -- the recovery tiers (recovery/tier.py, recovery/__init__.py); None, (): no recovery (a stop, a probe) --
     tier: Tier | None = kept(default=None, omitted=True)  # the last tier it went to: the one that recovered it
     tiers: tuple[Tier, ...] = kept(default=(), omitted=True)  # every tier it went through, in order

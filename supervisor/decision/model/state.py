@@ -22,12 +22,13 @@ from typing import Any
 
 from supervisor.config import Config, RestartConfig
 from supervisor.decision.model import checkpoint_interval, persistence, rung_choice, rung_record
-from supervisor.decision.model.actions import Exit, RecordIncident
+from supervisor.decision.model.actions import Exit, IncidentResumed, RecordIncident
 from supervisor.decision.model.events import KernelMessage, SignatureSeen
 from supervisor.decision.model.hang_history import HangHistory, HangPoint
 from supervisor.decision.model.incident import Devcoredump, Incident, Stacks
 from supervisor.decision.model.ladder import Ladder
 from supervisor.decision.model.miopen_modes import MiopenRun
+from supervisor.decision.model.pace import PACE_BATCHES, Paces
 from supervisor.decision.model.persistence import kept
 from supervisor.decision.model.persistence import span
 from supervisor.decision.model.rung_record import RungRecord
@@ -242,6 +243,10 @@ class Attempt:
     in_force: InForce | None = None  # what the worker reports really in force; None before its report
     intervals: dict[str, deque] = field(default_factory=dict)
     throughput: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW))  # (monotonic time sent, samples)
+    # the newest training batches' times (model/pace.py: the pace before a stall) and the last training beat's sending
+    # time, None after any other progress (a phase said, a recovery): a gap across those is no batch's
+    batch_times: deque = field(default_factory=lambda: deque(maxlen=PACE_BATCHES))
+    last_beat_sent: float | None = None
     last_error: str | None = None  # the worker's own last words ("RuntimeError: ...")
     first_error: str | None = None  # the first error any of its ranks reported: with several ranks a host, the one
     # whose crash the others then met (core._own_error_first)
@@ -413,6 +418,7 @@ class Supervision:
     # what the last decision left the shell to watch (the stall judged, its deadline, the wake-up, the tree's and the
     # stacks' readings): a watchdog.Watch, set at the end of every ``decide`` and at a restore; never persisted
     watch: Any = None
+    paces: Paces = field(default_factory=Paces)  # the incidents' windows of batches after their recovery
 
     def __post_init__(self) -> None:
         self.kind = WorkerKind.of(self.config)
@@ -468,13 +474,30 @@ class Supervision:
             last_progress_wall=None if a.last_progress_at is None else now.wall - (now.mono - a.last_progress_at),
             **fields)
         self.incidents = (self.incidents + [incident])[-INCIDENTS_KEPT:]
+        self.paces.opened(incident.id, list(a.batch_times))
         return incident
 
     def record_complete(self, still_open: Incident | None = None) -> list[RecordIncident]:
         """Ask for every incident not written yet to be written: called once nothing more can be learnt of them
         (``still_open``: a hang's incident that escalates to the next recovery tier, not complete yet)."""
-        return [RecordIncident(self.amend(i, recorded=True))
-                for i in [i for i in self.incidents if not i.recorded and i is not still_open]]
+        self.paces.kept_for({i.id for i in self.incidents})
+        complete = [i for i in self.incidents if not i.recorded and (still_open is None or i.id != still_open.id)]
+        return [RecordIncident(self.amend(i, recorded=True, after=self.paces.closed(i.id) or i.after)) for i in complete]
+
+    def resumed_after(self, incident: Incident) -> list[RecordIncident | IncidentResumed]:
+        """Training resumed after ``incident`` (its restart's first batch, its in-place rebuild's next): every other
+        incident not written yet is, and this one once its window of batches after is full (``paced``); one with no
+        window (restored from a state file) now."""
+        if not self.paces.resumed(incident.id):
+            return list(self.record_complete())
+        current = next(i for i in self.incidents if i.id == incident.id)
+        return [*self.record_complete(still_open=current), IncidentResumed(current)]
+
+    def paced(self, seconds: float) -> list[RecordIncident]:
+        """A training batch's time: the incidents whose window after it fills are written."""
+        filled = self.paces.batch(seconds)
+        return [RecordIncident(self.amend(i, recorded=True, after=self.paces.closed(i.id) or i.after))
+                for i in [i for i in self.incidents if i.id in filled and not i.recorded]]
 
     # -- persistence: what a restarted supervisor needs to continue where it was --
     def persistent(self, mono: float) -> dict[str, Any]:

@@ -298,9 +298,10 @@ def progressed(s: Supervision, r: Recovery, m: HeartbeatMessage, now: Now) -> li
     record = s.rung_record(r.incident.rung)
     record.tier_recovered += 1
     record.tier_seconds = round(record.tier_seconds + cost.seconds, 3)
+    s.current.last_beat_sent = None  # the gap to this batch is the stall's, no batch's
     return [Log("info", f"recovered in place: the next batch {cost.to_next_batch:.2f} s after the loader workers were "
                         f"replaced ({cost.seconds:.1f} s from the last progress), {cost.batches_lost} batches lost"),
-            *s.record_complete()]
+            *s.resumed_after(r.incident)]
 
 
 def loader_started(s: Supervision, m: HeartbeatMessage, now: Now) -> list[Any]:

@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from supervisor.decision import core, recovery, status_view
-from supervisor.decision.model.actions import RecordIncident
+from supervisor.decision.model.actions import IncidentResumed, RecordIncident
+from supervisor.decision.model.pace import PACE_BATCHES
 from supervisor.decision.learning import choices
 from supervisor.decision.model.incident import Tier
 from supervisor.decision.recovery import in_place, restart
@@ -47,7 +48,7 @@ def test_a_stuck_loader_worker_is_replaced_in_place_and_its_cost_recorded():
     assert d.at(d.t + 2.9)(core.Tick()) == []
     d.beat("train", kind="loader", pids=[5003], seconds=0.9, loader="train")
     actions = d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
-    assert "RecordIncident" in kinds(actions)
+    assert "IncidentResumed" in kinds(actions)
     incident = d.s.incidents[-1].to_dict()
     assert incident["tier"] == "in_place" and incident["where"] == STACKS.where
     assert incident["tier_cost"]["batches_lost"] == 0 and incident["tier_cost"]["stall"] == pytest.approx(10.01)
@@ -228,7 +229,7 @@ def test_an_escalation_amends_the_hangs_one_incident():
     d.at(d.t + 1)(core.Spawned(PID, None))
     d.beat("train", kind="phase")
     written = [a.incident for a in d.at(d.t + 2).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
-               if isinstance(a, RecordIncident)]
+               if isinstance(a, IncidentResumed)]
     assert [i.id for i in written] == [opened.id] and written[0].restart_seconds > 6
     assert d.s.recoveries == {"restart": 1}
     plain = Driver(make(recovery={"in_place": False}))  # a hang no cheaper tier takes: the restart alone, on the record
@@ -607,7 +608,7 @@ def test_in_place_recoveries_that_worked_do_not_spend_in_place_max():
         d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits", None, STACKS))
         d(in_place.LoaderWorkersKilled((5001,), (), 0.1))
         d.at(d.t + 0.5).beat("train", kind="loader", pids=[5001, 5002], seconds=0.4, loader="train")
-        assert "RecordIncident" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)), n
+        assert "IncidentResumed" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)), n
     assert d.s.recoveries == {"in_place": 5} and d.s.attempt == 1
     record = d.s.rungs[0]
     assert record.tier_recovered == 5 and record.tier_seconds > 5 * 10
@@ -632,3 +633,33 @@ def test_in_place_recoveries_that_escalated_spend_in_place_max():
     incident = d.s.incidents[-1]
     assert incident.tiers == ("restart",) and "more than in_place_max (1) in-place recoveries that escalated" \
         in incident.escalation, incident
+
+
+def test_the_batches_after_an_in_place_rebuild_are_timed_against_those_before_and_the_incident_written_then():
+    """Issue 59.2: the incident's ``after``, the first PACE_BATCHES training batches after the rebuild's next batch,
+    against the batches before the stall; neither the stall's gap nor an epoch's end (validation, the save) is a
+    batch's."""
+    d = loading()
+    inspect = stall(d)
+    d(in_place.StallInspected(inspect.incident.id, True, (5001,), "waits for a batch", None, STACKS))
+    d.at(d.t + 0.5)(in_place.LoaderWorkersKilled((5001,), (), 0.05))
+    d.at(d.t + 0.5).beat("train", kind="loader", pids=[5003], seconds=0.4, loader="train")
+    assert "IncidentResumed" in kinds(d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
+    assert not d.s.incidents[-1].recorded  # its batches after are to come
+    written = []
+    for n in range(PACE_BATCHES):
+        if n == 10:  # an epoch's end: 6 s of validation and its save, then the next epoch's first batch
+            d.at(d.t + 3).beat("val", kind="phase")
+            d.at(d.t + 2).beat("save", kind="phase")
+            d.at(d.t + 1).beat("train", kind="phase")
+        written += [a.incident for a in d.at(d.t + 0.6).beat(epoch=2, epochs=3, batch=n % 10 + 1, batches=10, samples=4)
+                    if isinstance(a, RecordIncident)]
+    assert [i.id for i in written] == [], "the batch after the epoch's end started the count anew, not one of them"
+    written = [a.incident for a in d.at(d.t + 0.6).beat(epoch=2, epochs=3, batch=1, batches=10, samples=4)
+               if isinstance(a, RecordIncident)]
+    assert [i.id for i in written] == [inspect.incident.id]
+    after = written[0].to_dict()["after"]
+    assert (after["batches"], after["before_batches"]) == (PACE_BATCHES, 19)  # 19: all the attempt had before
+    assert after["slowest"] == pytest.approx(0.6) and after["ratio"] == pytest.approx(1.2)
+    assert after["extra_seconds"] == pytest.approx(0.1 * PACE_BATCHES)
+    assert written[0].to_dict()["tier"] == "in_place"

@@ -42,7 +42,7 @@ def test_a_batch_owed_by_a_known_loader_worker_is_bounded_as_an_idle_tree_and_re
     assert incident["tier"] == "in_place" and "(pid 5001, batch 12)" in incident["witness"]
     assert "stacks" not in incident  # no profiler was needed for the decision
     assert kinds(d.at(d.t + 0.3)(in_place.LoaderWorkersKilled((5001, 5002), (), 0.05))) == ["Log"]
-    assert "RecordIncident" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
+    assert "IncidentResumed" in kinds(d.beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
     assert d.s.recoveries["in_place"] == 1 and d.s.attempt == 1
 
 
@@ -155,7 +155,7 @@ def test_under_ddp_the_rank_whose_loader_worker_owes_the_batch_is_named_and_repl
     assert d.s.incidents[-1].witness.startswith("rank 1 waits for a batch from train loader worker 0 (pid 5101")
     # the in-place incident names its rank as the restart's does: the hung one, and where each rank waited
     d.at(d.t + 0.3)(in_place.LoaderWorkersKilled(actions[1].pids, (), 0.05))
-    assert "RecordIncident" in kinds(d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
+    assert "IncidentResumed" in kinds(d.at(d.t + 0.5).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4))
     incident = d.s.incidents[-1].to_dict()
     assert incident["tier"] == "in_place" and incident["hung_rank"] == 1
     assert [(r["rank"], r["waiting_kind"]) for r in incident["ranks"]] == [(0, "collective"), (1, "loader")]
@@ -179,7 +179,7 @@ def test_the_gap_an_in_place_recovery_closes_is_learned_as_no_epoch_end():
     actions = d.at(start + 5.01)(core.Tick())  # the epoch end's own bound (10 x 0.5 s), the word's idle floor
     assert kinds(actions) == ["Log", "ReplaceLoaderWorkers"]
     d.at(d.t + 0.3)(in_place.LoaderWorkersKilled(actions[1].pids, (), 0.05))
-    assert "RecordIncident" in kinds(d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=1, batches=10, samples=4))
+    assert "IncidentResumed" in kinds(d.at(d.t + 0.5).beat(epoch=3, epochs=3, batch=1, batches=10, samples=4))
     assert d.s.epoch_end_seen == 0.5 and d.s.checkpoint_seen is None  # the recovered stall taught nothing
 
 
