@@ -65,10 +65,13 @@ def detection(tmp: Path, name: str, steps: int, heartbeat: bool, freeze_after: f
         time.sleep(freeze_after)
         frozen_at = time.time()
         os.kill(status["worker_pid"], signal.SIGSTOP)
-        incidents = state / "incidents.jsonl"
-        while not incidents.exists():
+        incident = None  # the live status's: incidents.jsonl has it only once its batches after are counted
+        while incident is None:
             time.sleep(0.05)
-        incident = json.loads(incidents.read_text().splitlines()[0])
+            try:
+                incident = json.loads((state / "supervisor.json").read_text())["status"].get("last_incident")
+            except (OSError, ValueError, KeyError):
+                pass
         return incident["time"] - frozen_at
     finally:
         proc.terminate()  # the supervisor takes its tree with it

@@ -87,7 +87,8 @@ def line_to_kill(confirm: float) -> float:
             os.kill(status(state_dir)["worker_pid"], signal.SIGSTOP)
             written = time.time()
             write_kmsg(SEEDS_LINE)
-            incident = wait(lambda: incidents(state_dir), 60)[0]
+            # the live status's (incidents.jsonl has it once its batches after are counted), once its kill is known
+            incident = wait(lambda: [i for i in [status(state_dir).get("last_incident")] if i and i.get("kill")], 60)[0]
             assert incident["reason"] == "kernel", incident
             return incident["time"] + incident["kill"]["seconds"] - written
         finally:

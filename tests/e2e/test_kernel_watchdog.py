@@ -54,7 +54,7 @@ def test_the_seeds_line_with_a_frozen_worker_restarts_it_within_the_confirm_wind
         os.kill(status["worker_pid"], signal.SIGSTOP)  # frozen: no progress, as a driver-wedged process
         written = time.time()
         write_kmsg(SEEDS_LINE)
-        incident = wait_for(lambda: read_incidents(state_dir), timeout=60, what="an incident")[0]
+        incident = wait_for(lambda: read_incidents(state_dir), timeout=240, what="an incident")[0]  # written at the end
         _, stderr = proc.communicate(timeout=240)
     finally:
         proc.kill()
@@ -76,7 +76,7 @@ def test_a_reset_line_keeps_the_gpus_devcoredump_in_its_incident(demo_config, wr
         status = healthy_attempt(state_dir)
         os.kill(status["worker_pid"], signal.SIGSTOP)
         write_kmsg(f"amdgpu {PCI}: amdgpu: GPU reset begin!. Source:  3")
-        incident = wait_for(lambda: read_incidents(state_dir), timeout=60, what="an incident")[0]
+        incident = wait_for(lambda: read_incidents(state_dir), timeout=240, what="an incident")[0]  # written at the end
         copied = {path: path.read_bytes() for path in (state_dir / "incidents").rglob("devcoredump-*")}
         _, stderr = proc.communicate(timeout=240)
     finally:
