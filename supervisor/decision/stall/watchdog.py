@@ -143,7 +143,11 @@ def _judged(s: Supervision, stall: Stall) -> Deadline:
         # first batch has none yet: auto_floor): its start's bound holds, longer or shorter (issue 57.9).
         at = Deadline(bound, at.kind, f"{at.label}, {why}") if at.at is None or bound < at.at or start else at
     elif stall.idle_bound is not None and word.idle_since is not None:  # the tree's activity decides the floor
-        bound = max(stall.since + stall.idle_bound, word.idle_since + w.idle_floor)
+        idle_bound, floor = stall.idle_bound, w.idle_floor
+        if word.seen is not None and witness.end_of(word.seen.report) == WaitKind.LOCK \
+                and (named := named_floor(s, evidence_phase(s))) < floor:
+            idle_bound = floor = named  # a lock nobody else will end, in a training of short batches: theirs
+        bound = max(stall.since + idle_bound, word.idle_since + floor)
         why = "idle" if word.idle_since == a.idle_since else f"witness: {word.seen.report.kind.value}"
         at = Deadline(bound, at.kind, f"{at.label}, {why}") if bound < at.at else at
     if word.silent is not None and (at.at is None or at.at >= word.silent):
@@ -262,10 +266,10 @@ def stall_phase(s: Supervision) -> str:
 def device_wait_bound(s: Supervision, phase: str) -> float:
     """A device wait the witness reports in ``phase`` (training's, validation's: never a first step, whose kernel
     search keeps its startup bound, nor validation's first batch, which has no rhythm yet) is bounded by the device
-    waits this run has seen end in that phase: ``auto_factor`` x the longest, at least ``idle_floor`` (or
-    ``auto_floor`` with ``idle_floor = "off"``). The waits under the witness's interval are never seen: a kernel that
-    never ends in a phase whose syncs take milliseconds is found at the floor, whether the host spins or sleeps."""
-    return _rhythm_bound(s, s.device_waits_seen, phase)
+    waits this run has seen end in that phase: ``auto_factor`` x the longest, at least ``named_floor`` (the idle
+    floor, lowered by short batches). The waits under the witness's interval are never seen: a kernel that never
+    ends in a phase whose syncs take milliseconds is found at the floor, whether the host spins or sleeps."""
+    return _rhythm_bound(s, s.device_waits_seen, phase, named_floor(s, phase))
 
 
 def one_place_bound(s: Supervision, phase: str) -> float:
@@ -280,14 +284,35 @@ def one_place_bound(s: Supervision, phase: str) -> float:
 def loader_wait_bound(s: Supervision, phase: str) -> float:
     """A batch owed by a named loader worker whose iterator has given batches (the witness's ``batch_index`` past
     0) is bounded by the waits for such batches this run has seen end in ``phase``: ``auto_factor`` x the longest, at
-    least ``idle_floor``. Not by the batch intervals: an attempt's first steps are slow for the model's sake, and a
+    least ``named_floor``. Not by the batch intervals: an attempt's first steps are slow for the model's sake, and a
     loader hang in its first epoch was found at 10 x those."""
-    return _rhythm_bound(s, s.loader_waits_seen, phase)
+    return _rhythm_bound(s, s.loader_waits_seen, phase, named_floor(s, phase))
 
 
-def _rhythm_bound(s: Supervision, seen: dict[str, float], phase: str) -> float:
+NAMED_LEAST = 1.5  # seconds: a named wait's floor never under this (three of the witness's intervals)
+NAMED_EVIDENCE = 20  # batch intervals of the phase in this attempt before they may lower a named wait's floor
+
+
+def named_floor(s: Supervision, phase: str) -> float:
+    """The floor of a wait the witness names (a batch owed by a loader worker, the device, a lock nobody else will
+    end) in ``phase`` (issue 59.3): each such wait that ended inside a batch was shorter than that batch, so where
+    this attempt has ``NAMED_EVIDENCE`` batch intervals of the phase, ``auto_factor`` x the slowest of them, at least
+    ``NAMED_LEAST`` and at most the idle floor (an H200's 0.1 s batches: 1.5 s, not 3); else the idle floor
+    (``auto_floor`` with ``idle_floor = "off"``). Waits of the kind seen to end longer raise its bound over this
+    (``device_wait_bound``, ``loader_wait_bound``)."""
     w = s.config.watchdog
-    floor = w.idle_floor if w.idle_floor is not None else w.auto_floor
+    if w.idle_floor is None:
+        return w.auto_floor
+    intervals = s.current.intervals.get(phase) or ()
+    if len(intervals) < NAMED_EVIDENCE:
+        return w.idle_floor
+    return min(w.idle_floor, max(NAMED_LEAST, w.auto_factor * max(intervals)))
+
+
+def _rhythm_bound(s: Supervision, seen: dict[str, float], phase: str, floor: float | None = None) -> float:
+    w = s.config.watchdog
+    if floor is None:
+        floor = w.idle_floor if w.idle_floor is not None else w.auto_floor
     return max(floor, w.auto_factor * seen.get(phase, 0.0))
 
 

@@ -570,3 +570,81 @@ def test_a_loaders_first_batch_before_any_start_was_seen_is_bounded_by_the_start
     d = spawn_rung(None, watchdog={"startup_timeout": 30})
     assert verdicts(d.at(LAST_BATCH + 29.9)(core.Tick())) == []
     assert kinds(verdicts(d.at(LAST_BATCH + 30.01)(core.Tick()))) == ["Log", "ReplaceLoaderWorkers"]
+
+
+def quick(interval: float, until: float = LAST_BATCH) -> Driver:
+    """``loading`` at ``interval`` s a batch, up to ``until``."""
+    d = Driver(make())
+    d.boot_and_spawn()
+    d.beat("train", kind="phase")
+    d.beat("train", kind="loader", pids=list(LOADERS), seconds=0.4, loader="train")
+    while d.t + interval <= until + 1e-9:
+        d.t += interval
+        d.beat(epoch=1, epochs=3, batch=3, batches=10, samples=4)
+    return d
+
+
+@pytest.mark.parametrize("kind", ["device", "loader"])
+def test_a_named_wait_in_a_training_of_short_batches_is_judged_at_their_bound_not_the_idle_floor(kind):
+    """Issue 59.3: at 0.1 s a batch (an H200's), a device wait or a batch owed by a named loader worker is a hang
+    at 10 x the slowest batch, never under 1.5 s: every such wait that ended did so inside a batch."""
+    d = quick(0.1)
+    last = d.t
+    d.t = last + 0.6
+    word(d, "device", function="synchronize") if kind == "device" else loader_word(d, 5001)
+    assert d.s.watch.deadline.at == pytest.approx(last + 1.5)
+    assert verdicts(d.at(last + 1.49)(core.Tick())) == []
+    assert verdicts(d.at(last + 1.51)(core.Tick())) != []
+
+
+def test_a_named_wait_keeps_the_idle_floor_until_the_batches_are_known_and_follows_longer_waits_seen():
+    """Fewer than NAMED_EVIDENCE batches: the idle floor (3 s); 0.2 s batches: 2 s; a device wait seen to end after
+    1.2 s: 12 s, as before."""
+    few = quick(0.1, until=1000.0 + 0.1 * (watchdog.NAMED_EVIDENCE - 1))
+    assert watchdog.device_wait_bound(few.s, "train") == 3.0
+    d = quick(0.2)
+    assert watchdog.device_wait_bound(d.s, "train") == pytest.approx(2.0)
+    assert watchdog.loader_wait_bound(d.s, "train") == pytest.approx(2.0)
+    assert watchdog.one_place_bound(d.s, "train") == 3.0  # a loop in Python is no named wait: the idle floor
+    last = d.t
+    d.t = last + 0.7
+    word(d, "device", function="synchronize")
+    d.at(last + 1.2).beat(epoch=1, epochs=3, batch=4, batches=10, samples=4)
+    assert watchdog.device_wait_bound(d.s, "train") == pytest.approx(12.0)
+    assert watchdog.device_wait_bound(loading().s, "train") == 3.0  # 0.5 s batches: 5 s, so the idle floor's
+
+
+def test_a_lock_nobody_else_will_end_in_a_training_of_short_batches_is_a_hang_at_their_bound():
+    """The training thread blocked on a lock of its own, its tree idle, at 0.1 s a batch: 1.5 s after the tree fell
+    idle, not the idle floor's 3 s; at 0.5 s a batch, the idle bound as before (10 x 0.5 s from the last batch)."""
+    for interval, verdict_at in ((0.1, 0.5 + 1.5), (0.5, 5.0)):
+        d = quick(interval)
+        last = d.t
+        d(core.TreeActivity(idle_since=last + 0.5))
+        for k in range(1, 4):
+            d.t = last + 0.5 * k
+            d.beat("train", kind="wait", pid=PID, progress=d.progress,
+                   wait={"kind": "lock", "where": "sitecustomize.py:35 in _bench_hang", "stalled": 0.5 * k})
+        assert verdicts(d.at(last + verdict_at - 0.01)(core.Tick())) == [], interval
+        assert verdicts(d.at(last + verdict_at + 0.01)(core.Tick())) != [], interval
+
+
+def test_after_short_batches_a_healthy_5_s_join_at_an_epochs_end_is_not_killed():
+    """The same 0.1 s batches: an epoch's end whose callback joins a thread that uploads (a socket) or sleeps for 5 s,
+    every thread idle, is judged by its chain's end (the phase's own bound), not at the short batches' 1.5 s."""
+    for end in ({"kind": "io", "function": "recv_into", "peer": "127.0.0.1:18765"},
+                {"kind": "sleep", "function": "sleep"}):
+        d = quick(0.1)
+        d.beat("save", kind="phase", epoch=1, epochs=3, batch=10, batches=10)
+        last = d.t
+        d(core.TreeActivity(idle_since=last + 0.5, thread_idle_since=last + 0.5))
+        for k in range(1, 11):
+            d.t = last + 0.5 * k
+            d.beat("save", kind="wait", pid=PID, progress=d.progress,
+                   wait={"kind": "lock", "where": "threading.py:1139 in _wait_for_tstate_lock",
+                         "function": "_wait_for_tstate_lock", "tid": 4243, "stalled": 0.5 * k,
+                         "chain": [{"via": "join", "thread": "upload", "tid": 4250, "where": "callbacks.py:9 in upload",
+                                    **end}]})
+            assert verdicts(d(core.Tick())) == [], (end, k)
+        d.at(last + 5.1).beat(epoch=2, epochs=3, batch=1, batches=10, samples=4)  # the join ended: training goes on
+        assert d.s.state == core.State.HEALTHY and d.s.incidents == []
