@@ -169,10 +169,7 @@ def gather_night(config: Config) -> Night:
     samples, problem = history.read(state_dir)
     if problem:
         missing.append(problem)
-    incidents = load_incidents(state_dir)
-    last = status.get("last_incident")
-    if isinstance(last, dict) and last.get("id") not in {i.get("id") for i in incidents}:
-        incidents.append({**last, "pending": True})  # not complete yet: written once training goes on
+    incidents = load_incidents(state_dir)  # and the pending one
     results = StatePaths(state_dir, config.distributed.run_dir).results
     epochs = read_results(results)
     if not epochs:

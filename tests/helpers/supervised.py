@@ -140,8 +140,17 @@ def read_state(state_dir: Path) -> dict:
 
 
 def read_incidents(state_dir: Path) -> list[dict]:
+    """incidents.jsonl's lines, then the newest incident not written yet, as the state file's status has it: a run
+    stopped by SIGKILL leaves the incident whose batches after were still being counted only there (``pending``)."""
     path = state_dir / "incidents.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    written = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    try:
+        last = read_state(state_dir)["status"].get("last_incident")
+    except (OSError, ValueError, KeyError):
+        last = None
+    if last and last["id"] not in {i["id"] for i in written}:
+        written.append({**last, "pending": True})
+    return written
 
 
 def status_of(state_dir):

@@ -13,6 +13,7 @@ import pytest
 from supervisor.decision.model.incident import Incident, Kill, Loss
 from supervisor.decision.model.incident import one_line
 from supervisor.host.stacks import capture_tree, find_py_spy
+from supervisor.state import state_file
 from supervisor.state.incidents import load_incidents
 from supervisor.state.paths import StatePaths
 from supervisor.verbs.incidents import group_by_where
@@ -157,3 +158,17 @@ def test_a_reader_that_stops_early_is_no_traceback(tmp_path, verb):
                                 if verb == "incidents" else [sys.executable, "-m", "supervisor", verb], stdout=gone,
                                 stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT)
     assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_the_newest_incident_not_written_yet_is_shown_from_the_state_file_once(tmp_path):
+    """Issue 59.2: a hang's incident is written once its batches after the recovery are counted; until then (or
+    where its supervisor was killed first) `yolo-train incidents` shows it from the state file's status, marked
+    pending, and never twice once written."""
+    (tmp_path / "incidents.jsonl").write_text(json.dumps(incident(1)) + "\n")
+    state_file.write(tmp_path, {"version": state_file.VERSION, "status": {"last_incident": incident(2)}})
+    shown = load_incidents(tmp_path)
+    assert [(i["id"], i.get("pending")) for i in shown] == [(incident(1)["id"], None), (incident(2)["id"], True)]
+    result = cli("incidents", "--state-dir", str(tmp_path))
+    assert result.returncode == 0 and result.stdout.startswith(f"2 incidents in {tmp_path}"), result.stdout
+    state_file.write(tmp_path, {"version": state_file.VERSION, "status": {"last_incident": incident(1)}})
+    assert [i["id"] for i in load_incidents(tmp_path)] == [incident(1)["id"]]
