@@ -67,6 +67,7 @@ class Night:
     hangs: int = 0
     hang_costs: list[float | None] = field(default_factory=list)  # each hang's cost by its incident, in seconds
     replayed: list[int] = field(default_factory=list)  # batches each restart trained again (its lost_batches)
+    after: list[dict] = field(default_factory=list)  # each recovery's batches after it against those before (issue 59.2)
     rungs: list[int] = field(default_factory=list)  # rung of each attempt (--whatever-phase: of each freeze)
     phases: list[str] = field(default_factory=list)  # --whatever-phase: the phase each freeze landed in
     status: dict = field(default_factory=dict)
@@ -149,6 +150,7 @@ def night(tmp: Path, label: str, config: Path, args: argparse.Namespace, burst: 
         result.status = run.state().get("status", {})
         result.hang_costs = hang_costs(run.state_dir / "incidents.jsonl")
         result.replayed = replayed(run.state_dir / "incidents.jsonl")
+        result.after = afters(run.state_dir / "incidents.jsonl")
     finally:
         run.stop()
         if args.keep:
@@ -237,6 +239,15 @@ def hang_costs(incidents: Path) -> list[float | None]:
         parts = (record.get("seconds_since_progress"), record.get("restart_seconds"), record.get("lost_seconds"))
         costs.append(None if None in parts else sum(parts))
     return costs
+
+
+def afters(incidents: Path) -> list[dict]:
+    """Each hang's ``after``: its recovery's first batches timed against those before its stall."""
+    import json
+
+    lines = incidents.read_text().splitlines() if incidents.exists() else []
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [r["after"] for r in records if r.get("reason") == "hang" and isinstance(r.get("after"), dict)]
 
 
 def replayed(incidents: Path) -> list[int]:
@@ -354,6 +365,11 @@ def main() -> int:
         if burst.replayed:
             print(f"{burst.label}: {sum(burst.replayed)} batches replayed over {len(burst.replayed)} restarts "
                   f"({burst.replayed}); rungs the hangs met {burst.rungs}", flush=True)
+        timed = [a for a in burst.after if a.get("extra_seconds") is not None]
+        if timed:
+            print(f"{burst.label}: the batches after each recovery against those before its stall: "
+                  + ", ".join(f"{a['batches']} at {a['ratio']:.2f}x ({a['extra_seconds']:+.1f} s)" for a in timed)
+                  + f"; {sum(a['extra_seconds'] for a in timed):+.1f} s in all", flush=True)
         measured = [c for c in burst.hang_costs if c is not None]
         if measured:
             cost = sum(measured) / len(measured)
