@@ -213,8 +213,8 @@ def climb_to_loader_rung(tmp_path: Path, name: str, rung: str) -> tuple[dict, di
     assert (state_dir / "train" / "weights" / "best.pt").exists()
     assert status["rung"] == 1 and status["attempt"] == 3
     first, second = read_incidents(state_dir)
-    assert (first["reason"], first["phase"], first["rung"]) == ("hang", "train", 0)
-    assert (second["reason"], second["phase"], second["rung"]) == ("hang", "train", 1)
+    assert (first["reason"], first["phase"], first["rung"]) == ("hang", "train", 0), first
+    assert (second["reason"], second["phase"], second["rung"]) == ("hang", "train", 1), second
     return status, first, second
 
 

@@ -297,7 +297,7 @@ def named_floor(s: Supervision, phase: str) -> float:
     """The floor of a wait the witness names (a batch owed by a loader worker, the device, a lock nobody else will
     end) in ``phase`` (issue 59.3): each such wait that ended inside a batch was shorter than that batch, so where
     this attempt has ``NAMED_EVIDENCE`` batch intervals of the phase, ``auto_factor`` x the slowest of them, at least
-    ``NAMED_LEAST`` and at most the idle floor (an H200's 0.1 s batches: 1.5 s, not 3); else the idle floor
+    ``NAMED_LEAST`` and at most the idle floor (a fast GPU's batches: below the idle floor); else the idle floor
     (``auto_floor`` with ``idle_floor = "off"``). Waits of the kind seen to end longer raise its bound over this
     (``device_wait_bound``, ``loader_wait_bound``)."""
     w = s.config.watchdog
