@@ -67,7 +67,7 @@ class Night:
     hangs: int = 0
     hang_costs: list[float | None] = field(default_factory=list)  # each hang's cost by its incident, in seconds
     replayed: list[int] = field(default_factory=list)  # batches each restart trained again (its lost_batches)
-    after: list[dict] = field(default_factory=list)  # each recovery's batches after it against those before (issue 59.2)
+    after: list[dict] = field(default_factory=list)  # each recovery's batches after it, against those before (59.2)
     rungs: list[int] = field(default_factory=list)  # rung of each attempt (--whatever-phase: of each freeze)
     phases: list[str] = field(default_factory=list)  # --whatever-phase: the phase each freeze landed in
     status: dict = field(default_factory=dict)

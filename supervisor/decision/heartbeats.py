@@ -416,7 +416,8 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     last = s.incidents[-1] if s.incidents else None
     resumed = last is not None and not last.recorded and last.reason != Reason.STOP
     actions: list[Any] = [*(s.resumed_after(last) if resumed else s.record_complete()),
-                          Log("info", f"attempt {s.attempt}: first training batch {a.startup_seconds:.1f} s after spawn")]
+                          Log("info", f"attempt {s.attempt}: first training batch {a.startup_seconds:.1f} s after "
+                                      f"spawn")]
     return actions + standby.prepared(s, now.mono)
 
 

@@ -36,13 +36,13 @@ def pace_after(before: tuple[float, ...] | list[float], after: list[float]) -> d
     """``batches`` and ``seconds`` after, ``before_batches`` and ``before_seconds``, the mean batch's ``ratio`` (after
     over before), ``extra_seconds`` (what the batches after took beyond the pace before) and the ``slowest`` batch
     after; the comparisons None where either side has no batch."""
-    mean_before = sum(before) / len(before) if before else None
-    mean_after = sum(after) / len(after) if after else None
-    compared = mean_before is not None and mean_after is not None and mean_before > 0
+    ratio = extra = None
+    if before and after and sum(before) > 0:
+        mean_before = sum(before) / len(before)
+        ratio = round(sum(after) / len(after) / mean_before, 3)
+        extra = round(sum(after) - len(after) * mean_before, 3)
     return {"batches": len(after), "seconds": round(sum(after), 3), "before_batches": len(before),
-            "before_seconds": round(sum(before), 3),
-            "ratio": round(mean_after / mean_before, 3) if compared else None,  # type: ignore[operator]
-            "extra_seconds": round(sum(after) - len(after) * mean_before, 3) if compared else None,  # type: ignore
+            "before_seconds": round(sum(before), 3), "ratio": ratio, "extra_seconds": extra,
             "slowest": round(max(after), 3) if after else None}
 
 

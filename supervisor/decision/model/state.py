@@ -482,7 +482,7 @@ class Supervision:
         (``still_open``: a hang's incident that escalates to the next recovery tier, not complete yet)."""
         self.paces.kept_for({i.id for i in self.incidents})
         complete = [i for i in self.incidents if not i.recorded and (still_open is None or i.id != still_open.id)]
-        return [RecordIncident(self.amend(i, recorded=True, after=self.paces.closed(i.id) or i.after)) for i in complete]
+        return [self._written(i) for i in complete]
 
     def resumed_after(self, incident: Incident) -> list[RecordIncident | IncidentResumed]:
         """Training resumed after ``incident`` (its restart's first batch, its in-place rebuild's next): every other
@@ -496,8 +496,12 @@ class Supervision:
     def paced(self, seconds: float) -> list[RecordIncident]:
         """A training batch's time: the incidents whose window after it fills are written."""
         filled = self.paces.batch(seconds)
-        return [RecordIncident(self.amend(i, recorded=True, after=self.paces.closed(i.id) or i.after))
-                for i in [i for i in self.incidents if i.id in filled and not i.recorded]]
+        return [self._written(i) for i in self.incidents if i.id in filled and not i.recorded]
+
+    def _written(self, incident: Incident) -> RecordIncident:
+        """The incident complete, with its batches after as they stand: written now."""
+        after = self.paces.closed(incident.id) or incident.after
+        return RecordIncident(self.amend(incident, recorded=True, after=after))
 
     # -- persistence: what a restarted supervisor needs to continue where it was --
     def persistent(self, mono: float) -> dict[str, Any]:
