@@ -219,18 +219,21 @@ def steady_goodput(cost: float, every: float, wall_cadence: bool) -> float:
     return max(0.0, 1.0 - cost / every) if wall_cadence else every / (every + cost)
 
 
+def hang_records(incidents: Path) -> list[dict]:
+    """The hangs' lines of an incidents.jsonl (none where it is missing)."""
+    import json
+
+    lines = incidents.read_text().splitlines() if incidents.exists() else []
+    return [r for r in (json.loads(line) for line in lines if line.strip()) if r.get("reason") == "hang"]
+
+
 def hang_costs(incidents: Path) -> list[float | None]:
     """What each hang cost by the supervisor's own record: the stall before it was called a hang, the restart from
     the verdict to the next first batch (the stacks and the kill are inside it) and the work thrown away. Unlike
     wall times compared across runs, this does not move with the machine's speed from one run to the next. None
     where the record lacks a part (earlier code kept no restart_seconds)."""
-    import json
-
     costs: list[float | None] = []
-    lines = incidents.read_text().splitlines() if incidents.exists() else []
-    for record in (json.loads(line) for line in lines if line.strip()):
-        if record.get("reason") != "hang":
-            continue
+    for record in hang_records(incidents):
         if record.get("tier") == "in_place":  # nothing thrown away: the stall, the action, the wait for the batch
             cost = record.get("tier_cost") or {}
             parts = (record.get("seconds_since_progress"), cost.get("action"), cost.get("to_next_batch"))
@@ -243,20 +246,12 @@ def hang_costs(incidents: Path) -> list[float | None]:
 
 def afters(incidents: Path) -> list[dict]:
     """Each hang's ``after``: its recovery's first batches timed against those before its stall."""
-    import json
-
-    lines = incidents.read_text().splitlines() if incidents.exists() else []
-    records = [json.loads(line) for line in lines if line.strip()]
-    return [r["after"] for r in records if r.get("reason") == "hang" and isinstance(r.get("after"), dict)]
+    return [r["after"] for r in hang_records(incidents) if isinstance(r.get("after"), dict)]
 
 
 def replayed(incidents: Path) -> list[int]:
     """The batches each hang's restart trained again: its training after the checkpoint it resumed from."""
-    import json
-
-    lines = incidents.read_text().splitlines() if incidents.exists() else []
-    records = [json.loads(line) for line in lines if line.strip()]
-    return [r["lost_batches"] for r in records if r.get("reason") == "hang" and r.get("tier") != "in_place"
+    return [r["lost_batches"] for r in hang_records(incidents) if r.get("tier") != "in_place"
             and isinstance(r.get("lost_batches"), int)]
 
 

@@ -405,7 +405,8 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
     if a.in_force is not None and a.in_force.amp:  # its AMP check passed: the next attempts' need not run
         s.amp_passed = True
     last = s.incidents[-1] if s.incidents else None
-    if last is not None and not last.recorded and last.reason != Reason.STOP:
+    resumed = last is not None and not last.recorded and last.reason != Reason.STOP  # the incident it restarts after
+    if resumed:
         last = s.amend(last, restart_seconds=span(last.time, now.wall), restart_start=a.start,
                        restart_start_why=a.start_why,
                        restart_parts=restart_parts(last, a), rank_parts=rank_starts(a, now.mono))
@@ -413,8 +414,6 @@ def _first_batch(s: Supervision, now: Now, sent: float) -> list[Any]:
             s.hang_history.restarted(last.restart_seconds)
     if last is not None and not last.recorded and s.goodput.lost_from is not None:
         s.amend(last, loss=goodput.resumed_loss(s, last.rung))
-    last = s.incidents[-1] if s.incidents else None
-    resumed = last is not None and not last.recorded and last.reason != Reason.STOP
     actions: list[Any] = [*(s.resumed_after(last) if resumed else s.record_complete()),
                           Log("info", f"attempt {s.attempt}: first training batch {a.startup_seconds:.1f} s after "
                                       f"spawn")]
