@@ -304,3 +304,71 @@ def test_the_standbys_first_step_runs_through_the_loss_on_a_copy_and_at_one_imag
 
     line = ready._first_step(RefusesMoreThanOneImage(), args, torch.device("cpu"), 32, 16)
     assert "its first step run (forward and backward, batch 1" in line, line
+
+
+@pytest.fixture
+def determinism_kept():
+    """The standby's first step sets torch's determinism as the trainer does: put back for the tests after."""
+    kept = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic
+    yield
+    torch.use_deterministic_algorithms(kept[0])
+    torch.backends.cudnn.deterministic = kept[1]
+    for what in ("training_step", "warmup", "model"):
+        ready.HELD.pop(what, None)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_standbys_first_step_runs_under_the_determinism_the_trainer_sets(determinism_kept, deterministic):
+    from ultralytics.cfg import get_cfg
+    from ultralytics.utils import DEFAULT_CFG
+
+    torch.use_deterministic_algorithms(not deterministic)
+    seen = []
+
+    class Records(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic))
+            return self.conv(x)
+
+    ready._first_step(Records(), get_cfg(DEFAULT_CFG, {"amp": False, "deterministic": deterministic}),
+                      torch.device("cpu"), 32, 2)
+    assert seen == [(deterministic, deterministic)]  # cuDNN's plans are per flag: the launch's own are chosen
+
+
+def test_a_first_step_that_fitted_only_at_one_image_runs_at_the_trainings_batch_at_the_verdict_for_the_launch(
+        determinism_kept):
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+
+    args = get_cfg(DEFAULT_CFG, {"amp": False})
+    ready._first_step(RefusesMoreThanOneImage(), args, torch.device("cpu"), 32, 4)  # the memory grant: one image
+    ready.HELD["model"] = DetectionModel("yolov8n.yaml", nc=2, verbose=False)  # the whole device: the batch fits
+    ready.HELD["model"].args = args
+    line = ready.warm_at_the_verdict()
+    assert line == "; its first step at batch 4 runs now"
+    warm = ready.HELD["warmup"]
+    assert ready.take_warmup((4, 3, 64, 64), torch.device("cpu"), None) is None  # not the launch's shape: its own
+    ready.HELD["warmup"] = warm
+    assert ready.take_warmup((4, 3, 32, 32), torch.device("cpu"), torch.float16) is None  # nor its autocast
+    ready.HELD["warmup"] = warm
+    assert ready.take_warmup((4, 3, 32, 32), torch.device("cpu"), None) is warm
+    said = warm.finish()
+    assert warm.error is None and warm.through_loss, said
+    assert said.endswith("from the verdict, beside the kill"), said
+    assert ready.warm_at_the_verdict() == ""  # once
+
+
+def test_a_first_step_run_at_the_trainings_batch_leaves_nothing_to_warm_at_the_verdict(determinism_kept):
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+
+    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False)
+    ready.HELD["model"] = model
+    assert "batch 2" in ready._first_step(model, get_cfg(DEFAULT_CFG, {"amp": False}), torch.device("cpu"), 32, 2)
+    assert ready.warm_at_the_verdict() == "" and "warmup" not in ready.HELD

@@ -428,6 +428,28 @@ def prime(checkpoint: str | None) -> str:
             f"{checkpoint or 'a start from scratch'} resumes ({time.monotonic() - began:.2f} s to feed them)")
 
 
+def warm_at_the_verdict() -> str:
+    """Where the standby's first step could not run at the training's batch within its memory grant: run it now,
+    in a thread beside the old tree's kill, on the whole device (that tree is being killed; a step that finds no
+    room fails alone and the launch warms up as it would have). The launch takes it (``take_warmup``)."""
+    step, model = HELD.pop("training_step", None), HELD.get("model")
+    if step is None or model is None:
+        return ""
+    shape, device, dtype = step
+    launched()  # the memory cap lifted now rather than at the launch
+    HELD["warmup"] = DeviceWarmUp(model, shape, device, dtype, beside="from the verdict, beside the kill").start()
+    return f"; its first step at batch {shape[0]} runs now"
+
+
+def take_warmup(shape: tuple[int, ...], device: Any, dtype: Any) -> DeviceWarmUp | None:
+    """The warm-up started at the verdict where it is the launch's (its shape, device and autocast), else None; the
+    launch makes its own then (one that does not match ends on its own, its copy dropped)."""
+    warm = HELD.pop("warmup", None)
+    if warm is None or (warm.shape, str(warm.device), warm.autocast_dtype) != (tuple(shape), str(device), dtype):
+        return None
+    return warm
+
+
 def resuming(checkpoint: str | None) -> None:
     """The launch resumes from ``checkpoint`` (None: from scratch): a held loader fed from another is not taken."""
     HELD["resumes"] = checkpoint_identity(os.stat(checkpoint)) if checkpoint is not None else None
@@ -555,27 +577,35 @@ def drop() -> None:
     held = HELD.pop("loader", None)
     if held is not None:
         held.close()
-    HELD.pop("model", None)
-    HELD.pop("datasets", None)
+    for what in ("model", "datasets", "training_step", "warmup"):
+        HELD.pop(what, None)
 
 
 def _first_step(model: Any, args: Any, device: Any, imgsz: int, batch: int) -> str:
     """One forward, loss and backward as the training's first step makes them (the device warm-up, on a copy of the
-    model, under the training's autocast), so the GPU libraries are loaded and the kernels chosen before the verdict;
-    the model itself is untouched. At the training's batch where the memory granted holds it, else at one image: the
-    libraries and most kernels are the same, and the launch's own warm-up (beside the first batch) finds them loaded.
+    model, under the training's autocast and its determinism), so the GPU libraries are loaded and the kernels chosen
+    before the verdict; the model itself is untouched. At the training's batch where the memory granted holds it,
+    else at one image: the libraries are the same, and the training's batch is warmed at the verdict (``prime``).
     What it did, for the line."""
     import torch
+    from ultralytics.utils import RANK
+    from ultralytics.utils.torch_utils import init_seeds
 
+    # The trainer's own first call (BaseTrainer.__init__, again at the launch, which reseeds everything): cuDNN
+    # builds a plan per shape and per deterministic flag, so a step under other flags leaves the launch's to build.
+    init_seeds(args.seed + 1 + RANK, deterministic=args.deterministic)
     amp = args.amp not in {False, "fp32"}
     dtype = torch.bfloat16 if args.amp == "bf16" else torch.float16 if amp else None
     model.args = args  # the loss's hyperparameters (the trainer sets the same at the launch)
     batch = batch if batch > 0 else 16  # an auto batch (-1, a fraction) is known only to the trainer
+    HELD["training_step"] = ((batch, 3, imgsz, imgsz), device, dtype)
     try:
         for size in dict.fromkeys((batch, 1)):
             warm = DeviceWarmUp(model, (size, 3, imgsz, imgsz), device, dtype).start()
             warm.finish()
             if warm.error is None:
+                if size == batch:
+                    HELD.pop("training_step")  # warmed: nothing left for the verdict
                 through = "forward, loss and backward" if warm.through_loss else "forward and backward"
                 return f", its first step run ({through}, batch {size}, {warm.seconds:.1f} s)"
             if not isinstance(warm.error, torch.cuda.OutOfMemoryError):

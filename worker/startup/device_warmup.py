@@ -47,8 +47,8 @@ os.register_at_fork(before=_before_fork)
 
 class DeviceWarmUp:
     def __init__(self, model: torch.nn.Module, shape: tuple[int, ...], device: torch.device,
-                 autocast_dtype: torch.dtype | None):
-        self.shape, self.device, self.autocast_dtype = shape, device, autocast_dtype
+                 autocast_dtype: torch.dtype | None, beside: str = "beside the loaders' start and first batch"):
+        self.shape, self.device, self.autocast_dtype, self.beside = tuple(shape), device, autocast_dtype, beside
         self.error: BaseException | None = None
         self.seconds: float | None = None
         self.through_loss = False
@@ -109,7 +109,7 @@ class DeviceWarmUp:
         if self.error is not None:
             return f"device warm-up failed ({type(self.error).__name__}: {self.error}); the first step warms itself"
         return (f"device warm-up {self.seconds:.1f} s ({'forward, loss' if self.through_loss else 'forward'} and "
-                f"backward on a copy of the model), beside the loaders' start and first batch")
+                f"backward on a copy of the model), {self.beside}")
 
 
 def _tensors(out: Any):

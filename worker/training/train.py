@@ -87,7 +87,8 @@ def stand_by(parent: int) -> str | None:
 
     line = sys.stdin.readline().strip()
     while line.split(" ", 1)[0] == PRIME_WORD:  # a restart is coming, from this checkpoint: its batches load now
-        print(f"yolo-train standby: {ready.prime(line.partition(' ')[2] or None)}", flush=True)
+        print(f"yolo-train standby: {ready.prime(line.partition(' ')[2] or None)}{ready.warm_at_the_verdict()}",
+              flush=True)
         line = sys.stdin.readline().strip()
     CLOCK.restart()  # the start that counts is the launch's, not the wait's
     ready.launched()

@@ -368,7 +368,8 @@ class SupervisedTrainerMixin:
         imgsz = self.args.imgsz if isinstance(self.args.imgsz, int) else max(self.args.imgsz)
         imgsz = -(-imgsz // stride) * stride  # as Ultralytics' check_imgsz rounds it, later
         shape = (batch_size, self.data.get("channels", 3), imgsz, imgsz)
-        self._warmup = DeviceWarmUp(self.model, shape, self.device, dtype).start()
+        self._warmup = ready.take_warmup(shape, self.device, dtype) or DeviceWarmUp(self.model, shape, self.device,
+                                                                                    dtype).start()
 
     def _device_warmed(self) -> None:
         if self._warmup is not None:

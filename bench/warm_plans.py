@@ -1,0 +1,88 @@
+"""What a launch's first step costs after the standby's (issue 59.1): the launch's device warm-up at the training's
+batch (worker/startup/device_warmup.py), timed after a standby-like first step made each way, side by side in one run,
+each way in a fresh process as an attempt is one:
+
+- ``none``: no step before it (a cold start's warm-up);
+- ``other-flags-1``: a step at one image under torch's defaults, then the trainer's ``init_seeds`` (deterministic
+  algorithms): the standby before 59.1;
+- ``flags-1``: a step at one image under the trainer's flags (the standby now, where the batch does not fit in its grant);
+- ``flags-batch``: a step at the training's batch under the trainer's flags (the standby with room, or the
+  warm-up it runs at the verdict).
+
+Each process prints the launch's warm-up seconds; rounds interleave the ways and the medians are printed.
+
+    python3 -m bench.warm_plans --rounds 3        # a GPU: YOLOv8n, 640 px, batch 32, AMP
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from bench.harness import ROOT
+
+WAYS = ("none", "other-flags-1", "flags-1", "flags-batch")
+
+
+def one(way: str, batch: int, imgsz: int) -> dict[str, float]:
+    import torch
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+    from ultralytics.utils.torch_utils import init_seeds
+
+    from worker.startup.device_warmup import DeviceWarmUp
+
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    args = get_cfg(DEFAULT_CFG, {})
+    model = DetectionModel("yolov8n.yaml", nc=80, verbose=False).to(device)
+    model.args = args
+    dtype = torch.float16 if device.type == "cuda" else None
+    before = {"none": None, "other-flags-1": 1, "flags-1": 1, "flags-batch": batch}[way]
+    if way != "other-flags-1":
+        init_seeds(1, deterministic=args.deterministic)
+    figures = {}
+    if before is not None:
+        began = time.monotonic()
+        warm = DeviceWarmUp(model, (before, 3, imgsz, imgsz), device, dtype).start()
+        warm.finish()
+        figures["standby_step"] = time.monotonic() - began
+    init_seeds(1, deterministic=args.deterministic)  # the launch's trainer
+    began = time.monotonic()
+    warm = DeviceWarmUp(model, (batch, 3, imgsz, imgsz), device, dtype).start()
+    warm.finish()
+    assert warm.error is None, warm.error
+    figures["launch_warmup"] = time.monotonic() - began
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--one", choices=WAYS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.batch, args.imgsz)))
+        return
+    seen: dict[str, list[dict[str, float]]] = {w: [] for w in WAYS}
+    for _ in range(args.rounds):
+        for way in WAYS:
+            done = subprocess.run([sys.executable, "-m", "bench.warm_plans", "--one", way, "--batch", str(args.batch),
+                                   "--imgsz", str(args.imgsz)], cwd=ROOT, capture_output=True, text=True, check=True)
+            seen[way].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"batch {args.batch}, {args.imgsz} px, {args.rounds} rounds: the launch's warm-up (median, min-max) after")
+    for way, runs in seen.items():
+        launch = [r["launch_warmup"] for r in runs]
+        step = [r["standby_step"] for r in runs if "standby_step" in r]
+        print(f"  {way:14} {statistics.median(launch):6.2f} s ({min(launch):.2f}-{max(launch):.2f})"
+              + (f"   the step before it {statistics.median(step):.2f} s" if step else ""))
+
+
+if __name__ == "__main__":
+    main()
