@@ -34,7 +34,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--hang-after", type=int, default=10, help="batch of attempt 1 after which it hangs")
+    parser.add_argument("--hang-after", type=int, default=10, help="batch of attempt 1 after which it hangs: late "
+                        "enough for the standby to be ready (its line says so), which it waits for on a GPU")
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--starts", default=",".join(STARTS), help=f"which of {', '.join(STARTS)}, in order")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each start")
     args = parser.parse_args()
@@ -80,7 +82,7 @@ def print_side_by_side(parts: dict[str, list[dict[str, float]]]) -> None:
 def run_once(args: argparse.Namespace, data: Path, start: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "config.toml"
-        config.write_text(f'[train]\ndata = "{data}"\nmodel = "yolov8n.yaml"\nepochs = 3\nimgsz = {args.imgsz}\n'
+        config.write_text(f'[train]\ndata = "{data}"\nmodel = "yolov8n.yaml"\nepochs = {args.epochs}\nimgsz = {args.imgsz}\n'
                           f'batch = {args.batch}\nworkers = {args.workers}\ndevice = "{args.device}"\nplots = false\n'
                           f'[worker]\n{STARTS[start]}\n' + quiet_config())
         state = Path(tmp) / "state"
@@ -97,6 +99,10 @@ def run_once(args: argparse.Namespace, data: Path, start: str) -> dict[str, floa
     print(f"  resumed attempt: {lines[1] if len(lines) > 1 else '?'}")
     for line in re.findall(r"yolo-train standby: (ready in .*)", result.stderr + result.stdout)[:1]:
         print(f"  its standby: {line}")
+    for line in re.findall(r"yolo-train standby: ((?:its|no) training loader.*)", result.stderr + result.stdout)[:1]:
+        print(f"  at the verdict: {line}")  # the prime: its loader fed, its first step at the training's batch
+    for line in re.findall(r"yolo-train worker: (device warm-up .*)", result.stderr + result.stdout)[-1:]:
+        print(f"  the resumed attempt's {line}")
     rates = {int(e): float(r) if unit == "it/s" else 1 / float(r)
              for e, _, r, unit in EPOCH_LINE.findall(result.stderr + result.stdout)}  # the last line of each epoch
     held = args.hang_after // max(1, args.images // args.batch) + 1  # the epoch the hang came in, resumed after it
