@@ -336,7 +336,7 @@ def test_the_standbys_first_step_runs_under_the_determinism_the_trainer_sets(det
 
     ready._first_step(Records(), get_cfg(DEFAULT_CFG, {"amp": False, "deterministic": deterministic}),
                       torch.device("cpu"), 32, 2)
-    assert seen == [(deterministic, deterministic)]  # cuDNN's plans are per flag: the launch's own are chosen
+    assert seen == [(deterministic, deterministic)]  # the algorithms the training will run
 
 
 def test_a_first_step_that_fitted_only_at_one_image_runs_at_the_trainings_batch_at_the_verdict_for_the_launch(

@@ -591,8 +591,8 @@ def _first_step(model: Any, args: Any, device: Any, imgsz: int, batch: int) -> s
     from ultralytics.utils import RANK
     from ultralytics.utils.torch_utils import init_seeds
 
-    # The trainer's own first call (BaseTrainer.__init__, again at the launch, which reseeds everything): cuDNN
-    # builds a plan per shape and per deterministic flag, so a step under other flags leaves the launch's to build.
+    # The trainer's own first call (BaseTrainer.__init__, made again at the launch, which reseeds everything): the
+    # step runs the algorithms the training will (deterministic ones where asked), not torch's defaults.
     init_seeds(args.seed + 1 + RANK, deterministic=args.deterministic)
     amp = args.amp not in {False, "fp32"}
     dtype = torch.bfloat16 if args.amp == "bf16" else torch.float16 if amp else None
