@@ -12,6 +12,7 @@ each way in a fresh process as an attempt is one:
 Each process prints the launch's warm-up seconds; rounds interleave the ways and the medians are printed.
 
     python3 -m bench.warm_plans --rounds 3        # a GPU: YOLOv8n, 640 px, batch 32, AMP
+    python3 -m bench.warm_plans --first-step      # then the parts of the training's first two steps
 """
 
 from __future__ import annotations
@@ -60,13 +61,76 @@ def one(way: str, batch: int, imgsz: int) -> dict[str, float]:
     return figures
 
 
+def first_step(batch: int, imgsz: int) -> dict[str, float]:
+    """After the launch's warm-up at the training's batch (the verdict's, where the standby ran it), the parts of
+    the training's first two steps as Ultralytics' loop makes them, each part synchronized: what the warm-up leaves
+    to the first step (the optimizer's state and kernels, the gradient scaler's, the EMA's, a real loss's)."""
+    import torch
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+    from ultralytics.utils import DEFAULT_CFG
+    from ultralytics.utils.torch_utils import ModelEMA, init_seeds
+
+    from worker.startup.device_warmup import DeviceWarmUp
+
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    args = get_cfg(DEFAULT_CFG, {})
+    init_seeds(1, deterministic=args.deterministic)
+    model = DetectionModel("yolov8n.yaml", nc=80, verbose=False).to(device)
+    model.args = args
+    amp = device.type == "cuda"
+    DeviceWarmUp(model, (batch, 3, imgsz, imgsz), device, torch.float16 if amp else None).start().finish()
+    criterion = model.init_criterion()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.001)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp)
+    ema = ModelEMA(model)
+    figures: dict[str, float] = {}
+
+    def timed(name: str, fn) -> None:
+        began = time.monotonic()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        figures[name] = figures.get(name, 0.0) + time.monotonic() - began
+
+    for step in (1, 2):
+        n = 3 * batch  # three boxes an image, as a real batch has several
+        images = torch.rand(batch, 3, imgsz, imgsz, device=device)
+        targets = {"img": images, "batch_idx": torch.arange(batch, device=device).repeat_interleave(3).float(),
+                   "cls": torch.randint(0, 80, (n, 1), device=device).float(),
+                   "bboxes": torch.rand(n, 4, device=device) * 0.5 + 0.25}
+        held = {}
+
+        def forward():
+            with torch.autocast(device.type, enabled=amp):
+                held["loss"] = criterion(model(images), targets)[0].sum()
+
+        def optimizer_step():
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+
+        timed(f"step{step}_forward_loss", forward)
+        timed(f"step{step}_backward", lambda: scaler.scale(held["loss"]).backward())
+        timed(f"step{step}_optimizer", optimizer_step)
+        timed(f"step{step}_ema", lambda: ema.update(model))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--one", choices=WAYS)
+    parser.add_argument("--first-step", action="store_true", help="the parts of the first two steps after it")
     args = parser.parse_args()
+    if args.first_step:
+        for name, seconds in first_step(args.batch, args.imgsz).items():
+            print(f"  {name:22} {seconds:6.3f} s")
+        return
     if args.one:
         print(json.dumps(one(args.one, args.batch, args.imgsz)))
         return
