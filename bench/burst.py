@@ -301,7 +301,7 @@ def main() -> int:
     cpu = {"epochs": 6, "images": 800, "imgsz": 64, "batch": 4, "workers": 2}
     apply_training_defaults(args, gpu, cpu)
     low, high = (float(x) for x in args.hang_every.split("-"))
-    kinds = parse_kinds(args.kinds) if args.kinds else None
+    kinds = parse_kinds(args.kinds, args.gpu) if args.kinds else None
     print("command: " + shlex.join([sys.executable, *sys.argv]), flush=True)
     when = "after the previous freeze, whatever the phase" if args.whatever_phase else "after each first training batch"
     if kinds:

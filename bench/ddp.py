@@ -412,7 +412,7 @@ def run_night(a: argparse.Namespace, data: str, out: Path) -> dict:
     from bench.burst import Burst, hang_costs, night
     from bench.hangs import Hangs, parse_kinds
 
-    kinds = parse_kinds(a.kinds or (NIGHT_KINDS if a.gpu else NIGHT_KINDS.replace("device_hang,", "")))
+    kinds = parse_kinds(a.kinds or (NIGHT_KINDS if a.gpu else NIGHT_KINDS.replace("device_hang,", "")), a.gpu)
     low, high = (float(x) for x in a.hang_every.split("-"))
     hangs = installed_hangs(out)  # the hook on every process's PYTHONPATH: the twin's too, where nothing signals it
     cfg = config(a, data, a.night_epochs, out / "night.toml")

@@ -152,9 +152,14 @@ def _is_python(process) -> bool:
         return False
 
 
-def parse_kinds(text: str) -> list[str]:
+def parse_kinds(text: str, gpu: bool) -> list[str]:
+    """The kinds asked for; a one-line refusal for an unknown one, and for ``device_hang`` without a GPU (its kernel
+    needs a device to hang: on the CPU no hang would come, and the bench would wait for an incident that never is)."""
     kinds = [k.strip() for k in text.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise SystemExit(f"--kinds: unknown {', '.join(unknown)}; the kinds are {', '.join(KINDS)}")
+    if "device_hang" in kinds and not gpu:
+        raise SystemExit("--kinds: device_hang needs the training on a GPU (--gpu); on the CPU there is no kernel to "
+                         "hang: leave it out")
     return kinds

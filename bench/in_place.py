@@ -152,7 +152,7 @@ def main() -> int:
           f"({args.images // args.batch} batches an epoch), {args.epochs} epochs; one loader worker frozen once "
           f"batch {args.freeze_at} of epoch 1 is fed", flush=True)
     if args.kinds:
-        return by_kind(args, parse_kinds(args.kinds))
+        return by_kind(args, parse_kinds(args.kinds, args.gpu))
     with tempfile.TemporaryDirectory(prefix="in-place-") as tmp_name:
         tmp = Path(tmp_name)
         rows = [one_freeze(tmp, "in_place", args, True), one_freeze(tmp, "restart", args, False)]

@@ -126,7 +126,7 @@ def found_at(tmp: Path, label: str) -> list[tuple[str, str, float | None]]:
 
 
 def spin_night(tmp: Path, args: argparse.Namespace) -> None:
-    kinds = parse_kinds(args.kinds or ",".join(CLIMBS))
+    kinds = parse_kinds(args.kinds or ",".join(CLIMBS), args.gpu)
     low, high = (float(x) for x in args.hang_every.split("-"))
     hangs = Hangs.install(tmp, extra=SPIN_HOOK)
     ladder = None
