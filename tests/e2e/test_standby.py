@@ -45,6 +45,10 @@ def test_a_hung_attempt_is_resumed_by_the_standby_its_kill_spared_and_a_dead_one
     assert status["state"] == "succeeded" and status["attempt"] == 3 and status["rung"] == 2
     assert status["resumed_from"].endswith("last.pt") and status["epoch"] == status["epochs"] == 3
     assert "standby launch to first batch" in stderr  # the worker's own clock starts at its launch
+    # and its first step's parts, each its own seconds (the optimizer's where that batch steps)
+    assert re.search(r"standby launch to first batch .*; first step: warm-up wait \d+\.\d\d, to the device \d+\.\d\d, "
+                     r"predict \d+\.\d\d, loss \d+\.\d\d, backward \d+\.\d\d, (optimizer \d+\.\d\d, )?after \d+\.\d\d\n",
+                     stderr), stderr[-3000:]
     standbys = {int(p) for p in re.findall(r"standby worker pid (\d+): importing", stderr)}
     assert len(standbys) == 3  # one per attempt that trained
     assert not [p for p in standbys if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -28,6 +28,7 @@ from worker.wire.contract import (HELD_LOADER_WORKERS, HELD_MODEL, HELD_RESUMED_
                              StartupStep)
 from worker.distributed.ddp import adopt_cpu_drill, rank_link, setup_process_group
 from worker.startup.device_warmup import DeviceWarmUp
+from worker.startup.first_step_parts import FirstStepParts
 from worker.supervision.link import StopForSupervisor, SupervisorLink
 from worker.distributed.multinode import adopt_world, check_hosts_agree, mark_rank_started
 from worker.loading.loaders import (EpochWorkersDataLoader, chain_worker_init, die_with_parent, hook_samples,
@@ -57,6 +58,7 @@ class SupervisedTrainerMixin:
         self._exact: dict[str, Any] | None = None  # a mid-epoch checkpoint's state still to restore
         self._writer = BackgroundWriter()  # mid-epoch checkpoints are written off the training step
         self._warmup: DeviceWarmUp | None = None  # the first step's, from the model on the device to the first batch
+        self._first_step_parts = FirstStepParts()  # for the startup line
         self._held_model = False  # the model is the one a ready standby built ahead (worker/standby/ready.py)
         self._held: list[str] = []  # the datasets and loader workers taken from a ready standby
         self._ending = False  # trained through: the final validation and the wait for the other ranks (Phase.ENDING)
@@ -112,7 +114,9 @@ class SupervisedTrainerMixin:
         self._nominal_accumulate = value
 
     def optimizer_step(self) -> None:
+        self._first_step_parts.mark("backward")
         super().optimizer_step()
+        self._first_step_parts.mark("optimizer")
         self._last_step_ni = self._iteration()
         self._step_offset = 0
 
@@ -228,7 +232,9 @@ class SupervisedTrainerMixin:
                 record = f"{record}.rank{self.link.rank}"
             with open(record, "a") as f:
                 f.writelines(f"{self.epoch} {self.link.batch} {Path(name).name}\n" for name in batch["im_file"])
-        return super().preprocess_batch(batch)
+        batch = super().preprocess_batch(batch)
+        self._first_step_parts.mark("to the device")
+        return batch
 
     def save_model(self) -> bool:
         """Ultralytics' end-of-epoch save (atomic through AtomicPath), reported to the supervisor once complete. A
@@ -415,7 +421,10 @@ class SupervisedTrainerMixin:
             if not sup.started:  # the attempt's first batch is loaded: its step on the device comes next
                 sup.started = True
                 STEPS.enter(StartupStep.FIRST_STEP)
+                self._first_step_parts.begin(self.device)
                 self._device_warmed()
+                self._first_step_parts.mark("warm-up wait")
+                self._first_step_parts.watch(unwrap_model(self.model))
                 self._say_first_forward()
                 sup.faults.before_first_batch()
             if self._exact is not None:  # after the loop reset its running loss means: this epoch's so far
@@ -426,9 +435,9 @@ class SupervisedTrainerMixin:
         def on_train_batch_end(trainer) -> None:
             if not sup.reported_startup:
                 sup.reported_startup = True
-                steps = STEPS.trained()
+                steps, parts = STEPS.trained(), self._first_step_parts.report()
                 CLOCK.mark("first batch")
-                print(f"\nyolo-train worker: {CLOCK.report()}; {steps}", flush=True)  # after a progress bar's \r
+                print(f"\nyolo-train worker: {CLOCK.report()}; {steps}; {parts}", flush=True)  # after a bar's \r
             sup.batch += 1
             tloss = getattr(self, "tloss", None)  # running means of this epoch's losses: {name: tensor}
             losses = {str(k): round(float(v), 5) for k, v in tloss.items()} if isinstance(tloss, dict) else {}
