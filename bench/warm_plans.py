@@ -13,6 +13,10 @@ Each process prints the launch's warm-up seconds; rounds interleave the ways and
 
     python3 -m bench.warm_plans --rounds 3        # a GPU: YOLOv8n, 640 px, batch 32, AMP
     python3 -m bench.warm_plans --first-step      # then the parts of the training's first two steps
+
+``--first-step`` runs the warm-up each way the worker can, a fresh process each, rounds interleaved: in a thread
+beside the training's thread (a cold launch's) and on the training's thread itself (``run_here``: the ready
+standby's), as cuDNN's plans for the forward are a thread's own.
 """
 
 from __future__ import annotations
@@ -61,7 +65,10 @@ def one(way: str, batch: int, imgsz: int) -> dict[str, float]:
     return figures
 
 
-def first_step(batch: int, imgsz: int) -> dict[str, float]:
+WHERE = ("thread", "here")
+
+
+def first_step(batch: int, imgsz: int, where: str) -> dict[str, float]:
     """After the launch's warm-up at the training's batch (the verdict's, where the standby ran it), the parts of
     the training's first two steps as Ultralytics' loop makes them, each part synchronized: what the warm-up leaves
     to the first step (the optimizer's state and kernels, the gradient scaler's, the EMA's, a real loss's)."""
@@ -79,12 +86,14 @@ def first_step(batch: int, imgsz: int) -> dict[str, float]:
     model = DetectionModel("yolov8n.yaml", nc=80, verbose=False).to(device)
     model.args = args
     amp = device.type == "cuda"
-    DeviceWarmUp(model, (batch, 3, imgsz, imgsz), device, torch.float16 if amp else None).start().finish()
+    warm = DeviceWarmUp(model, (batch, 3, imgsz, imgsz), device, torch.float16 if amp else None)
+    began = time.monotonic()
+    (warm.start() if where == "thread" else warm.run_here()).finish()
+    figures: dict[str, float] = {"warm_up": time.monotonic() - began}
     criterion = model.init_criterion()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.001)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.001, fused=amp)  # as Ultralytics builds it on a GPU
     scaler = torch.amp.GradScaler(device.type, enabled=amp)
     ema = ModelEMA(model)
-    figures: dict[str, float] = {}
 
     def timed(name: str, fn) -> None:
         began = time.monotonic()
@@ -126,10 +135,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--one", choices=WAYS)
     parser.add_argument("--first-step", action="store_true", help="the parts of the first two steps after it")
+    parser.add_argument("--one-first-step", choices=WHERE)
     args = parser.parse_args()
+    if args.one_first_step:
+        print(json.dumps(first_step(args.batch, args.imgsz, args.one_first_step)))
+        return
     if args.first_step:
-        for name, seconds in first_step(args.batch, args.imgsz).items():
-            print(f"  {name:22} {seconds:6.3f} s")
+        runs: dict[str, list[dict[str, float]]] = {w: [] for w in WHERE}
+        for _ in range(args.rounds):
+            for where in WHERE:
+                done = subprocess.run([sys.executable, "-m", "bench.warm_plans", "--one-first-step", where, "--batch",
+                                       str(args.batch), "--imgsz", str(args.imgsz)], cwd=ROOT, capture_output=True,
+                                      text=True, check=True)
+                runs[where].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"batch {args.batch}, {args.imgsz} px, {args.rounds} rounds, a fresh process each: the warm-up, then "
+              f"the first two steps' parts (median, min-max), by where the warm-up ran")
+        print(f"  {'part':22} " + "  ".join(f"{'in a thread' if w == 'thread' else 'on the training thread':>26}"
+                                           for w in WHERE))
+        for name in runs[WHERE[0]][0]:
+            cells = []
+            for where in WHERE:
+                seen = [r[name] for r in runs[where]]
+                cells.append(f"{statistics.median(seen):7.3f} s ({min(seen):.3f}-{max(seen):.3f})")
+            print(f"  {name:22} " + "  ".join(f"{c:>26}" for c in cells))
         return
     if args.one:
         print(json.dumps(one(args.one, args.batch, args.imgsz)))

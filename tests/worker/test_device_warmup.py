@@ -2,6 +2,8 @@
 in a thread, and leaves the model that trains untouched. Run here on the CPU, the same code a GPU runs (the trainer
 starts it on CUDA only)."""
 
+import threading
+
 import torch
 from ultralytics.cfg import get_cfg
 from ultralytics.nn.tasks import ClassificationModel, DetectionModel
@@ -32,7 +34,7 @@ def test_the_warm_up_runs_the_loss_and_backward_on_a_copy_and_leaves_the_model_t
     moved = [k for k, v in copy.state_dict().items() if "running" in k and not torch.equal(v, before[k])]
     assert moved and all(p.grad is not None for p in copy.parameters() if p.requires_grad)
     line = warm.finish()
-    assert line.startswith("device warm-up ") and "(forward, loss and backward on a copy of the model)" in line
+    assert line.startswith("device warm-up ") and "(forward, loss, backward and the optimizer's step on a copy of the model)" in line
     # ... and the model that trains is as it was: the same numbers bit for bit, the gradients it had, no criterion
     # made for it, no random number drawn.
     after = model_state(model)
@@ -49,7 +51,7 @@ def test_a_model_without_a_detection_loss_is_warmed_through_its_forward_only():
     warm = DeviceWarmUp(model, (2, 3, 32, 32), torch.device("cpu"), None).start()
     line = warm.finish()
     assert warm.error is None and not warm.through_loss
-    assert line.startswith("device warm-up ") and "(forward and backward on a copy of the model)" in line
+    assert line.startswith("device warm-up ") and "(forward, backward and the optimizer's step on a copy of the model)" in line
 
 
 def test_a_warm_up_that_fails_is_said_and_leaves_the_model_as_it_was():
@@ -121,3 +123,18 @@ def test_a_warm_up_refused_for_memory_holds_none_of_what_it_allocated():
     line = warm.finish()
     assert "OutOfMemoryError" in line and isinstance(warm.error, torch.cuda.OutOfMemoryError)
     assert ALLOCATED and ALLOCATED[-1]() is None  # freed with the forward's frames, not held by the error
+
+
+def test_run_here_warms_up_on_the_calling_thread_through_the_optimizers_step():
+    """The forward's cuDNN plans are a thread's own: the thread that will train runs it itself where it can wait."""
+    model = DetectionModel("yolov8n.yaml", nc=2, verbose=False).train()
+    model.args = get_cfg()
+    before = model_state(model)
+    threads = []
+    model.register_forward_pre_hook(lambda *_: threads.append(threading.get_ident()))  # copied with the model
+    warm = DeviceWarmUp(model, (2, 3, 64, 64), torch.device("cpu"), None).run_here()
+    assert threads == [threading.get_ident()] and warm.seconds is not None and warm.error is None
+    assert warm.optimizer_stepped and warm.model is None
+    assert "(forward, loss, backward and the optimizer's step on a copy of the model)" in warm.finish()
+    after = model_state(model)
+    assert all(torch.equal(after[k], before[k]) for k in before)  # the optimizers stepped the copy

@@ -1,6 +1,8 @@
 """What a ready standby holds (worker/standby/ready.py): the model built ahead, taken only by a launch that would build the
 same one, and its weights then the checkpoint's."""
 
+import threading
+
 import pytest
 import torch
 
@@ -298,12 +300,12 @@ def test_the_standbys_first_step_runs_through_the_loss_on_a_copy_and_at_one_imag
     model = DetectionModel("yolov8n.yaml", nc=2, verbose=False)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     line = ready._first_step(model, args, torch.device("cpu"), 64, 2)
-    assert "its first step run (forward, loss and backward, batch 2" in line, line
+    assert "its first step run (forward, loss, backward and the optimizer's step, batch 2" in line, line
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the copy stepped, not the model
     assert all(p.grad is None for p in model.parameters())
 
     line = ready._first_step(RefusesMoreThanOneImage(), args, torch.device("cpu"), 32, 16)
-    assert "its first step run (forward and backward, batch 1" in line, line
+    assert "its first step run (forward, backward and the optimizer's step, batch 1" in line, line
 
 
 @pytest.fixture
@@ -349,8 +351,11 @@ def test_a_first_step_that_fitted_only_at_one_image_runs_at_the_trainings_batch_
     ready._first_step(RefusesMoreThanOneImage(), args, torch.device("cpu"), 32, 4)  # the memory grant: one image
     ready.HELD["model"] = DetectionModel("yolov8n.yaml", nc=2, verbose=False)  # the whole device: the batch fits
     ready.HELD["model"].args = args
+    threads = []  # where its forward ran: the forward's cuDNN plans are that thread's own
+    ready.HELD["model"].register_forward_pre_hook(lambda *_: threads.append(threading.get_ident()))
     line = ready.warm_at_the_verdict()
-    assert line == "; its first step at batch 4 runs now"
+    assert line == "; its first step run at batch 4 on the thread that trains"
+    assert threads == [threading.get_ident()]  # run here, before the line: the launch comes on this thread
     warm = ready.HELD["warmup"]
     assert ready.take_warmup((4, 3, 64, 64), torch.device("cpu"), None) is None  # not the launch's shape: its own
     ready.HELD["warmup"] = warm
@@ -359,7 +364,7 @@ def test_a_first_step_that_fitted_only_at_one_image_runs_at_the_trainings_batch_
     assert ready.take_warmup((4, 3, 32, 32), torch.device("cpu"), None) is warm
     said = warm.finish()
     assert warm.error is None and warm.through_loss, said
-    assert said.endswith("from the verdict, beside the kill"), said
+    assert said.endswith("at the verdict, beside the kill"), said
     assert ready.warm_at_the_verdict() == ""  # once
 
 

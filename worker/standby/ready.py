@@ -430,15 +430,17 @@ def prime(checkpoint: str | None) -> str:
 
 def warm_at_the_verdict() -> str:
     """Where the standby's first step could not run at the training's batch within its memory grant: run it now,
-    in a thread beside the old tree's kill, on the whole device (that tree is being killed; a step that finds no
-    room fails alone and the launch warms up as it would have). The launch takes it (``take_warmup``)."""
+    beside the old tree's kill, on the whole device (that tree is being killed; a step that finds no room fails alone
+    and the launch warms up as it would have). It runs on this thread, the one that trains once the launch comes
+    (the forward's cuDNN plans are a thread's own: worker/startup/device_warmup.py), and the launch waits for it
+    rather than for its plans at the first step. The launch takes it (``take_warmup``)."""
     step, model = HELD.pop("training_step", None), HELD.get("model")
     if step is None or model is None:
         return ""
     shape, device, dtype = step
     launched()  # the memory cap lifted now rather than at the launch
-    HELD["warmup"] = DeviceWarmUp(model, shape, device, dtype, beside="from the verdict, beside the kill").start()
-    return f"; its first step at batch {shape[0]} runs now"
+    HELD["warmup"] = DeviceWarmUp(model, shape, device, dtype, beside="at the verdict, beside the kill").run_here()
+    return f"; its first step run at batch {shape[0]} on the thread that trains"
 
 
 def take_warmup(shape: tuple[int, ...], device: Any, dtype: Any) -> DeviceWarmUp | None:
@@ -601,13 +603,12 @@ def _first_step(model: Any, args: Any, device: Any, imgsz: int, batch: int) -> s
     HELD["training_step"] = ((batch, 3, imgsz, imgsz), device, dtype)
     try:
         for size in dict.fromkeys((batch, 1)):
-            warm = DeviceWarmUp(model, (size, 3, imgsz, imgsz), device, dtype).start()
+            warm = DeviceWarmUp(model, (size, 3, imgsz, imgsz), device, dtype).run_here()  # the thread that trains
             warm.finish()
             if warm.error is None:
                 if size == batch:
                     HELD.pop("training_step")  # warmed: nothing left for the verdict
-                through = "forward, loss and backward" if warm.through_loss else "forward and backward"
-                return f", its first step run ({through}, batch {size}, {warm.seconds:.1f} s)"
+                return f", its first step run ({warm.parts()}, batch {size}, {warm.seconds:.1f} s)"
             if not isinstance(warm.error, torch.cuda.OutOfMemoryError):
                 return f", no first step ({type(warm.error).__name__}: {warm.error})"
             torch.cuda.empty_cache()  # what the refused step reserved, back to the device before the smaller one

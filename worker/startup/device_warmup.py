@@ -7,9 +7,17 @@ kernels (the assigner's and the loss's own) to the first step; one through the l
 later step's time (the probe's figures: bench/RESULTS.md, "the first step after a warm-up through the loss").
 
 So a thread runs one forward, the loss on a blank batch with one box an image (detection models; other tasks stop
-at the forward, whose outputs are summed) and one backward, on a deep copy of the model. The copy is made once the
-model is on the device, before the datasets, the loaders, the optimizer and any exact resume are set up, so all of
-that and the loader's first batch run beside it. The model that trains is never touched: its weights, buffers and
+at the forward, whose outputs are summed), one backward and the optimizer's first step as Ultralytics' loop makes it
+(unscaled, clipped, stepped at a zero learning rate: AdamW fused on a GPU, its choice for short runs, and SGD with
+Nesterov momentum, its choice for long ones), on a deep copy of the model. The copy is made once the model is on the
+device, before the datasets, the loaders, the optimizer and any exact resume are set up, so all of that and the
+loader's first batch run beside it.
+
+**Which thread.** The libraries, their kernels and the backward's convolutions (run on autograd's thread for the
+device, whichever thread calls it) are the process's, but cuDNN's execution plans for the forward's convolutions are
+the calling thread's own (PyTorch keeps them ``thread_local`` in ``Conv_v8.cpp``: a plan is not safe across threads).
+So a warm-up in a thread leaves the forward's plans to the first step; where the thread that will train has time to
+wait, it runs the warm-up itself (``run_here``: the ready standby, before and at the verdict). The model that trains is never touched: its weights, buffers and
 gradients are what the loop left them; the warm-up draws no random number. Its cost is one more copy of the weights
 on the device until the first batch (3 M parameters for YOLOv8n, 68 M for YOLOv8x).
 
@@ -52,6 +60,7 @@ class DeviceWarmUp:
         self.error: BaseException | None = None
         self.seconds: float | None = None
         self.through_loss = False
+        self.optimizer_stepped = False
         try:
             self.model: torch.nn.Module | None = copy.deepcopy(model).train()
         except Exception as e:  # a model that cannot be copied is not warmed up: the first step warms itself
@@ -65,6 +74,12 @@ class DeviceWarmUp:
             self.thread.start()
         return self
 
+    def run_here(self) -> DeviceWarmUp:
+        """Run it now, in the calling thread, so the forward's plans are that thread's (see "Which thread")."""
+        if self.model is not None:
+            self._run()
+        return self
+
     def _run(self) -> None:
         began = time.monotonic()
         try:
@@ -73,7 +88,10 @@ class DeviceWarmUp:
                                 enabled=self.autocast_dtype is not None):
                 out = self.model(image)
                 loss = self._loss(out, image)
-            loss.backward()
+            scaler = torch.amp.GradScaler(self.device.type,
+                                          enabled=self.autocast_dtype is torch.float16 and self.device.type == "cuda")
+            scaler.scale(loss).backward()
+            self._optimizer_steps(scaler)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except BaseException as e:  # a failed warm-up only leaves the first step as slow as it was
@@ -83,6 +101,22 @@ class DeviceWarmUp:
         self.model = None  # the copy's memory goes back to the allocator, for the real first step
         self.seconds = time.monotonic() - began
         _RUNNING.discard(self.thread)
+
+    def _optimizer_steps(self, scaler: torch.amp.GradScaler) -> None:
+        """The optimizer's first step on the copy's gradients, each way Ultralytics builds it; one whose state does
+        not fit (a large model in a standby's memory grant) is left to the training's first step."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        fused = {"fused": True} if self.device.type == "cuda" else {}
+        try:
+            for optimizer in (torch.optim.AdamW(params, lr=0.0, betas=(0.9, 0.999), weight_decay=0.0, **fused),
+                              torch.optim.SGD(params, lr=0.0, momentum=0.9, nesterov=True)):
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params, max_norm=10.0)
+                scaler.step(optimizer)
+                scaler.update()
+            self.optimizer_stepped = True
+        except torch.cuda.OutOfMemoryError:
+            pass
 
     def _loss(self, out: Any, image: torch.Tensor) -> torch.Tensor:
         """The training loss of a detection model on one centred box an image, by a criterion of its own (the
@@ -108,8 +142,13 @@ class DeviceWarmUp:
             self.thread.join()
         if self.error is not None:
             return f"device warm-up failed ({type(self.error).__name__}: {self.error}); the first step warms itself"
-        return (f"device warm-up {self.seconds:.1f} s ({'forward, loss' if self.through_loss else 'forward'} and "
-                f"backward on a copy of the model), {self.beside}")
+        return f"device warm-up {self.seconds:.1f} s ({self.parts()} on a copy of the model), {self.beside}"
+
+    def parts(self) -> str:
+        """What it ran, for a line: "forward, loss, backward and the optimizer's step"."""
+        parts = ["forward", *["loss"] * self.through_loss, "backward",
+                 *["the optimizer's step"] * self.optimizer_stepped]
+        return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _tensors(out: Any):
