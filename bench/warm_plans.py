@@ -16,7 +16,9 @@ Each process prints the launch's warm-up seconds; rounds interleave the ways and
 
 ``--first-step`` runs the warm-up each way the worker can, a fresh process each, rounds interleaved: in a thread
 beside the training's thread (a cold launch's) and on the training's thread itself (``run_here``: the ready
-standby's), as cuDNN's plans for the forward are a thread's own.
+standby's), as cuDNN's plans for the forward are a thread's own; then on the training thread with a held loader's
+first batches pinned beside the first steps (as a standby fed at the verdict pins them), into new pinned blocks or
+into blocks pinned ahead (worker/loading/pinned_ahead.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from bench.harness import ROOT
@@ -65,7 +68,9 @@ def one(way: str, batch: int, imgsz: int) -> dict[str, float]:
     return figures
 
 
-WHERE = ("thread", "here")
+WHERE = ("thread", "here", "here-pinning", "here-pinned-ahead")
+LABELS = {"thread": "in a thread", "here": "on the training thread", "here-pinning": "+ batches pinned beside",
+          "here-pinned-ahead": "+ the same, pinned ahead"}
 
 
 def first_step(batch: int, imgsz: int, where: str) -> dict[str, float]:
@@ -102,6 +107,27 @@ def first_step(batch: int, imgsz: int, where: str) -> dict[str, float]:
             torch.cuda.synchronize(device)
         figures[name] = figures.get(name, 0.0) + time.monotonic() - began
 
+    pinned: list = []
+    pinner = None
+    if where.endswith(("pinning", "pinned-ahead")) and device.type == "cuda":
+        # A held loader fed at the verdict: its pin-memory thread pins its first workers x prefetch batches while
+        # the first step runs (8 workers, prefetch 2), into blocks made now or (pinned ahead) cached before.
+        from worker.loading.pinned_ahead import batch_like, pin_ahead
+
+        count = 8 * 2 + 1
+        if where.endswith("pinned-ahead"):
+            pin_ahead(count, batch, 3, imgsz)
+        stats = torch.cuda.host_memory_stats()
+        made = stats.get("num_host_alloc", 0)
+
+        def pin() -> None:
+            began = time.monotonic()
+            for _ in range(count):
+                pinned.append({k: v.pin_memory() for k, v in batch_like(batch, 3, imgsz).items()})
+            figures["pinning_beside"] = time.monotonic() - began
+
+        pinner = threading.Thread(target=pin)
+        pinner.start()
     for step in (1, 2):
         n = 3 * batch  # three boxes an image, as a real batch has several
         images = torch.rand(batch, 3, imgsz, imgsz, device=device)
@@ -125,6 +151,9 @@ def first_step(batch: int, imgsz: int, where: str) -> dict[str, float]:
         timed(f"step{step}_backward", lambda: scaler.scale(held["loss"]).backward())
         timed(f"step{step}_optimizer", optimizer_step)
         timed(f"step{step}_ema", lambda: ema.update(model))
+    if pinner is not None:
+        pinner.join()
+        figures["pinned_blocks_made"] = torch.cuda.host_memory_stats().get("num_host_alloc", 0) - made
     return figures
 
 
@@ -150,13 +179,12 @@ def main() -> None:
                 runs[where].append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"batch {args.batch}, {args.imgsz} px, {args.rounds} rounds, a fresh process each: the warm-up, then "
               f"the first two steps' parts (median, min-max), by where the warm-up ran")
-        print(f"  {'part':22} " + "  ".join(f"{'in a thread' if w == 'thread' else 'on the training thread':>26}"
-                                           for w in WHERE))
-        for name in runs[WHERE[0]][0]:
+        print(f"  {'part':22} " + "  ".join(f"{LABELS[w]:>26}" for w in WHERE))
+        for name in dict.fromkeys(k for w in WHERE for k in runs[w][0]):
             cells = []
             for where in WHERE:
-                seen = [r[name] for r in runs[where]]
-                cells.append(f"{statistics.median(seen):7.3f} s ({min(seen):.3f}-{max(seen):.3f})")
+                seen = [r[name] for r in runs[where] if name in r]
+                cells.append(f"{statistics.median(seen):7.3f} s ({min(seen):.3f}-{max(seen):.3f})" if seen else "")
             print(f"  {name:22} " + "  ".join(f"{c:>26}" for c in cells))
         return
     if args.one:

@@ -39,12 +39,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.wire.contract import (ENV_READY, HELD_IMAGE_CACHE, HELD_LOADER_WORKERS, HELD_MODEL, HELD_TRAIN_DATASET,
-                             HELD_VAL_DATASET, DataFiles, StandbyReport)
+from worker.wire.contract import (ENV_READY, HELD_IMAGE_CACHE, HELD_LOADER_WORKERS, HELD_MODEL, HELD_PINNED_MEMORY,
+                             HELD_TRAIN_DATASET, HELD_VAL_DATASET, DataFiles, StandbyReport)
 from worker.checkpoints.checkpointing import EXACT_KEY, is_finished
 from worker.startup.demo_data import ensure_demo_dataset
 from worker.supervision import exact_resume
 from worker.supervision.exact_resume import ResumePoint
+from worker.loading import pinned_ahead
 from worker.startup.device_warmup import DeviceWarmUp
 from worker.loading.loaders import chain_worker_init, die_with_parent, start_workers_with
 from worker.patches import offline
@@ -257,7 +258,24 @@ def _build_data(args: Any, options: dict[str, Any], model: Any, data: dict[str, 
         HELD.pop("loader").close()
         return "the datasets"
     ROOM.holds.append(HELD_LOADER_WORKERS)
-    return f"the datasets and the training loader ({loader.num_workers} worker processes started)"
+    return (f"the datasets and the training loader ({loader.num_workers} worker processes started"
+            f"{_pin_ahead(loader, args.batch, data.get('channels', 3), args.imgsz)})")
+
+
+def _pin_ahead(loader: Any, batch: int, channels: int, imgsz: int) -> str:
+    """Where the held loader pins its batches (on a GPU): the pinned blocks of its first batches made now and
+    cached, within the host room, so the fed batches do not page-lock memory beside the restart's first step
+    (worker/loading/pinned_ahead.py). What was done, for the line."""
+    if not getattr(loader, "pin_memory", False):
+        return ""
+    count = pinned_ahead.in_flight(loader)
+    need = count * pinned_ahead.block_bytes(batch, channels, imgsz)
+    if not ROOM.fits(need, loader=HELD["loader"].iterator):
+        ROOM.left_out.append(f"pinned memory for its first batches ({need // MIB} MiB)")
+        return ""
+    pinned_ahead.pin_ahead(count, batch, channels, imgsz)
+    ROOM.holds.append(HELD_PINNED_MEMORY)
+    return f"; pinned memory for its first {count} batches made ahead, {need // MIB} MiB"
 
 
 def ram_cache(cache: Any) -> bool:

@@ -21,9 +21,11 @@ class FirstStepParts:
         self.device: torch.device | None = None
         self.marks: list[tuple[str, float]] = []
         self.open = False
+        self.pinned: tuple[int, float] | None = None
 
     def begin(self, device: torch.device) -> None:
         self.device, self.marks, self.open = device, [("", time.monotonic())], True
+        self.pinned = _pinned_blocks_made(device)
 
     def mark(self, part: str) -> None:
         """``part`` of the first step just ended (once: a part seen again, as a second forward, is not its own)."""
@@ -67,5 +69,16 @@ class FirstStepParts:
         self.mark("after")
         self.open = False
         ends = self.marks[1:]
-        return "first step: " + ", ".join(f"{name} {at - before:.2f}"
-                                          for (name, at), (_, before) in zip(ends, self.marks))
+        parts = ", ".join(f"{name} {at - before:.2f}" for (name, at), (_, before) in zip(ends, self.marks))
+        made = _pinned_blocks_made(self.device)
+        if made is not None and self.pinned is not None:  # the loader's pinning beside it, in the same driver
+            parts += f"; pinned blocks made beside it {made[0] - self.pinned[0]} ({made[1] - self.pinned[1]:.2f} s)"
+        return f"first step: {parts}"
+
+
+def _pinned_blocks_made(device: torch.device | None) -> tuple[int, float] | None:
+    """How many blocks torch's pinned host allocator has made in this process, and its seconds in CUDA doing so."""
+    if device is None or device.type != "cuda" or not hasattr(torch.cuda, "host_memory_stats"):
+        return None
+    stats = torch.cuda.host_memory_stats()
+    return int(stats.get("num_host_alloc", 0)), float(stats.get("host_alloc_time.total", 0)) / 1e6

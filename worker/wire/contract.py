@@ -289,6 +289,7 @@ HELD_MODEL, HELD_TRAIN_DATASET, HELD_VAL_DATASET, HELD_LOADER_WORKERS = (
     "model", "train dataset", "val dataset", "training loader workers")
 HELD_RESUMED_BATCHES = "resumed batches"  # the held loader's workers fed at the verdict: loading before the launch
 HELD_IMAGE_CACHE = "image cache"  # its datasets' images in RAM ([train] cache = "ram"); else the launch caches them
+HELD_PINNED_MEMORY = "pinned memory"  # page-locked blocks for its loader's first batches (loading/pinned_ahead.py)
 
 
 @dataclass(frozen=True)
