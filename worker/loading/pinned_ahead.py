@@ -1,6 +1,6 @@
 """Pinned host memory made ahead for a loader's first batches, in a ready standby (worker/standby/ready.py).
 
-A loader that pins its batches (Ultralytics' do on a GPU) copies each into page-locked memory from torch's caching
+A loader that pins its batches (Ultralytics' loaders do, on a GPU) copies each into page-locked memory from torch's caching
 host allocator, which grows by one CUDA host allocation a block, rounded up to a power of two: page-locking tens of
 megabytes a batch, in the driver, while the training thread waits on the same driver for its kernels and its device
 memory. A fresh process pays it for its first workers x prefetch batches, which a ready standby fed at the verdict

@@ -11,15 +11,16 @@ at the forward, whose outputs are summed), one backward and the optimizer's firs
 (unscaled, clipped, stepped at a zero learning rate: AdamW fused on a GPU, its choice for short runs, and SGD with
 Nesterov momentum, its choice for long ones), on a deep copy of the model. The copy is made once the model is on the
 device, before the datasets, the loaders, the optimizer and any exact resume are set up, so all of that and the
-loader's first batch run beside it.
+loader's first batch run beside it. The model that trains is never touched: its weights, buffers and gradients are
+what the loop left them; the warm-up draws no random number. Its cost is one more copy of the weights (and, until its
+optimizers' step ends, their state) on the device until the first batch (3 M parameters for YOLOv8n, 68 M for
+YOLOv8x).
 
 **Which thread.** The libraries, their kernels and the backward's convolutions (run on autograd's thread for the
 device, whichever thread calls it) are the process's, but cuDNN's execution plans for the forward's convolutions are
 the calling thread's own (PyTorch keeps them ``thread_local`` in ``Conv_v8.cpp``: a plan is not safe across threads).
 So a warm-up in a thread leaves the forward's plans to the first step; where the thread that will train has time to
-wait, it runs the warm-up itself (``run_here``: the ready standby, before and at the verdict). The model that trains is never touched: its weights, buffers and
-gradients are what the loop left them; the warm-up draws no random number. Its cost is one more copy of the weights
-on the device until the first batch (3 M parameters for YOLOv8n, 68 M for YOLOv8x).
+wait, it runs the warm-up itself (``run_here``: the ready standby, before and at the verdict).
 
 **No fork beside it.** Its first steps load the GPU libraries (dlopen, which registers their destructors under glibc's
 ``__exit_funcs_lock``): a loader worker forked from this process at that moment is born with the lock held and
