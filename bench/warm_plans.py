@@ -112,7 +112,7 @@ def first_step(batch: int, imgsz: int, where: str) -> dict[str, float]:
     if where.endswith(("pinning", "pinned-ahead")) and device.type == "cuda":
         # A held loader fed at the verdict: its pin-memory thread pins its first workers x prefetch batches while
         # the first step runs (8 workers, prefetch 2), into blocks made now or (pinned ahead) cached before.
-        from worker.loading.pinned_ahead import batch_like, pin_ahead
+        from worker.loading.pinned_ahead import pin_ahead
 
         count = 8 * 2 + 1
         if where.endswith("pinned-ahead"):
@@ -122,8 +122,7 @@ def first_step(batch: int, imgsz: int, where: str) -> dict[str, float]:
 
         def pin() -> None:
             began = time.monotonic()
-            for _ in range(count):
-                pinned.append({k: v.pin_memory() for k, v in batch_like(batch, 3, imgsz).items()})
+            pinned.extend(pin_ahead(count, batch, 3, imgsz))  # each a copy into a block of its own, as the pin thread's
             figures["pinning_beside"] = time.monotonic() - began
 
         pinner = threading.Thread(target=pin)
@@ -184,7 +183,8 @@ def main() -> None:
             cells = []
             for where in WHERE:
                 seen = [r[name] for r in runs[where] if name in r]
-                cells.append(f"{statistics.median(seen):7.3f} s ({min(seen):.3f}-{max(seen):.3f})" if seen else "")
+                unit = "" if name.endswith("_made") else " s"  # a count, not seconds
+                cells.append(f"{statistics.median(seen):7.3f}{unit} ({min(seen):.3f}-{max(seen):.3f})" if seen else "")
             print(f"  {name:22} " + "  ".join(f"{c:>26}" for c in cells))
         return
     if args.one:
